@@ -1,0 +1,157 @@
+use crate::{Condition, NamespaceSelector, NodeSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// A reference to a cluster-scoped SecurityIntent by name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+pub struct MatchIntent {
+    #[x_kube(validation = Rule::new("self != ''").message("intent name must not be empty"))]
+    pub name: String,
+}
+
+/// Which pods of a namespace a binding applies to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadScope {
+    /// Pods whose labels match. An absent or empty selector selects every pod in scope, as in
+    /// Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_selector: Option<LabelSelector>,
+}
+
+/// Binds intents to workloads in the binding's namespace.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[kube(
+    group = "intent.security.nimbus.com",
+    version = "v1alpha1",
+    kind = "SecurityIntentBinding",
+    plural = "securityintentbindings",
+    shortname = "sib",
+    namespaced,
+    status = "SecurityIntentBindingStatus",
+    doc = "SecurityIntentBinding is the Schema for the securityintentbindings API",
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Intents",
+        type_ = "integer",
+        json_path = ".status.numberOfBoundIntents"
+    ),
+    printcolumn(
+        name = "NimbusPolicy",
+        type_ = "string",
+        json_path = ".status.nimbusPolicy"
+    )
+)]
+pub struct SecurityIntentBindingSpec {
+    #[schemars(length(min = 1))]
+    pub intents: Vec<MatchIntent>,
+    pub selector: WorkloadScope,
+    /// Label conditions written in a subset of CEL over `labels`; compiled into label-selector
+    /// requirements and ANDed with `selector.workloadSelector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<Vec<String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityIntentBindingStatus {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<Time>,
+    pub number_of_bound_intents: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_intents: Option<Vec<String>>,
+    pub nimbus_policy: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Where a cluster binding applies: namespaces, and workloads within them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<NodeSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new("has(self.matchNames) || has(self.excludeNames)").message("nsSelector needs matchNames or excludeNames"),
+        validation = Rule::new("!has(self.matchNames) || !self.matchNames.exists(n, n == '*') || self.matchNames.size() == 1").message("'*' must be the only entry of matchNames"),
+        validation = Rule::new("!has(self.matchNames) || !has(self.excludeNames) || self.matchNames == ['*']").message("excludeNames can only be combined with matchNames: ['*']"),
+    )]
+    pub ns_selector: Option<NamespaceSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_selector: Option<LabelSelector>,
+}
+
+/// Binds intents to workloads across namespaces.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[kube(
+    group = "intent.security.nimbus.com",
+    version = "v1alpha1",
+    kind = "ClusterSecurityIntentBinding",
+    plural = "clustersecurityintentbindings",
+    shortname = "csib",
+    status = "ClusterSecurityIntentBindingStatus",
+    doc = "ClusterSecurityIntentBinding is the Schema for the clustersecurityintentbindings API",
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Intents",
+        type_ = "integer",
+        json_path = ".status.numberOfBoundIntents"
+    ),
+    printcolumn(
+        name = "NimbusPolicies",
+        type_ = "integer",
+        json_path = ".status.numberOfNimbusPolicies"
+    ),
+    printcolumn(
+        name = "ClusterNimbusPolicy",
+        type_ = "string",
+        json_path = ".status.clusterNimbusPolicy"
+    )
+)]
+#[x_kube(validation = Rule::new("has(self.selector) && has(self.selector.nsSelector)").message("selector.nsSelector is required"))]
+pub struct ClusterSecurityIntentBindingSpec {
+    #[schemars(length(min = 1))]
+    pub intents: Vec<MatchIntent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<ClusterSelector>,
+    /// Accepted for compatibility with Nimbus, which ignores it on cluster bindings too; use
+    /// `selector.workloadSelector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<Vec<String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSecurityIntentBindingStatus {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<Time>,
+    pub number_of_bound_intents: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_intents: Option<Vec<String>>,
+    pub cluster_nimbus_policy: String,
+    pub number_of_nimbus_policies: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nimbus_policy_namespaces: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}

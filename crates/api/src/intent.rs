@@ -1,0 +1,78 @@
+use crate::{Condition, Params};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// What a user wants secured, cluster-wide and independent of any workload.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "intent.security.nimbus.com",
+    version = "v1alpha1",
+    kind = "SecurityIntent",
+    plural = "securityintents",
+    shortname = "si",
+    status = "SecurityIntentStatus",
+    doc = "SecurityIntent is the Schema for the securityintents API",
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "ID",
+        type_ = "string",
+        json_path = ".spec.intent.id",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Action",
+        type_ = "string",
+        json_path = ".spec.intent.action",
+        priority = 1
+    )
+)]
+pub struct SecurityIntentSpec {
+    pub intent: Intent,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Intent {
+    /// Intent ID from the catalog (e.g. `dnsManipulation`); translated by every engine that
+    /// implements it.
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9]+$"))]
+    pub id: String,
+    /// Human-readable purpose; copied into the generated policies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// How the intent is enforced: `Block` prevents, `Audit` only reports.
+    #[schemars(extend("enum" = ["Block", "Audit"]))]
+    pub action: String,
+    /// Potential impact of a violation. Informational.
+    #[serde(default = "default_severity")]
+    pub severity: String,
+    /// Free-form labels for grouping intents. Informational.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    /// Intent-specific knobs, e.g. `psaLevel: ["restricted"]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Params>,
+}
+
+fn default_severity() -> String {
+    "Low".to_owned()
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityIntentStatus {
+    pub id: String,
+    pub action: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}

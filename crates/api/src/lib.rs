@@ -1,0 +1,60 @@
+//! The `intent.security.nimbus.com/v1alpha1` API: the five Nimbus kinds as Rust types.
+//!
+//! The types are wire-compatible with Nimbus: same group, version, kinds, plurals, short names,
+//! scopes, spec fields, printer columns and status fields. They are a strict superset: every
+//! status also carries `observedGeneration` and standard `conditions`, workload selectors accept
+//! `matchExpressions` beside `matchLabels`, and nonsense the original let through is rejected at
+//! admission by schema and CEL rules.
+//!
+//! No controller logic lives here.
+
+mod binding;
+mod intent;
+mod policy;
+mod selector;
+mod status;
+
+pub use binding::{
+    ClusterSecurityIntentBinding, ClusterSecurityIntentBindingSpec,
+    ClusterSecurityIntentBindingStatus, ClusterSelector, MatchIntent, SecurityIntentBinding,
+    SecurityIntentBindingSpec, SecurityIntentBindingStatus, WorkloadScope,
+};
+pub use intent::{Intent, SecurityIntent, SecurityIntentSpec, SecurityIntentStatus};
+pub use policy::{
+    ClusterNimbusPolicy, ClusterNimbusPolicySpec, NimbusPolicy, NimbusPolicySpec,
+    NimbusPolicyStatus, NimbusRule, Rule,
+};
+pub use selector::{NamespaceSelector, NodeSelector, WORKLOAD_ALL_NAMESPACES};
+pub use status::{Condition, STATUS_CREATED, STATUS_VALIDATION_FAIL, condition};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// API group of every Nimbus kind.
+pub const GROUP: &str = "intent.security.nimbus.com";
+/// The only served and stored version.
+pub const VERSION: &str = "v1alpha1";
+
+/// Intent parameters: each key maps to a list of values, as in Nimbus.
+pub type Params = std::collections::BTreeMap<String, Vec<String>>;
+
+/// Every CRD of the API, in a stable order.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        SecurityIntent::crd(),
+        SecurityIntentBinding::crd(),
+        ClusterSecurityIntentBinding::crd(),
+        NimbusPolicy::crd(),
+        ClusterNimbusPolicy::crd(),
+    ]
+}
+
+/// All CRDs as multi-document YAML: what `nimbus crds` prints and `config/crd/` holds.
+pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&crd)?);
+    }
+    Ok(out)
+}

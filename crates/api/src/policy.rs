@@ -1,0 +1,107 @@
+use crate::{Condition, NamespaceSelector, NodeSelector, Params};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One compiled intent: what an engine translates.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct NimbusRule {
+    pub id: String,
+    /// Rule scope ("Namespaced", "System", "Cluster"). Never set by the operator; kept for
+    /// compatibility.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub rule: Rule,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct Rule {
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Params>,
+}
+
+/// The engine-neutral policy for one namespace: generated from a binding, consumed by engines
+/// (built in, or external adapters through this public contract).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "intent.security.nimbus.com",
+    version = "v1alpha1",
+    kind = "NimbusPolicy",
+    plural = "nimbuspolicies",
+    shortname = "np",
+    namespaced,
+    status = "NimbusPolicyStatus",
+    doc = "NimbusPolicy is the Schema for the nimbuspolicies API",
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Policies",
+        type_ = "integer",
+        json_path = ".status.numberOfAdapterPolicies"
+    )
+)]
+pub struct NimbusPolicySpec {
+    /// Pods the rules apply to; empty selects every pod in the namespace.
+    pub selector: LabelSelector,
+    pub rules: Vec<NimbusRule>,
+}
+
+/// The engine-neutral policy of a cluster binding.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "intent.security.nimbus.com",
+    version = "v1alpha1",
+    kind = "ClusterNimbusPolicy",
+    plural = "clusternimbuspolicies",
+    shortname = "cwnp",
+    status = "NimbusPolicyStatus",
+    doc = "ClusterNimbusPolicy is the Schema for the clusternimbuspolicies API",
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Policies",
+        type_ = "integer",
+        json_path = ".status.numberOfAdapterPolicies"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNimbusPolicySpec {
+    /// Always serialized (as `{}` when empty), like Nimbus.
+    #[serde(default)]
+    pub node_selector: NodeSelector,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_selector: Option<NamespaceSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_selector: Option<LabelSelector>,
+    pub rules: Vec<NimbusRule>,
+}
+
+/// Status of a NimbusPolicy or ClusterNimbusPolicy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NimbusPolicyStatus {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<Time>,
+    pub number_of_adapter_policies: i32,
+    /// Generated native policies as `Kind/name` (CronJobs as `namespace/CronJob/name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_policies: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,24 @@
+//! Status vocabulary shared by every kind.
+
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// `status.status` of an object the operator has processed (the only value Nimbus writes for
+/// intents, policies and valid bindings).
+pub const STATUS_CREATED: &str = "Created";
+/// `status.status` of a cluster binding whose selector is invalid (as in Nimbus).
+pub const STATUS_VALIDATION_FAIL: &str = "ValidationFail";
+
+/// Condition types and reasons. Types follow the Kubernetes API conventions (`Ready` is
+/// level-based; reasons are CamelCase machine-readable causes).
+pub mod condition {
+    /// The object has been fully processed and what it describes is in effect.
+    pub const READY: &str = "Ready";
+
+    pub const REASON_READY: &str = "Ready";
+    /// A binding references intents that do not exist (yet).
+    pub const REASON_INTENT_NOT_FOUND: &str = "IntentNotFound";
+    /// A binding's selector cannot be turned into a Kubernetes label selector.
+    pub const REASON_INVALID_SELECTOR: &str = "InvalidSelector";
+    /// A cluster binding's namespace selector is contradictory or empty.
+    pub const REASON_INVALID_NAMESPACE_SELECTOR: &str = "InvalidNamespaceSelector";
+}

@@ -1,0 +1,68 @@
+//! Generated object names: Nimbus's scheme, kept within Kubernetes limits.
+
+use sha2::{Digest, Sha256};
+
+/// Longest name of an object identified by a DNS subdomain (most kinds, custom resources included).
+pub const MAX_NAME_LEN: usize = 253;
+
+/// Prefix of the NimbusPolicy a cluster binding generates in each selected namespace.
+const CLUSTER_BINDING_POLICY_PREFIX: &str = "nimbus-ctlr-gen-";
+
+/// `nimbus-ctlr-gen-<cluster binding>`, the per-namespace NimbusPolicy of a cluster binding.
+pub fn cluster_binding_policy_name(binding: &str) -> String {
+    fit(
+        &format!("{CLUSTER_BINDING_POLICY_PREFIX}{binding}"),
+        MAX_NAME_LEN,
+    )
+}
+
+/// Returns `name` unchanged when it fits in `max` bytes; otherwise a deterministic shortening:
+/// a prefix of `name` followed by `-` and 10 hex digits of its SHA-256, so distinct long names
+/// stay distinct and the result is still a valid DNS label/subdomain.
+pub fn fit(name: &str, max: usize) -> String {
+    if name.len() <= max {
+        return name.to_owned();
+    }
+    let digest = Sha256::digest(name.as_bytes());
+    let hash: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    let keep = max.saturating_sub(hash.len() + 1);
+    // Names are ASCII (DNS), but never split a multi-byte char if someone passes one.
+    let mut cut = keep.min(name.len());
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let prefix = name[..cut].trim_end_matches(['-', '.']);
+    format!("{prefix}-{hash}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_are_unchanged() {
+        assert_eq!(cluster_binding_policy_name("b"), "nimbus-ctlr-gen-b");
+    }
+
+    #[test]
+    fn long_names_are_shortened_deterministically_and_distinctly() {
+        let a = "a".repeat(250);
+        let b = format!("{}b", "a".repeat(249));
+        let (na, nb) = (
+            cluster_binding_policy_name(&a),
+            cluster_binding_policy_name(&b),
+        );
+        assert!(na.len() <= MAX_NAME_LEN && nb.len() <= MAX_NAME_LEN);
+        assert_ne!(na, nb);
+        assert_eq!(na, cluster_binding_policy_name(&a));
+        assert!(na.starts_with("nimbus-ctlr-gen-aaa"));
+    }
+
+    #[test]
+    fn shortened_names_do_not_end_in_separators_before_the_hash() {
+        let name = format!("{}-{}", "x".repeat(52), "y".repeat(20));
+        let short = fit(&name, 63);
+        assert_eq!(short.len(), 52 + 1 + 10);
+        assert!(!short.contains("--"));
+    }
+}
