@@ -19,6 +19,8 @@ pub mod condition {
     pub const REASON_INTENT_NOT_FOUND: &str = "IntentNotFound";
     /// A binding's selector cannot be turned into a Kubernetes label selector.
     pub const REASON_INVALID_SELECTOR: &str = "InvalidSelector";
+    /// The generated policy's name is taken by an object the binding does not own.
+    pub const REASON_POLICY_CONFLICT: &str = "PolicyConflict";
     /// A cluster binding's namespace selector is contradictory or empty.
     pub const REASON_INVALID_NAMESPACE_SELECTOR: &str = "InvalidNamespaceSelector";
 }

@@ -1,0 +1,213 @@
+//! The one write path of the operator: server-side apply of what we own, only when the cached
+//! object differs from what we want, so a steady state makes no write calls.
+
+use crate::error::Error;
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::fmt::Debug;
+
+/// Field manager of everything the operator writes.
+pub const FIELD_MANAGER: &str = "nimbus-operator";
+
+/// A controller ownerReference that blocks the owner's foreground deletion until the dependent
+/// is gone, as Nimbus sets it.
+pub fn controller_owner<K: Resource<DynamicType = ()>>(owner: &K) -> Result<OwnerReference, Error> {
+    let uid = owner
+        .uid()
+        .ok_or_else(|| Error::MissingField(owner.name_any(), "metadata.uid"))?;
+    Ok(OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: owner.name_any(),
+        uid,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+/// Whether `obj` is controlled by the object with `owner_uid`.
+pub fn is_controlled_by<K: Resource>(obj: &K, owner_uid: &str) -> bool {
+    obj.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid)
+}
+
+/// Whether applying `desired` over `observed` would change anything we own: every top-level
+/// field we set besides metadata must be equal, our labels and annotations present, and our
+/// ownerReferences there.
+pub fn needs_apply<K: Resource + Serialize>(desired: &K, observed: Option<&K>) -> bool {
+    let Some(observed) = observed else {
+        return true;
+    };
+    let (Ok(Value::Object(want)), Ok(have)) =
+        (serde_json::to_value(desired), serde_json::to_value(observed))
+    else {
+        return true;
+    };
+    let body_same = want
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "apiVersion" | "kind" | "status"))
+        .all(|(k, v)| have.get(k) == Some(v));
+    let contains = |want: &std::collections::BTreeMap<String, String>,
+                    have: &std::collections::BTreeMap<String, String>| {
+        want.iter().all(|(k, v)| have.get(k) == Some(v))
+    };
+    let owners_present = desired.owner_references().iter().all(|o| {
+        observed
+            .owner_references()
+            .iter()
+            .any(|p| p.uid == o.uid && p.controller == o.controller)
+    });
+    !(body_same
+        && contains(desired.labels(), observed.labels())
+        && contains(desired.annotations(), observed.annotations())
+        && owners_present)
+}
+
+/// Server-side applies `desired` when it differs from `observed`. Returns whether it wrote.
+pub async fn apply<K>(api: &Api<K>, desired: &K, observed: Option<&K>) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+{
+    if !needs_apply(desired, observed) {
+        return Ok(false);
+    }
+    let name = desired.name_any();
+    let object = ObjectRef::from_obj(desired);
+    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(desired))
+        .await
+        .map_err(Error::kube("applying", &object))?;
+    Ok(true)
+}
+
+/// Deletes `obj` if it is still the same object (by UID). Returns whether it deleted.
+pub async fn delete<K>(api: &Api<K>, obj: &K) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: obj.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(&obj.name_any(), &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(false),
+        Err(e) => Err(Error::kube("deleting", &ObjectRef::from_obj(obj))(e)),
+    }
+}
+
+/// A status as the operator computes it; timestamps are filled in only when it is written.
+pub trait Status: Serialize + Clone + PartialEq {
+    /// Sets `lastUpdated`, for kinds whose status has it.
+    fn set_last_updated(&mut self, at: Option<Time>);
+    fn conditions(&mut self) -> &mut Vec<Condition>;
+}
+
+/// Writes `desired` as the status of `obj` unless the current status already says the same.
+/// `lastUpdated` and conditions' `lastTransitionTime` do not count as differences, so a
+/// reconcile of an unchanged object writes nothing. Returns whether it wrote.
+pub async fn status<K, S>(api: &Api<K>, obj: &K, current: Option<&S>, mut desired: S) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+    S: Status,
+{
+    let now = Time(Timestamp::now());
+    for c in desired.conditions().iter_mut() {
+        let previous = current
+            .cloned()
+            .and_then(|mut cur| cur.conditions().iter().find(|p| p.type_ == c.type_).cloned());
+        c.last_transition_time = match previous {
+            Some(p) if p.status == c.status => p.last_transition_time,
+            _ => now.clone(),
+        };
+    }
+    if let Some(current) = current {
+        let mut current = current.clone();
+        current.set_last_updated(None);
+        desired.set_last_updated(None);
+        if current == desired {
+            return Ok(false);
+        }
+    }
+    desired.set_last_updated(Some(now));
+    let object = ObjectRef::from_obj(obj);
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": desired,
+    });
+    api.patch_status(&obj.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
+        .await
+        .map_err(Error::kube("writing status of", &object))?;
+    Ok(true)
+}
+
+/// A `Ready` condition (the transition time is filled in by [`status`]).
+pub fn ready(ok: bool, reason: &str, message: impl Into<String>, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: nimbus_api::condition::READY.to_owned(),
+        status: if ok { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message: message.into(),
+        observed_generation: generation,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::collections::BTreeMap;
+
+    fn cm(data: &[(&str, &str)], labels: &[(&str, &str)]) -> ConfigMap {
+        let map = |p: &[(&str, &str)]| -> BTreeMap<String, String> {
+            p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let mut c = ConfigMap {
+            data: Some(map(data)),
+            ..Default::default()
+        };
+        c.metadata.name = Some("x".into());
+        c.metadata.labels = Some(map(labels));
+        c
+    }
+
+    #[test]
+    fn nothing_to_apply_when_observed_has_what_we_want_plus_server_fields() {
+        let desired = cm(&[("a", "1")], &[("l", "v")]);
+        let mut observed = cm(&[("a", "1")], &[("l", "v"), ("other", "x")]);
+        observed.metadata.resource_version = Some("7".into());
+        observed.metadata.uid = Some("u".into());
+        assert!(!needs_apply(&desired, Some(&observed)));
+    }
+
+    #[test]
+    fn body_drift_missing_labels_and_absence_need_apply() {
+        let desired = cm(&[("a", "1")], &[("l", "v")]);
+        assert!(needs_apply(&desired, None));
+        assert!(needs_apply(&desired, Some(&cm(&[("a", "2")], &[("l", "v")]))));
+        assert!(needs_apply(&desired, Some(&cm(&[("a", "1"), ("b", "2")], &[("l", "v")]))));
+        assert!(needs_apply(&desired, Some(&cm(&[("a", "1")], &[]))));
+    }
+
+    #[test]
+    fn a_missing_owner_reference_needs_apply() {
+        let mut desired = cm(&[], &[]);
+        desired.metadata.owner_references = Some(vec![OwnerReference {
+            uid: "u1".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        assert!(needs_apply(&desired, Some(&cm(&[], &[]))));
+    }
+}

@@ -1,0 +1,111 @@
+//! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
+
+use super::{Context, publish};
+use crate::apply::{self, controller_owner, is_controlled_by, ready};
+use crate::error::Error;
+use kube::api::ObjectMeta;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use nimbus_api::{
+    NimbusPolicy, STATUS_CREATED, SecurityIntentBinding, SecurityIntentBindingStatus, condition,
+};
+use nimbus_core::compile_binding;
+use std::sync::Arc;
+
+pub async fn reconcile(sib: Arc<SecurityIntentBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = sib
+        .namespace()
+        .ok_or_else(|| Error::MissingField(sib.name_any(), "metadata.namespace"))?;
+    let name = sib.name_any();
+    let uid = sib.uid().unwrap_or_default();
+    let generation = sib.metadata.generation;
+    let policies: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let observed = ctx.policies.get(&ObjectRef::new(&name).within(&namespace));
+    let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
+    if observed.is_some() && ours.is_none() {
+        let message = format!("NimbusPolicy {namespace}/{name} exists and is not owned by this binding");
+        let status = status_of(ours, Vec::new(), ready(false, condition::REASON_POLICY_CONFLICT, message, generation));
+        return write_status(&ctx, &sib, status).await;
+    }
+
+    let plan = match compile_binding(&sib.spec, |n| ctx.intents.get(&ObjectRef::new(n))) {
+        Ok(plan) => plan,
+        Err(err) => {
+            // Keep the policy in force: a typo in the selector must not drop protection.
+            let condition = ready(false, condition::REASON_INVALID_SELECTOR, err.to_string(), generation);
+            let bound = sib.status.as_ref().and_then(|s| s.bound_intents.clone()).unwrap_or_default();
+            return write_status(&ctx, &sib, status_of(ours, bound, condition)).await;
+        }
+    };
+
+    let policy = match plan.policy {
+        Some(spec) => {
+            let desired = NimbusPolicy {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(namespace.clone()),
+                    labels: sib.metadata.labels.clone().filter(|l| !l.is_empty()),
+                    owner_references: Some(vec![controller_owner(&*sib)?]),
+                    ..Default::default()
+                },
+                spec,
+                status: None,
+            };
+            if apply::apply(&policies, &desired, ours).await? {
+                let (reason, verb) = if ours.is_some() { ("PolicyUpdated", "updated") } else { ("PolicyCreated", "created") };
+                publish(&ctx, &*sib, EventType::Normal, reason, format!("NimbusPolicy {name} {verb}")).await;
+            }
+            Some(desired)
+        }
+        None => {
+            if let Some(stale) = ours
+                && apply::delete(&policies, stale).await?
+            {
+                publish(&ctx, &*sib, EventType::Normal, "PolicyDeleted", format!("NimbusPolicy {name} deleted: no referenced intent exists")).await;
+            }
+            None
+        }
+    };
+
+    let condition = if plan.missing_intents.is_empty() {
+        ready(true, condition::REASON_READY, "", generation)
+    } else {
+        let message = format!("SecurityIntents not found: {}", plan.missing_intents.join(", "));
+        ready(false, condition::REASON_INTENT_NOT_FOUND, message, generation)
+    };
+    write_status(&ctx, &sib, status_of(policy.as_ref(), plan.bound_intents, condition)).await
+}
+
+fn status_of(
+    policy: Option<&NimbusPolicy>,
+    bound: Vec<String>,
+    ready: nimbus_api::Condition,
+) -> SecurityIntentBindingStatus {
+    SecurityIntentBindingStatus {
+        status: STATUS_CREATED.to_owned(),
+        last_updated: None,
+        number_of_bound_intents: policy.map_or(0, |p| p.spec.rules.len() as i32),
+        bound_intents: (policy.is_some() && !bound.is_empty()).then_some(bound),
+        nimbus_policy: policy.map(|p| p.name_any()).unwrap_or_default(),
+        observed_generation: ready.observed_generation,
+        conditions: vec![ready],
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    sib: &SecurityIntentBinding,
+    status: SecurityIntentBindingStatus,
+) -> Result<Action, Error> {
+    let api: Api<SecurityIntentBinding> =
+        Api::namespaced(ctx.client.clone(), &sib.namespace().unwrap_or_default());
+    let not_ready = status.conditions.iter().find(|c| c.status == "False").cloned();
+    if apply::status(&api, sib, sib.status.as_ref(), status).await?
+        && let Some(c) = not_ready
+    {
+        publish(ctx, sib, EventType::Warning, &c.reason, c.message).await;
+    }
+    Ok(Action::requeue(ctx.resync))
+}

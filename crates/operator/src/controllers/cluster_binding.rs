@@ -1,0 +1,191 @@
+//! ClusterSecurityIntentBinding → one ClusterNimbusPolicy plus a NimbusPolicy
+//! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
+
+use super::{Context, publish};
+use crate::apply::{self, controller_owner, is_controlled_by, ready};
+use crate::error::Error;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::ObjectMeta;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use nimbus_api::{
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, ClusterSecurityIntentBindingStatus,
+    NamespaceSelector, NimbusPolicy, NimbusPolicySpec, STATUS_CREATED, STATUS_VALIDATION_FAIL,
+    condition,
+};
+use nimbus_core::{CompileError, compile_cluster_binding, names, namespaces};
+use std::sync::Arc;
+
+pub async fn reconcile(
+    csib: Arc<ClusterSecurityIntentBinding>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let name = csib.name_any();
+    let uid = csib.uid().unwrap_or_default();
+    let generation = csib.metadata.generation;
+    let observed = ctx.cluster_policies.get(&ObjectRef::new(&name));
+    let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
+
+    let plan = match compile_cluster_binding(&csib.spec, |n| ctx.intents.get(&ObjectRef::new(n))) {
+        Ok(plan) => plan,
+        Err(err) => {
+            // Re-evaluated on every change, so fixing the binding in place recovers it. What is
+            // in force stays in force meanwhile.
+            let reason = match err {
+                CompileError::NamespaceSelector(_) => condition::REASON_INVALID_NAMESPACE_SELECTOR,
+                CompileError::Cel(_) => condition::REASON_INVALID_SELECTOR,
+            };
+            let mut status = csib.status.clone().unwrap_or_default();
+            status.status = STATUS_VALIDATION_FAIL.to_owned();
+            status.observed_generation = generation;
+            status.conditions = vec![ready(false, reason, err.to_string(), generation)];
+            return write_status(&ctx, &csib, status).await;
+        }
+    };
+
+    let mut problems = Vec::new();
+    let mut first_error = None;
+
+    // The cluster-wide policy.
+    let cluster_policy = match (plan.cluster_policy, observed.is_some() && ours.is_none()) {
+        (_, true) => {
+            problems.push(format!("ClusterNimbusPolicy {name} exists and is not owned by this binding"));
+            None
+        }
+        (Some(spec), false) => {
+            let desired = ClusterNimbusPolicy {
+                metadata: meta(&csib, &name, None)?,
+                spec,
+                status: None,
+            };
+            let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
+            match apply::apply(&api, &desired, ours).await {
+                Ok(true) => {
+                    let verb = if ours.is_some() { "updated" } else { "created" };
+                    publish(&ctx, &*csib, EventType::Normal, "PolicyUpdated", format!("ClusterNimbusPolicy {name} {verb}")).await;
+                }
+                Ok(false) => {}
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+            Some(desired)
+        }
+        (None, false) => {
+            if let Some(stale) = ours {
+                let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
+                match apply::delete(&api, stale).await {
+                    Ok(true) => publish(&ctx, &*csib, EventType::Normal, "PolicyDeleted", format!("ClusterNimbusPolicy {name} deleted: no referenced intent exists")).await,
+                    Ok(false) => {}
+                    Err(e) => first_error = first_error.or(Some(e)),
+                }
+            }
+            None
+        }
+    };
+
+    // One NimbusPolicy per selected namespace; every namespace is converged in this pass.
+    let ns_selector = csib.spec.selector.as_ref().and_then(|s| s.ns_selector.clone()).unwrap_or_default();
+    let policy_name = names::cluster_binding_policy_name(&name);
+    let mut in_force = Vec::new();
+    for ns in ctx.namespaces.state() {
+        let ns_name = ns.name_any();
+        let observed = ctx.policies.get(&ObjectRef::new(&policy_name).within(&ns_name));
+        let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
+        let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &ns_name);
+        let result = match wanted(&plan.namespace_policy, &ns_selector, &ns) {
+            Some(_) if observed.is_some() && ours.is_none() => {
+                problems.push(format!("NimbusPolicy {ns_name}/{policy_name} exists and is not owned by this binding"));
+                continue;
+            }
+            Some(spec) => {
+                let desired = NimbusPolicy {
+                    metadata: meta(&csib, &policy_name, Some(&ns_name))?,
+                    spec: spec.clone(),
+                    status: None,
+                };
+                let result = apply::apply(&api, &desired, ours).await;
+                if result.is_ok() {
+                    in_force.push(ns_name);
+                }
+                result
+            }
+            // A terminating namespace takes its policies with it.
+            None if is_terminating(&ns) => continue,
+            None => match ours {
+                Some(stale) => apply::delete(&api, stale).await,
+                None => continue,
+            },
+        };
+        if let Err(e) = result {
+            first_error = first_error.or(Some(e));
+        }
+    }
+    in_force.sort();
+
+    let condition = if !problems.is_empty() {
+        ready(false, condition::REASON_POLICY_CONFLICT, problems.join("; "), generation)
+    } else if !plan.missing_intents.is_empty() {
+        let message = format!("SecurityIntents not found: {}", plan.missing_intents.join(", "));
+        ready(false, condition::REASON_INTENT_NOT_FOUND, message, generation)
+    } else {
+        ready(true, condition::REASON_READY, "", generation)
+    };
+    let bound = plan.bound_intents;
+    let status = ClusterSecurityIntentBindingStatus {
+        status: STATUS_CREATED.to_owned(),
+        last_updated: None,
+        number_of_bound_intents: cluster_policy.as_ref().map_or(0, |p| p.spec.rules.len() as i32),
+        bound_intents: (cluster_policy.is_some() && !bound.is_empty()).then_some(bound),
+        cluster_nimbus_policy: cluster_policy.map(|p| p.name_any()).unwrap_or_default(),
+        number_of_nimbus_policies: in_force.len() as i32,
+        nimbus_policy_namespaces: (!in_force.is_empty()).then_some(in_force),
+        observed_generation: generation,
+        conditions: vec![condition],
+    };
+    let action = write_status(&ctx, &csib, status).await?;
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(action),
+    }
+}
+
+/// The policy spec a namespace should have, if any.
+fn wanted<'a>(
+    spec: &'a Option<NimbusPolicySpec>,
+    selector: &NamespaceSelector,
+    ns: &Namespace,
+) -> Option<&'a NimbusPolicySpec> {
+    spec.as_ref()
+        .filter(|_| !is_terminating(ns) && namespaces::selects(selector, &ns.name_any()))
+}
+
+fn is_terminating(ns: &Namespace) -> bool {
+    ns.metadata.deletion_timestamp.is_some()
+        || ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
+}
+
+fn meta(csib: &ClusterSecurityIntentBinding, name: &str, namespace: Option<&str>) -> Result<ObjectMeta, Error> {
+    Ok(ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: csib.metadata.labels.clone().filter(|l| !l.is_empty()),
+        owner_references: Some(vec![controller_owner(csib)?]),
+        ..Default::default()
+    })
+}
+
+async fn write_status(
+    ctx: &Context,
+    csib: &ClusterSecurityIntentBinding,
+    status: ClusterSecurityIntentBindingStatus,
+) -> Result<Action, Error> {
+    let api: Api<ClusterSecurityIntentBinding> = Api::all(ctx.client.clone());
+    let not_ready = status.conditions.iter().find(|c| c.status == "False").cloned();
+    if apply::status(&api, csib, csib.status.as_ref(), status).await?
+        && let Some(c) = not_ready
+    {
+        publish(ctx, csib, EventType::Warning, &c.reason, c.message).await;
+    }
+    Ok(Action::requeue(ctx.resync))
+}

@@ -1,0 +1,40 @@
+use kube::runtime::reflector::ObjectRef;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} {object}: {source}")]
+    Kube {
+        action: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0} has no {1}")]
+    MissingField(String, &'static str),
+    #[error("serializing {object}: {source}")]
+    Serialize {
+        object: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("health server on {addr}: {source}")]
+    Health {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn kube<K: kube::Resource<DynamicType = ()>>(
+        action: &'static str,
+        object: &ObjectRef<K>,
+    ) -> impl FnOnce(kube::Error) -> Self {
+        let object = object.to_string();
+        move |source| Self::Kube {
+            action,
+            object,
+            source,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! `/healthz` (the process is serving) and `/readyz` (every cache has synced).
+
+use crate::error::Error;
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use futures::FutureExt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio_util::sync::CancellationToken;
+
+/// Binds now (so a taken port fails start-up) and returns the serving future.
+pub async fn serve(
+    addr: SocketAddr,
+    caches_synced: impl Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
+) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, Error> {
+    let ready = Arc::new(AtomicBool::new(false));
+    let flag = ready.clone();
+    tokio::spawn(async move {
+        caches_synced.await;
+        flag.store(true, Ordering::Release);
+    });
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.load(Ordering::Acquire);
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ok")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+                    }
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Health { addr, source })?;
+    Ok(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "health server failed");
+        }
+    }
+    .boxed())
+}

@@ -1,0 +1,12 @@
+//! The operator runtime: shared caches, thin controllers over the pure core, one apply/status
+//! mechanism, health endpoints and graceful shutdown.
+
+pub mod apply;
+mod context;
+mod controllers;
+mod error;
+mod health;
+mod run;
+
+pub use error::Error;
+pub use run::{Config, run};

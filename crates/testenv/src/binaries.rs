@@ -1,0 +1,103 @@
+//! Finding (or building) the control-plane binaries.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, PoisonError};
+
+use crate::Error;
+
+/// Overrides binary discovery; must hold every binary the requested control plane runs.
+const CONTROL_PLANE_DIR_ENV: &str = "NIMBUS_CONTROL_PLANE_DIR";
+
+const CORE: [&str; 3] = ["etcd", "kube-apiserver", "kube-controller-manager"];
+const FAKE_NODES: [&str; 2] = ["kube-scheduler", "kwok"];
+
+/// The build script's answer, remembered so it runs at most once per process: besides saving
+/// time, the script is not safe to run concurrently with itself.
+static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Returns the directory holding the binaries, building them first if needed.
+///
+/// Blocking: a cold build takes 20-30 minutes, with the script's progress on stderr.
+pub(crate) fn locate(fake_nodes: bool) -> Result<PathBuf, Error> {
+    let dir = match std::env::var_os(CONTROL_PLANE_DIR_ENV) {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+            match &*built {
+                Some(dir) => dir.clone(),
+                None => built.insert(run_build_script()?).clone(),
+            }
+        }
+    };
+    let mut wanted = CORE.to_vec();
+    if fake_nodes {
+        wanted.extend(FAKE_NODES);
+    }
+    let missing = wanted
+        .into_iter()
+        .filter(|name| !is_executable(&dir.join(name)))
+        .collect::<Vec<_>>();
+    if missing.is_empty() {
+        Ok(dir)
+    } else {
+        Err(Error::MissingBinaries {
+            dir,
+            missing: missing.join(", "),
+        })
+    }
+}
+
+fn run_build_script() -> Result<PathBuf, Error> {
+    // Tests run with the crate as working directory and `CARGO_MANIFEST_DIR` may be absent at
+    // run time, so the workspace is located from the compile-time path.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/build-control-plane.sh");
+    let failed = |reason: String| Error::BuildScript {
+        script: script.clone(),
+        reason,
+    };
+    tracing::info!(script = %script.display(), "locating control-plane binaries");
+    // stderr stays attached so that a cold build shows its progress instead of appearing hung.
+    let output = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| failed(format!("could not run it with bash: {e}")))?;
+    if !output.status.success() {
+        return Err(failed(format!(
+            "failed ({}); its error output is above",
+            output.status
+        )));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    match stdout.lines().map(str::trim).rfind(|l| !l.is_empty()) {
+        Some(last) => Ok(PathBuf::from(last)),
+        None => Err(failed("printed no directory".to_owned())),
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The kwok stage configs the build script copies next to the binaries; kwok has no built-in
+/// stages and refuses to start without any.
+pub(crate) fn kwok_stages(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let stages = dir.join("kwok-stages");
+    let entries = std::fs::read_dir(&stages).map_err(|e| Error::io("reading", &stages, e))?;
+    let mut files = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect::<Vec<_>>();
+    if files.is_empty() {
+        return Err(Error::MissingBinaries {
+            dir: dir.to_owned(),
+            missing: "kwok-stages/*.yaml".to_owned(),
+        });
+    }
+    files.sort();
+    Ok(files)
+}

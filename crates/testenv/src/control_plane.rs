@@ -1,0 +1,508 @@
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeStatus, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PostParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+
+use crate::certs::{FRONT_PROXY_CLIENT, Pki};
+use crate::process::Processes;
+use crate::workdir::LockedDir;
+use crate::{Error, binaries};
+
+/// Attaches every process's output to stderr when set to `1` or `true`.
+const LOG_ENV: &str = "NIMBUS_TESTENV_LOG";
+
+/// Whole start-up attempts; only port races (see [`Error::is_port_conflict`]) are retried.
+const START_ATTEMPTS: usize = 3;
+
+/// A single probe request may hang while a server is still coming up.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The controllers tests and the operator rely on. Left out on purpose: node-lifecycle (it would
+/// taint and evict as soon as kwok misses a heartbeat) and everything that needs cloud, CSI or
+/// certificate-signing setup.
+const CONTROLLERS: &[&str] = &[
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
+    "job-controller",
+    "cronjob-controller",
+    "ttl-after-finished-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "statefulset-controller",
+    "daemonset-controller",
+    "endpointslice-controller",
+    "pod-garbage-collector-controller",
+];
+
+/// The annotation kwok is told to manage nodes by; see [`create_fake_node`].
+const KWOK_NODE_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
+
+/// How to start a [`ControlPlane`].
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Also run kube-scheduler and kwok, so that pods get scheduled onto fake nodes created
+    /// with [`create_fake_node`] and are reported Running (or Succeeded, for Job pods) without
+    /// any container runtime. Pod and node IPs are fake: never connect to them.
+    pub fake_nodes: bool,
+    /// Where the work directory (certificates, kubeconfig, logs) is created; defaults to the
+    /// system temp directory. etcd's data goes to `/dev/shm` when it exists.
+    pub base_dir: Option<PathBuf>,
+    /// Send the processes' output to stderr instead of `<work dir>/<process>.log`. Also turned
+    /// on by the environment variable `NIMBUS_TESTENV_LOG=1`.
+    pub attach_output: bool,
+}
+
+/// A running etcd + kube-apiserver + kube-controller-manager (+ kube-scheduler + kwok).
+///
+/// Dropping it stops all processes and removes its directories; if it is never dropped, the
+/// processes still die with the process that started them (see the crate docs).
+pub struct ControlPlane {
+    // First field, so that the children stop before their directories are removed.
+    processes: Processes,
+    config: kube::Config,
+    kubeconfig: PathBuf,
+    _etcd_dir: Option<LockedDir>,
+    work_dir: LockedDir,
+}
+
+impl ControlPlane {
+    /// Starts a control plane and waits until it is usable: apiserver ready, the `default`
+    /// namespace readable, and the `default` ServiceAccount created by the controller manager.
+    ///
+    /// Finds the binaries through `NIMBUS_CONTROL_PLANE_DIR` or by running
+    /// `hack/build-control-plane.sh` (see the crate docs). Takes about 10-20 s once the
+    /// binaries are built.
+    pub async fn start(options: Options) -> Result<Self, Error> {
+        let started = Instant::now();
+        let attach_output = options.attach_output
+            || std::env::var(LOG_ENV).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let fake_nodes = options.fake_nodes;
+        let bin_dir = match tokio::task::spawn_blocking(move || binaries::locate(fake_nodes)).await
+        {
+            Ok(located) => located?,
+            Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
+        };
+
+        let base_dir = options.base_dir.unwrap_or_else(std::env::temp_dir);
+        let work_dir = LockedDir::create_in(&base_dir)?;
+        let shm = Path::new("/dev/shm");
+        let etcd_dir = if shm.is_dir() {
+            Some(LockedDir::create_in(shm)?)
+        } else {
+            None
+        };
+        let pki = Pki::generate(work_dir.path())?;
+        let setup = Setup {
+            bin_dir,
+            work_dir: work_dir.path(),
+            etcd_data: etcd_dir
+                .as_ref()
+                .unwrap_or(&work_dir)
+                .path()
+                .join("etcd-data"),
+            pki: &pki,
+            fake_nodes,
+            attach_output,
+        };
+
+        let mut attempt = 1;
+        let (processes, config, kubeconfig) = loop {
+            match setup.launch().await {
+                Ok(launched) => break launched,
+                Err(e) if attempt < START_ATTEMPTS && e.is_port_conflict() => {
+                    tracing::warn!(attempt, error = %e, "port race while starting; retrying");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        tracing::info!(
+            elapsed = ?started.elapsed(),
+            work_dir = %work_dir.path().display(),
+            "control plane ready"
+        );
+        Ok(Self {
+            processes,
+            config,
+            kubeconfig,
+            _etcd_dir: etcd_dir,
+            work_dir,
+        })
+    }
+
+    /// An admin (`system:masters`) kubeconfig with embedded certificates, e.g. for
+    /// `KUBECONFIG=... kubectl`.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The admin client configuration, for building clients with custom settings.
+    pub fn config(&self) -> &kube::Config {
+        &self.config
+    }
+
+    /// A new admin client.
+    ///
+    /// Each call builds a fresh client because a client is tied to the Tokio runtime it was
+    /// created in, and every `#[tokio::test]` has its own runtime.
+    ///
+    /// # Panics
+    ///
+    /// When called outside a Tokio runtime.
+    pub fn client(&self) -> Result<Client, Error> {
+        Client::try_from(self.config.clone()).map_err(|e| Error::kube("building a client", e))
+    }
+
+    /// Process ids of all children (etcd, kube-apiserver, kube-controller-manager, and with
+    /// [`Options::fake_nodes`] kube-scheduler and kwok).
+    pub fn pids(&self) -> Vec<u32> {
+        self.processes.pids()
+    }
+
+    /// The directory holding certificates, the kubeconfig and process logs.
+    pub fn work_dir(&self) -> &Path {
+        self.work_dir.path()
+    }
+}
+
+/// Everything one start-up attempt needs; attempts differ only in their ports.
+struct Setup<'a> {
+    bin_dir: PathBuf,
+    work_dir: &'a Path,
+    etcd_data: PathBuf,
+    pki: &'a Pki,
+    fake_nodes: bool,
+    attach_output: bool,
+}
+
+impl Setup<'_> {
+    async fn launch(&self) -> Result<(Processes, kube::Config, PathBuf), Error> {
+        let started = Instant::now();
+        let bin = |name: &str| self.bin_dir.join(name);
+        let path = |p: &Path| p.display().to_string();
+        let pki = self.pki;
+        let mut procs = Processes::new(self.work_dir, self.attach_output);
+
+        // A failed attempt may have left data behind; etcd must start from an empty directory.
+        match std::fs::remove_dir_all(&self.etcd_data) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io("removing", &self.etcd_data, e));
+            }
+            _ => {}
+        }
+        let etcd_url = format!("http://127.0.0.1:{}", free_port()?);
+        let etcd_peer_url = format!("http://127.0.0.1:{}", free_port()?);
+        procs.spawn(
+            "etcd",
+            &bin("etcd"),
+            &[
+                format!("--data-dir={}", path(&self.etcd_data)),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={etcd_peer_url}"),
+                format!("--initial-advertise-peer-urls={etcd_peer_url}"),
+                format!("--initial-cluster=default={etcd_peer_url}"),
+                // Test data is disposable; fsync is most of etcd's latency.
+                "--unsafe-no-fsync=true".to_owned(),
+                "--log-level=warn".to_owned(),
+            ],
+        )?;
+        let etcd = probe_client(&etcd_url, None)?;
+        procs
+            .wait_ready("etcd", "GET /health", async || get(&etcd, "/health").await)
+            .await?;
+        tracing::debug!(elapsed = ?started.elapsed(), "etcd ready");
+
+        let api_port = free_port()?;
+        let api_url = format!("https://127.0.0.1:{api_port}");
+        procs.spawn(
+            "kube-apiserver",
+            &bin("kube-apiserver"),
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".to_owned(),
+                format!("--secure-port={api_port}"),
+                // The default would be the address of the default route; the `kubernetes`
+                // Service's endpoints may not be loopback, hence no endpoint reconciler. Nothing
+                // here routes Service IPs anyway.
+                "--advertise-address=127.0.0.1".to_owned(),
+                "--endpoint-reconciler-type=none".to_owned(),
+                format!("--tls-cert-file={}", path(&pki.serving_cert_file)),
+                format!("--tls-private-key-file={}", path(&pki.serving_key_file)),
+                format!("--client-ca-file={}", path(&pki.ca_file)),
+                // Not AlwaysAllow: that disables anonymous auth, which health probes rely on.
+                "--authorization-mode=RBAC".to_owned(),
+                "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+                "--allow-privileged=true".to_owned(),
+                format!("--service-account-issuer={api_url}"),
+                format!("--service-account-key-file={}", path(&pki.sa_public_file)),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    path(&pki.sa_private_file)
+                ),
+                // Aggregation layer, so that APIServices can be tested.
+                format!(
+                    "--requestheader-client-ca-file={}",
+                    path(&pki.front_proxy_ca_file)
+                ),
+                format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
+                "--requestheader-username-headers=X-Remote-User".to_owned(),
+                "--requestheader-group-headers=X-Remote-Group".to_owned(),
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+                format!(
+                    "--proxy-client-cert-file={}",
+                    path(&pki.front_proxy_cert_file)
+                ),
+                format!(
+                    "--proxy-client-key-file={}",
+                    path(&pki.front_proxy_key_file)
+                ),
+                // No request throttling: benchmarks should measure the operator, not APF.
+                "--enable-priority-and-fairness=false".to_owned(),
+                "--max-requests-inflight=0".to_owned(),
+                "--max-mutating-requests-inflight=0".to_owned(),
+                "--profiling=false".to_owned(),
+            ],
+        )?;
+        let kubeconfig = self.work_dir.join("kubeconfig");
+        let config = write_kubeconfig(&kubeconfig, &api_url, pki).await?;
+        let admin =
+            Client::try_from(config.clone()).map_err(|e| Error::kube("building a client", e))?;
+        procs
+            .wait_ready("kube-apiserver", "GET /readyz", async || {
+                get(&admin, "/readyz").await
+            })
+            .await?;
+        tracing::debug!(elapsed = ?started.elapsed(), "kube-apiserver ready");
+
+        // Components serve their health endpoints with our serving certificate, so probes can
+        // verify them against our CA instead of skipping verification.
+        let serving = |port: u16| {
+            [
+                "--bind-address=127.0.0.1".to_owned(),
+                format!("--secure-port={port}"),
+                format!("--tls-cert-file={}", path(&pki.serving_cert_file)),
+                format!("--tls-private-key-file={}", path(&pki.serving_key_file)),
+            ]
+        };
+        let kcm_port = free_port()?;
+        let mut kcm_args = vec![
+            format!("--kubeconfig={}", path(&kubeconfig)),
+            "--leader-elect=false".to_owned(),
+            format!("--controllers={}", CONTROLLERS.join(",")),
+            // Without this key the token controller silently disables itself.
+            format!(
+                "--service-account-private-key-file={}",
+                path(&pki.sa_private_file)
+            ),
+            format!("--root-ca-file={}", path(&pki.ca_file)),
+            "--kube-api-qps=1000".to_owned(),
+            "--kube-api-burst=2000".to_owned(),
+        ];
+        kcm_args.extend(serving(kcm_port));
+        procs.spawn(
+            "kube-controller-manager",
+            &bin("kube-controller-manager"),
+            &kcm_args,
+        )?;
+        let kcm = probe_client(&format!("https://127.0.0.1:{kcm_port}"), Some(pki.ca.der()))?;
+        procs
+            .wait_ready("kube-controller-manager", "GET /healthz", async || {
+                get(&kcm, "/healthz").await
+            })
+            .await?;
+
+        if self.fake_nodes {
+            let scheduler_port = free_port()?;
+            let mut scheduler_args = vec![
+                format!("--kubeconfig={}", path(&kubeconfig)),
+                "--leader-elect=false".to_owned(),
+            ];
+            scheduler_args.extend(serving(scheduler_port));
+            procs.spawn("kube-scheduler", &bin("kube-scheduler"), &scheduler_args)?;
+            let scheduler = probe_client(
+                &format!("https://127.0.0.1:{scheduler_port}"),
+                Some(pki.ca.der()),
+            )?;
+            procs
+                .wait_ready("kube-scheduler", "GET /healthz", async || {
+                    get(&scheduler, "/healthz").await
+                })
+                .await?;
+
+            let (key, value) = KWOK_NODE_ANNOTATION;
+            let mut kwok_args = vec![
+                format!("--kubeconfig={}", path(&kubeconfig)),
+                "--manage-all-nodes=false".to_owned(),
+                format!("--manage-nodes-with-annotation-selector={key}={value}"),
+                // Fake addresses that are never dialled (kwok serves no kubelet API unless
+                // --server-address or --node-port is set, and neither is).
+                "--cidr=10.244.0.0/16".to_owned(),
+                "--node-ip=10.243.0.1".to_owned(),
+            ];
+            for stage in binaries::kwok_stages(&self.bin_dir)? {
+                kwok_args.push(format!("--config={}", path(&stage)));
+            }
+            procs.spawn("kwok", &bin("kwok"), &kwok_args)?;
+        }
+
+        let namespaces = Api::<Namespace>::all(admin.clone());
+        procs
+            .wait_ready("kube-apiserver", "GET namespace default", async || {
+                namespaces
+                    .get("default")
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })
+            .await?;
+        // Created by the serviceaccount controller, so this proves KCM is talking to the
+        // apiserver and running its controllers, not merely serving /healthz.
+        let service_accounts = Api::<ServiceAccount>::namespaced(admin.clone(), "default");
+        procs
+            .wait_ready(
+                "kube-controller-manager",
+                "ServiceAccount default/default",
+                async || match service_accounts.get_opt("default").await {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => Err("not created yet".to_owned()),
+                    Err(e) => Err(e.to_string()),
+                },
+            )
+            .await?;
+        procs.check_alive()?;
+        Ok((procs, config, kubeconfig))
+    }
+}
+
+/// Picks a loopback port nobody listens on right now. Ports already handed out by this process
+/// are skipped, since their owner may not have bound them yet.
+fn free_port() -> Result<u16, Error> {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| Error::io("binding a free port on", "127.0.0.1", e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::io("reading the port of", "127.0.0.1", e))?
+            .port();
+        if HANDED_OUT
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(port)
+        {
+            return Ok(port);
+        }
+    }
+}
+
+fn probe_client(url: &str, root_cert: Option<Vec<u8>>) -> Result<Client, Error> {
+    let mut config = kube::Config::new(
+        url.parse()
+            .expect("a loopback URL with a numeric port is a valid URI"),
+    );
+    config.root_cert = root_cert.map(|der| vec![der]);
+    config.connect_timeout = Some(PROBE_TIMEOUT);
+    config.read_timeout = Some(PROBE_TIMEOUT);
+    Client::try_from(config).map_err(|e| Error::kube(format!("building a client for {url}"), e))
+}
+
+/// GETs `path`, treating anything but a 2xx answer as not ready.
+async fn get(client: &Client, path: &str) -> Result<(), String> {
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    match tokio::time::timeout(PROBE_TIMEOUT, client.request_text(request)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+    }
+}
+
+/// Writes an admin kubeconfig with embedded credentials and loads it back, so that the file
+/// handed to users is exactly what our own clients are built from.
+async fn write_kubeconfig(path: &Path, server: &str, pki: &Pki) -> Result<kube::Config, Error> {
+    let yaml = format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: nimbus-testenv
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: admin
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+contexts:
+- name: nimbus-testenv
+  context:
+    cluster: nimbus-testenv
+    user: admin
+    namespace: default
+current-context: nimbus-testenv
+",
+        ca = BASE64.encode(pki.ca.pem()),
+        cert = BASE64.encode(&pki.admin_cert_pem),
+        key = BASE64.encode(&pki.admin_key_pem),
+    );
+    std::fs::write(path, &yaml).map_err(|e| Error::io("writing", path, e))?;
+    let kubeconfig_error = |source| Error::Kubeconfig {
+        path: path.to_owned(),
+        source,
+    };
+    let kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(kubeconfig_error)?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(kubeconfig_error)
+}
+
+/// Creates a Node that kwok (see [`Options::fake_nodes`]) manages: it is marked Ready and its
+/// pods are reported Running without running anything.
+///
+/// The node has no taints, 32 CPUs, 256 GiB of memory and room for 110 pods.
+pub async fn create_fake_node(client: &Client, name: &str) -> Result<Node, Error> {
+    let (key, value) = KWOK_NODE_ANNOTATION;
+    let resources = || {
+        [("cpu", "32"), ("memory", "256Gi"), ("pods", "110")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), Quantity(v.to_owned())))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            annotations: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
+            labels: Some(BTreeMap::from([
+                ("kubernetes.io/hostname".to_owned(), name.to_owned()),
+                ("type".to_owned(), "kwok".to_owned()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        status: Some(NodeStatus {
+            allocatable: Some(resources()),
+            capacity: Some(resources()),
+            ..NodeStatus::default()
+        }),
+        ..Node::default()
+    };
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .map_err(|e| Error::kube(format!("creating fake node {name}"), e))
+}

@@ -1,0 +1,59 @@
+//! With `fake_nodes`, pods are scheduled onto kwok nodes and reported Running.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestResult, eventually};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::PostParams;
+use nimbus_testenv::{ControlPlane, Options};
+
+#[tokio::test]
+async fn pods_run_on_fake_nodes() -> TestResult {
+    let started = Instant::now();
+    let cluster = ControlPlane::start(Options {
+        fake_nodes: true,
+        ..Options::default()
+    })
+    .await?;
+    eprintln!(
+        "control plane with fake nodes started in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(cluster.pids().len(), 5);
+    let client = cluster.client()?;
+    nimbus_testenv::create_fake_node(&client, "fake-0").await?;
+
+    let pods = Api::<Pod>::namespaced(client, "default");
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("sleeper".to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "main".to_owned(),
+                // Never pulled: kwok only pretends to run containers.
+                image: Some("registry.invalid/sleeper:1".to_owned()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    };
+    pods.create(&PostParams::default(), &pod).await?;
+
+    let node = eventually("the pod to run", Duration::from_secs(60), async || {
+        let pod = pods.get("sleeper").await?;
+        let running = pod.status.and_then(|s| s.phase).as_deref() == Some("Running");
+        Ok(running
+            .then(|| pod.spec.and_then(|s| s.node_name))
+            .flatten())
+    })
+    .await?;
+    assert_eq!(node, "fake-0");
+    Ok(())
+}
