@@ -24,9 +24,18 @@ const CRD_TIMEOUT: Duration = Duration::from_secs(60);
 pub async fn apply_yaml(client: &Client, yaml: &str) -> Result<Vec<DynamicObject>, Error> {
     let mut applied = Vec::new();
     let mut crds = Vec::new();
-    for (index, document) in serde_yaml_ng::Deserializer::from_str(yaml).enumerate() {
+    // Parsed up front: the YAML deserializer is not Send, and this future must be.
+    let documents = serde_yaml_ng::Deserializer::from_str(yaml)
+        .enumerate()
+        .map(|(index, document)| {
+            serde_json::Value::deserialize(document).map_err(|e| Error::Manifest {
+                index,
+                reason: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for (index, value) in documents.into_iter().enumerate() {
         let invalid = |reason: String| Error::Manifest { index, reason };
-        let value = serde_json::Value::deserialize(document).map_err(|e| invalid(e.to_string()))?;
         if value.is_null() {
             continue; // an empty document, e.g. after a trailing `---`
         }

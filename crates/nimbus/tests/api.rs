@@ -1,0 +1,94 @@
+//! Our CRDs in a real kube-apiserver: everything Nimbus's examples use is accepted; nonsense
+//! is rejected at admission with a clear message.
+
+mod common;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use nimbus_api::SecurityIntent;
+use nimbus_testenv::apply_yaml;
+use serde_json::json;
+use std::path::PathBuf;
+
+fn nimbus_examples() -> Vec<PathBuf> {
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference/nimbus-examples"));
+    let mut files = Vec::new();
+    for dir in ["namespaced", "clusterscoped"] {
+        let dir = root.join(dir);
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("Nimbus's examples are needed for this test ({}): {e}", dir.display()));
+        files.extend(entries.map(|e| e.expect("dir entry").path()));
+    }
+    files.sort();
+    assert!(files.len() >= 15, "expected Nimbus's example set, found {files:?}");
+    files
+}
+
+#[tokio::test]
+async fn every_nimbus_example_is_accepted_server_side() {
+    let cp = common::cluster();
+    let ns = cp.test_namespace("examples").await.expect("namespace");
+    let mut config = cp.config().clone();
+    config.default_namespace = ns.name().to_owned();
+    let client = kube::Client::try_from(config).expect("client");
+    for file in nimbus_examples() {
+        let yaml = std::fs::read_to_string(&file).expect("readable example");
+        let applied = apply_yaml(&client, &yaml)
+            .await
+            .unwrap_or_else(|e| panic!("{} was rejected: {e}", file.display()));
+        assert!(!applied.is_empty(), "{} applied nothing", file.display());
+    }
+}
+
+async fn rejection(client: &kube::Client, object: serde_json::Value) -> String {
+    let gvk = kube::api::GroupVersionKind::gvk("intent.security.nimbus.com", "v1alpha1", object["kind"].as_str().expect("kind"));
+    let plural = format!("{}s", gvk.kind.to_lowercase());
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let name = object["metadata"]["name"].as_str().expect("name").to_owned();
+    match api.patch(&name, &PatchParams::apply("test").dry_run(), &Patch::Apply(&object)).await {
+        Ok(_) => panic!("{name} was accepted but should be rejected"),
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            status.message
+        }
+        Err(e) => panic!("unexpected error for {name}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn nonsense_is_rejected_at_admission_with_the_reason() {
+    let client = common::cluster().client().expect("client");
+    let csib = |ns_selector: serde_json::Value| json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+        "metadata": {"name": "bad"},
+        "spec": {"intents": [{"name": "x"}], "selector": {"nsSelector": ns_selector}}
+    });
+    let cases = [
+        (csib(json!({"matchNames": ["a", "*"]})), "'*' must be the only entry of matchNames"),
+        (csib(json!({"matchNames": ["a"], "excludeNames": ["b"]})), "excludeNames can only be combined with matchNames: ['*']"),
+        (csib(json!({})), "nsSelector needs matchNames or excludeNames"),
+        (json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+                "metadata": {"name": "bad"}, "spec": {"intents": [{"name": "x"}]}}), "selector.nsSelector is required"),
+        (common::intent("bad", "dns-manipulation", "Block"), "spec.intent.id"),
+        (common::intent("bad", "dnsManipulation", "Blok"), "supported values: \"Block\", \"Audit\""),
+        (json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+                "metadata": {"name": "bad", "namespace": "default"}, "spec": {"intents": [], "selector": {}}}), "spec.intents"),
+    ];
+    for (object, needle) in cases {
+        let message = rejection(&client, object.clone()).await;
+        assert!(message.contains(needle), "rejection of {object} should mention {needle:?}, got: {message}");
+    }
+}
+
+#[tokio::test]
+async fn severity_defaults_to_low_as_in_nimbus() {
+    let client = common::cluster().client().expect("client");
+    let api: Api<SecurityIntent> = Api::all(client);
+    let name = common::unique("severity");
+    let si = common::apply(&api, &name, &common::intent(&name, "dnsManipulation", "Audit")).await;
+    assert_eq!(si.spec.intent.severity, "Low");
+}
