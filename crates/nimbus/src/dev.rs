@@ -25,7 +25,9 @@ pub struct DevArgs {
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
-    tracing::info!("starting a local control plane (the first run builds it from Go modules: ~10-30 min)");
+    tracing::info!(
+        "starting a local control plane (the first run builds it from Go modules: ~10-30 min)"
+    );
     let control_plane = ControlPlane::start(Options::default())
         .await
         .context("starting the local control plane")?;
@@ -33,7 +35,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     std::fs::copy(control_plane.kubeconfig_path(), &args.kubeconfig)
         .with_context(|| format!("writing {}", args.kubeconfig.display()))?;
 
-    apply_yaml(&client, &nimbus_api::crds_yaml()?).await.context("installing the Nimbus CRDs")?;
+    apply_yaml(&client, &nimbus_api::crds_yaml()?)
+        .await
+        .context("installing the Nimbus CRDs")?;
     for file in yaml_files(&args.engine_crds)? {
         apply_yaml(&client, &read(&file)?)
             .await
@@ -89,7 +93,11 @@ async fn print_objects(client: &kube::Client) -> anyhow::Result<()> {
             for obj in objects {
                 let status = obj.data.get("status").cloned().unwrap_or_default();
                 let ns = obj.namespace().map(|n| format!("{n}/")).unwrap_or_default();
-                println!("  {ns}{}  status={}", obj.name_any(), serde_json::to_string(&status)?);
+                println!(
+                    "  {ns}{}  status={}",
+                    obj.name_any(),
+                    serde_json::to_string(&status)?
+                );
             }
         }
     }

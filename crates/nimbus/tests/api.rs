@@ -11,16 +11,26 @@ use serde_json::json;
 use std::path::PathBuf;
 
 fn nimbus_examples() -> Vec<PathBuf> {
-    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference/nimbus-examples"));
+    let root = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/reference/nimbus-examples"
+    ));
     let mut files = Vec::new();
     for dir in ["namespaced", "clusterscoped"] {
         let dir = root.join(dir);
-        let entries = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("Nimbus's examples are needed for this test ({}): {e}", dir.display()));
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
+            panic!(
+                "Nimbus's examples are needed for this test ({}): {e}",
+                dir.display()
+            )
+        });
         files.extend(entries.map(|e| e.expect("dir entry").path()));
     }
     files.sort();
-    assert!(files.len() >= 15, "expected Nimbus's example set, found {files:?}");
+    assert!(
+        files.len() >= 15,
+        "expected Nimbus's example set, found {files:?}"
+    );
     files
 }
 
@@ -41,15 +51,29 @@ async fn every_nimbus_example_is_accepted_server_side() {
 }
 
 async fn rejection(client: &kube::Client, object: serde_json::Value) -> String {
-    let gvk = kube::api::GroupVersionKind::gvk("intent.security.nimbus.com", "v1alpha1", object["kind"].as_str().expect("kind"));
+    let gvk = kube::api::GroupVersionKind::gvk(
+        "intent.security.nimbus.com",
+        "v1alpha1",
+        object["kind"].as_str().expect("kind"),
+    );
     let plural = format!("{}s", gvk.kind.to_lowercase());
     let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
     let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
     };
-    let name = object["metadata"]["name"].as_str().expect("name").to_owned();
-    match api.patch(&name, &PatchParams::apply("test").dry_run(), &Patch::Apply(&object)).await {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    match api
+        .patch(
+            &name,
+            &PatchParams::apply("test").dry_run(),
+            &Patch::Apply(&object),
+        )
+        .await
+    {
         Ok(_) => panic!("{name} was accepted but should be rejected"),
         Err(kube::Error::Api(status)) => {
             assert_eq!(status.code, 422, "{status:?}");
@@ -62,25 +86,51 @@ async fn rejection(client: &kube::Client, object: serde_json::Value) -> String {
 #[tokio::test]
 async fn nonsense_is_rejected_at_admission_with_the_reason() {
     let client = common::cluster().client().expect("client");
-    let csib = |ns_selector: serde_json::Value| json!({
-        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
-        "metadata": {"name": "bad"},
-        "spec": {"intents": [{"name": "x"}], "selector": {"nsSelector": ns_selector}}
-    });
+    let csib = |ns_selector: serde_json::Value| {
+        json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+            "metadata": {"name": "bad"},
+            "spec": {"intents": [{"name": "x"}], "selector": {"nsSelector": ns_selector}}
+        })
+    };
     let cases = [
-        (csib(json!({"matchNames": ["a", "*"]})), "'*' must be the only entry of matchNames"),
-        (csib(json!({"matchNames": ["a"], "excludeNames": ["b"]})), "excludeNames can only be combined with matchNames: ['*']"),
-        (csib(json!({})), "nsSelector needs matchNames or excludeNames"),
-        (json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
-                "metadata": {"name": "bad"}, "spec": {"intents": [{"name": "x"}]}}), "selector.nsSelector is required"),
-        (common::intent("bad", "dns-manipulation", "Block"), "spec.intent.id"),
-        (common::intent("bad", "dnsManipulation", "Blok"), "supported values: \"Block\", \"Audit\""),
-        (json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
-                "metadata": {"name": "bad", "namespace": "default"}, "spec": {"intents": [], "selector": {}}}), "spec.intents"),
+        (
+            csib(json!({"matchNames": ["a", "*"]})),
+            "'*' must be the only entry of matchNames",
+        ),
+        (
+            csib(json!({"matchNames": ["a"], "excludeNames": ["b"]})),
+            "excludeNames can only be combined with matchNames: ['*']",
+        ),
+        (
+            csib(json!({})),
+            "nsSelector needs matchNames or excludeNames",
+        ),
+        (
+            json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+                "metadata": {"name": "bad"}, "spec": {"intents": [{"name": "x"}]}}),
+            "selector.nsSelector is required",
+        ),
+        (
+            common::intent("bad", "dns-manipulation", "Block"),
+            "spec.intent.id",
+        ),
+        (
+            common::intent("bad", "dnsManipulation", "Blok"),
+            "supported values: \"Block\", \"Audit\"",
+        ),
+        (
+            json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+                "metadata": {"name": "bad", "namespace": "default"}, "spec": {"intents": [], "selector": {}}}),
+            "spec.intents",
+        ),
     ];
     for (object, needle) in cases {
         let message = rejection(&client, object.clone()).await;
-        assert!(message.contains(needle), "rejection of {object} should mention {needle:?}, got: {message}");
+        assert!(
+            message.contains(needle),
+            "rejection of {object} should mention {needle:?}, got: {message}"
+        );
     }
 }
 
@@ -89,6 +139,11 @@ async fn severity_defaults_to_low_as_in_nimbus() {
     let client = common::cluster().client().expect("client");
     let api: Api<SecurityIntent> = Api::all(client);
     let name = common::unique("severity");
-    let si = common::apply(&api, &name, &common::intent(&name, "dnsManipulation", "Audit")).await;
+    let si = common::apply(
+        &api,
+        &name,
+        &common::intent(&name, "dnsManipulation", "Audit"),
+    )
+    .await;
     assert_eq!(si.spec.intent.severity, "Low");
 }

@@ -16,7 +16,13 @@ fn crds_print_every_kind_with_its_short_name_and_scope() {
     let crds = nimbus_api::crds();
     let summary: Vec<_> = crds
         .iter()
-        .map(|c| (c.spec.names.kind.as_str(), c.spec.names.short_names.clone().unwrap_or_default(), c.spec.scope.as_str()))
+        .map(|c| {
+            (
+                c.spec.names.kind.as_str(),
+                c.spec.names.short_names.clone().unwrap_or_default(),
+                c.spec.scope.as_str(),
+            )
+        })
         .collect();
     let expect = |k, s: &str, scope| (k, vec![s.to_owned()], scope);
     assert_eq!(
@@ -35,23 +41,43 @@ fn crds_print_every_kind_with_its_short_name_and_scope() {
 #[test]
 fn crds_are_compatible_with_the_original_nimbus_crds() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference/nimbus-crds");
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/reference/nimbus-crds"
+    );
     for ours in nimbus_api::crds() {
         let name = ours.metadata.name.clone().expect("named");
-        let path = format!("{dir}/{name}.yaml").replacen(&name, &format!("intent.security.nimbus.com_{}", ours.spec.names.plural), 1);
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("the original CRD {path} is needed for this test (../shared beside the repo): {e}"));
-        let original: CustomResourceDefinition = serde_yaml_ng::from_str(&text).expect("original CRD parses");
+        let path = format!("{dir}/{name}.yaml").replacen(
+            &name,
+            &format!("intent.security.nimbus.com_{}", ours.spec.names.plural),
+            1,
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "the original CRD {path} is needed for this test (../shared beside the repo): {e}"
+            )
+        });
+        let original: CustomResourceDefinition =
+            serde_yaml_ng::from_str(&text).expect("original CRD parses");
         assert_eq!(ours.spec.group, original.spec.group);
         let mut names = ours.spec.names.clone();
         // The apiserver defaults listKind to `<kind>List`, which is what the original spells out.
-        names.list_kind.get_or_insert_with(|| format!("{}List", names.kind));
+        names
+            .list_kind
+            .get_or_insert_with(|| format!("{}List", names.kind));
         assert_eq!(names, original.spec.names, "{name}: names");
         assert_eq!(ours.spec.scope, original.spec.scope, "{name}: scope");
         let (v, o) = (&ours.spec.versions[0], &original.spec.versions[0]);
-        assert_eq!((&v.name, v.served, v.storage), (&o.name, o.served, o.storage));
+        assert_eq!(
+            (&v.name, v.served, v.storage),
+            (&o.name, o.served, o.storage)
+        );
         let columns = |c: &Option<Vec<_>>| serde_json::to_value(c).expect("json");
-        assert_eq!(columns(&v.additional_printer_columns), columns(&o.additional_printer_columns), "{name}: printer columns");
+        assert_eq!(
+            columns(&v.additional_printer_columns),
+            columns(&o.additional_printer_columns),
+            "{name}: printer columns"
+        );
         assert_eq!(v.subresources, o.subresources, "{name}: subresources");
         let required = |crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionVersion| {
             let schema = serde_json::to_value(&crd.schema).expect("json");

@@ -45,9 +45,10 @@ pub fn needs_apply<K: Resource + Serialize>(desired: &K, observed: Option<&K>) -
     let Some(observed) = observed else {
         return true;
     };
-    let (Ok(Value::Object(want)), Ok(have)) =
-        (serde_json::to_value(desired), serde_json::to_value(observed))
-    else {
+    let (Ok(Value::Object(want)), Ok(have)) = (
+        serde_json::to_value(desired),
+        serde_json::to_value(observed),
+    ) else {
         return true;
     };
     let body_same = want
@@ -80,9 +81,13 @@ where
     }
     let name = desired.name_any();
     let object = ObjectRef::from_obj(desired);
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(desired))
-        .await
-        .map_err(Error::kube("applying", &object))?;
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(desired),
+    )
+    .await
+    .map_err(Error::kube("applying", &object))?;
     Ok(true)
 }
 
@@ -115,16 +120,24 @@ pub trait Status: Serialize + Clone + PartialEq {
 /// Writes `desired` as the status of `obj` unless the current status already says the same.
 /// `lastUpdated` and conditions' `lastTransitionTime` do not count as differences, so a
 /// reconcile of an unchanged object writes nothing. Returns whether it wrote.
-pub async fn status<K, S>(api: &Api<K>, obj: &K, current: Option<&S>, mut desired: S) -> Result<bool, Error>
+pub async fn status<K, S>(
+    api: &Api<K>,
+    obj: &K,
+    current: Option<&S>,
+    mut desired: S,
+) -> Result<bool, Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
     S: Status,
 {
     let now = Time(Timestamp::now());
     for c in desired.conditions().iter_mut() {
-        let previous = current
-            .cloned()
-            .and_then(|mut cur| cur.conditions().iter().find(|p| p.type_ == c.type_).cloned());
+        let previous = current.cloned().and_then(|mut cur| {
+            cur.conditions()
+                .iter()
+                .find(|p| p.type_ == c.type_)
+                .cloned()
+        });
         c.last_transition_time = match previous {
             Some(p) if p.status == c.status => p.last_transition_time,
             _ => now.clone(),
@@ -145,14 +158,23 @@ where
         "kind": K::kind(&()),
         "status": desired,
     });
-    api.patch_status(&obj.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
-        .await
-        .map_err(Error::kube("writing status of", &object))?;
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(Error::kube("writing status of", &object))?;
     Ok(true)
 }
 
 /// A `Ready` condition (the transition time is filled in by [`status`]).
-pub fn ready(ok: bool, reason: &str, message: impl Into<String>, generation: Option<i64>) -> Condition {
+pub fn ready(
+    ok: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) -> Condition {
     Condition {
         type_: nimbus_api::condition::READY.to_owned(),
         status: if ok { "True" } else { "False" }.to_owned(),
@@ -171,7 +193,9 @@ mod tests {
 
     fn cm(data: &[(&str, &str)], labels: &[(&str, &str)]) -> ConfigMap {
         let map = |p: &[(&str, &str)]| -> BTreeMap<String, String> {
-            p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         };
         let mut c = ConfigMap {
             data: Some(map(data)),
@@ -195,8 +219,14 @@ mod tests {
     fn body_drift_missing_labels_and_absence_need_apply() {
         let desired = cm(&[("a", "1")], &[("l", "v")]);
         assert!(needs_apply(&desired, None));
-        assert!(needs_apply(&desired, Some(&cm(&[("a", "2")], &[("l", "v")]))));
-        assert!(needs_apply(&desired, Some(&cm(&[("a", "1"), ("b", "2")], &[("l", "v")]))));
+        assert!(needs_apply(
+            &desired,
+            Some(&cm(&[("a", "2")], &[("l", "v")]))
+        ));
+        assert!(needs_apply(
+            &desired,
+            Some(&cm(&[("a", "1"), ("b", "2")], &[("l", "v")]))
+        ));
         assert!(needs_apply(&desired, Some(&cm(&[("a", "1")], &[]))));
     }
 

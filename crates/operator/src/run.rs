@@ -7,7 +7,7 @@ use crate::health;
 use futures::{FutureExt, Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::{
@@ -22,9 +22,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Buffer of each shared cache's fan-out to its subscribers.
-const SUBSCRIBER_BUFFER: usize = 1024;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -51,54 +48,38 @@ impl Default for Config {
 
 type Driver = Pin<Box<dyn futures::Future<Output = ()> + Send>>;
 
-/// A cache of one kind shared by every controller that reads it.
-struct Shared<K: Resource<DynamicType = ()> + Clone + 'static> {
-    store: Store<K>,
-    writer: Option<reflector::store::Writer<K>>,
-    api: Api<K>,
-}
-
-impl<K> Shared<K>
+/// A cache of one kind for lookups from reconciles, and the future that keeps it fed.
+///
+/// Controllers trigger from their own watches: kube's shared-stream subscribers do not see
+/// deletions, which the controllers must react to.
+fn cache<K>(api: Api<K>) -> (Store<K>, Driver)
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    fn new(api: Api<K>) -> Self {
-        let (store, writer) = reflector::store_shared(SUBSCRIBER_BUFFER);
-        Self { store, writer: Some(writer), api }
-    }
-
-    fn subscribe(&self) -> ReflectHandle<K> {
-        self.writer
-            .as_ref()
-            .and_then(|w| w.subscribe())
-            .expect("subscriptions are taken before the cache starts")
-    }
-
-    /// The future that keeps the cache (and its subscribers) fed; after this, no more
-    /// subscriptions.
-    fn driver(&mut self) -> Driver {
-        let writer = self.writer.take().expect("each cache is started once");
-        watcher(self.api.clone(), watcher::Config::default())
-            .default_backoff()
-            .reflect_shared(writer)
-            .for_each(|event| {
-                if let Err(error) = event {
-                    tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");
-                }
-                future::ready(())
-            })
-            .boxed()
-    }
+    let (store, writer) = reflector::store();
+    let driver = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|event| {
+            if let Err(error) = event {
+                tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");
+            }
+            future::ready(())
+        })
+        .boxed();
+    (store, driver)
 }
 
 /// Runs every controller until `shutdown` is cancelled.
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
-    let mut intents = Shared::<SecurityIntent>::new(Api::all(client.clone()));
-    let mut bindings = Shared::<SecurityIntentBinding>::new(Api::all(client.clone()));
-    let mut cluster_bindings = Shared::<ClusterSecurityIntentBinding>::new(Api::all(client.clone()));
-    let mut policies = Shared::<NimbusPolicy>::new(Api::all(client.clone()));
-    let mut cluster_policies = Shared::<ClusterNimbusPolicy>::new(Api::all(client.clone()));
-    let mut namespace_cache = Shared::<Namespace>::new(Api::all(client.clone()));
+    let (intents, intents_cache) = cache::<SecurityIntent>(Api::all(client.clone()));
+    let (bindings, bindings_cache) = cache::<SecurityIntentBinding>(Api::all(client.clone()));
+    let (cluster_bindings, cluster_bindings_cache) =
+        cache::<ClusterSecurityIntentBinding>(Api::all(client.clone()));
+    let (policies, policies_cache) = cache::<NimbusPolicy>(Api::all(client.clone()));
+    let (cluster_policies, cluster_policies_cache) =
+        cache::<ClusterNimbusPolicy>(Api::all(client.clone()));
+    let (namespaces, namespaces_cache) = cache::<Namespace>(Api::all(client.clone()));
 
     let reporter = Reporter {
         controller: config.reporter.clone(),
@@ -108,64 +89,77 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         client: client.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         resync: config.resync,
-        intents: intents.store.clone(),
-        bindings: bindings.store.clone(),
-        cluster_bindings: cluster_bindings.store.clone(),
-        policies: policies.store.clone(),
-        cluster_policies: cluster_policies.store.clone(),
-        namespaces: namespace_cache.store.clone(),
+        intents,
+        bindings,
+        cluster_bindings,
+        policies,
+        cluster_policies,
+        namespaces,
     });
     let stopped = || {
         let token = shutdown.clone();
         async move { token.cancelled().await }
     };
 
-    let intent_controller = Controller::for_shared_stream(intents.subscribe(), ctx.intents.clone())
+    let intent_controller = Controller::new(Api::<SecurityIntent>::all(client.clone()), wc())
         .graceful_shutdown_on(stopped())
         .run(intent::reconcile, error_policy, ctx.clone());
 
     let sib_index = ctx.bindings.clone();
-    let binding_controller = Controller::for_shared_stream(bindings.subscribe(), ctx.bindings.clone())
-        .owns_shared_stream(policies.subscribe())
-        .watches_shared_stream(intents.subscribe(), move |si: Arc<SecurityIntent>| {
-            referencing(&sib_index, &si.name_any(), |b| &b.spec.intents)
-        })
-        .graceful_shutdown_on(stopped())
-        .run(binding::reconcile, error_policy, ctx.clone());
+    let binding_controller =
+        Controller::new(Api::<SecurityIntentBinding>::all(client.clone()), wc())
+            .owns(Api::<NimbusPolicy>::all(client.clone()), wc())
+            .watches(
+                Api::<SecurityIntent>::all(client.clone()),
+                wc(),
+                move |si: SecurityIntent| {
+                    referencing(&sib_index, &si.name_any(), |b| &b.spec.intents)
+                },
+            )
+            .graceful_shutdown_on(stopped())
+            .run(binding::reconcile, error_policy, ctx.clone());
 
     let csib_by_intent = ctx.cluster_bindings.clone();
     let csib_by_namespace = ctx.cluster_bindings.clone();
-    let cluster_binding_controller =
-        Controller::for_shared_stream(cluster_bindings.subscribe(), ctx.cluster_bindings.clone())
-            .owns_shared_stream(cluster_policies.subscribe())
-            // `owns` would look the cluster-scoped owner up inside the child's namespace.
-            .watches_shared_stream(policies.subscribe(), |np: Arc<NimbusPolicy>| {
-                cluster_owner::<ClusterSecurityIntentBinding, _>(&*np)
-            })
-            .watches_shared_stream(intents.subscribe(), move |si: Arc<SecurityIntent>| {
-                referencing(&csib_by_intent, &si.name_any(), |b| &b.spec.intents)
-            })
-            .watches_shared_stream(namespace_cache.subscribe(), move |ns: Arc<Namespace>| {
-                selecting(&csib_by_namespace, &ns.name_any())
-            })
-            .graceful_shutdown_on(stopped())
-            .run(cluster_binding::reconcile, error_policy, ctx.clone());
+    let cluster_binding_controller = Controller::new(
+        Api::<ClusterSecurityIntentBinding>::all(client.clone()),
+        wc(),
+    )
+    .owns(Api::<ClusterNimbusPolicy>::all(client.clone()), wc())
+    // `owns` would look the cluster-scoped owner up inside the child's namespace.
+    .watches(
+        Api::<NimbusPolicy>::all(client.clone()),
+        wc(),
+        |np: NimbusPolicy| cluster_owner::<ClusterSecurityIntentBinding, _>(&np),
+    )
+    .watches(
+        Api::<SecurityIntent>::all(client.clone()),
+        wc(),
+        move |si: SecurityIntent| referencing(&csib_by_intent, &si.name_any(), |b| &b.spec.intents),
+    )
+    .watches(
+        Api::<Namespace>::all(client.clone()),
+        wc(),
+        move |ns: Namespace| selecting(&csib_by_namespace, &ns.name_any()),
+    )
+    .graceful_shutdown_on(stopped())
+    .run(cluster_binding::reconcile, error_policy, ctx.clone());
 
-    let policy_controller = Controller::for_shared_stream(policies.subscribe(), ctx.policies.clone())
+    let policy_controller = Controller::new(Api::<NimbusPolicy>::all(client.clone()), wc())
         .graceful_shutdown_on(stopped())
         .run(policy::reconcile_namespaced, error_policy, ctx.clone());
     let cluster_policy_controller =
-        Controller::for_shared_stream(cluster_policies.subscribe(), ctx.cluster_policies.clone())
+        Controller::new(Api::<ClusterNimbusPolicy>::all(client.clone()), wc())
             .graceful_shutdown_on(stopped())
             .run(policy::reconcile_cluster, error_policy, ctx.clone());
 
     let caches: Vec<Driver> = vec![
-        intents.driver(),
-        bindings.driver(),
-        cluster_bindings.driver(),
-        policies.driver(),
-        cluster_policies.driver(),
-        namespace_cache.driver(),
+        intents_cache,
+        bindings_cache,
+        cluster_bindings_cache,
+        policies_cache,
+        cluster_policies_cache,
+        namespaces_cache,
     ];
     let ready = {
         let ctx = ctx.clone();
@@ -203,7 +197,13 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     Ok(())
 }
 
-fn drain<T: Debug, E: std::fmt::Display>(stream: impl Stream<Item = Result<T, E>> + Send + 'static) -> Driver {
+fn wc() -> watcher::Config {
+    watcher::Config::default()
+}
+
+fn drain<T: Debug, E: std::fmt::Display>(
+    stream: impl Stream<Item = Result<T, E>> + Send + 'static,
+) -> Driver {
     stream
         .for_each(|result| {
             if let Err(error) = result {
@@ -240,7 +240,11 @@ fn selecting(
         .state()
         .iter()
         .filter(|b| {
-            let selector = b.spec.selector.as_ref().and_then(|s| s.ns_selector.as_ref());
+            let selector = b
+                .spec
+                .selector
+                .as_ref()
+                .and_then(|s| s.ns_selector.as_ref());
             namespaces::validate(selector).is_ok()
                 && selector.is_some_and(|s| namespaces::selects(s, namespace))
         })
@@ -257,6 +261,10 @@ where
     child
         .owner_references()
         .iter()
-        .find(|o| o.controller == Some(true) && o.kind == K::kind(&()) && o.api_version == K::api_version(&()))
+        .find(|o| {
+            o.controller == Some(true)
+                && o.kind == K::kind(&())
+                && o.api_version == K::api_version(&())
+        })
         .map(|o| ObjectRef::new(&o.name))
 }

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeStatus, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 
@@ -501,8 +501,20 @@ pub async fn create_fake_node(client: &Client, name: &str) -> Result<Node, Error
         }),
         ..Node::default()
     };
-    Api::<Node>::all(client.clone())
+    let nodes = Api::<Node>::all(client.clone());
+    nodes
         .create(&PostParams::default(), &node)
         .await
-        .map_err(|e| Error::kube(format!("creating fake node {name}"), e))
+        .map_err(|e| Error::kube(format!("creating fake node {name}"), e))?;
+    // Admission taints every new node `node.kubernetes.io/not-ready:NoSchedule`; normally the
+    // node-lifecycle controller lifts it once the node is Ready, but that controller is not run
+    // (see CONTROLLERS), so lift it here.
+    nodes
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "taints": null } })),
+        )
+        .await
+        .map_err(|e| Error::kube(format!("untainting fake node {name}"), e))
 }

@@ -21,6 +21,8 @@ use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tracing::instrument::WithSubscriber as _;
+
 use crate::Error;
 
 /// How long a readiness check may keep failing. Generous because two shared cores also run the
@@ -147,7 +149,10 @@ impl Processes {
         let started = Instant::now();
         loop {
             self.check_alive()?;
-            let last_error = match probe().await {
+            // kube-client logs every failed request (refused connections, 5xx while the
+            // apiserver starts) at ERROR level; failing is what a probe does until the server is
+            // up, so its events are dropped. The outcome is still reported through the result.
+            let last_error = match probe().with_subscriber(tracing::Dispatch::none()).await {
                 Ok(()) => {
                     tracing::debug!(process, check, elapsed = ?started.elapsed(), "ready");
                     return Ok(());

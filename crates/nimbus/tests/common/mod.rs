@@ -23,7 +23,10 @@ pub fn cluster() -> &'static ControlPlane {
         on_own_runtime(async {
             let yaml = nimbus_api::crds_yaml().map_err(|e| e.to_string())?;
             let client = cp.client().map_err(|e| e.to_string())?;
-            apply_yaml(&client, &yaml).await.map(drop).map_err(|e| e.to_string())
+            apply_yaml(&client, &yaml)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
         })
     });
     if let Err(e) = installed {
@@ -43,7 +46,10 @@ pub fn operator(resync: Duration) -> &'static ControlPlane {
             let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
             runtime.block_on(async move {
                 let client = Client::try_from(config).expect("operator client");
-                let cfg = nimbus_operator::Config { resync, ..Default::default() };
+                let cfg = nimbus_operator::Config {
+                    resync,
+                    ..Default::default()
+                };
                 if let Err(e) = nimbus_operator::run(client, cfg, Default::default()).await {
                     panic!("operator failed: {e}");
                 }
@@ -71,7 +77,11 @@ fn on_own_runtime<T: Send>(fut: impl Future<Output = T> + Send) -> T {
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Polls `probe` until it returns `Some`, or panics with `what` after [`CONVERGE`].
@@ -85,7 +95,10 @@ where
         if let Some(v) = probe().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {CONVERGE:?} waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {CONVERGE:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -95,9 +108,13 @@ pub async fn apply<K>(api: &Api<K>, name: &str, obj: &serde_json::Value) -> K
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
-    api.patch(name, &PatchParams::apply("test-user").force(), &Patch::Apply(obj))
-        .await
-        .unwrap_or_else(|e| panic!("applying {name}: {e}"))
+    api.patch(
+        name,
+        &PatchParams::apply("test-user").force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {name}: {e}"))
 }
 
 pub async fn delete<K>(api: &Api<K>, name: &str)
@@ -114,7 +131,9 @@ pub async fn get<K>(api: &Api<K>, name: &str) -> Option<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    api.get_opt(name).await.unwrap_or_else(|e| panic!("getting {name}: {e}"))
+    api.get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("getting {name}: {e}"))
 }
 
 pub fn intent(name: &str, id: &str, action: &str) -> serde_json::Value {

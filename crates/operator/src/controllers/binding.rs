@@ -14,7 +14,10 @@ use nimbus_api::{
 use nimbus_core::compile_binding;
 use std::sync::Arc;
 
-pub async fn reconcile(sib: Arc<SecurityIntentBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(
+    sib: Arc<SecurityIntentBinding>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     let namespace = sib
         .namespace()
         .ok_or_else(|| Error::MissingField(sib.name_any(), "metadata.namespace"))?;
@@ -25,8 +28,18 @@ pub async fn reconcile(sib: Arc<SecurityIntentBinding>, ctx: Arc<Context>) -> Re
     let observed = ctx.policies.get(&ObjectRef::new(&name).within(&namespace));
     let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
     if observed.is_some() && ours.is_none() {
-        let message = format!("NimbusPolicy {namespace}/{name} exists and is not owned by this binding");
-        let status = status_of(ours, Vec::new(), ready(false, condition::REASON_POLICY_CONFLICT, message, generation));
+        let message =
+            format!("NimbusPolicy {namespace}/{name} exists and is not owned by this binding");
+        let status = status_of(
+            ours,
+            Vec::new(),
+            ready(
+                false,
+                condition::REASON_POLICY_CONFLICT,
+                message,
+                generation,
+            ),
+        );
         return write_status(&ctx, &sib, status).await;
     }
 
@@ -34,8 +47,17 @@ pub async fn reconcile(sib: Arc<SecurityIntentBinding>, ctx: Arc<Context>) -> Re
         Ok(plan) => plan,
         Err(err) => {
             // Keep the policy in force: a typo in the selector must not drop protection.
-            let condition = ready(false, condition::REASON_INVALID_SELECTOR, err.to_string(), generation);
-            let bound = sib.status.as_ref().and_then(|s| s.bound_intents.clone()).unwrap_or_default();
+            let condition = ready(
+                false,
+                condition::REASON_INVALID_SELECTOR,
+                err.to_string(),
+                generation,
+            );
+            let bound = sib
+                .status
+                .as_ref()
+                .and_then(|s| s.bound_intents.clone())
+                .unwrap_or_default();
             return write_status(&ctx, &sib, status_of(ours, bound, condition)).await;
         }
     };
@@ -54,8 +76,19 @@ pub async fn reconcile(sib: Arc<SecurityIntentBinding>, ctx: Arc<Context>) -> Re
                 status: None,
             };
             if apply::apply(&policies, &desired, ours).await? {
-                let (reason, verb) = if ours.is_some() { ("PolicyUpdated", "updated") } else { ("PolicyCreated", "created") };
-                publish(&ctx, &*sib, EventType::Normal, reason, format!("NimbusPolicy {name} {verb}")).await;
+                let (reason, verb) = if ours.is_some() {
+                    ("PolicyUpdated", "updated")
+                } else {
+                    ("PolicyCreated", "created")
+                };
+                publish(
+                    &ctx,
+                    &*sib,
+                    EventType::Normal,
+                    reason,
+                    format!("NimbusPolicy {name} {verb}"),
+                )
+                .await;
             }
             Some(desired)
         }
@@ -63,7 +96,14 @@ pub async fn reconcile(sib: Arc<SecurityIntentBinding>, ctx: Arc<Context>) -> Re
             if let Some(stale) = ours
                 && apply::delete(&policies, stale).await?
             {
-                publish(&ctx, &*sib, EventType::Normal, "PolicyDeleted", format!("NimbusPolicy {name} deleted: no referenced intent exists")).await;
+                publish(
+                    &ctx,
+                    &*sib,
+                    EventType::Normal,
+                    "PolicyDeleted",
+                    format!("NimbusPolicy {name} deleted: no referenced intent exists"),
+                )
+                .await;
             }
             None
         }
@@ -72,10 +112,23 @@ pub async fn reconcile(sib: Arc<SecurityIntentBinding>, ctx: Arc<Context>) -> Re
     let condition = if plan.missing_intents.is_empty() {
         ready(true, condition::REASON_READY, "", generation)
     } else {
-        let message = format!("SecurityIntents not found: {}", plan.missing_intents.join(", "));
-        ready(false, condition::REASON_INTENT_NOT_FOUND, message, generation)
+        let message = format!(
+            "SecurityIntents not found: {}",
+            plan.missing_intents.join(", ")
+        );
+        ready(
+            false,
+            condition::REASON_INTENT_NOT_FOUND,
+            message,
+            generation,
+        )
     };
-    write_status(&ctx, &sib, status_of(policy.as_ref(), plan.bound_intents, condition)).await
+    write_status(
+        &ctx,
+        &sib,
+        status_of(policy.as_ref(), plan.bound_intents, condition),
+    )
+    .await
 }
 
 fn status_of(
@@ -101,7 +154,11 @@ async fn write_status(
 ) -> Result<Action, Error> {
     let api: Api<SecurityIntentBinding> =
         Api::namespaced(ctx.client.clone(), &sib.namespace().unwrap_or_default());
-    let not_ready = status.conditions.iter().find(|c| c.status == "False").cloned();
+    let not_ready = status
+        .conditions
+        .iter()
+        .find(|c| c.status == "False")
+        .cloned();
     if apply::status(&api, sib, sib.status.as_ref(), status).await?
         && let Some(c) = not_ready
     {

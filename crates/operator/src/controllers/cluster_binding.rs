@@ -49,53 +49,81 @@ pub async fn reconcile(
     let mut first_error = None;
 
     // The cluster-wide policy.
-    let cluster_policy = match (plan.cluster_policy, observed.is_some() && ours.is_none()) {
-        (_, true) => {
-            problems.push(format!("ClusterNimbusPolicy {name} exists and is not owned by this binding"));
-            None
-        }
-        (Some(spec), false) => {
-            let desired = ClusterNimbusPolicy {
-                metadata: meta(&csib, &name, None)?,
-                spec,
-                status: None,
-            };
-            let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
-            match apply::apply(&api, &desired, ours).await {
-                Ok(true) => {
-                    let verb = if ours.is_some() { "updated" } else { "created" };
-                    publish(&ctx, &*csib, EventType::Normal, "PolicyUpdated", format!("ClusterNimbusPolicy {name} {verb}")).await;
-                }
-                Ok(false) => {}
-                Err(e) => first_error = first_error.or(Some(e)),
+    let cluster_policy =
+        match (plan.cluster_policy, observed.is_some() && ours.is_none()) {
+            (_, true) => {
+                problems.push(format!(
+                    "ClusterNimbusPolicy {name} exists and is not owned by this binding"
+                ));
+                None
             }
-            Some(desired)
-        }
-        (None, false) => {
-            if let Some(stale) = ours {
+            (Some(spec), false) => {
+                let desired = ClusterNimbusPolicy {
+                    metadata: meta(&csib, &name, None)?,
+                    spec,
+                    status: None,
+                };
                 let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
-                match apply::delete(&api, stale).await {
-                    Ok(true) => publish(&ctx, &*csib, EventType::Normal, "PolicyDeleted", format!("ClusterNimbusPolicy {name} deleted: no referenced intent exists")).await,
+                match apply::apply(&api, &desired, ours).await {
+                    Ok(true) => {
+                        let verb = if ours.is_some() { "updated" } else { "created" };
+                        publish(
+                            &ctx,
+                            &*csib,
+                            EventType::Normal,
+                            "PolicyUpdated",
+                            format!("ClusterNimbusPolicy {name} {verb}"),
+                        )
+                        .await;
+                    }
                     Ok(false) => {}
                     Err(e) => first_error = first_error.or(Some(e)),
                 }
+                Some(desired)
             }
-            None
-        }
-    };
+            (None, false) => {
+                if let Some(stale) = ours {
+                    let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
+                    match apply::delete(&api, stale).await {
+                        Ok(true) => publish(
+                            &ctx,
+                            &*csib,
+                            EventType::Normal,
+                            "PolicyDeleted",
+                            format!(
+                                "ClusterNimbusPolicy {name} deleted: no referenced intent exists"
+                            ),
+                        )
+                        .await,
+                        Ok(false) => {}
+                        Err(e) => first_error = first_error.or(Some(e)),
+                    }
+                }
+                None
+            }
+        };
 
     // One NimbusPolicy per selected namespace; every namespace is converged in this pass.
-    let ns_selector = csib.spec.selector.as_ref().and_then(|s| s.ns_selector.clone()).unwrap_or_default();
+    let ns_selector = csib
+        .spec
+        .selector
+        .as_ref()
+        .and_then(|s| s.ns_selector.clone())
+        .unwrap_or_default();
     let policy_name = names::cluster_binding_policy_name(&name);
     let mut in_force = Vec::new();
     for ns in ctx.namespaces.state() {
         let ns_name = ns.name_any();
-        let observed = ctx.policies.get(&ObjectRef::new(&policy_name).within(&ns_name));
+        let observed = ctx
+            .policies
+            .get(&ObjectRef::new(&policy_name).within(&ns_name));
         let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
         let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &ns_name);
         let result = match wanted(&plan.namespace_policy, &ns_selector, &ns) {
             Some(_) if observed.is_some() && ours.is_none() => {
-                problems.push(format!("NimbusPolicy {ns_name}/{policy_name} exists and is not owned by this binding"));
+                problems.push(format!(
+                    "NimbusPolicy {ns_name}/{policy_name} exists and is not owned by this binding"
+                ));
                 continue;
             }
             Some(spec) => {
@@ -124,10 +152,23 @@ pub async fn reconcile(
     in_force.sort();
 
     let condition = if !problems.is_empty() {
-        ready(false, condition::REASON_POLICY_CONFLICT, problems.join("; "), generation)
+        ready(
+            false,
+            condition::REASON_POLICY_CONFLICT,
+            problems.join("; "),
+            generation,
+        )
     } else if !plan.missing_intents.is_empty() {
-        let message = format!("SecurityIntents not found: {}", plan.missing_intents.join(", "));
-        ready(false, condition::REASON_INTENT_NOT_FOUND, message, generation)
+        let message = format!(
+            "SecurityIntents not found: {}",
+            plan.missing_intents.join(", ")
+        );
+        ready(
+            false,
+            condition::REASON_INTENT_NOT_FOUND,
+            message,
+            generation,
+        )
     } else {
         ready(true, condition::REASON_READY, "", generation)
     };
@@ -135,7 +176,9 @@ pub async fn reconcile(
     let status = ClusterSecurityIntentBindingStatus {
         status: STATUS_CREATED.to_owned(),
         last_updated: None,
-        number_of_bound_intents: cluster_policy.as_ref().map_or(0, |p| p.spec.rules.len() as i32),
+        number_of_bound_intents: cluster_policy
+            .as_ref()
+            .map_or(0, |p| p.spec.rules.len() as i32),
         bound_intents: (cluster_policy.is_some() && !bound.is_empty()).then_some(bound),
         cluster_nimbus_policy: cluster_policy.map(|p| p.name_any()).unwrap_or_default(),
         number_of_nimbus_policies: in_force.len() as i32,
@@ -165,7 +208,11 @@ fn is_terminating(ns: &Namespace) -> bool {
         || ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
 }
 
-fn meta(csib: &ClusterSecurityIntentBinding, name: &str, namespace: Option<&str>) -> Result<ObjectMeta, Error> {
+fn meta(
+    csib: &ClusterSecurityIntentBinding,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<ObjectMeta, Error> {
     Ok(ObjectMeta {
         name: Some(name.to_owned()),
         namespace: namespace.map(str::to_owned),
@@ -181,7 +228,11 @@ async fn write_status(
     status: ClusterSecurityIntentBindingStatus,
 ) -> Result<Action, Error> {
     let api: Api<ClusterSecurityIntentBinding> = Api::all(ctx.client.clone());
-    let not_ready = status.conditions.iter().find(|c| c.status == "False").cloned();
+    let not_ready = status
+        .conditions
+        .iter()
+        .find(|c| c.status == "False")
+        .cloned();
     if apply::status(&api, csib, csib.status.as_ref(), status).await?
         && let Some(c) = not_ready
     {

@@ -14,7 +14,12 @@ pub async fn reconcile(si: Arc<SecurityIntent>, ctx: Arc<Context>) -> Result<Act
         action: si.spec.intent.action.clone(),
         status: STATUS_CREATED.to_owned(),
         observed_generation: si.metadata.generation,
-        conditions: vec![ready(true, condition::REASON_READY, "", si.metadata.generation)],
+        conditions: vec![ready(
+            true,
+            condition::REASON_READY,
+            "",
+            si.metadata.generation,
+        )],
     };
     let api: Api<SecurityIntent> = Api::all(ctx.client.clone());
     apply::status(&api, &si, si.status.as_ref(), status).await?;

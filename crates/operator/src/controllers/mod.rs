@@ -22,7 +22,11 @@ use std::time::Duration;
 /// Requeue delay after a failed reconcile.
 const RETRY: Duration = Duration::from_secs(5);
 
-pub fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, err: &Error, _: Arc<Context>) -> Action {
+pub fn error_policy<K: Resource<DynamicType = ()>>(
+    obj: Arc<K>,
+    err: &Error,
+    _: Arc<Context>,
+) -> Action {
     tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, "reconcile failed");
     Action::requeue(RETRY)
 }
@@ -55,7 +59,11 @@ macro_rules! impl_status {
         }
     )*};
 }
-impl_status!(SecurityIntentBindingStatus, ClusterSecurityIntentBindingStatus, NimbusPolicyStatus);
+impl_status!(
+    SecurityIntentBindingStatus,
+    ClusterSecurityIntentBindingStatus,
+    NimbusPolicyStatus
+);
 
 impl Status for SecurityIntentStatus {
     /// A SecurityIntent's status has no timestamp in Nimbus.

@@ -12,16 +12,33 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-pub async fn reconcile_namespaced(np: Arc<NimbusPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile_namespaced(
+    np: Arc<NimbusPolicy>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     let api = Api::namespaced(ctx.client.clone(), &np.namespace().unwrap_or_default());
     reconcile(&api, &*np, np.status.as_ref(), &ctx).await
 }
 
-pub async fn reconcile_cluster(cwnp: Arc<ClusterNimbusPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
-    reconcile(&Api::all(ctx.client.clone()), &*cwnp, cwnp.status.as_ref(), &ctx).await
+pub async fn reconcile_cluster(
+    cwnp: Arc<ClusterNimbusPolicy>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    reconcile(
+        &Api::all(ctx.client.clone()),
+        &*cwnp,
+        cwnp.status.as_ref(),
+        &ctx,
+    )
+    .await
 }
 
-async fn reconcile<K>(api: &Api<K>, policy: &K, current: Option<&NimbusPolicyStatus>, ctx: &Context) -> Result<Action, Error>
+async fn reconcile<K>(
+    api: &Api<K>,
+    policy: &K,
+    current: Option<&NimbusPolicyStatus>,
+    ctx: &Context,
+) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
