@@ -52,6 +52,7 @@ fn run_build_script() -> Result<PathBuf, Error> {
     // Tests run with the crate as working directory and `CARGO_MANIFEST_DIR` may be absent at
     // run time, so the workspace is located from the compile-time path.
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/build-control-plane.sh");
+    let script = script.canonicalize().unwrap_or(script);
     let failed = |reason: String| Error::BuildScript {
         script: script.clone(),
         reason,

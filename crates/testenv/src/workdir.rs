@@ -7,7 +7,8 @@
 //! owning process dies however it dies, so any later start can tell abandoned directories apart
 //! from live ones and remove them.
 
-use std::fs::{self, File, TryLockError};
+use std::fs::{self, File, Permissions, TryLockError};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -32,8 +33,10 @@ pub(crate) struct LockedDir {
 impl LockedDir {
     pub(crate) fn create_in(parent: &Path) -> Result<Self, Error> {
         sweep(parent);
+        // Owner-only: it holds the cluster's admin key.
         let dir = tempfile::Builder::new()
             .prefix(PREFIX)
+            .permissions(Permissions::from_mode(0o700))
             .tempdir_in(parent)
             .map_err(|e| Error::io("creating a directory in", parent, e))?;
         let lock_path = dir.path().join(LOCK_FILE);
@@ -77,5 +80,46 @@ fn sweep(parent: &Path) {
                 tracing::debug!(dir = %dir.display(), %error, "could not remove");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+
+    fn age_lock_file(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        let old = SystemTime::now() - 2 * LOCK_GRACE;
+        File::options()
+            .write(true)
+            .open(dir.join(LOCK_FILE))?
+            .set_modified(old)?;
+        Ok(())
+    }
+
+    #[test]
+    fn sweep_removes_only_abandoned_directories() -> Result<(), Box<dyn std::error::Error>> {
+        let parent = tempfile::tempdir()?;
+        let abandoned = parent.path().join(format!("{PREFIX}abandoned"));
+        fs::create_dir(&abandoned)?;
+        File::create(abandoned.join(LOCK_FILE))?;
+        age_lock_file(&abandoned)?;
+        let just_created = parent.path().join(format!("{PREFIX}just-created"));
+        fs::create_dir(&just_created)?;
+        File::create(just_created.join(LOCK_FILE))?;
+        let foreign = parent.path().join(format!("{PREFIX}without-lock-file"));
+        fs::create_dir(&foreign)?;
+        let live = LockedDir::create_in(parent.path())?;
+        age_lock_file(live.path())?;
+
+        let newer = LockedDir::create_in(parent.path())?;
+
+        assert!(!abandoned.exists());
+        assert!(just_created.exists());
+        assert!(foreign.exists());
+        assert!(live.path().exists());
+        assert!(newer.path().exists());
+        Ok(())
     }
 }
