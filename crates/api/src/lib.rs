@@ -8,6 +8,10 @@
 //!
 //! No controller logic lives here.
 
+// Repeated `printcolumn(type_ = .., priority = ..)` arguments are distinct columns, not
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 mod binding;
 mod intent;
 mod policy;

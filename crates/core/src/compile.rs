@@ -52,7 +52,7 @@ pub fn compile_binding<I: Borrow<SecurityIntent>>(
     let selector = cel::compile_into(spec.cel.as_deref().unwrap_or_default(), base)?;
     let bound = bind(&spec.intents, intent);
     Ok(BindingPlan {
-        policy: (!bound.rules.is_empty()).then(|| NimbusPolicySpec {
+        policy: (!bound.rules.is_empty()).then_some(NimbusPolicySpec {
             selector,
             rules: bound.rules,
         }),

@@ -11,7 +11,9 @@ use serde_json::json;
 use std::time::Duration;
 
 fn client() -> Client {
-    common::operator(Duration::from_secs(300)).client().expect("client")
+    common::operator(Duration::from_secs(300))
+        .client()
+        .expect("client")
 }
 
 fn csib(name: &str, intent: &str, ns_selector: serde_json::Value) -> serde_json::Value {
@@ -28,25 +30,35 @@ fn policy_name(csib: &str) -> String {
 }
 
 async fn has_policy(client: &Client, ns: &str, csib: &str) -> bool {
-    get(&Api::<NimbusPolicy>::namespaced(client.clone(), ns), &policy_name(csib)).await.is_some()
+    get(
+        &Api::<NimbusPolicy>::namespaced(client.clone(), ns),
+        &policy_name(csib),
+    )
+    .await
+    .is_some()
 }
 
 /// Waits until the namespaces among `watched` holding the binding's policy are exactly `want`,
 /// and the status lists them.
 async fn fanned_out(client: &Client, name: &str, watched: &[&str], want: &[&str]) {
     let bindings: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
-    eventually(&format!("{name} policies exactly in {want:?} of {watched:?}"), || async {
-        for ns in watched {
-            if has_policy(client, ns, name).await != want.contains(ns) {
-                return None;
+    eventually(
+        &format!("{name} policies exactly in {want:?} of {watched:?}"),
+        || async {
+            for ns in watched {
+                if has_policy(client, ns, name).await != want.contains(ns) {
+                    return None;
+                }
             }
-        }
-        let status = get(&bindings, name).await?.status?;
-        let listed = status.nimbus_policy_namespaces.unwrap_or_default();
-        let status_agrees = watched.iter().all(|ns| listed.contains(&ns.to_string()) == want.contains(ns))
-            && status.number_of_nimbus_policies as usize == listed.len();
-        status_agrees.then_some(())
-    })
+            let status = get(&bindings, name).await?.status?;
+            let listed = status.nimbus_policy_namespaces.unwrap_or_default();
+            let status_agrees = watched
+                .iter()
+                .all(|ns| listed.contains(&ns.to_string()) == want.contains(ns))
+                && status.number_of_nimbus_policies as usize == listed.len();
+            status_agrees.then_some(())
+        },
+    )
     .await;
 }
 
@@ -55,16 +67,46 @@ async fn all_namespaces_fan_out_follows_namespace_creation_and_deletion() {
     let client = client();
     let cp = common::cluster();
     let (si, name) = (unique("si"), unique("all"));
-    apply(&Api::<SecurityIntent>::all(client.clone()), &si, &intent(&si, "escapeToHost", "Block")).await;
+    apply(
+        &Api::<SecurityIntent>::all(client.clone()),
+        &si,
+        &intent(&si, "escapeToHost", "Block"),
+    )
+    .await;
     let a = cp.test_namespace("fan-a").await.expect("ns");
-    apply(&Api::<ClusterSecurityIntentBinding>::all(client.clone()), &name, &csib(&name, &si, json!({"matchNames": ["*"]}))).await;
-    fanned_out(&client, &name, &[a.name(), "default", "kube-system"], &[a.name(), "default"]).await;
+    apply(
+        &Api::<ClusterSecurityIntentBinding>::all(client.clone()),
+        &name,
+        &csib(&name, &si, json!({"matchNames": ["*"]})),
+    )
+    .await;
+    fanned_out(
+        &client,
+        &name,
+        &[a.name(), "default", "kube-system"],
+        &[a.name(), "default"],
+    )
+    .await;
 
-    let cwnp = eventually("cluster policy", || async { get(&Api::<ClusterNimbusPolicy>::all(client.clone()), &name).await }).await;
+    let cwnp = eventually("cluster policy", || async {
+        get(&Api::<ClusterNimbusPolicy>::all(client.clone()), &name).await
+    })
+    .await;
     assert_eq!(cwnp.spec.rules[0].id, "escapeToHost");
-    assert_eq!(serde_json::to_value(&cwnp.spec).expect("json")["nodeSelector"], json!({}));
-    let np = get(&Api::<NimbusPolicy>::namespaced(client.clone(), a.name()), &policy_name(&name)).await.expect("np");
-    assert_eq!(np.owner_references()[0].kind, "ClusterSecurityIntentBinding");
+    assert_eq!(
+        serde_json::to_value(&cwnp.spec).expect("json")["nodeSelector"],
+        json!({})
+    );
+    let np = get(
+        &Api::<NimbusPolicy>::namespaced(client.clone(), a.name()),
+        &policy_name(&name),
+    )
+    .await
+    .expect("np");
+    assert_eq!(
+        np.owner_references()[0].kind,
+        "ClusterSecurityIntentBinding"
+    );
 
     let b = cp.test_namespace("fan-b").await.expect("ns");
     fanned_out(&client, &name, &[a.name(), b.name()], &[a.name(), b.name()]).await;
@@ -72,7 +114,11 @@ async fn all_namespaces_fan_out_follows_namespace_creation_and_deletion() {
     drop(b); // deletes the namespace
     let bindings: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
     eventually("deleted namespace leaves the status", || async {
-        let listed = get(&bindings, &name).await?.status?.nimbus_policy_namespaces.unwrap_or_default();
+        let listed = get(&bindings, &name)
+            .await?
+            .status?
+            .nimbus_policy_namespaces
+            .unwrap_or_default();
         (!listed.contains(&b_name) && listed.contains(&a.name().to_owned())).then_some(())
     })
     .await;
@@ -83,23 +129,64 @@ async fn match_names_and_exclude_names_select_exactly() {
     let client = client();
     let cp = common::cluster();
     let si = unique("si");
-    apply(&Api::<SecurityIntent>::all(client.clone()), &si, &intent(&si, "denyExternalNetworkAccess", "Block")).await;
-    let (a, b) = (cp.test_namespace("sel-a").await.expect("ns"), cp.test_namespace("sel-b").await.expect("ns"));
+    apply(
+        &Api::<SecurityIntent>::all(client.clone()),
+        &si,
+        &intent(&si, "denyExternalNetworkAccess", "Block"),
+    )
+    .await;
+    let (a, b) = (
+        cp.test_namespace("sel-a").await.expect("ns"),
+        cp.test_namespace("sel-b").await.expect("ns"),
+    );
     let (only, except) = (unique("only"), unique("except"));
     let api: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
-    apply(&api, &only, &csib(&only, &si, json!({"matchNames": [a.name()]}))).await;
-    apply(&api, &except, &csib(&except, &si, json!({"excludeNames": [a.name()]}))).await;
+    apply(
+        &api,
+        &only,
+        &csib(&only, &si, json!({"matchNames": [a.name()]})),
+    )
+    .await;
+    apply(
+        &api,
+        &except,
+        &csib(&except, &si, json!({"excludeNames": [a.name()]})),
+    )
+    .await;
     fanned_out(&client, &only, &[a.name(), b.name()], &[a.name()]).await;
-    fanned_out(&client, &except, &[a.name(), b.name(), "kube-system"], &[b.name()]).await;
+    fanned_out(
+        &client,
+        &except,
+        &[a.name(), b.name(), "kube-system"],
+        &[b.name()],
+    )
+    .await;
 
     // A namespace created later is picked up by excludeNames but not by matchNames.
     let c = cp.test_namespace("sel-c").await.expect("ns");
-    fanned_out(&client, &except, &[a.name(), b.name(), c.name()], &[b.name(), c.name()]).await;
+    fanned_out(
+        &client,
+        &except,
+        &[a.name(), b.name(), c.name()],
+        &[b.name(), c.name()],
+    )
+    .await;
     fanned_out(&client, &only, &[c.name()], &[]).await;
 
     // Changing the selector moves the policies.
-    apply(&api, &only, &csib(&only, &si, json!({"matchNames": [b.name(), c.name()]}))).await;
-    fanned_out(&client, &only, &[a.name(), b.name(), c.name()], &[b.name(), c.name()]).await;
+    apply(
+        &api,
+        &only,
+        &csib(&only, &si, json!({"matchNames": [b.name(), c.name()]})),
+    )
+    .await;
+    fanned_out(
+        &client,
+        &only,
+        &[a.name(), b.name(), c.name()],
+        &[b.name(), c.name()],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -111,19 +198,30 @@ async fn removing_every_intent_removes_cluster_and_namespace_policies() {
     apply(&intents, &si, &intent(&si, "dnsManipulation", "Block")).await;
     let a = cp.test_namespace("stale").await.expect("ns");
     let name = unique("stale");
-    apply(&Api::<ClusterSecurityIntentBinding>::all(client.clone()), &name, &csib(&name, &si, json!({"matchNames": [a.name()]}))).await;
+    apply(
+        &Api::<ClusterSecurityIntentBinding>::all(client.clone()),
+        &name,
+        &csib(&name, &si, json!({"matchNames": [a.name()]})),
+    )
+    .await;
     fanned_out(&client, &name, &[a.name()], &[a.name()]).await;
 
     delete(&intents, &si).await;
     let cwnps: Api<ClusterNimbusPolicy> = Api::all(client.clone());
     let bindings: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
-    eventually("cluster and namespace policies removed, status zeroed", || async {
-        let status = get(&bindings, &name).await?.status?;
-        let gone = get(&cwnps, &name).await.is_none() && !has_policy(&client, a.name(), &name).await;
-        (gone && status.cluster_nimbus_policy.is_empty() && status.number_of_bound_intents == 0
-            && status.number_of_nimbus_policies == 0)
-            .then_some(())
-    })
+    eventually(
+        "cluster and namespace policies removed, status zeroed",
+        || async {
+            let status = get(&bindings, &name).await?.status?;
+            let gone =
+                get(&cwnps, &name).await.is_none() && !has_policy(&client, a.name(), &name).await;
+            (gone
+                && status.cluster_nimbus_policy.is_empty()
+                && status.number_of_bound_intents == 0
+                && status.number_of_nimbus_policies == 0)
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -132,31 +230,48 @@ async fn cluster_and_namespace_policies_are_restored_after_hand_edits_and_delete
     let client = client();
     let cp = common::cluster();
     let si = unique("si");
-    apply(&Api::<SecurityIntent>::all(client.clone()), &si, &intent(&si, "escapeToHost", "Block")).await;
+    apply(
+        &Api::<SecurityIntent>::all(client.clone()),
+        &si,
+        &intent(&si, "escapeToHost", "Block"),
+    )
+    .await;
     let a = cp.test_namespace("cdrift").await.expect("ns");
     let name = unique("drift");
-    apply(&Api::<ClusterSecurityIntentBinding>::all(client.clone()), &name, &csib(&name, &si, json!({"matchNames": [a.name()]}))).await;
+    apply(
+        &Api::<ClusterSecurityIntentBinding>::all(client.clone()),
+        &name,
+        &csib(&name, &si, json!({"matchNames": [a.name()]})),
+    )
+    .await;
     fanned_out(&client, &name, &[a.name()], &[a.name()]).await;
 
     let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), a.name());
     let np = get(&nps, &policy_name(&name)).await.expect("np");
     delete(&nps, &policy_name(&name)).await;
     eventually("per-namespace policy re-created", || async {
-        get(&nps, &policy_name(&name)).await.filter(|p| p.uid() != np.uid())
+        get(&nps, &policy_name(&name))
+            .await
+            .filter(|p| p.uid() != np.uid())
     })
     .await;
 
     let cwnps: Api<ClusterNimbusPolicy> = Api::all(client.clone());
     let original = get(&cwnps, &name).await.expect("cwnp");
     let edit = json!({"spec": {"rules": [{"id": "dnsManipulation", "rule": {"action": "Audit"}}]}});
-    cwnps.patch(&name, &PatchParams::default(), &Patch::Merge(&edit)).await.expect("edit");
+    cwnps
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .expect("edit");
     eventually("cluster policy edit reverted", || async {
         get(&cwnps, &name).await.filter(|p| p.spec == original.spec)
     })
     .await;
     delete(&cwnps, &name).await;
     eventually("cluster policy re-created", || async {
-        get(&cwnps, &name).await.filter(|p| p.uid() != original.uid())
+        get(&cwnps, &name)
+            .await
+            .filter(|p| p.uid() != original.uid())
     })
     .await;
 }
@@ -166,21 +281,44 @@ async fn an_invalid_binding_fixed_in_place_starts_working() {
     let client = client();
     let cp = common::cluster();
     let si = unique("si");
-    apply(&Api::<SecurityIntent>::all(client.clone()), &si, &intent(&si, "dnsManipulation", "Block")).await;
+    apply(
+        &Api::<SecurityIntent>::all(client.clone()),
+        &si,
+        &intent(&si, "dnsManipulation", "Block"),
+    )
+    .await;
     let a = cp.test_namespace("fix").await.expect("ns");
     let name = unique("fix");
     let api: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
     // An empty matchNames passes the schema but selects nothing meaningful: reported, not guessed.
     apply(&api, &name, &csib(&name, &si, json!({"matchNames": []}))).await;
     let status = eventually("ValidationFail with a reason", || async {
-        get(&api, &name).await?.status.filter(|s| s.status == "ValidationFail")
+        get(&api, &name)
+            .await?
+            .status
+            .filter(|s| s.status == "ValidationFail")
     })
     .await;
     assert_eq!(status.conditions[0].reason, "InvalidNamespaceSelector");
-    assert!(status.conditions[0].message.contains("empty"), "{}", status.conditions[0].message);
+    assert!(
+        status.conditions[0].message.contains("empty"),
+        "{}",
+        status.conditions[0].message
+    );
 
-    apply(&api, &name, &csib(&name, &si, json!({"matchNames": [a.name()]}))).await;
+    apply(
+        &api,
+        &name,
+        &csib(&name, &si, json!({"matchNames": [a.name()]})),
+    )
+    .await;
     fanned_out(&client, &name, &[a.name()], &[a.name()]).await;
-    let status = get(&api, &name).await.and_then(|b| b.status).expect("status");
-    assert_eq!((status.status.as_str(), status.conditions[0].status.as_str()), ("Created", "True"));
+    let status = get(&api, &name)
+        .await
+        .and_then(|b| b.status)
+        .expect("status");
+    assert_eq!(
+        (status.status.as_str(), status.conditions[0].status.as_str()),
+        ("Created", "True")
+    );
 }

@@ -21,6 +21,8 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
@@ -48,38 +50,71 @@ impl Default for Config {
 
 type Driver = Pin<Box<dyn futures::Future<Output = ()> + Send>>;
 
-/// A cache of one kind for lookups from reconciles, and the future that keeps it fed.
-///
-/// Controllers trigger from their own watches: kube's shared-stream subscribers do not see
-/// deletions, which the controllers must react to.
-fn cache<K>(api: Api<K>) -> (Store<K>, Driver)
+/// One watch per kind: it feeds the cache reconciles read from, then fans each touched object
+/// (deletions included) out to the controllers that trigger on it. Because an event reaches a
+/// controller only after the cache has applied it, a reconcile never sees an object its trigger
+/// already reported gone. (kube's shared-stream subscribers would drop deletions.)
+struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    writer: Option<reflector::store::Writer<K>>,
+    api: Api<K>,
+    subscribers: Vec<mpsc::UnboundedSender<K>>,
+}
+
+impl<K> Cache<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store();
-    let driver = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .for_each(|event| {
-            if let Err(error) = event {
-                tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");
-            }
-            future::ready(())
-        })
-        .boxed();
-    (store, driver)
+    fn new(api: Api<K>) -> Self {
+        let (store, writer) = reflector::store();
+        Self {
+            store,
+            writer: Some(writer),
+            api,
+            subscribers: Vec::new(),
+        }
+    }
+
+    /// A trigger stream for one controller. The channel is unbounded because controllers only
+    /// schedule work from it, which never blocks; it is drained as fast as events arrive.
+    fn subscribe(&mut self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers.push(tx);
+        UnboundedReceiverStream::new(rx).map(Ok)
+    }
+
+    fn driver(&mut self) -> Driver {
+        let writer = self.writer.take().expect("each cache is started once");
+        let subscribers = std::mem::take(&mut self.subscribers);
+        watcher(self.api.clone(), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects()
+            .for_each(move |touched| {
+                match touched {
+                    Ok(obj) => {
+                        for subscriber in &subscribers {
+                            let _ = subscriber.send(obj.clone());
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying")
+                    }
+                }
+                future::ready(())
+            })
+            .boxed()
+    }
 }
 
 /// Runs every controller until `shutdown` is cancelled.
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
-    let (intents, intents_cache) = cache::<SecurityIntent>(Api::all(client.clone()));
-    let (bindings, bindings_cache) = cache::<SecurityIntentBinding>(Api::all(client.clone()));
-    let (cluster_bindings, cluster_bindings_cache) =
-        cache::<ClusterSecurityIntentBinding>(Api::all(client.clone()));
-    let (policies, policies_cache) = cache::<NimbusPolicy>(Api::all(client.clone()));
-    let (cluster_policies, cluster_policies_cache) =
-        cache::<ClusterNimbusPolicy>(Api::all(client.clone()));
-    let (namespaces, namespaces_cache) = cache::<Namespace>(Api::all(client.clone()));
+    let mut intents = Cache::<SecurityIntent>::new(Api::all(client.clone()));
+    let mut bindings = Cache::<SecurityIntentBinding>::new(Api::all(client.clone()));
+    let mut cluster_bindings = Cache::<ClusterSecurityIntentBinding>::new(Api::all(client.clone()));
+    let mut policies = Cache::<NimbusPolicy>::new(Api::all(client.clone()));
+    let mut cluster_policies = Cache::<ClusterNimbusPolicy>::new(Api::all(client.clone()));
+    let mut namespace_cache = Cache::<Namespace>::new(Api::all(client.clone()));
 
     let reporter = Reporter {
         controller: config.reporter.clone(),
@@ -89,77 +124,64 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         client: client.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         resync: config.resync,
-        intents,
-        bindings,
-        cluster_bindings,
-        policies,
-        cluster_policies,
-        namespaces,
+        intents: intents.store.clone(),
+        bindings: bindings.store.clone(),
+        cluster_bindings: cluster_bindings.store.clone(),
+        policies: policies.store.clone(),
+        cluster_policies: cluster_policies.store.clone(),
+        namespaces: namespace_cache.store.clone(),
     });
     let stopped = || {
         let token = shutdown.clone();
         async move { token.cancelled().await }
     };
 
-    let intent_controller = Controller::new(Api::<SecurityIntent>::all(client.clone()), wc())
+    let intent_controller = Controller::for_stream(intents.subscribe(), ctx.intents.clone())
         .graceful_shutdown_on(stopped())
         .run(intent::reconcile, error_policy, ctx.clone());
 
     let sib_index = ctx.bindings.clone();
-    let binding_controller =
-        Controller::new(Api::<SecurityIntentBinding>::all(client.clone()), wc())
-            .owns(Api::<NimbusPolicy>::all(client.clone()), wc())
-            .watches(
-                Api::<SecurityIntent>::all(client.clone()),
-                wc(),
-                move |si: SecurityIntent| {
-                    referencing(&sib_index, &si.name_any(), |b| &b.spec.intents)
-                },
-            )
-            .graceful_shutdown_on(stopped())
-            .run(binding::reconcile, error_policy, ctx.clone());
+    let binding_controller = Controller::for_stream(bindings.subscribe(), ctx.bindings.clone())
+        .owns_stream(policies.subscribe())
+        .watches_stream(intents.subscribe(), move |si: SecurityIntent| {
+            referencing(&sib_index, &si.name_any(), |b| &b.spec.intents)
+        })
+        .graceful_shutdown_on(stopped())
+        .run(binding::reconcile, error_policy, ctx.clone());
 
     let csib_by_intent = ctx.cluster_bindings.clone();
     let csib_by_namespace = ctx.cluster_bindings.clone();
-    let cluster_binding_controller = Controller::new(
-        Api::<ClusterSecurityIntentBinding>::all(client.clone()),
-        wc(),
-    )
-    .owns(Api::<ClusterNimbusPolicy>::all(client.clone()), wc())
-    // `owns` would look the cluster-scoped owner up inside the child's namespace.
-    .watches(
-        Api::<NimbusPolicy>::all(client.clone()),
-        wc(),
-        |np: NimbusPolicy| cluster_owner::<ClusterSecurityIntentBinding, _>(&np),
-    )
-    .watches(
-        Api::<SecurityIntent>::all(client.clone()),
-        wc(),
-        move |si: SecurityIntent| referencing(&csib_by_intent, &si.name_any(), |b| &b.spec.intents),
-    )
-    .watches(
-        Api::<Namespace>::all(client.clone()),
-        wc(),
-        move |ns: Namespace| selecting(&csib_by_namespace, &ns.name_any()),
-    )
-    .graceful_shutdown_on(stopped())
-    .run(cluster_binding::reconcile, error_policy, ctx.clone());
+    let cluster_binding_controller =
+        Controller::for_stream(cluster_bindings.subscribe(), ctx.cluster_bindings.clone())
+            .owns_stream(cluster_policies.subscribe())
+            // `owns` would look the cluster-scoped owner up inside the child's namespace.
+            .watches_stream(policies.subscribe(), |np: NimbusPolicy| {
+                cluster_owner::<ClusterSecurityIntentBinding, _>(&np)
+            })
+            .watches_stream(intents.subscribe(), move |si: SecurityIntent| {
+                referencing(&csib_by_intent, &si.name_any(), |b| &b.spec.intents)
+            })
+            .watches_stream(namespace_cache.subscribe(), move |ns: Namespace| {
+                selecting(&csib_by_namespace, &ns.name_any())
+            })
+            .graceful_shutdown_on(stopped())
+            .run(cluster_binding::reconcile, error_policy, ctx.clone());
 
-    let policy_controller = Controller::new(Api::<NimbusPolicy>::all(client.clone()), wc())
+    let policy_controller = Controller::for_stream(policies.subscribe(), ctx.policies.clone())
         .graceful_shutdown_on(stopped())
         .run(policy::reconcile_namespaced, error_policy, ctx.clone());
     let cluster_policy_controller =
-        Controller::new(Api::<ClusterNimbusPolicy>::all(client.clone()), wc())
+        Controller::for_stream(cluster_policies.subscribe(), ctx.cluster_policies.clone())
             .graceful_shutdown_on(stopped())
             .run(policy::reconcile_cluster, error_policy, ctx.clone());
 
     let caches: Vec<Driver> = vec![
-        intents_cache,
-        bindings_cache,
-        cluster_bindings_cache,
-        policies_cache,
-        cluster_policies_cache,
-        namespaces_cache,
+        intents.driver(),
+        bindings.driver(),
+        cluster_bindings.driver(),
+        policies.driver(),
+        cluster_policies.driver(),
+        namespace_cache.driver(),
     ];
     let ready = {
         let ctx = ctx.clone();
@@ -195,10 +217,6 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     }
     tracing::info!("operator stopped");
     Ok(())
-}
-
-fn wc() -> watcher::Config {
-    watcher::Config::default()
 }
 
 fn drain<T: Debug, E: std::fmt::Display>(

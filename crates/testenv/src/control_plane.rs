@@ -84,8 +84,8 @@ impl ControlPlane {
     /// namespace readable, and the `default` ServiceAccount created by the controller manager.
     ///
     /// Finds the binaries through `NIMBUS_CONTROL_PLANE_DIR` or by running
-    /// `hack/build-control-plane.sh` (see the crate docs). Takes about 10-20 s once the
-    /// binaries are built.
+    /// `hack/build-control-plane.sh` (see the crate docs). Once the binaries are built this
+    /// takes about 3-7 s on two busy cores, most of it waiting for kube-apiserver.
     pub async fn start(options: Options) -> Result<Self, Error> {
         let started = Instant::now();
         let attach_output = options.attach_output
