@@ -39,17 +39,21 @@ async fn dropping_stops_every_process_and_removes_the_work_dir() -> TestResult {
     Ok(())
 }
 
-/// Runs the helper below as a separate test process, SIGKILLs it (so no destructor runs), and
-/// checks that the shared control plane it started dies with it.
+/// Re-runs this very test as a separate process (the helper role, selected by an environment
+/// variable), SIGKILLs it so no destructor runs, and checks that the shared control plane the
+/// helper started dies with it.
 #[test]
 fn children_die_with_a_killed_test_process() -> TestResult {
+    if std::env::var_os(HELPER_ENV).is_some() {
+        let pids = nimbus_testenv::shared().pids();
+        let pids = pids.iter().map(u32::to_string).collect::<Vec<_>>();
+        println!("PIDS {}", pids.join(" "));
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+        }
+    }
     let mut helper = Command::new(std::env::current_exe()?)
-        .args([
-            "--exact",
-            "helper_starts_shared_and_waits",
-            "--ignored",
-            "--nocapture",
-        ])
+        .args(["--exact", "children_die_with_a_killed_test_process", "--nocapture"])
         .env(HELPER_ENV, "1")
         .stdout(Stdio::piped())
         .spawn()?;
@@ -75,18 +79,4 @@ fn children_die_with_a_killed_test_process() -> TestResult {
     let survivors = pids.iter().filter(|&&pid| alive(pid)).collect::<Vec<_>>();
     assert!(survivors.is_empty(), "outlived their parent: {survivors:?}");
     Ok(())
-}
-
-#[test]
-#[ignore = "helper for children_die_with_a_killed_test_process"]
-fn helper_starts_shared_and_waits() {
-    if std::env::var_os(HELPER_ENV).is_none() {
-        return;
-    }
-    let pids = nimbus_testenv::shared().pids();
-    let pids = pids.iter().map(u32::to_string).collect::<Vec<_>>();
-    println!("PIDS {}", pids.join(" "));
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
 }
