@@ -53,7 +53,11 @@ fn children_die_with_a_killed_test_process() -> TestResult {
         }
     }
     let mut helper = Command::new(std::env::current_exe()?)
-        .args(["--exact", "children_die_with_a_killed_test_process", "--nocapture"])
+        .args([
+            "--exact",
+            "children_die_with_a_killed_test_process",
+            "--nocapture",
+        ])
         .env(HELPER_ENV, "1")
         .stdout(Stdio::piped())
         .spawn()?;

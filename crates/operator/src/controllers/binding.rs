@@ -1,6 +1,6 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
 
-use super::{Context, publish};
+use super::{Context, publish, write_binding_status};
 use crate::apply::{self, controller_owner, is_controlled_by, ready};
 use crate::error::Error;
 use kube::api::ObjectMeta;
@@ -154,15 +154,5 @@ async fn write_status(
 ) -> Result<Action, Error> {
     let api: Api<SecurityIntentBinding> =
         Api::namespaced(ctx.client.clone(), &sib.namespace().unwrap_or_default());
-    let not_ready = status
-        .conditions
-        .iter()
-        .find(|c| c.status == "False")
-        .cloned();
-    if apply::status(&api, sib, sib.status.as_ref(), status).await?
-        && let Some(c) = not_ready
-    {
-        publish(ctx, sib, EventType::Warning, &c.reason, c.message).await;
-    }
-    Ok(Action::requeue(ctx.resync))
+    write_binding_status(ctx, &api, sib, sib.status.as_ref(), status).await
 }

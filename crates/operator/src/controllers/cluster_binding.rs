@@ -1,7 +1,7 @@
 //! ClusterSecurityIntentBinding → one ClusterNimbusPolicy plus a NimbusPolicy
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
-use super::{Context, publish};
+use super::{Context, publish, write_binding_status};
 use crate::apply::{self, controller_owner, is_controlled_by, ready};
 use crate::error::Error;
 use k8s_openapi::api::core::v1::Namespace;
@@ -228,15 +228,5 @@ async fn write_status(
     status: ClusterSecurityIntentBindingStatus,
 ) -> Result<Action, Error> {
     let api: Api<ClusterSecurityIntentBinding> = Api::all(ctx.client.clone());
-    let not_ready = status
-        .conditions
-        .iter()
-        .find(|c| c.status == "False")
-        .cloned();
-    if apply::status(&api, csib, csib.status.as_ref(), status).await?
-        && let Some(c) = not_ready
-    {
-        publish(ctx, csib, EventType::Warning, &c.reason, c.message).await;
-    }
-    Ok(Action::requeue(ctx.resync))
+    write_binding_status(ctx, &api, csib, csib.status.as_ref(), status).await
 }

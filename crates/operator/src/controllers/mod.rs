@@ -51,6 +51,36 @@ async fn publish<K: Resource<DynamicType = ()>>(
     }
 }
 
+/// Writes a binding's status (if it changed) and raises a Warning event when it turns not
+/// ready, then schedules the next drift re-check.
+async fn write_binding_status<K, S>(
+    ctx: &Context,
+    api: &kube::Api<K>,
+    binding: &K,
+    current: Option<&S>,
+    mut status: S,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = ()>
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+    S: Status,
+{
+    let not_ready = status
+        .conditions()
+        .iter()
+        .find(|c| c.status == "False")
+        .cloned();
+    if crate::apply::status(api, binding, current, status).await?
+        && let Some(c) = not_ready
+    {
+        publish(ctx, binding, EventType::Warning, &c.reason, c.message).await;
+    }
+    Ok(Action::requeue(ctx.resync))
+}
+
 macro_rules! impl_status {
     ($($t:ty),*) => {$(
         impl Status for $t {
