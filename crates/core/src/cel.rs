@@ -26,7 +26,6 @@ use cel_parser::Parser;
 use cel_parser::ast::{CallExpr, Expr, IdedExpr, operators};
 use cel_parser::reference::Val;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-use std::collections::BTreeMap;
 
 /// The variable expressions refer to.
 const LABELS: &str = "labels";
@@ -64,7 +63,9 @@ pub fn compile_into(exprs: &[String], base: LabelSelector) -> Result<LabelSelect
                 // Two different required values for one key must both hold (an empty set), so
                 // keep the second as a requirement instead of overwriting the first.
                 Term::Equals(k, v) => match labels.get(&k) {
-                    Some(existing) if *existing != v => requirements.push(in_values(k, vec![v])),
+                    Some(existing) if *existing != v => {
+                        requirements.push(label_requirement(k, "In", vec![v]))
+                    }
                     _ => {
                         labels.insert(k, v);
                     }
@@ -260,29 +261,21 @@ fn string_literal(e: &IdedExpr) -> Result<String, Rejection> {
 }
 
 fn requirement(key: String, operator: &str, values: Vec<String>) -> Term {
-    Term::Requirement(LabelSelectorRequirement {
+    Term::Requirement(label_requirement(key, operator, values))
+}
+
+fn label_requirement(key: String, operator: &str, values: Vec<String>) -> LabelSelectorRequirement {
+    LabelSelectorRequirement {
         key,
         operator: operator.to_owned(),
         values: (!values.is_empty()).then_some(values),
-    })
-}
-
-fn in_values(key: String, values: Vec<String>) -> LabelSelectorRequirement {
-    LabelSelectorRequirement {
-        key,
-        operator: "In".to_owned(),
-        values: Some(values),
     }
-}
-
-/// `matchLabels` of a selector, for callers that only need the map.
-pub fn match_labels(selector: &LabelSelector) -> BTreeMap<String, String> {
-    selector.match_labels.clone().unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn compile(exprs: &[&str]) -> Result<LabelSelector, CelError> {
         let exprs: Vec<String> = exprs.iter().map(|s| s.to_string()).collect();

@@ -2,7 +2,6 @@
 
 use crate::cel::{self, CelError};
 use crate::namespaces;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nimbus_api::{
     ClusterNimbusPolicySpec, ClusterSecurityIntentBindingSpec, MatchIntent, NimbusPolicySpec,
     NimbusRule, Rule, SecurityIntent, SecurityIntentBindingSpec,
@@ -134,14 +133,10 @@ fn rule(intent: &nimbus_api::Intent) -> NimbusRule {
     }
 }
 
-/// An empty selector, which selects every pod in scope.
-pub fn select_all() -> LabelSelector {
-    LabelSelector::default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nimbus_api::{ClusterSelector, NamespaceSelector, SecurityIntentSpec, WorkloadScope};
     use serde_json::json;
     use std::collections::BTreeMap;
@@ -248,7 +243,10 @@ mod tests {
     #[test]
     fn empty_selector_selects_everything() {
         let plan = compile_binding(&sib(&["a"], None, None), catalog()).unwrap();
-        assert_eq!(plan.policy.expect("policy").selector, select_all());
+        assert_eq!(
+            plan.policy.expect("policy").selector,
+            LabelSelector::default()
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{CONVERGE, apply, delete, eventually, get, intent, unique};
+use common::{apply, create_intent, delete, eventually, get, intent, unique};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -82,8 +82,7 @@ async fn no_policy(e: &Env, name: &str) {
 #[tokio::test]
 async fn intent_first_then_binding_creates_the_policy_with_owner_labels_and_status() {
     let e = env("intent-first").await;
-    let si = unique("dns");
-    apply(&e.intents, &si, &intent(&si, "dnsManipulation", "Block")).await;
+    let si = create_intent(&e.client, "dnsManipulation", "Block").await;
     apply(
         &e.bindings,
         "b",
@@ -210,9 +209,8 @@ async fn binding_first_waits_for_its_intent_and_reports_it_missing() {
 #[tokio::test]
 async fn intent_update_and_delete_propagate_to_the_policy() {
     let e = env("intent-changes").await;
-    let (a, b) = (unique("a"), unique("b"));
-    apply(&e.intents, &a, &intent(&a, "dnsManipulation", "Block")).await;
-    apply(&e.intents, &b, &intent(&b, "escapeToHost", "Block")).await;
+    let a = create_intent(&e.client, "dnsManipulation", "Block").await;
+    let b = create_intent(&e.client, "escapeToHost", "Block").await;
     apply(&e.bindings, "x", &binding("x", &[&a, &b], json!({}))).await;
     policy_with(&e, "x", &["dnsManipulation", "escapeToHost"]).await;
 
@@ -236,14 +234,8 @@ async fn intent_update_and_delete_propagate_to_the_policy() {
 #[tokio::test]
 async fn binding_updates_change_the_policy_and_deletion_cascades() {
     let e = env("binding-changes").await;
-    let (a, b) = (unique("a"), unique("b"));
-    apply(&e.intents, &a, &intent(&a, "dnsManipulation", "Block")).await;
-    apply(
-        &e.intents,
-        &b,
-        &intent(&b, "unAuthorizedSaTokenAccess", "Block"),
-    )
-    .await;
+    let a = create_intent(&e.client, "dnsManipulation", "Block").await;
+    let b = create_intent(&e.client, "unAuthorizedSaTokenAccess", "Block").await;
     apply(
         &e.bindings,
         "x",
@@ -295,8 +287,7 @@ async fn binding_updates_change_the_policy_and_deletion_cascades() {
 #[tokio::test]
 async fn hand_edits_are_reverted_and_hand_deletes_recreated() {
     let e = env("drift").await;
-    let a = unique("a");
-    apply(&e.intents, &a, &intent(&a, "dnsManipulation", "Block")).await;
+    let a = create_intent(&e.client, "dnsManipulation", "Block").await;
     apply(
         &e.bindings,
         "x",
@@ -329,8 +320,7 @@ async fn hand_edits_are_reverted_and_hand_deletes_recreated() {
 #[tokio::test]
 async fn cel_subset_compiles_into_the_selector_and_unsupported_is_reported() {
     let e = env("cel").await;
-    let a = unique("a");
-    apply(&e.intents, &a, &intent(&a, "dnsManipulation", "Block")).await;
+    let a = create_intent(&e.client, "dnsManipulation", "Block").await;
     let with_cel = |cel: &str| {
         json!({
             "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
@@ -375,5 +365,4 @@ async fn cel_subset_compiles_into_the_selector_and_unsupported_is_reported() {
     // What was in force stays in force.
     let kept = get(&e.policies, "c").await.expect("policy kept");
     assert_eq!(kept.spec, np.spec);
-    let _ = CONVERGE;
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{apply, delete, eventually, get, intent, unique};
+use common::{apply, create_intent, delete, eventually, get, unique};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use nimbus_api::{ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent};
@@ -23,6 +23,11 @@ fn csib(name: &str, intent: &str, ns_selector: serde_json::Value) -> serde_json:
         "spec": {"intents": [{"name": intent}],
                  "selector": {"nsSelector": ns_selector, "workloadSelector": {"matchLabels": {"app": "web"}}}}
     })
+}
+
+async fn apply_csib(client: &Client, name: &str, si: &str, ns_selector: serde_json::Value) {
+    let api = Api::<ClusterSecurityIntentBinding>::all(client.clone());
+    apply(&api, name, &csib(name, si, ns_selector)).await;
 }
 
 fn policy_name(csib: &str) -> String {
@@ -66,20 +71,10 @@ async fn fanned_out(client: &Client, name: &str, watched: &[&str], want: &[&str]
 async fn all_namespaces_fan_out_follows_namespace_creation_and_deletion() {
     let client = client();
     let cp = common::cluster();
-    let (si, name) = (unique("si"), unique("all"));
-    apply(
-        &Api::<SecurityIntent>::all(client.clone()),
-        &si,
-        &intent(&si, "escapeToHost", "Block"),
-    )
-    .await;
+    let si = create_intent(&client, "escapeToHost", "Block").await;
+    let name = unique("all");
     let a = cp.test_namespace("fan-a").await.expect("ns");
-    apply(
-        &Api::<ClusterSecurityIntentBinding>::all(client.clone()),
-        &name,
-        &csib(&name, &si, json!({"matchNames": ["*"]})),
-    )
-    .await;
+    apply_csib(&client, &name, &si, json!({"matchNames": ["*"]})).await;
     fanned_out(
         &client,
         &name,
@@ -128,31 +123,14 @@ async fn all_namespaces_fan_out_follows_namespace_creation_and_deletion() {
 async fn match_names_and_exclude_names_select_exactly() {
     let client = client();
     let cp = common::cluster();
-    let si = unique("si");
-    apply(
-        &Api::<SecurityIntent>::all(client.clone()),
-        &si,
-        &intent(&si, "denyExternalNetworkAccess", "Block"),
-    )
-    .await;
+    let si = create_intent(&client, "denyExternalNetworkAccess", "Block").await;
     let (a, b) = (
         cp.test_namespace("sel-a").await.expect("ns"),
         cp.test_namespace("sel-b").await.expect("ns"),
     );
     let (only, except) = (unique("only"), unique("except"));
-    let api: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
-    apply(
-        &api,
-        &only,
-        &csib(&only, &si, json!({"matchNames": [a.name()]})),
-    )
-    .await;
-    apply(
-        &api,
-        &except,
-        &csib(&except, &si, json!({"excludeNames": [a.name()]})),
-    )
-    .await;
+    apply_csib(&client, &only, &si, json!({"matchNames": [a.name()]})).await;
+    apply_csib(&client, &except, &si, json!({"excludeNames": [a.name()]})).await;
     fanned_out(&client, &only, &[a.name(), b.name()], &[a.name()]).await;
     fanned_out(
         &client,
@@ -174,10 +152,11 @@ async fn match_names_and_exclude_names_select_exactly() {
     fanned_out(&client, &only, &[c.name()], &[]).await;
 
     // Changing the selector moves the policies.
-    apply(
-        &api,
+    apply_csib(
+        &client,
         &only,
-        &csib(&only, &si, json!({"matchNames": [b.name(), c.name()]})),
+        &si,
+        json!({"matchNames": [b.name(), c.name()]}),
     )
     .await;
     fanned_out(
@@ -193,17 +172,11 @@ async fn match_names_and_exclude_names_select_exactly() {
 async fn removing_every_intent_removes_cluster_and_namespace_policies() {
     let client = client();
     let cp = common::cluster();
-    let si = unique("si");
+    let si = create_intent(&client, "dnsManipulation", "Block").await;
     let intents: Api<SecurityIntent> = Api::all(client.clone());
-    apply(&intents, &si, &intent(&si, "dnsManipulation", "Block")).await;
     let a = cp.test_namespace("stale").await.expect("ns");
     let name = unique("stale");
-    apply(
-        &Api::<ClusterSecurityIntentBinding>::all(client.clone()),
-        &name,
-        &csib(&name, &si, json!({"matchNames": [a.name()]})),
-    )
-    .await;
+    apply_csib(&client, &name, &si, json!({"matchNames": [a.name()]})).await;
     fanned_out(&client, &name, &[a.name()], &[a.name()]).await;
 
     delete(&intents, &si).await;
@@ -229,21 +202,10 @@ async fn removing_every_intent_removes_cluster_and_namespace_policies() {
 async fn cluster_and_namespace_policies_are_restored_after_hand_edits_and_deletes() {
     let client = client();
     let cp = common::cluster();
-    let si = unique("si");
-    apply(
-        &Api::<SecurityIntent>::all(client.clone()),
-        &si,
-        &intent(&si, "escapeToHost", "Block"),
-    )
-    .await;
+    let si = create_intent(&client, "escapeToHost", "Block").await;
     let a = cp.test_namespace("cdrift").await.expect("ns");
     let name = unique("drift");
-    apply(
-        &Api::<ClusterSecurityIntentBinding>::all(client.clone()),
-        &name,
-        &csib(&name, &si, json!({"matchNames": [a.name()]})),
-    )
-    .await;
+    apply_csib(&client, &name, &si, json!({"matchNames": [a.name()]})).await;
     fanned_out(&client, &name, &[a.name()], &[a.name()]).await;
 
     let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), a.name());
@@ -280,18 +242,12 @@ async fn cluster_and_namespace_policies_are_restored_after_hand_edits_and_delete
 async fn an_invalid_binding_fixed_in_place_starts_working() {
     let client = client();
     let cp = common::cluster();
-    let si = unique("si");
-    apply(
-        &Api::<SecurityIntent>::all(client.clone()),
-        &si,
-        &intent(&si, "dnsManipulation", "Block"),
-    )
-    .await;
+    let si = create_intent(&client, "dnsManipulation", "Block").await;
     let a = cp.test_namespace("fix").await.expect("ns");
     let name = unique("fix");
     let api: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
     // An empty matchNames passes the schema but selects nothing meaningful: reported, not guessed.
-    apply(&api, &name, &csib(&name, &si, json!({"matchNames": []}))).await;
+    apply_csib(&client, &name, &si, json!({"matchNames": []})).await;
     let status = eventually("ValidationFail with a reason", || async {
         get(&api, &name)
             .await?
@@ -306,12 +262,7 @@ async fn an_invalid_binding_fixed_in_place_starts_working() {
         status.conditions[0].message
     );
 
-    apply(
-        &api,
-        &name,
-        &csib(&name, &si, json!({"matchNames": [a.name()]})),
-    )
-    .await;
+    apply_csib(&client, &name, &si, json!({"matchNames": [a.name()]})).await;
     fanned_out(&client, &name, &[a.name()], &[a.name()]).await;
     let status = get(&api, &name)
         .await

@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::{apply, eventually, intent, unique};
+use common::{apply, create_intent, eventually, unique};
 use kube::Client;
 use kube::api::Api;
-use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntent, SecurityIntentBinding};
+use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
 use serde_json::json;
 use std::time::Duration;
 
@@ -40,13 +40,7 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
     let cp = common::operator(RESYNC);
     let client = cp.client().expect("client");
     let ns = cp.test_namespace("steady").await.expect("ns");
-    let si = unique("si");
-    apply(
-        &Api::<SecurityIntent>::all(client.clone()),
-        &si,
-        &intent(&si, "dnsManipulation", "Block"),
-    )
-    .await;
+    let si = create_intent(&client, "dnsManipulation", "Block").await;
     let sibs: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
     apply(
         &sibs,

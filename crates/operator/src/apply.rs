@@ -4,7 +4,7 @@
 use crate::error::Error;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
@@ -28,6 +28,22 @@ pub fn controller_owner<K: Resource<DynamicType = ()>>(owner: &K) -> Result<Owne
         uid,
         controller: Some(true),
         block_owner_deletion: Some(true),
+    })
+}
+
+/// Metadata of an object generated from `owner`: its labels, and a controller ownerReference
+/// to it so the object is garbage-collected with it.
+pub fn owned_meta<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<ObjectMeta, Error> {
+    Ok(ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(owner.labels().clone()).filter(|l| !l.is_empty()),
+        owner_references: Some(vec![controller_owner(owner)?]),
+        ..Default::default()
     })
 }
 
@@ -131,20 +147,18 @@ where
     S: Status,
 {
     let now = Time(Timestamp::now());
+    let mut current = current.cloned();
+    let previous = current
+        .as_mut()
+        .map(|c| c.conditions().clone())
+        .unwrap_or_default();
     for c in desired.conditions().iter_mut() {
-        let previous = current.cloned().and_then(|mut cur| {
-            cur.conditions()
-                .iter()
-                .find(|p| p.type_ == c.type_)
-                .cloned()
-        });
-        c.last_transition_time = match previous {
-            Some(p) if p.status == c.status => p.last_transition_time,
+        c.last_transition_time = match previous.iter().find(|p| p.type_ == c.type_) {
+            Some(p) if p.status == c.status => p.last_transition_time.clone(),
             _ => now.clone(),
         };
     }
-    if let Some(current) = current {
-        let mut current = current.clone();
+    if let Some(mut current) = current {
         current.set_last_updated(None);
         desired.set_last_updated(None);
         if current == desired {

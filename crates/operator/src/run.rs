@@ -196,10 +196,10 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             );
         }
     };
-    let health = match config.health_addr {
-        Some(addr) => health::serve(addr, ready, shutdown.clone()).await?,
-        None => future::pending::<()>().boxed(),
-    };
+    if let Some(addr) = config.health_addr {
+        // Its own task: its graceful stop must not cut the controllers' in-flight reconciles.
+        tokio::spawn(health::serve(addr, ready, shutdown.clone()).await?);
+    }
 
     tracing::info!("operator started");
     let controllers = futures::future::join_all(vec![
@@ -213,7 +213,6 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     tokio::select! {
         _ = controllers => {}
         _ = future::select_all(caches) => {}
-        _ = health => {}
     }
     tracing::info!("operator stopped");
     Ok(())

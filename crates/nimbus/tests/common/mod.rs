@@ -136,6 +136,18 @@ where
         .unwrap_or_else(|e| panic!("getting {name}: {e}"))
 }
 
+/// Creates a uniquely named SecurityIntent and returns its name.
+pub async fn create_intent(client: &Client, id: &str, action: &str) -> String {
+    let name = unique("si");
+    apply(
+        &Api::<nimbus_api::SecurityIntent>::all(client.clone()),
+        &name,
+        &intent(&name, id, action),
+    )
+    .await;
+    name
+}
+
 pub fn intent(name: &str, id: &str, action: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",

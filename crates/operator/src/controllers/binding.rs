@@ -1,9 +1,8 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
 
 use super::{Context, publish, write_binding_status};
-use crate::apply::{self, controller_owner, is_controlled_by, ready};
+use crate::apply::{self, is_controlled_by, owned_meta, ready};
 use crate::error::Error;
-use kube::api::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -31,7 +30,7 @@ pub async fn reconcile(
         let message =
             format!("NimbusPolicy {namespace}/{name} exists and is not owned by this binding");
         let status = status_of(
-            ours,
+            None,
             Vec::new(),
             ready(
                 false,
@@ -65,13 +64,7 @@ pub async fn reconcile(
     let policy = match plan.policy {
         Some(spec) => {
             let desired = NimbusPolicy {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(namespace.clone()),
-                    labels: sib.metadata.labels.clone().filter(|l| !l.is_empty()),
-                    owner_references: Some(vec![controller_owner(&*sib)?]),
-                    ..Default::default()
-                },
+                metadata: owned_meta(&*sib, &name, Some(&namespace))?,
                 spec,
                 status: None,
             };

@@ -2,10 +2,9 @@
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
 use super::{Context, publish, write_binding_status};
-use crate::apply::{self, controller_owner, is_controlled_by, ready};
+use crate::apply::{self, is_controlled_by, owned_meta, ready};
 use crate::error::Error;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -59,7 +58,7 @@ pub async fn reconcile(
             }
             (Some(spec), false) => {
                 let desired = ClusterNimbusPolicy {
-                    metadata: meta(&csib, &name, None)?,
+                    metadata: owned_meta(&*csib, &name, None)?,
                     spec,
                     status: None,
                 };
@@ -128,7 +127,7 @@ pub async fn reconcile(
             }
             Some(spec) => {
                 let desired = NimbusPolicy {
-                    metadata: meta(&csib, &policy_name, Some(&ns_name))?,
+                    metadata: owned_meta(&*csib, &policy_name, Some(&ns_name))?,
                     spec: spec.clone(),
                     status: None,
                 };
@@ -206,20 +205,6 @@ fn wanted<'a>(
 fn is_terminating(ns: &Namespace) -> bool {
     ns.metadata.deletion_timestamp.is_some()
         || ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
-}
-
-fn meta(
-    csib: &ClusterSecurityIntentBinding,
-    name: &str,
-    namespace: Option<&str>,
-) -> Result<ObjectMeta, Error> {
-    Ok(ObjectMeta {
-        name: Some(name.to_owned()),
-        namespace: namespace.map(str::to_owned),
-        labels: csib.metadata.labels.clone().filter(|l| !l.is_empty()),
-        owner_references: Some(vec![controller_owner(csib)?]),
-        ..Default::default()
-    })
 }
 
 async fn write_status(
