@@ -23,4 +23,18 @@ pub mod condition {
     pub const REASON_POLICY_CONFLICT: &str = "PolicyConflict";
     /// A cluster binding's namespace selector is contradictory or empty.
     pub const REASON_INVALID_NAMESPACE_SELECTOR: &str = "InvalidNamespaceSelector";
+    /// An intent ID is not in the catalog, or cannot be enforced through this kind of binding.
+    pub const REASON_UNSUPPORTED_INTENT: &str = "UnsupportedIntent";
+    /// Every engine that could enforce an intent is missing its CRDs.
+    pub const REASON_ENGINE_NOT_INSTALLED: &str = "EngineNotInstalled";
+    /// Every engine that could enforce an intent is switched off by configuration.
+    pub const REASON_ENGINE_DISABLED: &str = "EngineDisabled";
+    /// An intent parameter has a value of the wrong shape (its default is used instead).
+    pub const REASON_INVALID_PARAMETER: &str = "InvalidParameter";
+    /// An engine cannot express the policy's workload selector.
+    pub const REASON_UNSUPPORTED_SELECTOR: &str = "UnsupportedSelector";
+    /// Something the engine needs in the cluster is missing (a namespace, a database).
+    pub const REASON_ENGINE_NOT_READY: &str = "EngineNotReady";
+    /// Writing a generated object failed.
+    pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
 }

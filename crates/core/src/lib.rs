@@ -1,10 +1,13 @@
 //! The sans-IO core of the operator: every decision about *what* should exist is a plain
 //! function of already-fetched objects. Controllers fetch, call into this crate, and apply.
 
+pub mod catalog;
 pub mod cel;
 pub mod compile;
+pub mod engines;
 pub mod names;
 pub mod namespaces;
+pub mod params;
 
 pub use compile::{
     BindingPlan, ClusterBindingPlan, CompileError, compile_binding, compile_cluster_binding,

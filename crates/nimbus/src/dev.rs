@@ -22,6 +22,8 @@ pub struct DevArgs {
     /// Stop after printing what exists instead of running until Ctrl-C (for smoke tests).
     #[arg(long)]
     once: bool,
+    #[command(flatten)]
+    engines: crate::EngineArgs,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -44,15 +46,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .with_context(|| format!("installing engine CRDs from {}", file.display()))?;
     }
 
+    // What the Helm chart installs beside the operator for the engines.
+    for file in yaml_files(&crate::repo_root().join("config/engines"))? {
+        apply_yaml(&client, &read(&file)?)
+            .await
+            .with_context(|| format!("applying {}", file.display()))?;
+    }
+
     let shutdown = crate::shutdown_on_signal();
-    let operator = tokio::spawn(nimbus_operator::run(
-        client.clone(),
-        nimbus_operator::Config {
-            health_addr: Some(([127, 0, 0, 1], 8081).into()),
-            ..Default::default()
-        },
-        shutdown.clone(),
-    ));
+    let mut config = nimbus_operator::Config {
+        health_addr: Some(([127, 0, 0, 1], 8081).into()),
+        ..Default::default()
+    };
+    args.engines.apply(&mut config);
+    let operator = tokio::spawn(nimbus_operator::run(client.clone(), config, shutdown.clone()));
 
     for file in yaml_files(&args.examples)? {
         apply_yaml(&client, &read(&file)?)

@@ -4,6 +4,8 @@ mod dev;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use nimbus_core::catalog::Engine;
+use nimbus_core::engines;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,16 +49,55 @@ pub struct RunArgs {
     /// Pod name, reported on events.
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
+    #[command(flatten)]
+    engines: EngineArgs,
+}
+
+/// Which engines run and what they need.
+#[derive(clap::Args)]
+pub struct EngineArgs {
+    /// Engines not to drive (comma-separated: netpol, kubearmor, kyverno, k8tls, rbac), e.g. to
+    /// leave one to an external adapter that reads NimbusPolicies.
+    #[arg(long, value_delimiter = ',', env = "NIMBUS_DISABLE_ENGINES")]
+    disable_engines: Vec<Engine>,
+    /// Namespace of the k8tls CronJobs (holding the k8tls ServiceAccount and ConfigMaps).
+    #[arg(long, default_value = engines::DEFAULT_K8TLS_NAMESPACE)]
+    k8tls_namespace: String,
+    /// ConfigMap `<namespace>/<name>` holding the virtual-patch database (key `vp.json`).
+    #[arg(long, value_parser = parse_object_key)]
+    virtual_patch_db: Option<(String, String)>,
+}
+
+impl EngineArgs {
+    fn apply(&self, config: &mut nimbus_operator::Config) {
+        config.engines = Engine::ALL
+            .into_iter()
+            .filter(|e| !self.disable_engines.contains(e))
+            .collect();
+        config.k8tls_namespace = self.k8tls_namespace.clone();
+        config.virtual_patch_db = self.virtual_patch_db.clone();
+    }
+}
+
+fn parse_object_key(value: &str) -> Result<(String, String), String> {
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("`{value}` is not <namespace>/<name>")),
+    }
 }
 
 impl RunArgs {
     fn config(&self) -> nimbus_operator::Config {
-        nimbus_operator::Config {
+        let mut config = nimbus_operator::Config {
             health_addr: Some(self.health_addr),
             resync: self.resync,
             instance: self.instance.clone(),
             ..Default::default()
-        }
+        };
+        self.engines.apply(&mut config);
+        config
     }
 }
 

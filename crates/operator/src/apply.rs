@@ -5,15 +5,26 @@ use crate::error::Error;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, Preconditions};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::fmt::Debug;
 
-/// Field manager of everything the operator writes.
+/// Field manager of the Nimbus objects the operator writes (engines use their own).
 pub const FIELD_MANAGER: &str = "nimbus-operator";
+
+/// `Kind namespace/name`, for error messages.
+pub fn describe<K: Resource + Serialize>(obj: &K) -> String {
+    let kind = serde_json::to_value(obj)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default();
+    match obj.meta().namespace.as_deref() {
+        Some(ns) => format!("{kind} {ns}/{}", obj.name_any()),
+        None => format!("{kind} {}", obj.name_any()),
+    }
+}
 
 /// A controller ownerReference that blocks the owner's foreground deletion until the dependent
 /// is gone, as Nimbus sets it.
@@ -54,8 +65,9 @@ pub fn is_controlled_by<K: Resource>(obj: &K, owner_uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == owner_uid)
 }
 
-/// Whether applying `desired` over `observed` would change anything we own: every top-level
-/// field we set besides metadata must be equal, our labels and annotations present, and our
+/// Whether applying `desired` over `observed` would change anything we own: every field we set
+/// besides metadata must be present with the same value (fields the API server defaulted or
+/// another manager added do not count), our labels and annotations present, and our
 /// ownerReferences there.
 pub fn needs_apply<K: Resource + Serialize>(desired: &K, observed: Option<&K>) -> bool {
     let Some(observed) = observed else {
@@ -70,7 +82,7 @@ pub fn needs_apply<K: Resource + Serialize>(desired: &K, observed: Option<&K>) -
     let body_same = want
         .iter()
         .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "apiVersion" | "kind" | "status"))
-        .all(|(k, v)| have.get(k) == Some(v));
+        .all(|(k, v)| covers(have.get(k).unwrap_or(&Value::Null), v));
     let contains = |want: &std::collections::BTreeMap<String, String>,
                     have: &std::collections::BTreeMap<String, String>| {
         want.iter().all(|(k, v)| have.get(k) == Some(v))
@@ -87,30 +99,50 @@ pub fn needs_apply<K: Resource + Serialize>(desired: &K, observed: Option<&K>) -
         && owners_present)
 }
 
-/// Server-side applies `desired` when it differs from `observed`. Returns whether it wrote.
-pub async fn apply<K>(api: &Api<K>, desired: &K, observed: Option<&K>) -> Result<bool, Error>
+/// Whether `have` holds everything `want` says: objects may carry extra keys (server defaults),
+/// lists must have the same length with each element covered, scalars must be equal. A `null`
+/// we want is the same as a field left out.
+fn covers(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (_, Value::Null) => true,
+        (Value::Object(have), Value::Object(want)) => want
+            .iter()
+            .all(|(k, v)| covers(have.get(k).unwrap_or(&Value::Null), v)),
+        (Value::Array(have), Value::Array(want)) => {
+            have.len() == want.len() && have.iter().zip(want).all(|(h, w)| covers(h, w))
+        }
+        _ => have == want,
+    }
+}
+
+/// Server-side applies `desired` as `manager` when it differs from `observed`. Returns whether
+/// it wrote.
+pub async fn apply<K>(
+    api: &Api<K>,
+    manager: &str,
+    desired: &K,
+    observed: Option<&K>,
+) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
     if !needs_apply(desired, observed) {
         return Ok(false);
     }
-    let name = desired.name_any();
-    let object = ObjectRef::from_obj(desired);
     api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &desired.name_any(),
+        &PatchParams::apply(manager).force(),
         &Patch::Apply(desired),
     )
     .await
-    .map_err(Error::kube("applying", &object))?;
+    .map_err(Error::kube("applying", describe(desired)))?;
     Ok(true)
 }
 
 /// Deletes `obj` if it is still the same object (by UID). Returns whether it deleted.
 pub async fn delete<K>(api: &Api<K>, obj: &K) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
@@ -122,7 +154,7 @@ where
     match api.delete(&obj.name_any(), &params).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(false),
-        Err(e) => Err(Error::kube("deleting", &ObjectRef::from_obj(obj))(e)),
+        Err(e) => Err(Error::kube("deleting", describe(obj))(e)),
     }
 }
 
@@ -166,7 +198,6 @@ where
         }
     }
     desired.set_last_updated(Some(now));
-    let object = ObjectRef::from_obj(obj);
     let body = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
@@ -178,7 +209,7 @@ where
         &Patch::Apply(body),
     )
     .await
-    .map_err(Error::kube("writing status of", &object))?;
+    .map_err(Error::kube("writing status of", describe(obj)))?;
     Ok(true)
 }
 
@@ -237,11 +268,18 @@ mod tests {
             &desired,
             Some(&cm(&[("a", "2")], &[("l", "v")]))
         ));
-        assert!(needs_apply(
-            &desired,
-            Some(&cm(&[("a", "1"), ("b", "2")], &[("l", "v")]))
-        ));
         assert!(needs_apply(&desired, Some(&cm(&[("a", "1")], &[]))));
+    }
+
+    #[test]
+    fn server_defaults_are_not_drift_but_changed_or_missing_fields_are() {
+        let want = json!({"spec": {"a": [{"x": 1}], "empty": {}}});
+        let defaulted = json!({"spec": {"a": [{"x": 1, "d": true}], "empty": {}, "b": 2}});
+        assert!(covers(&defaulted, &want));
+        assert!(!covers(&json!({"spec": {"a": [{"x": 2}], "empty": {}}}), &want));
+        assert!(!covers(&json!({"spec": {"a": [{"x": 1}, {"x": 1}], "empty": {}}}), &want));
+        assert!(!covers(&json!({"spec": {"a": [{"x": 1}]}}), &want));
+        assert!(covers(&json!({}), &json!({"k": null})));
     }
 
     #[test]

@@ -1,12 +1,18 @@
-use k8s_openapi::api::core::v1::Namespace;
+use crate::availability::{self, Served};
+use crate::natives::Natives;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::Client;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusRule, SecurityIntent,
     SecurityIntentBinding,
 };
+use nimbus_core::catalog::Engine;
+use nimbus_core::engines::{EngineSet, Environment, VirtualPatches, virtual_patch};
+use std::collections::BTreeSet;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// What every reconcile reads: the client for writes and the shared caches for reads (a
 /// reconcile never lists from the API server).
@@ -21,4 +27,64 @@ pub struct Context {
     pub policies: Store<NimbusPolicy>,
     pub cluster_policies: Store<ClusterNimbusPolicy>,
     pub namespaces: Store<Namespace>,
+    pub natives: Natives,
+    pub engines: EngineContext,
+}
+
+/// What the engines need beyond the policies.
+pub struct EngineContext {
+    pub enabled: BTreeSet<Engine>,
+    pub served: watch::Receiver<Served>,
+    /// Nodes, for their pod CIDRs (only when the NetworkPolicy engine is enabled).
+    pub nodes: Option<Store<Node>>,
+    pub k8tls_namespace: String,
+    /// The virtual-patch database ConfigMap, when one is configured.
+    pub virtual_patch_db: Option<(ObjectRef<ConfigMap>, Store<ConfigMap>)>,
+}
+
+impl Context {
+    pub fn engine_set(&self) -> EngineSet {
+        availability::engine_set(&self.engines.enabled, &self.engines.served.borrow())
+    }
+
+    /// The cluster facts the translation of `rules` depends on, from the caches.
+    pub fn environment(&self, rules: &[NimbusRule]) -> Environment {
+        let e = &self.engines;
+        let node_pod_cidrs = e
+            .nodes
+            .as_ref()
+            .map(|nodes| {
+                nodes
+                    .state()
+                    .iter()
+                    .filter_map(|n| n.spec.as_ref())
+                    .flat_map(|s| match &s.pod_cidrs {
+                        Some(cidrs) if !cidrs.is_empty() => cidrs.clone(),
+                        _ => s.pod_cidr.clone().into_iter().collect(),
+                    })
+                    .filter(|c| !c.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let virtual_patches = if rules.iter().any(|r| r.id == virtual_patch::INTENT) {
+            match &e.virtual_patch_db {
+                None => VirtualPatches::NotConfigured,
+                Some((key, store)) => virtual_patch::from_config_map(
+                    &key.to_string(),
+                    store.get(key).as_deref().and_then(|cm| cm.data.as_ref()),
+                ),
+            }
+        } else {
+            VirtualPatches::NotConfigured
+        };
+        Environment {
+            node_pod_cidrs,
+            k8tls_namespace_exists: self
+                .namespaces
+                .get(&ObjectRef::new(&e.k8tls_namespace))
+                .is_some(),
+            k8tls_namespace: e.k8tls_namespace.clone(),
+            virtual_patches,
+        }
+    }
 }

@@ -1,5 +1,3 @@
-use kube::runtime::reflector::ObjectRef;
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{action} {object}: {source}")]
@@ -26,11 +24,7 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn kube<K: kube::Resource<DynamicType = ()>>(
-        action: &'static str,
-        object: &ObjectRef<K>,
-    ) -> impl FnOnce(kube::Error) -> Self {
-        let object = object.to_string();
+    pub(crate) fn kube(action: &'static str, object: String) -> impl FnOnce(kube::Error) -> Self {
         move |source| Self::Kube {
             action,
             object,

@@ -2,10 +2,13 @@
 //! mechanism, health endpoints and graceful shutdown.
 
 pub mod apply;
+mod availability;
+mod cache;
 mod context;
 mod controllers;
 mod error;
 mod health;
+mod natives;
 mod run;
 
 pub use error::Error;

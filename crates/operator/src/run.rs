@@ -1,28 +1,32 @@
 //! Wiring: one shared cache per kind, every controller fed from those caches.
 
-use crate::context::Context;
+use crate::availability;
+use crate::cache::{Cache, Driver};
+use crate::context::{Context, EngineContext};
 use crate::controllers::{binding, cluster_binding, error_policy, intent, policy};
 use crate::error::Error;
 use crate::health;
+use crate::natives::{self, Natives};
 use futures::{FutureExt, Stream, StreamExt, future};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use kube::api::DynamicObject;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
     SecurityIntentBinding,
 };
+use nimbus_core::catalog::Engine;
+use nimbus_core::engines::{self, DEFAULT_K8TLS_NAMESPACE, NativeKind};
 use nimbus_core::namespaces;
-use serde::de::DeserializeOwned;
+use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
@@ -35,6 +39,12 @@ pub struct Config {
     pub reporter: String,
     /// Identity of this replica on events (the pod name in a cluster).
     pub instance: Option<String>,
+    /// Engines the operator drives; the others are left to external adapters.
+    pub engines: BTreeSet<Engine>,
+    /// Namespace of the k8tls CronJobs (with its `k8tls` ServiceAccount and ConfigMaps).
+    pub k8tls_namespace: String,
+    /// The ConfigMap (`namespace/name`) holding the virtual-patch database.
+    pub virtual_patch_db: Option<(String, String)>,
 }
 
 impl Default for Config {
@@ -44,66 +54,10 @@ impl Default for Config {
             resync: Duration::from_secs(300),
             reporter: "nimbus-operator".to_owned(),
             instance: None,
+            engines: Engine::ALL.into(),
+            k8tls_namespace: DEFAULT_K8TLS_NAMESPACE.to_owned(),
+            virtual_patch_db: None,
         }
-    }
-}
-
-type Driver = Pin<Box<dyn futures::Future<Output = ()> + Send>>;
-
-/// One watch per kind: it feeds the cache reconciles read from, then fans each touched object
-/// (deletions included) out to the controllers that trigger on it. Because an event reaches a
-/// controller only after the cache has applied it, a reconcile never sees an object its trigger
-/// already reported gone. (kube's shared-stream subscribers would drop deletions.)
-struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
-    store: Store<K>,
-    writer: Option<reflector::store::Writer<K>>,
-    api: Api<K>,
-    subscribers: Vec<mpsc::UnboundedSender<K>>,
-}
-
-impl<K> Cache<K>
-where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-{
-    fn new(api: Api<K>) -> Self {
-        let (store, writer) = reflector::store();
-        Self {
-            store,
-            writer: Some(writer),
-            api,
-            subscribers: Vec::new(),
-        }
-    }
-
-    /// A trigger stream for one controller. The channel is unbounded because controllers only
-    /// schedule work from it, which never blocks; it is drained as fast as events arrive.
-    fn subscribe(&mut self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers.push(tx);
-        UnboundedReceiverStream::new(rx).map(Ok)
-    }
-
-    fn driver(&mut self) -> Driver {
-        let writer = self.writer.take().expect("each cache is started once");
-        let subscribers = std::mem::take(&mut self.subscribers);
-        watcher(self.api.clone(), watcher::Config::default())
-            .default_backoff()
-            .reflect(writer)
-            .touched_objects()
-            .for_each(move |touched| {
-                match touched {
-                    Ok(obj) => {
-                        for subscriber in &subscribers {
-                            let _ = subscriber.send(obj.clone());
-                        }
-                    }
-                    Err(error) => {
-                        tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying")
-                    }
-                }
-                future::ready(())
-            })
-            .boxed()
     }
 }
 
@@ -115,6 +69,30 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let mut policies = Cache::<NimbusPolicy>::new(Api::all(client.clone()));
     let mut cluster_policies = Cache::<ClusterNimbusPolicy>::new(Api::all(client.clone()));
     let mut namespace_cache = Cache::<Namespace>::new(Api::all(client.clone()));
+
+    // Engines: which kinds are served, one cache per native kind, and the cluster facts the
+    // translations read.
+    let (served, availability_driver) = availability::track(client.clone(), &config.engines);
+    let native_kinds: BTreeSet<&'static NativeKind> = config
+        .engines
+        .iter()
+        .flat_map(|e| engines::kinds(*e).iter().copied())
+        .collect();
+    let mut native_caches: Vec<(&'static NativeKind, Cache<DynamicObject>)> = native_kinds
+        .into_iter()
+        .map(|kind| (kind, natives::cache(&client, kind)))
+        .collect();
+    let mut node_cache = config.engines.contains(&Engine::NetworkPolicy).then(|| {
+        Cache::<Node>::new(Api::all(client.clone())).strip(|n| {
+            n.status = None;
+            n.metadata.managed_fields = None;
+        })
+    });
+    let mut patch_db_cache = config.virtual_patch_db.as_ref().map(|(ns, name)| {
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let cache = Cache::<ConfigMap>::with(Api::namespaced(client.clone(), ns), (), config);
+        (ObjectRef::new(name).within(ns), cache)
+    });
 
     let reporter = Reporter {
         controller: config.reporter.clone(),
@@ -130,11 +108,29 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         policies: policies.store.clone(),
         cluster_policies: cluster_policies.store.clone(),
         namespaces: namespace_cache.store.clone(),
+        natives: Natives::new(
+            client.clone(),
+            native_caches
+                .iter()
+                .map(|(kind, cache)| (*kind, cache.store.clone()))
+                .collect(),
+        ),
+        engines: EngineContext {
+            enabled: config.engines.clone(),
+            served: served.clone(),
+            nodes: node_cache.as_ref().map(|c| c.store.clone()),
+            k8tls_namespace: config.k8tls_namespace.clone(),
+            virtual_patch_db: patch_db_cache
+                .as_ref()
+                .map(|(key, cache)| (key.clone(), cache.store.clone())),
+        },
     });
     let stopped = || {
         let token = shutdown.clone();
         async move { token.cancelled().await }
     };
+    let availability_changes =
+        || WatchStream::from_changes(served.clone()).map(|_| ()).boxed();
 
     let intent_controller = Controller::for_stream(intents.subscribe(), ctx.intents.clone())
         .graceful_shutdown_on(stopped())
@@ -146,6 +142,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         .watches_stream(intents.subscribe(), move |si: SecurityIntent| {
             referencing(&sib_index, &si.name_any(), |b| &b.spec.intents)
         })
+        .reconcile_all_on(availability_changes())
         .graceful_shutdown_on(stopped())
         .run(binding::reconcile, error_policy, ctx.clone());
 
@@ -156,7 +153,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             .owns_stream(cluster_policies.subscribe())
             // `owns` would look the cluster-scoped owner up inside the child's namespace.
             .watches_stream(policies.subscribe(), |np: NimbusPolicy| {
-                cluster_owner::<ClusterSecurityIntentBinding, _>(&np)
+                owner::<ClusterSecurityIntentBinding, _>(&np, None)
             })
             .watches_stream(intents.subscribe(), move |si: SecurityIntent| {
                 referencing(&csib_by_intent, &si.name_any(), |b| &b.spec.intents)
@@ -164,25 +161,77 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             .watches_stream(namespace_cache.subscribe(), move |ns: Namespace| {
                 selecting(&csib_by_namespace, &ns.name_any())
             })
+            .reconcile_all_on(availability_changes())
             .graceful_shutdown_on(stopped())
             .run(cluster_binding::reconcile, error_policy, ctx.clone());
 
-    let policy_controller = Controller::for_stream(policies.subscribe(), ctx.policies.clone())
+    // Policies re-translate when what their translation reads changes: engine availability,
+    // node pod CIDRs, the virtual-patch database, the k8tls namespace.
+    let mut environment_changes = vec![availability_changes()];
+    if let Some(nodes) = &mut node_cache {
+        let cidrs = {
+            let ctx = ctx.clone();
+            move || ctx.environment(&[]).node_pod_cidrs
+        };
+        environment_changes.push(changes(nodes.subscribe(), cidrs));
+    }
+    if let Some((_, db)) = &mut patch_db_cache {
+        environment_changes.push(db.subscribe().map(|_| ()).boxed());
+    }
+    let k8tls_namespace = config.k8tls_namespace.clone();
+    let k8tls_namespace_changes = namespace_cache
+        .subscribe()
+        .filter(move |ns| future::ready(ns.as_ref().is_ok_and(|ns| ns.name_any() == k8tls_namespace)))
+        .map(|_| ())
+        .boxed();
+
+    let mut policy_controller = Controller::for_stream(policies.subscribe(), ctx.policies.clone());
+    let mut cluster_policy_controller =
+        Controller::for_stream(cluster_policies.subscribe(), ctx.cluster_policies.clone());
+    for (kind, cache) in &mut native_caches {
+        let resource = kind.api_resource();
+        policy_controller = policy_controller.watches_stream_with(
+            cache.subscribe(),
+            |obj: DynamicObject| owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref()),
+            resource.clone(),
+        );
+        cluster_policy_controller = cluster_policy_controller.watches_stream_with(
+            cache.subscribe(),
+            |obj: DynamicObject| owner::<ClusterNimbusPolicy, _>(&obj, None),
+            resource,
+        );
+    }
+    let policy_controller = policy_controller
+        .reconcile_all_on(futures::stream::select_all(environment_changes))
         .graceful_shutdown_on(stopped())
         .run(policy::reconcile_namespaced, error_policy, ctx.clone());
-    let cluster_policy_controller =
-        Controller::for_stream(cluster_policies.subscribe(), ctx.cluster_policies.clone())
-            .graceful_shutdown_on(stopped())
-            .run(policy::reconcile_cluster, error_policy, ctx.clone());
+    let cluster_policy_controller = cluster_policy_controller
+        .reconcile_all_on(futures::stream::select(
+            availability_changes(),
+            k8tls_namespace_changes,
+        ))
+        .graceful_shutdown_on(stopped())
+        .run(policy::reconcile_cluster, error_policy, ctx.clone());
 
-    let caches: Vec<Driver> = vec![
+    let mut caches: Vec<Driver> = vec![
         intents.driver(),
         bindings.driver(),
         cluster_bindings.driver(),
         policies.driver(),
         cluster_policies.driver(),
         namespace_cache.driver(),
+        availability_driver,
     ];
+    caches.extend(node_cache.as_mut().map(Cache::driver));
+    caches.extend(patch_db_cache.as_mut().map(|(_, c)| c.driver()));
+    for (kind, cache) in &mut native_caches {
+        // A CRD-backed kind is watched once its CRD is served.
+        let mut served = served.clone();
+        let kind: &'static NativeKind = kind;
+        caches.push(cache.driver_after(async move {
+            let _ = served.wait_for(|s| s.contains(kind)).await;
+        }));
+    }
     let ready = {
         let ctx = ctx.clone();
         async move {
@@ -201,7 +250,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         tokio::spawn(health::serve(addr, ready, shutdown.clone()).await?);
     }
 
-    tracing::info!("operator started");
+    tracing::info!(engines = ?config.engines, "operator started");
     let controllers = futures::future::join_all(vec![
         drain(intent_controller),
         drain(binding_controller),
@@ -216,6 +265,25 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     }
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// Emits when `value()` differs from what it was at the previous event of `events`.
+fn changes<T, V>(
+    events: impl Stream<Item = T> + Send + 'static,
+    value: impl Fn() -> V + Send + 'static,
+) -> futures::stream::BoxStream<'static, ()>
+where
+    V: PartialEq + Send + 'static,
+{
+    let mut last = None;
+    events
+        .filter_map(move |_| {
+            let now = value();
+            let changed = last.as_ref() != Some(&now);
+            last = Some(now);
+            future::ready(changed.then_some(()))
+        })
+        .boxed()
 }
 
 fn drain<T: Debug, E: std::fmt::Display>(
@@ -269,8 +337,9 @@ fn selecting(
         .collect()
 }
 
-/// The cluster-scoped controller owner of `child`, if it is a `K`.
-fn cluster_owner<K, C>(child: &C) -> Option<ObjectRef<K>>
+/// The controlling owner of `child` if it is a `K`, in `namespace` (`None` for a cluster-scoped
+/// owner; kube's `owns` would look one up inside the child's namespace).
+fn owner<K, C>(child: &C, namespace: Option<&str>) -> Option<ObjectRef<K>>
 where
     K: Resource<DynamicType = ()>,
     C: Resource,
@@ -283,5 +352,11 @@ where
                 && o.kind == K::kind(&())
                 && o.api_version == K::api_version(&())
         })
-        .map(|o| ObjectRef::new(&o.name))
+        .map(|o| {
+            let key = ObjectRef::new(&o.name);
+            match namespace {
+                Some(ns) => key.within(ns),
+                None => key,
+            }
+        })
 }

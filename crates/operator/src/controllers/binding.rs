@@ -1,6 +1,6 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
 
-use super::{Context, publish, write_binding_status};
+use super::{Context, binding_ready, publish, write_binding_status};
 use crate::apply::{self, is_controlled_by, owned_meta, ready};
 use crate::error::Error;
 use kube::runtime::controller::Action;
@@ -10,6 +10,7 @@ use kube::{Api, ResourceExt};
 use nimbus_api::{
     NimbusPolicy, STATUS_CREATED, SecurityIntentBinding, SecurityIntentBindingStatus, condition,
 };
+use nimbus_core::catalog::BindingKind;
 use nimbus_core::compile_binding;
 use std::sync::Arc;
 
@@ -68,7 +69,7 @@ pub async fn reconcile(
                 spec,
                 status: None,
             };
-            if apply::apply(&policies, &desired, ours).await? {
+            if apply::apply(&policies, apply::FIELD_MANAGER, &desired, ours).await? {
                 let (reason, verb) = if ours.is_some() {
                     ("PolicyUpdated", "updated")
                 } else {
@@ -102,20 +103,14 @@ pub async fn reconcile(
         }
     };
 
-    let condition = if plan.missing_intents.is_empty() {
-        ready(true, condition::REASON_READY, "", generation)
-    } else {
-        let message = format!(
-            "SecurityIntents not found: {}",
-            plan.missing_intents.join(", ")
-        );
-        ready(
-            false,
-            condition::REASON_INTENT_NOT_FOUND,
-            message,
-            generation,
-        )
-    };
+    let rules = policy.as_ref().map_or(&[][..], |p| &p.spec.rules[..]);
+    let condition = binding_ready(
+        &ctx,
+        BindingKind::Namespaced,
+        rules,
+        &plan.missing_intents,
+        generation,
+    );
     write_status(
         &ctx,
         &sib,

@@ -1,7 +1,7 @@
 //! ClusterSecurityIntentBinding → one ClusterNimbusPolicy plus a NimbusPolicy
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
-use super::{Context, publish, write_binding_status};
+use super::{Context, binding_ready, publish, write_binding_status};
 use crate::apply::{self, is_controlled_by, owned_meta, ready};
 use crate::error::Error;
 use k8s_openapi::api::core::v1::Namespace;
@@ -14,6 +14,7 @@ use nimbus_api::{
     NamespaceSelector, NimbusPolicy, NimbusPolicySpec, STATUS_CREATED, STATUS_VALIDATION_FAIL,
     condition,
 };
+use nimbus_core::catalog::BindingKind;
 use nimbus_core::{CompileError, compile_cluster_binding, names, namespaces};
 use std::sync::Arc;
 
@@ -63,7 +64,7 @@ pub async fn reconcile(
                     status: None,
                 };
                 let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
-                match apply::apply(&api, &desired, ours).await {
+                match apply::apply(&api, apply::FIELD_MANAGER, &desired, ours).await {
                     Ok(true) => {
                         let verb = if ours.is_some() { "updated" } else { "created" };
                         publish(
@@ -131,7 +132,7 @@ pub async fn reconcile(
                     spec: spec.clone(),
                     status: None,
                 };
-                let result = apply::apply(&api, &desired, ours).await;
+                let result = apply::apply(&api, apply::FIELD_MANAGER, &desired, ours).await;
                 if result.is_ok() {
                     in_force.push(ns_name);
                 }
@@ -157,19 +158,15 @@ pub async fn reconcile(
             problems.join("; "),
             generation,
         )
-    } else if !plan.missing_intents.is_empty() {
-        let message = format!(
-            "SecurityIntents not found: {}",
-            plan.missing_intents.join(", ")
-        );
-        ready(
-            false,
-            condition::REASON_INTENT_NOT_FOUND,
-            message,
+    } else {
+        let rules = cluster_policy.as_ref().map_or(&[][..], |p| &p.spec.rules[..]);
+        binding_ready(
+            &ctx,
+            BindingKind::Cluster,
+            rules,
+            &plan.missing_intents,
             generation,
         )
-    } else {
-        ready(true, condition::REASON_READY, "", generation)
     };
     let bound = plan.bound_intents;
     let status = ClusterSecurityIntentBindingStatus {

@@ -13,9 +13,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use nimbus_api::{
-    ClusterSecurityIntentBindingStatus, NimbusPolicyStatus, SecurityIntentBindingStatus,
-    SecurityIntentStatus,
+    ClusterSecurityIntentBindingStatus, NimbusPolicyStatus, NimbusRule,
+    SecurityIntentBindingStatus, SecurityIntentStatus,
 };
+use nimbus_core::catalog::BindingKind;
+use nimbus_core::engines::{self, Problem};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +51,36 @@ async fn publish<K: Resource<DynamicType = ()>>(
     if let Err(error) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
         tracing::warn!(%error, name = %obj.name_any(), "recording event failed");
     }
+}
+
+/// A binding's `Ready`: missing intents first, then what keeps its bound intents from being
+/// enforced (unknown IDs, bad parameters, engines off or not installed).
+fn binding_ready(
+    ctx: &Context,
+    kind: BindingKind,
+    rules: &[NimbusRule],
+    missing_intents: &[String],
+    generation: Option<i64>,
+) -> nimbus_api::Condition {
+    let engines = ctx.engine_set();
+    let problems: Vec<Problem> = rules
+        .iter()
+        .flat_map(|r| engines::check_rule(r, kind, &engines))
+        .collect();
+    if missing_intents.is_empty() {
+        return policy::readiness(&problems, generation);
+    }
+    let mut message = format!("SecurityIntents not found: {}", missing_intents.join(", "));
+    for p in &problems {
+        message.push_str("; ");
+        message.push_str(&p.message);
+    }
+    crate::apply::ready(
+        false,
+        nimbus_api::condition::REASON_INTENT_NOT_FOUND,
+        message,
+        generation,
+    )
 }
 
 /// Writes a binding's status (if it changed) and raises a Warning event when it turns not

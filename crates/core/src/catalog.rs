@@ -1,0 +1,512 @@
+//! The intent catalog: every intent ID the operator understands, what it means, its
+//! parameters, and which engines enforce it from which kind of policy. The operator's status
+//! conditions, the translators and the CLI all read this one table.
+
+use crate::params::{self, ParamKind};
+use nimbus_api::NimbusRule;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// A built-in engine: one translator module and the native kinds it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Engine {
+    NetworkPolicy,
+    KubeArmor,
+    Kyverno,
+    K8tls,
+    Rbac,
+}
+
+impl Engine {
+    pub const ALL: [Engine; 5] = [
+        Engine::NetworkPolicy,
+        Engine::KubeArmor,
+        Engine::Kyverno,
+        Engine::K8tls,
+        Engine::Rbac,
+    ];
+
+    /// Short name used on the command line (`--disable-engine kubearmor`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::NetworkPolicy => "netpol",
+            Engine::KubeArmor => "kubearmor",
+            Engine::Kyverno => "kyverno",
+            Engine::K8tls => "k8tls",
+            Engine::Rbac => "rbac",
+        }
+    }
+
+    /// `nimbus-<engine>`: the `app.kubernetes.io/managed-by` value on everything the engine
+    /// generates (as Nimbus's adapters set it) and its server-side-apply field manager.
+    pub fn manager(self) -> &'static str {
+        match self {
+            Engine::NetworkPolicy => "nimbus-netpol",
+            Engine::KubeArmor => "nimbus-kubearmor",
+            Engine::Kyverno => "nimbus-kyverno",
+            Engine::K8tls => "nimbus-k8tls",
+            Engine::Rbac => "nimbus-rbac",
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Engine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Engine::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Engine::ALL.iter().map(|e| e.name()).collect();
+                format!("unknown engine `{s}` (known: {})", names.join(", "))
+            })
+    }
+}
+
+/// Where an engine acts on an intent: on the NimbusPolicy of a namespaced binding, on the
+/// per-namespace NimbusPolicies of a cluster binding, or on the ClusterNimbusPolicy itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Origin {
+    Binding,
+    ClusterBindingNamespace,
+    Cluster,
+}
+
+/// Which origins a binding kind produces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingKind {
+    Namespaced,
+    Cluster,
+}
+
+impl BindingKind {
+    fn origins(self) -> &'static [Origin] {
+        match self {
+            BindingKind::Namespaced => &[Origin::Binding],
+            BindingKind::Cluster => &[Origin::ClusterBindingNamespace, Origin::Cluster],
+        }
+    }
+}
+
+impl Origin {
+    pub fn binding_kind(self) -> BindingKind {
+        match self {
+            Origin::Binding => BindingKind::Namespaced,
+            Origin::ClusterBindingNamespace | Origin::Cluster => BindingKind::Cluster,
+        }
+    }
+}
+
+const NAMESPACED: &[Origin] = &[Origin::Binding, Origin::ClusterBindingNamespace];
+const BINDING_OR_CLUSTER: &[Origin] = &[Origin::Binding, Origin::Cluster];
+const CLUSTER: &[Origin] = &[Origin::Cluster];
+
+/// An engine's support for an intent, from the given origins.
+#[derive(Debug)]
+pub struct Support {
+    pub engine: Engine,
+    pub origins: &'static [Origin],
+}
+
+#[derive(Debug)]
+pub struct Param {
+    pub name: &'static str,
+    pub kind: ParamKind,
+    /// The value used when the parameter is absent (`None`: no default).
+    pub default: Option<&'static str>,
+    /// Whether every value of the list is used (otherwise only the first).
+    pub multiple: bool,
+    pub required: bool,
+    pub description: &'static str,
+}
+
+#[derive(Debug)]
+pub struct IntentSpec {
+    pub id: &'static str,
+    pub summary: &'static str,
+    pub params: &'static [Param],
+    pub support: &'static [Support],
+}
+
+impl IntentSpec {
+    pub fn param(&self, name: &str) -> Option<&'static Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// Engines that enforce this intent when bound by a binding of `kind`.
+    pub fn engines_for(&self, kind: BindingKind) -> BTreeSet<Engine> {
+        self.support
+            .iter()
+            .filter(|s| s.origins.iter().any(|o| kind.origins().contains(o)))
+            .map(|s| s.engine)
+            .collect()
+    }
+
+    /// Whether `engine` acts on this intent in a policy of `origin`.
+    pub fn handled_by(&self, engine: Engine, origin: Origin) -> bool {
+        self.support
+            .iter()
+            .any(|s| s.engine == engine && s.origins.contains(&origin))
+    }
+}
+
+const fn support(engine: Engine, origins: &'static [Origin]) -> Support {
+    Support { engine, origins }
+}
+
+/// Every intent, in the order `nimbus intents` lists them.
+pub static INTENTS: &[IntentSpec] = &[
+    IntentSpec {
+        id: "dnsManipulation",
+        summary: "Keep DNS honest: /etc/resolv.conf is read-only and pods may resolve names only \
+                  through the cluster DNS.",
+        params: &[],
+        support: &[
+            support(Engine::KubeArmor, NAMESPACED),
+            support(Engine::NetworkPolicy, NAMESPACED),
+        ],
+    },
+    IntentSpec {
+        id: "denyExternalNetworkAccess",
+        summary: "Pods talk only to private (RFC 1918) and pod networks, and only over DNS \
+                  ports outward.",
+        params: &[],
+        support: &[support(Engine::NetworkPolicy, NAMESPACED)],
+    },
+    IntentSpec {
+        id: "swDeploymentTools",
+        summary: "Block package managers, build tools and downloaders (apt, yum, make, curl, \
+                  wget, ...) inside containers.",
+        params: &[],
+        support: &[support(Engine::KubeArmor, NAMESPACED)],
+    },
+    IntentSpec {
+        id: "unAuthorizedSaTokenAccess",
+        summary: "Deny processes access to the mounted service-account token.",
+        params: &[],
+        support: &[support(Engine::KubeArmor, NAMESPACED)],
+    },
+    IntentSpec {
+        id: "preventExecutionFromTempOrLogsFolders",
+        summary: "Block executing binaries from /tmp, /var/tmp, log folders and /etc.",
+        params: &[],
+        support: &[support(Engine::KubeArmor, NAMESPACED)],
+    },
+    IntentSpec {
+        id: "escapeToHost",
+        summary: "Stop container breakouts: Pod Security admission level, no chroot, no \
+                  dangerous capabilities, no package managers.",
+        params: &[Param {
+            name: "psaLevel",
+            kind: ParamKind::OneOf(&["baseline", "restricted"]),
+            default: Some("baseline"),
+            multiple: false,
+            required: false,
+            description: "Pod Security Standard enforced by Kyverno.",
+        }],
+        support: &[
+            support(Engine::KubeArmor, NAMESPACED),
+            support(Engine::Kyverno, BINDING_OR_CLUSTER),
+        ],
+    },
+    IntentSpec {
+        id: "cocoWorkload",
+        summary: "Run Deployments as confidential containers by setting their runtime class.",
+        params: &[Param {
+            name: "runtimeClass",
+            kind: ParamKind::DnsSubdomain,
+            default: Some("kata-clh"),
+            multiple: false,
+            required: false,
+            description: "RuntimeClass given to the selected Deployments' pods.",
+        }],
+        support: &[support(Engine::Kyverno, BINDING_OR_CLUSTER)],
+    },
+    IntentSpec {
+        id: "assessTLS",
+        summary: "Scan the TLS configuration of the cluster's services (and given external \
+                  addresses) on a schedule with k8tls.",
+        params: &[
+            Param {
+                name: "schedule",
+                kind: ParamKind::Cron,
+                default: Some("@weekly"),
+                multiple: false,
+                required: false,
+                description: "When the scan runs (CronJob schedule).",
+            },
+            Param {
+                name: "external_addresses",
+                kind: ParamKind::HostPort,
+                default: None,
+                multiple: true,
+                required: false,
+                description: "Extra `host:port` endpoints to scan instead of the cluster's \
+                              services.",
+            },
+        ],
+        support: &[support(Engine::K8tls, CLUSTER)],
+    },
+    IntentSpec {
+        id: "virtualPatch",
+        summary: "Apply the virtual patches the configured CVE database lists for the given CVEs.",
+        params: &[
+            Param {
+                name: "cveList",
+                kind: ParamKind::Cve,
+                default: None,
+                multiple: true,
+                required: true,
+                description: "CVE IDs to patch.",
+            },
+            Param {
+                name: "schedule",
+                kind: ParamKind::Cron,
+                default: Some("0 0 * * *"),
+                multiple: false,
+                required: false,
+                description: "Accepted for compatibility; patches follow database changes at \
+                              once.",
+            },
+        ],
+        support: &[support(Engine::Kyverno, NAMESPACED)],
+    },
+    IntentSpec {
+        id: "namespaceSandbox",
+        summary: "Give a group a ClusterRole inside each selected namespace only (a RoleBinding \
+                  per namespace), so every team plays in its own namespace.",
+        params: &[
+            Param {
+                name: "group",
+                kind: ParamKind::SubjectName,
+                default: None,
+                multiple: true,
+                required: true,
+                description: "Groups bound in each namespace; `{namespace}` is replaced by \
+                              the namespace name.",
+            },
+            Param {
+                name: "clusterRole",
+                kind: ParamKind::DnsSubdomain,
+                default: Some("edit"),
+                multiple: false,
+                required: false,
+                description: "ClusterRole granted within the namespace.",
+            },
+        ],
+        support: &[support(Engine::Rbac, NAMESPACED)],
+    },
+];
+
+/// The catalog entry for `id` (exact, case-sensitive match, as Nimbus does).
+pub fn intent(id: &str) -> Option<&'static IntentSpec> {
+    INTENTS.iter().find(|i| i.id == id)
+}
+
+/// Something wrong with a rule's parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamProblem {
+    pub param: String,
+    pub message: String,
+    /// A required parameter is missing, so the intent cannot be enforced at all (a bad value
+    /// only falls back to the default).
+    pub blocking: bool,
+}
+
+impl fmt::Display for ParamProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "param {}: {}", self.param, self.message)
+    }
+}
+
+/// Checks a rule's parameters against its catalog entry: unknown keys, missing required ones,
+/// and values of the wrong shape. An unknown intent has no parameter rules.
+pub fn check_params(rule: &NimbusRule) -> Vec<ParamProblem> {
+    let Some(spec) = intent(&rule.id) else {
+        return Vec::new();
+    };
+    let given = rule.rule.params.clone().unwrap_or_default();
+    let mut problems = Vec::new();
+    for (key, values) in &given {
+        let Some(param) = spec.param(key) else {
+            let known: Vec<_> = spec.params.iter().map(|p| p.name).collect();
+            problems.push(ParamProblem {
+                param: key.clone(),
+                message: if known.is_empty() {
+                    format!("{} takes no parameters", spec.id)
+                } else {
+                    format!("unknown parameter (known: {})", known.join(", "))
+                },
+                blocking: false,
+            });
+            continue;
+        };
+        let checked = if param.multiple {
+            values.as_slice()
+        } else {
+            &values[..values.len().min(1)]
+        };
+        for value in checked {
+            if let Err(message) = params::check(param.kind, value) {
+                problems.push(ParamProblem {
+                    param: key.clone(),
+                    message: format!("`{value}`: {message}"),
+                    blocking: false,
+                });
+            }
+        }
+        if !param.multiple && values.len() > 1 {
+            problems.push(ParamProblem {
+                param: key.clone(),
+                message: "takes one value; only the first is used".into(),
+                blocking: false,
+            });
+        }
+    }
+    for param in spec.params.iter().filter(|p| p.required) {
+        if given.get(param.name).is_none_or(|v| v.is_empty()) {
+            problems.push(ParamProblem {
+                param: param.name.into(),
+                message: "is required".into(),
+                blocking: true,
+            });
+        }
+    }
+    problems
+}
+
+/// The values of `name` in `rule`: the given ones when valid, otherwise the default. Invalid
+/// values never reach an engine; [`check_params`] reports them.
+pub fn param_values(rule: &NimbusRule, name: &str) -> Vec<String> {
+    let spec = intent(&rule.id).and_then(|i| i.param(name));
+    let given = rule
+        .rule
+        .params
+        .as_ref()
+        .and_then(|p| p.get(name))
+        .cloned()
+        .unwrap_or_default();
+    let Some(spec) = spec else {
+        return given;
+    };
+    let take = if spec.multiple { given.len() } else { 1 };
+    let valid: Vec<String> = given
+        .into_iter()
+        .take(take)
+        .filter(|v| params::check(spec.kind, v).is_ok())
+        .collect();
+    if valid.is_empty() {
+        spec.default.map(str::to_owned).into_iter().collect()
+    } else {
+        valid
+    }
+}
+
+/// The single value of `name` in `rule` (see [`param_values`]).
+pub fn param_value(rule: &NimbusRule, name: &str) -> Option<String> {
+    param_values(rule, name).into_iter().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nimbus_api::Rule;
+
+    fn rule(id: &str, params: &[(&str, &[&str])]) -> NimbusRule {
+        NimbusRule {
+            id: id.into(),
+            type_: None,
+            description: None,
+            rule: Rule {
+                action: "Block".into(),
+                params: Some(
+                    params
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+                        .collect(),
+                ),
+            },
+        }
+    }
+
+    #[test]
+    fn ids_are_unique_and_engine_names_round_trip() {
+        let ids: BTreeSet<_> = INTENTS.iter().map(|i| i.id).collect();
+        assert_eq!(ids.len(), INTENTS.len());
+        for e in Engine::ALL {
+            assert_eq!(e.name().parse::<Engine>(), Ok(e));
+        }
+        assert!("nope".parse::<Engine>().unwrap_err().contains("netpol"));
+    }
+
+    #[test]
+    fn every_default_is_a_valid_value() {
+        for spec in INTENTS {
+            for p in spec.params {
+                if let Some(d) = p.default {
+                    assert_eq!(params::check(p.kind, d), Ok(()), "{}.{}", spec.id, p.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn engines_depend_on_the_binding_kind() {
+        let tls = intent("assessTLS").unwrap();
+        assert!(tls.engines_for(BindingKind::Namespaced).is_empty());
+        assert_eq!(
+            tls.engines_for(BindingKind::Cluster),
+            BTreeSet::from([Engine::K8tls])
+        );
+        let escape = intent("escapeToHost").unwrap();
+        assert!(escape.handled_by(Engine::Kyverno, Origin::Cluster));
+        assert!(!escape.handled_by(Engine::Kyverno, Origin::ClusterBindingNamespace));
+        assert!(escape.handled_by(Engine::KubeArmor, Origin::ClusterBindingNamespace));
+    }
+
+    #[test]
+    fn params_are_checked_and_bad_values_fall_back_to_defaults() {
+        let bad = rule("escapeToHost", &[("psaLevel", &["strict"]), ("x", &["1"])]);
+        let problems = check_params(&bad);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].message.contains("baseline, restricted"));
+        assert!(problems[1].message.contains("unknown parameter"));
+        assert_eq!(param_value(&bad, "psaLevel").as_deref(), Some("baseline"));
+
+        let good = rule("escapeToHost", &[("psaLevel", &["restricted"])]);
+        assert!(check_params(&good).is_empty());
+        assert_eq!(param_value(&good, "psaLevel").as_deref(), Some("restricted"));
+    }
+
+    #[test]
+    fn required_params_and_lists() {
+        let missing = rule("namespaceSandbox", &[]);
+        assert_eq!(
+            check_params(&missing),
+            vec![ParamProblem {
+                param: "group".into(),
+                message: "is required".into(),
+                blocking: true,
+            }]
+        );
+        let tls = rule(
+            "assessTLS",
+            &[("external_addresses", &["a.com:443", "nope", "b.io:8443"])],
+        );
+        assert_eq!(check_params(&tls).len(), 1);
+        assert_eq!(
+            param_values(&tls, "external_addresses"),
+            vec!["a.com:443", "b.io:8443"]
+        );
+        assert!(check_params(&rule("dnsManipulation", &[("a", &[])]))[0]
+            .message
+            .contains("takes no parameters"));
+    }
+}

@@ -1,0 +1,138 @@
+//! k8tls engine: assessTLS on a ClusterNimbusPolicy becomes a CronJob that scans TLS endpoints
+//! (the cluster's services, or the given external addresses) and prints the report through
+//! fluent-bit. The namespace must already hold the `k8tls` ServiceAccount and the
+//! `fips-config` and `fluent-bit-config` ConfigMaps (the Helm chart creates them).
+//!
+//! Differences from Nimbus: every assessTLS rule gets its own CronJob (Nimbus stopped at the
+//! first), and the external-address list lives in a ConfigMap named after its CronJob (Nimbus
+//! shared one `external-addresses` ConfigMap between all policies, so the last writer won).
+
+use super::{
+    CONFIG_MAP, CRON_JOB, Environment, Output, PolicyInput, Rule, metadata, native_name, object,
+};
+use crate::catalog::{Engine, param_value, param_values};
+use nimbus_api::condition;
+use serde_json::json;
+
+/// Where the CronJobs run unless configured otherwise (Nimbus's fixed namespace).
+pub const DEFAULT_NAMESPACE: &str = "nimbus-k8tls-env";
+
+/// CronJob names are limited so the Jobs they spawn (name + 11 characters) stay valid.
+const MAX_CRON_JOB_NAME_LEN: usize = 52;
+const ADDRESSES_DIR: &str = "/var/k8tls/";
+
+pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    if rule.spec.id != "assessTLS" {
+        return Ok(Vec::new());
+    }
+    let namespace = &env.k8tls_namespace;
+    if !env.k8tls_namespace_exists {
+        return Err(rule.problem(
+            condition::REASON_ENGINE_NOT_READY,
+            format!("k8tls namespace {namespace} does not exist (the Helm chart creates it with the k8tls ServiceAccount and ConfigMaps)"),
+        ));
+    }
+    let name = native_name(policy, rule.key, MAX_CRON_JOB_NAME_LEN);
+    let schedule = param_value(rule.spec, "schedule").unwrap_or_else(|| "@weekly".into());
+    let addresses = param_values(rule.spec, "external_addresses");
+
+    let mut volumes = vec![
+        json!({"name": "fips-config", "configMap": {"name": "fips-config"}}),
+        json!({"name": "fluent-bit-config", "configMap": {"name": "fluent-bit-config"}}),
+        json!({"name": "k8tls-report", "emptyDir": {}}),
+    ];
+    let mut scanner_mounts = vec![
+        json!({"name": "fips-config", "readOnly": true, "mountPath": "/home/k8tls/config/"}),
+        json!({"name": "k8tls-report", "mountPath": "/tmp/"}),
+    ];
+    let mut command = json!(["./k8s_tlsscan"]);
+    let mut objects = Vec::new();
+    if !addresses.is_empty() {
+        let list_name = native_name(policy, &format!("{}-addresses", rule.key), 253);
+        volumes.push(json!({"name": "external-addresses", "configMap": {"name": list_name}}));
+        scanner_mounts.push(
+            json!({"name": "external-addresses", "readOnly": true, "mountPath": ADDRESSES_DIR}),
+        );
+        command = json!([
+            "./tlsscan",
+            "--infile",
+            format!("{ADDRESSES_DIR}addresses"),
+            "--compact-json"
+        ]);
+        let lines: Vec<String> = addresses.iter().map(|a| address_line(a)).collect();
+        let meta = metadata(policy, Engine::K8tls, list_name, Some(namespace.clone()), &[]);
+        objects.push((
+            &CONFIG_MAP,
+            object(&CONFIG_MAP, meta, json!({"data": {"addresses": lines.join("\n")}})),
+        ));
+    }
+
+    let mut meta = metadata(policy, Engine::K8tls, name, Some(namespace.clone()), &[]);
+    // The CronJob carries the policy's labels, as in Nimbus.
+    let labels = meta.labels.get_or_insert_default();
+    for (k, v) in &policy.labels {
+        labels.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    let spec = json!({
+        "schedule": schedule,
+        "jobTemplate": {"spec": {
+            "backoffLimit": 5,
+            "template": {"spec": {
+                "volumes": volumes,
+                "initContainers": [{
+                    "name": "k8tls",
+                    "image": "kubearmor/k8tls:latest",
+                    "command": command,
+                    "resources": {},
+                    "volumeMounts": scanner_mounts,
+                    "imagePullPolicy": "Always",
+                }],
+                "containers": [{
+                    "name": "fluent-bit",
+                    "image": "fluent/fluent-bit:latest",
+                    "resources": {},
+                    "volumeMounts": [
+                        {"name": "fluent-bit-config", "readOnly": true,
+                         "mountPath": "/fluent-bit/etc/fluent-bit.conf", "subPath": "fluent-bit.conf"},
+                        {"name": "k8tls-report", "mountPath": "/tmp/"},
+                    ],
+                    "imagePullPolicy": "Always",
+                }],
+                "restartPolicy": "Never",
+                "serviceAccountName": "k8tls",
+            }},
+        }},
+    });
+    objects.push((&CRON_JOB, object(&CRON_JOB, meta, json!({ "spec": spec }))));
+    Ok(objects)
+}
+
+/// `<host:port> <Name>`: the address and its first DNS label capitalized, the line format
+/// k8tls's `--infile` reads (`google.com:443 Google`).
+fn address_line(address: &str) -> String {
+    let host = address
+        .rsplit_once(':')
+        .map_or(address, |(host, _)| host)
+        .trim_matches(['[', ']']);
+    let label = host.split('.').next().filter(|l| !l.is_empty()).unwrap_or(host);
+    let mut chars = label.chars();
+    let title: String = chars
+        .next()
+        .map(|c| c.to_ascii_uppercase())
+        .into_iter()
+        .chain(chars)
+        .collect();
+    format!("{address} {title}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address_line;
+
+    #[test]
+    fn address_lines_follow_k8tls_infile_format() {
+        assert_eq!(address_line("google.com:443"), "google.com:443 Google");
+        assert_eq!(address_line("10.0.0.1:8443"), "10.0.0.1:8443 10");
+        assert_eq!(address_line("[::1]:443"), "[::1]:443 ::1");
+    }
+}

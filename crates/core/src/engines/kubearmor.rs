@@ -1,0 +1,160 @@
+//! KubeArmor engine: one KubeArmorPolicy per intent (three for escapeToHost), with the bodies
+//! Nimbus's adapter writes, empty sections included.
+
+use super::{
+    Environment, KUBEARMOR_POLICY, Output, PolicyInput, Rule, labels_only, metadata, native_name,
+    object,
+};
+use crate::catalog::Engine;
+use crate::names::MAX_NAME_LEN;
+use serde_json::{Map, Value, json};
+
+/// Package managers, build tools and downloaders, in Nimbus's order (duplicate included).
+const DEPLOYMENT_TOOLS: [&str; 37] = [
+    "/usr/bin/apt",
+    "/usr/bin/apt-get",
+    "/sbin/apk",
+    "/bin/apt-get",
+    "/bin/apt",
+    "/usr/bin/dpkg",
+    "/bin/dpkg",
+    "/usr/bin/gdebi",
+    "/bin/gdebi",
+    "/usr/bin/make",
+    "/bin/make",
+    "/usr/bin/yum",
+    "/bin/yum",
+    "/usr/bin/rpm",
+    "/bin/rpm",
+    "/usr/bin/dnf",
+    "/bin/dnf",
+    "/usr/bin/pacman",
+    "/usr/sbin/pacman",
+    "/bin/pacman",
+    "/sbin/pacman",
+    "/usr/bin/makepkg",
+    "/usr/sbin/makepkg",
+    "/bin/makepkg",
+    "/sbin/makepkg",
+    "/usr/bin/yaourt",
+    "/usr/sbin/yaourt",
+    "/bin/yaourt",
+    "/sbin/yaourt",
+    "/usr/bin/zypper",
+    "/bin/zypper",
+    "/usr/bin/curl",
+    "/bin/curl",
+    "/usr/local/bin/curl",
+    "/usr/bin/wget",
+    "/bin/wget",
+    "/usr/local/bin/curl",
+];
+
+const TEMP_AND_LOG_DIRS: [&str; 6] = ["/var/tmp/", "/tmp/", "/var/log/", "/app/logs/", "/logs/", "/etc/"];
+
+const HOST_ESCAPE_CAPABILITIES: [&str; 5] = [
+    "sys_admin",
+    "sys_ptrace",
+    "sys_module",
+    "dac_read_search",
+    "dac_override",
+];
+
+/// The sections of a policy body; those left `None` are written as `{}` as Nimbus does.
+#[derive(Default)]
+struct Body {
+    process: Option<Value>,
+    file: Option<Value>,
+    capabilities: Option<Value>,
+}
+
+pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
+    let labels = labels_only(&policy.selector, rule, Engine::KubeArmor)?;
+    let bodies: Vec<(String, Body)> = match rule.spec.id.as_str() {
+        "swDeploymentTools" => vec![(rule.key.to_owned(), deployment_tools())],
+        "unAuthorizedSaTokenAccess" => vec![(
+            rule.key.to_owned(),
+            Body {
+                file: Some(json!({"matchDirectories": [
+                    {"dir": "/run/secrets/kubernetes.io/serviceaccount/", "recursive": true}
+                ]})),
+                ..Body::default()
+            },
+        )],
+        "dnsManipulation" => vec![(
+            rule.key.to_owned(),
+            Body {
+                file: Some(json!({"matchPaths": [{"path": "/etc/resolv.conf", "readOnly": true}]})),
+                ..Body::default()
+            },
+        )],
+        "escapeToHost" => vec![
+            (
+                format!("{}-disallowchroot", rule.key),
+                Body {
+                    process: Some(json!({"matchPaths": [
+                        {"path": "/usr/sbin/chroot"}, {"path": "/sbin/chroot"}
+                    ]})),
+                    ..Body::default()
+                },
+            ),
+            (
+                format!("{}-disallowcapabilities", rule.key),
+                Body {
+                    capabilities: Some(json!({"matchCapabilities": HOST_ESCAPE_CAPABILITIES
+                        .map(|c| json!({"capability": c}))})),
+                    ..Body::default()
+                },
+            ),
+            (
+                format!("{}-swdeploymenttools", rule.key),
+                deployment_tools(),
+            ),
+        ],
+        "preventExecutionFromTempOrLogsFolders" => vec![(
+            rule.key.to_owned(),
+            Body {
+                process: Some(json!({
+                    "matchDirectories": TEMP_AND_LOG_DIRS.map(|d| json!({"dir": d, "recursive": true})),
+                    "action": "Block",
+                })),
+                ..Body::default()
+            },
+        )],
+        _ => Vec::new(),
+    };
+    let selector = if labels.is_empty() {
+        json!({})
+    } else {
+        json!({ "matchLabels": labels })
+    };
+    Ok(bodies
+        .into_iter()
+        .map(|(suffix, body)| {
+            let name = native_name(policy, &suffix, MAX_NAME_LEN);
+            let meta = metadata(policy, Engine::KubeArmor, name, policy.namespace.clone(), &[]);
+            let mut spec = Map::new();
+            spec.insert("selector".into(), selector.clone());
+            spec.insert("process".into(), body.process.unwrap_or_else(|| json!({})));
+            spec.insert("file".into(), body.file.unwrap_or_else(|| json!({})));
+            spec.insert("network".into(), json!({}));
+            spec.insert("capabilities".into(), body.capabilities.unwrap_or_else(|| json!({})));
+            spec.insert("syscalls".into(), json!({}));
+            if let Some(message) = rule.spec.description.as_deref().filter(|m| !m.is_empty()) {
+                spec.insert("message".into(), message.into());
+            }
+            spec.insert("action".into(), rule.spec.rule.action.clone().into());
+            (
+                &KUBEARMOR_POLICY,
+                object(&KUBEARMOR_POLICY, meta, json!({ "spec": spec })),
+            )
+        })
+        .collect())
+}
+
+fn deployment_tools() -> Body {
+    Body {
+        process: Some(json!({"matchPaths": DEPLOYMENT_TOOLS.iter().map(|p| json!({"path": p})).collect::<Vec<_>>()})),
+        ..Body::default()
+    }
+}

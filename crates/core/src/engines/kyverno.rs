@@ -1,0 +1,194 @@
+//! Kyverno engine: escapeToHost (Pod Security Standards) and cocoWorkload (runtime class) as a
+//! `Policy` per NimbusPolicy of a namespaced binding, or a `ClusterPolicy` per
+//! ClusterNimbusPolicy; virtualPatch lives in its own module.
+//!
+//! Bodies follow Nimbus's adapter, including the empty rule sections its Go types always
+//! serialized. Two of its bugs are fixed: the workload selector is matched as a whole (Nimbus
+//! made one match entry per label, OR-ing them), and parameters come from the rule being
+//! translated (Nimbus read the first rule's).
+
+use super::{
+    Environment, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, NativeKind, Output, PolicyInput, Rule,
+    metadata, native_name, object, virtual_patch,
+};
+use crate::catalog::{Engine, param_value};
+use crate::names::MAX_NAME_LEN;
+use crate::namespaces::PROTECTED_NAMESPACE;
+use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
+use kube::Resource;
+use serde_json::{Value, json};
+
+const DESCRIPTION: &str = "policies.kyverno.io/description";
+const POD: &str = "v1/Pod";
+const DEPLOYMENT: &str = "apps/v1/Deployment";
+
+pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    let cluster = policy.namespace.is_none();
+    match (rule.spec.id.as_str(), cluster) {
+        ("escapeToHost", _) => {
+            let level = param_value(rule.spec, "psaLevel").unwrap_or_else(|| "baseline".into());
+            let body = json!({
+                "name": "pod-security-standard",
+                "match": matching(policy, POD),
+                "exclude": excluding(policy),
+                "mutate": {},
+                "validate": {"podSecurity": {"level": level, "version": "latest"}},
+                "generate": no_generate(),
+            });
+            Ok(vec![build(policy, rule, rule.key, body, Extra::Background)])
+        }
+        ("cocoWorkload", false) => {
+            let patch = runtime_class_patch(rule);
+            // Existing Deployments are mutated when the policy changes; the NimbusPolicy is
+            // the trigger resource (as in Nimbus). Targets are selected by labels, not by the
+            // names of the Deployments that existed when the policy was written.
+            let mut target = json!({"apiVersion": "apps/v1", "kind": "Deployment"});
+            if let Some(ns) = &policy.namespace {
+                target["namespace"] = ns.clone().into();
+            }
+            if !selector_is_empty(policy) {
+                target["selector"] = serde_json::to_value(&policy.selector).unwrap_or_default();
+            }
+            let existing = json!({
+                "name": "add runtime",
+                "match": {
+                    "any": [{"resources": {
+                        "kinds": [format!("{GROUP}/{VERSION}/{}", NimbusPolicy::kind(&()))],
+                        "name": policy.name,
+                    }}],
+                    "resources": {},
+                },
+                "exclude": {"resources": {}},
+                "mutate": {"targets": [target], "patchStrategicMerge": patch},
+                "validate": {},
+                "generate": no_generate(),
+            });
+            let on_create = json!({
+                "name": "add runtime",
+                "match": matching(policy, DEPLOYMENT),
+                "exclude": {"resources": {}},
+                "mutate": {"patchStrategicMerge": patch},
+                "validate": {},
+                "generate": no_generate(),
+            });
+            Ok(vec![
+                build(policy, rule, "mutateexisting", existing, Extra::MutateExisting),
+                build(policy, rule, "mutateoncreate", on_create, Extra::Background),
+            ])
+        }
+        ("cocoWorkload", true) => {
+            let body = json!({
+                "name": "add-runtime-class-to-pods",
+                "match": matching(policy, DEPLOYMENT),
+                "exclude": excluding(policy),
+                "mutate": {
+                    "targets": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                    "patchStrategicMerge": runtime_class_patch(rule),
+                },
+                "validate": {},
+                "generate": no_generate(),
+            });
+            Ok(vec![build(policy, rule, rule.key, body, Extra::MutateExistingOnly)])
+        }
+        (virtual_patch::INTENT, false) => virtual_patch::translate(policy, rule, env),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Spec fields beyond rules and the failure action, as Nimbus set them per policy.
+enum Extra {
+    Background,
+    MutateExisting,
+    /// The cluster coco policy: Nimbus left `background` unset there.
+    MutateExistingOnly,
+}
+
+fn build(
+    policy: &PolicyInput,
+    rule: &Rule,
+    suffix: &str,
+    body: Value,
+    extra: Extra,
+) -> (&'static NativeKind, kube::core::DynamicObject) {
+    let kind: &'static NativeKind = if policy.namespace.is_some() {
+        &KYVERNO_POLICY
+    } else {
+        &KYVERNO_CLUSTER_POLICY
+    };
+    let name = native_name(policy, suffix, MAX_NAME_LEN);
+    let description = rule.spec.description.clone().unwrap_or_default();
+    let meta = metadata(
+        policy,
+        Engine::Kyverno,
+        name,
+        policy.namespace.clone(),
+        &[(DESCRIPTION, &description)],
+    );
+    let mut spec = json!({
+        "rules": [body],
+        "validationFailureAction": failure_action(&rule.spec.rule.action),
+    });
+    match extra {
+        Extra::Background => spec["background"] = true.into(),
+        Extra::MutateExisting => {
+            spec["background"] = true.into();
+            spec["mutateExistingOnPolicyUpdate"] = true.into();
+        }
+        Extra::MutateExistingOnly => spec["mutateExistingOnPolicyUpdate"] = true.into(),
+    }
+    (kind, object(kind, meta, json!({ "spec": spec })))
+}
+
+/// Nimbus's mapping of an intent action onto Kyverno: `Block` enforces, anything else audits.
+pub(super) fn failure_action(action: &str) -> &'static str {
+    if action == "Block" { "Enforce" } else { "Audit" }
+}
+
+fn selector_is_empty(policy: &PolicyInput) -> bool {
+    policy.selector.match_labels.as_ref().is_none_or(|l| l.is_empty())
+        && policy
+            .selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(|e| e.is_empty())
+}
+
+/// `match` on `kind` objects selected by the policy's workload selector (all of them when it
+/// is empty), within the selected namespaces of a cluster policy.
+fn matching(policy: &PolicyInput, kind: &str) -> Value {
+    let mut resources = json!({ "kinds": [kind] });
+    let named = policy
+        .namespaces
+        .as_ref()
+        .and_then(|n| n.match_names.as_ref())
+        .filter(|names| !names.iter().any(|n| n == WORKLOAD_ALL_NAMESPACES));
+    if let Some(names) = named {
+        resources["namespaces"] = json!(names);
+    }
+    if !selector_is_empty(policy) {
+        resources["selector"] = serde_json::to_value(&policy.selector).unwrap_or_default();
+    }
+    json!({"any": [{"resources": resources}], "resources": {}})
+}
+
+/// `exclude`: nothing for a namespaced policy; kube-system and the excluded namespaces for a
+/// cluster policy.
+fn excluding(policy: &PolicyInput) -> Value {
+    let Some(namespaces) = &policy.namespaces else {
+        return json!({"resources": {}});
+    };
+    let mut any = vec![json!({"resources": {"namespaces": [PROTECTED_NAMESPACE]}})];
+    if let Some(excluded) = namespaces.exclude_names.as_ref().filter(|e| !e.is_empty()) {
+        any.push(json!({"resources": {"namespaces": excluded}}));
+    }
+    json!({"any": any, "resources": {}})
+}
+
+fn no_generate() -> Value {
+    json!({"clone": {}, "cloneList": {}})
+}
+
+fn runtime_class_patch(rule: &Rule) -> Value {
+    let class = param_value(rule.spec, "runtimeClass").unwrap_or_else(|| "kata-clh".into());
+    json!({"spec": {"template": {"spec": {"runtimeClassName": class}}}})
+}

@@ -1,0 +1,514 @@
+//! Engine translators: a NimbusPolicy or ClusterNimbusPolicy, plus what the cluster looks like,
+//! becomes the exact set of native objects every enabled engine wants, and the problems that
+//! keep an intent from being enforced. Pure: no I/O, no clock, no panics on any input.
+
+mod k8tls;
+mod kubearmor;
+mod kyverno;
+mod netpol;
+mod rbac;
+pub mod virtual_patch;
+
+use crate::catalog::{self, BindingKind, Engine, Origin};
+use crate::names;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::core::{ApiResource, DynamicObject, TypeMeta};
+use kube::{Resource, ResourceExt};
+use nimbus_api::{
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NamespaceSelector, NimbusPolicy, NimbusRule,
+    condition,
+};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use k8tls::DEFAULT_NAMESPACE as DEFAULT_K8TLS_NAMESPACE;
+pub use virtual_patch::VirtualPatches;
+
+/// Annotation (and label, so the operator can watch only its own objects) naming the engine
+/// that generated an object.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// A kind of native object an engine writes.
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NativeKind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub namespaced: bool,
+    /// The CustomResourceDefinition that must be installed; `None` for built-in kinds.
+    pub crd: Option<&'static str>,
+    /// How the kind is named in a policy's `status.adapterPolicies` (Nimbus's vocabulary).
+    pub entry: &'static str,
+}
+
+impl NativeKind {
+    pub fn api_resource(&self) -> ApiResource {
+        ApiResource {
+            group: self.group.into(),
+            version: self.version.into(),
+            api_version: self.api_version(),
+            kind: self.kind.into(),
+            plural: self.plural.into(),
+        }
+    }
+
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.into()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+pub const NETWORK_POLICY: NativeKind = NativeKind {
+    group: "networking.k8s.io",
+    version: "v1",
+    kind: "NetworkPolicy",
+    plural: "networkpolicies",
+    namespaced: true,
+    crd: None,
+    entry: "NetworkPolicy",
+};
+pub const KUBEARMOR_POLICY: NativeKind = NativeKind {
+    group: "security.kubearmor.com",
+    version: "v1",
+    kind: "KubeArmorPolicy",
+    plural: "kubearmorpolicies",
+    namespaced: true,
+    crd: Some("kubearmorpolicies.security.kubearmor.com"),
+    entry: "KubeArmorPolicy",
+};
+pub const KYVERNO_POLICY: NativeKind = NativeKind {
+    group: "kyverno.io",
+    version: "v1",
+    kind: "Policy",
+    plural: "policies",
+    namespaced: true,
+    crd: Some("policies.kyverno.io"),
+    entry: "KyvernoPolicy",
+};
+pub const KYVERNO_CLUSTER_POLICY: NativeKind = NativeKind {
+    group: "kyverno.io",
+    version: "v1",
+    kind: "ClusterPolicy",
+    plural: "clusterpolicies",
+    namespaced: false,
+    crd: Some("clusterpolicies.kyverno.io"),
+    entry: "KyvernoClusterPolicy",
+};
+pub const CRON_JOB: NativeKind = NativeKind {
+    group: "batch",
+    version: "v1",
+    kind: "CronJob",
+    plural: "cronjobs",
+    namespaced: true,
+    crd: None,
+    entry: "CronJob",
+};
+pub const CONFIG_MAP: NativeKind = NativeKind {
+    group: "",
+    version: "v1",
+    kind: "ConfigMap",
+    plural: "configmaps",
+    namespaced: true,
+    crd: None,
+    entry: "ConfigMap",
+};
+pub const ROLE_BINDING: NativeKind = NativeKind {
+    group: "rbac.authorization.k8s.io",
+    version: "v1",
+    kind: "RoleBinding",
+    plural: "rolebindings",
+    namespaced: true,
+    crd: None,
+    entry: "RoleBinding",
+};
+
+/// The native kinds `engine` writes.
+pub fn kinds(engine: Engine) -> &'static [&'static NativeKind] {
+    match engine {
+        Engine::NetworkPolicy => &[&NETWORK_POLICY],
+        Engine::KubeArmor => &[&KUBEARMOR_POLICY],
+        Engine::Kyverno => &[&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY],
+        Engine::K8tls => &[&CRON_JOB, &CONFIG_MAP],
+        Engine::Rbac => &[&ROLE_BINDING],
+    }
+}
+
+/// Every native kind of every engine, each once.
+pub fn all_kinds() -> Vec<&'static NativeKind> {
+    let set: BTreeSet<&'static NativeKind> = Engine::ALL
+        .into_iter()
+        .flat_map(|e| kinds(e).iter().copied())
+        .collect();
+    set.into_iter().collect()
+}
+
+/// The engine-neutral policy being translated (a NimbusPolicy or a ClusterNimbusPolicy).
+#[derive(Debug, Clone)]
+pub struct PolicyInput<'a> {
+    pub origin: Origin,
+    pub name: String,
+    /// `None` for a ClusterNimbusPolicy.
+    pub namespace: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// Controller reference every generated object carries.
+    pub owner: OwnerReference,
+    /// Pods (or Deployments) the rules apply to.
+    pub selector: LabelSelector,
+    /// Namespaces of a ClusterNimbusPolicy.
+    pub namespaces: Option<NamespaceSelector>,
+    pub rules: &'a [NimbusRule],
+}
+
+impl<'a> PolicyInput<'a> {
+    /// A NimbusPolicy; its origin follows from its controlling owner. `uid` is the policy's
+    /// (offline callers have none and pass a placeholder).
+    pub fn namespaced(np: &'a NimbusPolicy, uid: &str) -> Self {
+        let from_cluster_binding = np.owner_references().iter().any(|o| {
+            o.controller == Some(true) && o.kind == ClusterSecurityIntentBinding::kind(&())
+        });
+        Self {
+            origin: if from_cluster_binding {
+                Origin::ClusterBindingNamespace
+            } else {
+                Origin::Binding
+            },
+            name: np.name_any(),
+            namespace: np.namespace(),
+            labels: np.labels().clone(),
+            owner: owner_reference::<NimbusPolicy>(&np.name_any(), uid),
+            selector: np.spec.selector.clone(),
+            namespaces: None,
+            rules: &np.spec.rules,
+        }
+    }
+
+    pub fn cluster(cwnp: &'a ClusterNimbusPolicy, uid: &str) -> Self {
+        Self {
+            origin: Origin::Cluster,
+            name: cwnp.name_any(),
+            namespace: None,
+            labels: cwnp.labels().clone(),
+            owner: owner_reference::<ClusterNimbusPolicy>(&cwnp.name_any(), uid),
+            selector: cwnp.spec.workload_selector.clone().unwrap_or_default(),
+            namespaces: cwnp.spec.ns_selector.clone(),
+            rules: &cwnp.spec.rules,
+        }
+    }
+}
+
+fn owner_reference<K: Resource<DynamicType = ()>>(name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: name.to_owned(),
+        uid: uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// What the translators need to know about the cluster and the operator's settings.
+#[derive(Debug, Clone)]
+pub struct Environment {
+    /// `spec.podCIDR(s)` of every node, for the NetworkPolicy engine.
+    pub node_pod_cidrs: BTreeSet<String>,
+    /// Namespace of the k8tls CronJobs.
+    pub k8tls_namespace: String,
+    /// Whether that namespace exists (k8tls needs its ServiceAccount and ConfigMaps there).
+    pub k8tls_namespace_exists: bool,
+    pub virtual_patches: VirtualPatches,
+}
+
+impl Default for Environment {
+    fn default() -> Self {
+        Self {
+            node_pod_cidrs: BTreeSet::new(),
+            k8tls_namespace: DEFAULT_K8TLS_NAMESPACE.to_owned(),
+            k8tls_namespace_exists: true,
+            virtual_patches: VirtualPatches::NotConfigured,
+        }
+    }
+}
+
+/// Which engines may act: switched on by configuration, and with their CRDs installed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EngineSet {
+    pub enabled: BTreeSet<Engine>,
+    pub installed: BTreeSet<Engine>,
+}
+
+impl EngineSet {
+    /// Every engine enabled and installed (offline translation).
+    pub fn all() -> Self {
+        Self {
+            enabled: Engine::ALL.into(),
+            installed: Engine::ALL.into(),
+        }
+    }
+
+    pub fn active(&self, engine: Engine) -> bool {
+        self.enabled.contains(&engine) && self.installed.contains(&engine)
+    }
+}
+
+/// One generated native object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generated {
+    pub engine: Engine,
+    pub kind: &'static NativeKind,
+    pub object: DynamicObject,
+}
+
+impl Generated {
+    /// The policy-status entry: `Kind/name`, or `namespace/CronJob/name` for CronJobs (the
+    /// only kind Nimbus lists with its namespace).
+    pub fn entry(&self) -> String {
+        let name = self.object.name_any();
+        match (&self.kind.entry, self.object.namespace()) {
+            (&"CronJob", Some(ns)) => format!("{ns}/CronJob/{name}"),
+            (entry, _) => format!("{entry}/{name}"),
+        }
+    }
+}
+
+/// Why an intent is not (fully) enforced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub intent: String,
+    /// A condition reason from [`condition`].
+    pub reason: &'static str,
+    pub message: String,
+    /// Whether the intent is left without any enforcement (as opposed to enforced by fewer
+    /// engines than it could be).
+    pub blocking: bool,
+}
+
+impl Problem {
+    fn new(rule: &NimbusRule, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            intent: rule.id.clone(),
+            reason,
+            message: message.into(),
+            blocking: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Translation {
+    pub objects: Vec<Generated>,
+    pub problems: Vec<Problem>,
+}
+
+/// Translates `policy` with every active engine, in rule order and, within a rule, engine
+/// order. Each rule is checked against the catalog: unknown IDs, bad parameters and intents
+/// no active engine can enforce become problems.
+pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -> Translation {
+    let mut out = Translation::default();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for rule in policy.rules {
+        // Names derive from `<policy>-<lowercase id>`; a second rule with the same ID (another
+        // intent of the same kind) gets `-2`, and so on, so no two rules share an object.
+        let count = seen.entry(rule.id.as_str()).or_default();
+        *count += 1;
+        let key = match *count {
+            1 => rule.id.to_lowercase(),
+            n => format!("{}-{n}", rule.id.to_lowercase()),
+        };
+        out.problems
+            .extend(check_rule(rule, policy.origin.binding_kind(), engines));
+        let Some(spec) = catalog::intent(&rule.id) else {
+            continue;
+        };
+        for engine in Engine::ALL {
+            if !engines.active(engine) || !spec.handled_by(engine, policy.origin) {
+                continue;
+            }
+            let rule = Rule { spec: rule, key: &key };
+            let result = match engine {
+                Engine::NetworkPolicy => netpol::translate(policy, &rule, env),
+                Engine::KubeArmor => kubearmor::translate(policy, &rule, env),
+                Engine::Kyverno => kyverno::translate(policy, &rule, env),
+                Engine::K8tls => k8tls::translate(policy, &rule, env),
+                Engine::Rbac => rbac::translate(policy, &rule, env),
+            };
+            match result {
+                Ok(objects) => out.objects.extend(objects.into_iter().map(|(kind, object)| {
+                    Generated {
+                        engine,
+                        kind,
+                        object,
+                    }
+                })),
+                Err(problem) => out.problems.push(problem),
+            }
+        }
+    }
+    out
+}
+
+/// What keeps `rule`, bound by a binding of `kind`, from being enforced before any engine runs:
+/// an ID missing from the catalog, bad parameters, or no active engine for it.
+pub fn check_rule(rule: &NimbusRule, kind: BindingKind, engines: &EngineSet) -> Vec<Problem> {
+    let Some(spec) = catalog::intent(&rule.id) else {
+        return vec![Problem::new(
+            rule,
+            condition::REASON_UNSUPPORTED_INTENT,
+            format!("intent `{}` is not in the catalog", rule.id),
+        )];
+    };
+    let mut problems: Vec<Problem> = catalog::check_params(rule)
+        .into_iter()
+        .map(|p| Problem {
+            blocking: p.blocking,
+            ..Problem::new(
+                rule,
+                condition::REASON_INVALID_PARAMETER,
+                format!("intent `{}`: {p}", rule.id),
+            )
+        })
+        .collect();
+    problems.extend(coverage(spec, rule, kind, engines));
+    problems
+}
+
+/// Problems with who enforces `spec` for a binding of `kind`: nobody can (wrong binding kind),
+/// every engine that could is switched off or not installed, or only some are.
+fn coverage(
+    spec: &catalog::IntentSpec,
+    rule: &NimbusRule,
+    kind: BindingKind,
+    engines: &EngineSet,
+) -> Vec<Problem> {
+    let candidates = spec.engines_for(kind);
+    if candidates.is_empty() {
+        let other = match kind {
+            BindingKind::Namespaced => "a ClusterSecurityIntentBinding",
+            BindingKind::Cluster => "a SecurityIntentBinding",
+        };
+        return vec![Problem::new(
+            rule,
+            condition::REASON_UNSUPPORTED_INTENT,
+            format!("intent `{}` is enforced only through {other}", rule.id),
+        )];
+    }
+    let missing: Vec<String> = candidates
+        .iter()
+        .filter(|e| !engines.active(**e))
+        .map(|e| {
+            let why = if engines.enabled.contains(e) {
+                "not installed"
+            } else {
+                "disabled"
+            };
+            format!("{e} ({why})")
+        })
+        .collect();
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    let none_left = missing.len() == candidates.len();
+    let any_installed_but_disabled = candidates
+        .iter()
+        .any(|e| engines.installed.contains(e) && !engines.enabled.contains(e));
+    let reason = if none_left && any_installed_but_disabled {
+        condition::REASON_ENGINE_DISABLED
+    } else {
+        condition::REASON_ENGINE_NOT_INSTALLED
+    };
+    let message = if none_left {
+        format!("intent `{}` is not enforced: {}", rule.id, missing.join(", "))
+    } else {
+        format!(
+            "intent `{}` is enforced only in part: {}",
+            rule.id,
+            missing.join(", ")
+        )
+    };
+    vec![Problem {
+        blocking: none_left,
+        ..Problem::new(rule, reason, message)
+    }]
+}
+
+/// One rule being translated, with the key its objects are named after: its lowercase ID
+/// (`-2`, `-3`... for further rules with the same ID).
+struct Rule<'a> {
+    spec: &'a NimbusRule,
+    key: &'a str,
+}
+
+impl Rule<'_> {
+    fn problem(&self, reason: &'static str, message: impl Into<String>) -> Problem {
+        Problem::new(self.spec, reason, message)
+    }
+}
+
+/// `<policy>-<suffix>`, shortened deterministically when longer than `max`.
+fn native_name(policy: &PolicyInput, suffix: &str, max: usize) -> String {
+    names::fit(&format!("{}-{suffix}", policy.name), max)
+}
+
+/// Metadata of a native object: its name and namespace, the managed-by annotation (plus
+/// `extra_annotations`), the managed-by label (Nimbus sets none; the operator watches only
+/// objects carrying it), and the controller reference to the policy.
+fn metadata(
+    policy: &PolicyInput,
+    engine: Engine,
+    name: String,
+    namespace: Option<String>,
+    extra_annotations: &[(&str, &str)],
+) -> ObjectMeta {
+    let mut labels = BTreeMap::new();
+    labels.insert(MANAGED_BY.to_owned(), engine.manager().to_owned());
+    let mut annotations: BTreeMap<String, String> = extra_annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    annotations.insert(MANAGED_BY.into(), engine.manager().into());
+    ObjectMeta {
+        name: Some(name),
+        namespace,
+        labels: Some(labels),
+        annotations: Some(annotations),
+        owner_references: Some(vec![policy.owner.clone()]),
+        ..Default::default()
+    }
+}
+
+fn object(kind: &'static NativeKind, metadata: ObjectMeta, body: Value) -> DynamicObject {
+    DynamicObject {
+        types: Some(TypeMeta {
+            api_version: kind.api_version(),
+            kind: kind.kind.into(),
+        }),
+        metadata,
+        data: body,
+    }
+}
+
+type Output = Result<Vec<(&'static NativeKind, DynamicObject)>, Problem>;
+
+/// `matchLabels` of a selector that has no expressions; engines that select by labels only
+/// cannot express the rest.
+fn labels_only(
+    selector: &LabelSelector,
+    rule: &Rule,
+    engine: Engine,
+) -> Result<BTreeMap<String, String>, Problem> {
+    if selector
+        .match_expressions
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return Err(rule.problem(
+            condition::REASON_UNSUPPORTED_SELECTOR,
+            format!("{engine} selects workloads by exact labels only; the selector has expressions"),
+        ));
+    }
+    Ok(selector.match_labels.clone().unwrap_or_default())
+}

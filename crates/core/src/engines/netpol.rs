@@ -1,0 +1,63 @@
+//! Kubernetes NetworkPolicy engine: dnsManipulation and denyExternalNetworkAccess.
+
+use super::{Environment, Rule, NETWORK_POLICY, Output, PolicyInput, metadata, native_name, object};
+use crate::catalog::Engine;
+use crate::names::MAX_NAME_LEN;
+use serde_json::{Value, json};
+
+/// The private address ranges (RFC 1918) denyExternalNetworkAccess keeps reachable.
+const PRIVATE_RANGES: [&str; 3] = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"];
+
+pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    let node_cidrs = env
+        .node_pod_cidrs
+        .iter()
+        .map(|cidr| json!({"ipBlock": {"cidr": cidr}}));
+    let dns_ports = json!([{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]);
+    let spec = match rule.spec.id.as_str() {
+        "dnsManipulation" => {
+            let to: Vec<Value> = node_cidrs.chain([kube_dns()]).collect();
+            json!({
+                "podSelector": policy.selector,
+                "policyTypes": ["Egress"],
+                "egress": [{"to": to, "ports": dns_ports}],
+            })
+        }
+        "denyExternalNetworkAccess" => {
+            let private = PRIVATE_RANGES.map(|cidr| json!({"ipBlock": {"cidr": cidr}}));
+            let from: Vec<Value> = node_cidrs.clone().chain(private.clone()).collect();
+            let to: Vec<Value> = [kube_dns()]
+                .into_iter()
+                .chain(node_cidrs)
+                .chain(private)
+                .collect();
+            json!({
+                "podSelector": policy.selector,
+                "policyTypes": ["Egress", "Ingress"],
+                "ingress": [{"from": from}],
+                "egress": [{"to": to, "ports": dns_ports}],
+            })
+        }
+        _ => return Ok(Vec::new()),
+    };
+    let name = native_name(policy, rule.key, MAX_NAME_LEN);
+    let meta = metadata(
+        policy,
+        Engine::NetworkPolicy,
+        name,
+        policy.namespace.clone(),
+        &[],
+    );
+    Ok(vec![(
+        &NETWORK_POLICY,
+        object(&NETWORK_POLICY, meta, json!({ "spec": spec })),
+    )])
+}
+
+/// The cluster DNS pods.
+fn kube_dns() -> Value {
+    json!({
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    })
+}

@@ -1,0 +1,107 @@
+//! One watch per kind: it feeds the store reconciles read from, then fans each touched object
+//! (deletions included) out to the controllers that trigger on it. Because an event reaches a
+//! controller only after the store has applied it, a reconcile never sees an object its trigger
+//! already reported gone. (kube's shared-stream subscribers would drop deletions.)
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt, future};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::hash::Hash;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+pub type Driver = BoxFuture<'static, ()>;
+
+pub struct Cache<K: Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    pub store: Store<K>,
+    writer: Option<reflector::store::Writer<K>>,
+    api: Api<K>,
+    kind: String,
+    config: watcher::Config,
+    /// Drops fields the operator never reads before an object is stored (memory).
+    strip: Option<fn(&mut K)>,
+    subscribers: Vec<mpsc::UnboundedSender<K>>,
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    pub fn new(api: Api<K>) -> Self {
+        Self::with(api, Default::default(), watcher::Config::default())
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    pub fn with(api: Api<K>, dyntype: K::DynamicType, config: watcher::Config) -> Self {
+        let kind = K::kind(&dyntype).into_owned();
+        let writer = reflector::store::Writer::new(dyntype);
+        Self {
+            kind,
+            store: writer.as_reader(),
+            writer: Some(writer),
+            api,
+            config,
+            strip: None,
+            subscribers: Vec::new(),
+        }
+    }
+
+    pub fn strip(mut self, strip: fn(&mut K)) -> Self {
+        self.strip = Some(strip);
+        self
+    }
+
+    /// A trigger stream for one controller. The channel is unbounded because controllers only
+    /// schedule work from it, which never blocks; it is drained as fast as events arrive.
+    pub fn subscribe(&mut self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers.push(tx);
+        UnboundedReceiverStream::new(rx).map(Ok)
+    }
+
+    /// The watch, started once `gate` resolves (e.g. once the kind's CRD is installed).
+    pub fn driver_after(&mut self, gate: impl Future<Output = ()> + Send + 'static) -> Driver {
+        let writer = self.writer.take().expect("each cache is started once");
+        let subscribers = std::mem::take(&mut self.subscribers);
+        let strip = self.strip;
+        let kind = self.kind.clone();
+        let watch = watcher(self.api.clone(), self.config.clone())
+            .default_backoff()
+            .modify(move |obj| {
+                if let Some(strip) = strip {
+                    strip(obj)
+                }
+            })
+            .reflect(writer)
+            .touched_objects()
+            .for_each(move |touched| {
+                match touched {
+                    Ok(obj) => {
+                        for subscriber in &subscribers {
+                            let _ = subscriber.send(obj.clone());
+                        }
+                    }
+                    Err(error) => tracing::warn!(%kind, %error, "watch failed; retrying"),
+                }
+                future::ready(())
+            });
+        gate.then(|()| watch).boxed()
+    }
+
+    pub fn driver(&mut self) -> Driver {
+        self.driver_after(future::ready(()))
+    }
+}

@@ -1,0 +1,150 @@
+//! The native objects engines write: one label-filtered cache per kind, and the one
+//! apply/prune mechanism every engine goes through.
+
+use crate::apply::{self, is_controlled_by};
+use crate::cache::Cache;
+use crate::error::Error;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use nimbus_core::catalog::Engine;
+use nimbus_core::engines::{Generated, MANAGED_BY, NativeKind};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Selects every object an engine generated (and nothing else, so the caches stay small).
+pub fn managed_selector() -> String {
+    let managers: Vec<&str> = Engine::ALL.iter().map(|e| e.manager()).collect();
+    format!("{MANAGED_BY} in ({})", managers.join(","))
+}
+
+pub fn cache(client: &Client, kind: &'static NativeKind) -> Cache<DynamicObject> {
+    let resource = kind.api_resource();
+    let api = Api::all_with(client.clone(), &resource);
+    let config = watcher::Config::default().labels(&managed_selector());
+    Cache::with(api, resource, config).strip(|o| o.metadata.managed_fields = None)
+}
+
+/// Read access to every native cache.
+pub struct Natives {
+    client: Client,
+    stores: Vec<(&'static NativeKind, Store<DynamicObject>)>,
+}
+
+/// What happened to one desired object.
+pub enum Outcome {
+    Unchanged,
+    Written,
+    /// An object of that name exists and is not ours; it is left alone.
+    Conflict,
+}
+
+impl Natives {
+    pub fn new(client: Client, stores: Vec<(&'static NativeKind, Store<DynamicObject>)>) -> Self {
+        Self { client, stores }
+    }
+
+    fn store(&self, kind: &NativeKind) -> Option<&Store<DynamicObject>> {
+        self.stores.iter().find(|(k, _)| *k == kind).map(|(_, s)| s)
+    }
+
+    fn api(&self, kind: &NativeKind, namespace: Option<&str>) -> Api<DynamicObject> {
+        let resource = kind.api_resource();
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        }
+    }
+
+    /// Every cached native object controlled by the policy with `uid`.
+    pub fn owned_by(&self, uid: &str) -> Vec<(&'static NativeKind, Arc<DynamicObject>)> {
+        self.stores
+            .iter()
+            .flat_map(|(kind, store)| {
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|o| is_controlled_by(&**o, uid))
+                    .map(|o| (*kind, o))
+            })
+            .collect()
+    }
+
+    /// Applies `generated` (as its engine's field manager) unless the cached object already
+    /// matches. An object missing from the cache may still exist without our label: it is
+    /// looked up once, and taken over only if the policy controls it.
+    pub async fn apply(&self, generated: &Generated, owner_uid: &str) -> Result<Outcome, Error> {
+        let desired = &generated.object;
+        let namespace = desired.namespace();
+        let api = self.api(generated.kind, namespace.as_deref());
+        let cached = self.store(generated.kind).and_then(|s| {
+            let key = ObjectRef::new_with(&desired.name_any(), generated.kind.api_resource());
+            s.get(&match &namespace {
+                Some(ns) => key.within(ns),
+                None => key,
+            })
+        });
+        let observed = match cached {
+            Some(obj) => Some(obj),
+            None => api
+                .get_opt(&desired.name_any())
+                .await
+                .map_err(Error::kube("reading", apply::describe(desired)))?
+                .map(Arc::new),
+        };
+        if let Some(obj) = &observed
+            && !is_controlled_by(&**obj, owner_uid)
+        {
+            return Ok(Outcome::Conflict);
+        }
+        let wrote = apply::apply(
+            &api,
+            generated.engine.manager(),
+            desired,
+            observed.as_deref(),
+        )
+        .await?;
+        Ok(if wrote {
+            Outcome::Written
+        } else {
+            Outcome::Unchanged
+        })
+    }
+
+    /// Deletes the objects controlled by `owner_uid` that are not in `keep`. Returns how many
+    /// it deleted.
+    pub async fn prune(&self, owner_uid: &str, keep: &BTreeSet<Key>) -> Result<usize, Error> {
+        let mut deleted = 0;
+        for (kind, obj) in self.owned_by(owner_uid) {
+            if keep.contains(&Key::of(kind, &obj)) {
+                continue;
+            }
+            let api = self.api(kind, obj.namespace().as_deref());
+            if apply::delete(&api, &*obj).await? {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+/// Identity of a native object.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key {
+    kind: &'static str,
+    group: &'static str,
+    namespace: Option<String>,
+    name: String,
+}
+
+impl Key {
+    pub fn of(kind: &'static NativeKind, obj: &DynamicObject) -> Self {
+        Self {
+            kind: kind.kind,
+            group: kind.group,
+            namespace: obj.namespace(),
+            name: obj.name_any(),
+        }
+    }
+}
