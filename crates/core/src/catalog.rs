@@ -482,7 +482,10 @@ mod tests {
 
         let good = rule("escapeToHost", &[("psaLevel", &["restricted"])]);
         assert!(check_params(&good).is_empty());
-        assert_eq!(param_value(&good, "psaLevel").as_deref(), Some("restricted"));
+        assert_eq!(
+            param_value(&good, "psaLevel").as_deref(),
+            Some("restricted")
+        );
     }
 
     #[test]
@@ -505,8 +508,10 @@ mod tests {
             param_values(&tls, "external_addresses"),
             vec!["a.com:443", "b.io:8443"]
         );
-        assert!(check_params(&rule("dnsManipulation", &[("a", &[])]))[0]
-            .message
-            .contains("takes no parameters"));
+        assert!(
+            check_params(&rule("dnsManipulation", &[("a", &[])]))[0]
+                .message
+                .contains("takes no parameters")
+        );
     }
 }

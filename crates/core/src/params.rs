@@ -115,7 +115,10 @@ fn cron(value: &str) -> Result<(), String> {
         return if DESCRIPTORS.contains(&value) {
             Ok(())
         } else {
-            Err(format!("unknown descriptor (known: {})", DESCRIPTORS.join(", ")))
+            Err(format!(
+                "unknown descriptor (known: {})",
+                DESCRIPTORS.join(", ")
+            ))
         };
     }
     let fields: Vec<&str> = value.split_whitespace().collect();
@@ -176,7 +179,15 @@ mod tests {
         ] {
             assert_eq!(cron(ok), Ok(()), "{ok}");
         }
-        for bad in ["", "@often", "* * * *", "61 * * * *", "0 0 * * 7", "*/0 * * * *", "a b c d e"] {
+        for bad in [
+            "",
+            "@often",
+            "* * * *",
+            "61 * * * *",
+            "0 0 * * 7",
+            "*/0 * * * *",
+            "a b c d e",
+        ] {
             assert!(cron(bad).is_err(), "{bad}");
         }
     }

@@ -59,7 +59,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     args.engines.apply(&mut config);
-    let operator = tokio::spawn(nimbus_operator::run(client.clone(), config, shutdown.clone()));
+    let operator = tokio::spawn(nimbus_operator::run(
+        client.clone(),
+        config,
+        shutdown.clone(),
+    ));
 
     for file in yaml_files(&args.examples)? {
         apply_yaml(&client, &read(&file)?)

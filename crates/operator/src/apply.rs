@@ -276,8 +276,14 @@ mod tests {
         let want = json!({"spec": {"a": [{"x": 1}], "empty": {}}});
         let defaulted = json!({"spec": {"a": [{"x": 1, "d": true}], "empty": {}, "b": 2}});
         assert!(covers(&defaulted, &want));
-        assert!(!covers(&json!({"spec": {"a": [{"x": 2}], "empty": {}}}), &want));
-        assert!(!covers(&json!({"spec": {"a": [{"x": 1}, {"x": 1}], "empty": {}}}), &want));
+        assert!(!covers(
+            &json!({"spec": {"a": [{"x": 2}], "empty": {}}}),
+            &want
+        ));
+        assert!(!covers(
+            &json!({"spec": {"a": [{"x": 1}, {"x": 1}], "empty": {}}}),
+            &want
+        ));
         assert!(!covers(&json!({"spec": {"a": [{"x": 1}]}}), &want));
         assert!(covers(&json!({}), &json!({"k": null})));
     }

@@ -5,7 +5,7 @@ use crate::cache::Driver;
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{self, EngineSet, NativeKind};
@@ -53,19 +53,16 @@ async fn track_crd(
     served: watch::Sender<Served>,
 ) {
     let api: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(client.clone());
-    let config = watcher::Config::default().fields(&format!("metadata.name={crd}"));
-    let (store, writer) = reflector::store();
-    let mut events = watcher(api, config)
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects()
-        .boxed();
+    let mut events = watcher::watch_object(api, crd).default_backoff().boxed();
     while let Some(event) = events.next().await {
-        if let Err(error) = event {
-            tracing::warn!(%crd, %error, "watching CRD failed; retrying");
-            continue;
-        }
-        let now = !store.is_empty() && discovered(&client, kind).await;
+        let exists = match event {
+            Ok(crd) => crd.is_some(),
+            Err(error) => {
+                tracing::warn!(%crd, %error, "watching CRD failed; retrying");
+                continue;
+            }
+        };
+        let now = exists && discovered(&client, kind).await;
         let changed = served.send_if_modified(|set| {
             if now {
                 set.insert(kind)
@@ -74,7 +71,12 @@ async fn track_crd(
             }
         });
         if changed {
-            tracing::info!(kind = kind.kind, group = kind.group, served = now, "engine kind availability changed");
+            tracing::info!(
+                kind = kind.kind,
+                group = kind.group,
+                served = now,
+                "engine kind availability changed"
+            );
         }
     }
 }

@@ -129,8 +129,11 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         let token = shutdown.clone();
         async move { token.cancelled().await }
     };
-    let availability_changes =
-        || WatchStream::from_changes(served.clone()).map(|_| ()).boxed();
+    let availability_changes = || {
+        WatchStream::from_changes(served.clone())
+            .map(|_| ())
+            .boxed()
+    };
 
     let intent_controller = Controller::for_stream(intents.subscribe(), ctx.intents.clone())
         .graceful_shutdown_on(stopped())
@@ -181,7 +184,9 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let k8tls_namespace = config.k8tls_namespace.clone();
     let k8tls_namespace_changes = namespace_cache
         .subscribe()
-        .filter(move |ns| future::ready(ns.as_ref().is_ok_and(|ns| ns.name_any() == k8tls_namespace)))
+        .filter(move |ns| {
+            future::ready(ns.as_ref().is_ok_and(|ns| ns.name_any() == k8tls_namespace))
+        })
         .map(|_| ())
         .boxed();
 

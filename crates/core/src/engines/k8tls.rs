@@ -60,10 +60,20 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
             "--compact-json"
         ]);
         let lines: Vec<String> = addresses.iter().map(|a| address_line(a)).collect();
-        let meta = metadata(policy, Engine::K8tls, list_name, Some(namespace.clone()), &[]);
+        let meta = metadata(
+            policy,
+            Engine::K8tls,
+            list_name,
+            Some(namespace.clone()),
+            &[],
+        );
         objects.push((
             &CONFIG_MAP,
-            object(&CONFIG_MAP, meta, json!({"data": {"addresses": lines.join("\n")}})),
+            object(
+                &CONFIG_MAP,
+                meta,
+                json!({"data": {"addresses": lines.join("\n")}}),
+            ),
         ));
     }
 
@@ -114,7 +124,11 @@ fn address_line(address: &str) -> String {
         .rsplit_once(':')
         .map_or(address, |(host, _)| host)
         .trim_matches(['[', ']']);
-    let label = host.split('.').next().filter(|l| !l.is_empty()).unwrap_or(host);
+    let label = host
+        .split('.')
+        .next()
+        .filter(|l| !l.is_empty())
+        .unwrap_or(host);
     let mut chars = label.chars();
     let title: String = chars
         .next()

@@ -50,7 +50,14 @@ const DEPLOYMENT_TOOLS: [&str; 37] = [
     "/usr/local/bin/curl",
 ];
 
-const TEMP_AND_LOG_DIRS: [&str; 6] = ["/var/tmp/", "/tmp/", "/var/log/", "/app/logs/", "/logs/", "/etc/"];
+const TEMP_AND_LOG_DIRS: [&str; 6] = [
+    "/var/tmp/",
+    "/tmp/",
+    "/var/log/",
+    "/app/logs/",
+    "/logs/",
+    "/etc/",
+];
 
 const HOST_ESCAPE_CAPABILITIES: [&str; 5] = [
     "sys_admin",
@@ -132,13 +139,22 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
         .into_iter()
         .map(|(suffix, body)| {
             let name = native_name(policy, &suffix, MAX_NAME_LEN);
-            let meta = metadata(policy, Engine::KubeArmor, name, policy.namespace.clone(), &[]);
+            let meta = metadata(
+                policy,
+                Engine::KubeArmor,
+                name,
+                policy.namespace.clone(),
+                &[],
+            );
             let mut spec = Map::new();
             spec.insert("selector".into(), selector.clone());
             spec.insert("process".into(), body.process.unwrap_or_else(|| json!({})));
             spec.insert("file".into(), body.file.unwrap_or_else(|| json!({})));
             spec.insert("network".into(), json!({}));
-            spec.insert("capabilities".into(), body.capabilities.unwrap_or_else(|| json!({})));
+            spec.insert(
+                "capabilities".into(),
+                body.capabilities.unwrap_or_else(|| json!({})),
+            );
             spec.insert("syscalls".into(), json!({}));
             if let Some(message) = rule.spec.description.as_deref().filter(|m| !m.is_empty()) {
                 spec.insert("message".into(), message.into());
@@ -154,7 +170,9 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
 
 fn deployment_tools() -> Body {
     Body {
-        process: Some(json!({"matchPaths": DEPLOYMENT_TOOLS.iter().map(|p| json!({"path": p})).collect::<Vec<_>>()})),
+        process: Some(
+            json!({"matchPaths": DEPLOYMENT_TOOLS.iter().map(|p| json!({"path": p})).collect::<Vec<_>>()}),
+        ),
         ..Body::default()
     }
 }

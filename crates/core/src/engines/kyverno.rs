@@ -14,8 +14,8 @@ use super::{
 use crate::catalog::{Engine, param_value};
 use crate::names::MAX_NAME_LEN;
 use crate::namespaces::PROTECTED_NAMESPACE;
-use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
 use kube::Resource;
+use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
 use serde_json::{Value, json};
 
 const DESCRIPTION: &str = "policies.kyverno.io/description";
@@ -72,7 +72,13 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 "generate": no_generate(),
             });
             Ok(vec![
-                build(policy, rule, "mutateexisting", existing, Extra::MutateExisting),
+                build(
+                    policy,
+                    rule,
+                    "mutateexisting",
+                    existing,
+                    Extra::MutateExisting,
+                ),
                 build(policy, rule, "mutateoncreate", on_create, Extra::Background),
             ])
         }
@@ -88,7 +94,13 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 "validate": {},
                 "generate": no_generate(),
             });
-            Ok(vec![build(policy, rule, rule.key, body, Extra::MutateExistingOnly)])
+            Ok(vec![build(
+                policy,
+                rule,
+                rule.key,
+                body,
+                Extra::MutateExistingOnly,
+            )])
         }
         (virtual_patch::INTENT, false) => virtual_patch::translate(policy, rule, env),
         _ => Ok(Vec::new()),
@@ -141,11 +153,19 @@ fn build(
 
 /// Nimbus's mapping of an intent action onto Kyverno: `Block` enforces, anything else audits.
 pub(super) fn failure_action(action: &str) -> &'static str {
-    if action == "Block" { "Enforce" } else { "Audit" }
+    if action == "Block" {
+        "Enforce"
+    } else {
+        "Audit"
+    }
 }
 
 fn selector_is_empty(policy: &PolicyInput) -> bool {
-    policy.selector.match_labels.as_ref().is_none_or(|l| l.is_empty())
+    policy
+        .selector
+        .match_labels
+        .as_ref()
+        .is_none_or(|l| l.is_empty())
         && policy
             .selector
             .match_expressions

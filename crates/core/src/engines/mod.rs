@@ -328,7 +328,14 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
             if !engines.active(engine) || !spec.handled_by(engine, policy.origin) {
                 continue;
             }
-            let rule = Rule { spec: rule, key: &key };
+            let rule = Rule {
+                spec: rule,
+                key: &key,
+            };
+            if engine == Engine::Kyverno && rule.spec.id == virtual_patch::INTENT {
+                out.problems
+                    .extend(virtual_patch::warnings(policy, &rule, env));
+            }
             let result = match engine {
                 Engine::NetworkPolicy => netpol::translate(policy, &rule, env),
                 Engine::KubeArmor => kubearmor::translate(policy, &rule, env),
@@ -337,13 +344,13 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                 Engine::Rbac => rbac::translate(policy, &rule, env),
             };
             match result {
-                Ok(objects) => out.objects.extend(objects.into_iter().map(|(kind, object)| {
-                    Generated {
+                Ok(objects) => out
+                    .objects
+                    .extend(objects.into_iter().map(|(kind, object)| Generated {
                         engine,
                         kind,
                         object,
-                    }
-                })),
+                    })),
                 Err(problem) => out.problems.push(problem),
             }
         }
@@ -421,7 +428,11 @@ fn coverage(
         condition::REASON_ENGINE_NOT_INSTALLED
     };
     let message = if none_left {
-        format!("intent `{}` is not enforced: {}", rule.id, missing.join(", "))
+        format!(
+            "intent `{}` is not enforced: {}",
+            rule.id,
+            missing.join(", ")
+        )
     } else {
         format!(
             "intent `{}` is enforced only in part: {}",
@@ -507,7 +518,9 @@ fn labels_only(
     {
         return Err(rule.problem(
             condition::REASON_UNSUPPORTED_SELECTOR,
-            format!("{engine} selects workloads by exact labels only; the selector has expressions"),
+            format!(
+                "{engine} selects workloads by exact labels only; the selector has expressions"
+            ),
         ));
     }
     Ok(selector.match_labels.clone().unwrap_or_default())

@@ -1,6 +1,8 @@
 //! Kubernetes NetworkPolicy engine: dnsManipulation and denyExternalNetworkAccess.
 
-use super::{Environment, Rule, NETWORK_POLICY, Output, PolicyInput, metadata, native_name, object};
+use super::{
+    Environment, NETWORK_POLICY, Output, PolicyInput, Rule, metadata, native_name, object,
+};
 use crate::catalog::Engine;
 use crate::names::MAX_NAME_LEN;
 use serde_json::{Value, json};

@@ -2,7 +2,7 @@
 //! groups a ClusterRole there and nowhere else. Bound through a cluster binding, every selected
 //! namespace (including ones created later) gets its own.
 
-use super::{Environment, Rule, Output, PolicyInput, ROLE_BINDING, metadata, native_name, object};
+use super::{Environment, Output, PolicyInput, ROLE_BINDING, Rule, metadata, native_name, object};
 use crate::catalog::{Engine, param_value, param_values};
 use crate::names::MAX_NAME_LEN;
 use serde_json::json;
@@ -30,11 +30,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
     }
     // The role is part of the name because a RoleBinding's roleRef cannot change: a new role
     // means a new binding, and the old one is pruned.
-    let name = native_name(
-        policy,
-        &format!("{}-{role}", rule.key),
-        MAX_NAME_LEN,
-    );
+    let name = native_name(policy, &format!("{}-{role}", rule.key), MAX_NAME_LEN);
     let meta = metadata(policy, Engine::Rbac, name, Some(namespace.clone()), &[]);
     let body = json!({
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role},

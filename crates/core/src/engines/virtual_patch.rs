@@ -1,19 +1,1121 @@
-//! virtualPatch (Kyverno engine): placeholder, being written.
+//! virtualPatch (Kyverno engine): protects workloads that run a vulnerable image until the
+//! image can be fixed, with the virtual patches a CVE database lists for the intent's
+//! `cveList`.
+//!
+//! # The database
+//!
+//! The operator reads it from a ConfigMap named by `--virtual-patch-db <namespace>/<name>`,
+//! key `vp.json` (the format of Nimbus's `vp.json`). Without the flag, or while the ConfigMap
+//! is missing or malformed, virtualPatch intents are not enforced and their policies say why.
+//! Changes to the ConfigMap take effect at once.
+//!
+//! It is a JSON list of images; each lists CVEs, and each CVE a list of patches. A patch holds
+//! one or more complete native policies under the keys `karmor` (a KubeArmorPolicy), `kyverno`
+//! (a Kyverno policy) and `netpol` (a NetworkPolicy). Unknown keys are ignored.
+//!
+//! ```json
+//! [
+//!   {
+//!     "image": "nginx:1.25",
+//!     "cves": [
+//!       {
+//!         "cve": "CVE-2024-4439",
+//!         "virtual_patch": [
+//!           {
+//!             "karmor": {
+//!               "apiVersion": "security.kubearmor.com/v1",
+//!               "kind": "KubeArmorPolicy",
+//!               "metadata": {"name": "block-pkg-mgmt-tools-exec"},
+//!               "spec": {
+//!                 "process": {"matchPaths": [{"path": "/usr/bin/apt"}]},
+//!                 "action": "Block"
+//!               }
+//!             }
+//!           },
+//!           {
+//!             "netpol": {
+//!               "apiVersion": "networking.k8s.io/v1",
+//!               "kind": "NetworkPolicy",
+//!               "metadata": {"name": "nginx-no-egress"},
+//!               "spec": {"policyTypes": ["Egress"]}
+//!             }
+//!           }
+//!         ]
+//!       }
+//!     ]
+//!   }
+//! ]
+//! ```
+//!
+//! Every native policy needs `metadata.name` and a `spec` object; a Kyverno policy needs a
+//! non-empty `spec.rules` list. Selectors in the database are placeholders: they are replaced
+//! by the workload selector of the binding.
+//!
+//! # What gets generated
+//!
+//! For each CVE of the intent, each image that lists it and each patch, a Kyverno `Policy`
+//! named `<policy>-<cve, lowercase>-<karmor|kyverno|netpol>-<n>` is written in the policy's
+//! namespace (`n` counts the patches of that kind for the CVE, from 1). It watches the selected Pods and
+//! generates the native policy (`generateExisting: true`, so existing Pods count too), owned by
+//! the NimbusPolicy:
+//!
+//! - `karmor`: a KubeArmorPolicy `<name>-<pod>` per Pod running the image, selecting the
+//!   binding's labels and the container that runs the image
+//!   (`kubearmor.io/container.name`).
+//! - `kyverno`: a namespaced Kyverno `Policy` `<name>` (even when the database has a
+//!   `ClusterPolicy`); every rule matches the selected Pods, and its `preconditions.all`
+//!   starts with "the Pod runs the image".
+//! - `netpol`: a NetworkPolicy `<name>` once a Pod runs the image, whose `podSelector` is the
+//!   binding's selector.
+//!
+//! CVEs the database does not know, and patches that cannot be used, are reported on the
+//! policy; the other CVEs are still patched.
+//!
+//! Fixed from Nimbus: parameters come from this rule (not the policy's first rule); patch
+//! numbers run over the whole CVE, so a CVE listed under two images cannot collide on a name;
+//! rule names are `<cve>-virtual-patch-<kind>`; a Kyverno patch keeps its own
+//! `preconditions.all` (the image condition is prepended) and may have none; every Kyverno
+//! rule is rewritten, not only the first; malformed entries are reported instead of crashing.
 
-use super::{Environment, Output, PolicyInput, Rule};
+use super::kyverno::failure_action;
+use super::{
+    Environment, KYVERNO_POLICY, NativeKind, Output, PolicyInput, Problem, Rule, metadata,
+    native_name, object,
+};
+use crate::catalog::{Engine, param_values};
+use crate::names::MAX_NAME_LEN;
+use kube::core::DynamicObject;
+use nimbus_api::condition::REASON_ENGINE_NOT_READY;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
 pub const INTENT: &str = "virtualPatch";
+/// ConfigMap key holding the database (same JSON format as Nimbus's vp.json).
+pub const DATABASE_KEY: &str = "vp.json";
 
+const DESCRIPTION: &str = "policies.kyverno.io/description";
+const CONTAINER_LABEL: &str = "kubearmor.io/container.name";
+const IMAGES_OF_POD: &str = "{{ request.object.spec.containers[].image }}";
+
+/// The virtual-patch database as the operator sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum VirtualPatches {
+    /// No `--virtual-patch-db` was given.
     NotConfigured,
+    /// The ConfigMap is missing or unusable; why, naming it.
+    Invalid(String),
+    Database(Database),
 }
 
-pub fn from_config_map(_name: &str, _data: Option<&BTreeMap<String, String>>) -> VirtualPatches {
-    VirtualPatches::NotConfigured
+/// A parsed `vp.json`: a list of images.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(transparent)]
+pub struct Database {
+    pub images: Vec<Image>,
+    /// Where it was read from (`namespace/name` of the ConfigMap), for messages.
+    #[serde(skip)]
+    pub source: String,
 }
 
-pub(super) fn translate(_policy: &PolicyInput, _rule: &Rule, _env: &Environment) -> Output {
-    Ok(Vec::new())
+/// An image and the CVEs it has patches for.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Image {
+    pub image: String,
+    #[serde(default)]
+    pub cves: Vec<Cve>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Cve {
+    pub cve: String,
+    #[serde(default)]
+    pub virtual_patch: Vec<Patch>,
+}
+
+/// One patch: complete native policies, by engine.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+pub struct Patch {
+    #[serde(default)]
+    pub karmor: Option<Value>,
+    #[serde(default)]
+    pub kyverno: Option<Value>,
+    #[serde(default)]
+    pub netpol: Option<Value>,
+}
+
+impl Database {
+    /// Parses a `vp.json` document read from `source`.
+    pub fn parse(source: &str, json: &str) -> Result<Self, serde_json::Error> {
+        let mut db: Database = serde_json::from_str(json)?;
+        db.source = source.to_owned();
+        Ok(db)
+    }
+}
+
+/// The database in ConfigMap `name` (`namespace/name`, for messages), whose data is `data`
+/// (`None`: the ConfigMap does not exist).
+pub fn from_config_map(name: &str, data: Option<&BTreeMap<String, String>>) -> VirtualPatches {
+    let Some(data) = data else {
+        return VirtualPatches::Invalid(format!("ConfigMap {name} not found"));
+    };
+    let Some(json) = data.get(DATABASE_KEY) else {
+        return VirtualPatches::Invalid(format!("ConfigMap {name} has no key {DATABASE_KEY}"));
+    };
+    match Database::parse(name, json) {
+        Ok(db) => VirtualPatches::Database(db),
+        Err(e) => VirtualPatches::Invalid(format!(
+            "ConfigMap {name}: {DATABASE_KEY} is not a valid virtual-patch database: {e}"
+        )),
+    }
+}
+
+/// The generator policies of a virtualPatch rule. Problems that leave it without any policy are
+/// errors; the others are reported by [`warnings`].
+pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    plan(policy, rule, env).map(|plan| plan.objects)
+}
+
+/// Problems that do not stop the rule's other patches: CVEs the database does not know, and
+/// patches that cannot be used. Empty when [`translate`] fails. `translate` cannot return them
+/// with its objects, so the engine loop collects them from here for virtualPatch rules.
+pub(super) fn warnings(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Vec<Problem> {
+    plan(policy, rule, env)
+        .map(|plan| plan.warnings)
+        .unwrap_or_default()
+}
+
+#[derive(Default)]
+struct Plan {
+    objects: Vec<(&'static NativeKind, DynamicObject)>,
+    warnings: Vec<Problem>,
+}
+
+/// The kinds of native policy a patch may hold, in the order they are processed.
+#[derive(Clone, Copy)]
+enum Target {
+    KubeArmor,
+    Kyverno,
+    NetworkPolicy,
+}
+
+impl Target {
+    const ALL: [Target; 3] = [Target::KubeArmor, Target::Kyverno, Target::NetworkPolicy];
+
+    /// The database key, also used in generated names.
+    fn key(self) -> &'static str {
+        match self {
+            Target::KubeArmor => "karmor",
+            Target::Kyverno => "kyverno",
+            Target::NetworkPolicy => "netpol",
+        }
+    }
+
+    /// apiVersion and kind of the generated object.
+    fn type_meta(self) -> (&'static str, &'static str) {
+        match self {
+            Target::KubeArmor => ("security.kubearmor.com/v1", "KubeArmorPolicy"),
+            Target::Kyverno => ("kyverno.io/v1", "Policy"),
+            Target::NetworkPolicy => ("networking.k8s.io/v1", "NetworkPolicy"),
+        }
+    }
+
+    fn of(self, patch: &Patch) -> Option<&Value> {
+        match self {
+            Target::KubeArmor => patch.karmor.as_ref(),
+            Target::Kyverno => patch.kyverno.as_ref(),
+            Target::NetworkPolicy => patch.netpol.as_ref(),
+        }
+    }
+}
+
+/// What every generator policy of one rule shares.
+struct Context<'a> {
+    policy: &'a PolicyInput<'a>,
+    rule: &'a Rule<'a>,
+    namespace: &'a str,
+    /// Prefix of generated names after the policy name: empty for the first virtualPatch rule
+    /// of the policy (Nimbus's names), `<key>-` for further ones so they cannot collide.
+    prefix: String,
+    selector: Value,
+    owner: Value,
+}
+
+fn plan(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Result<Plan, Problem> {
+    let Some(namespace) = policy.namespace.as_deref() else {
+        return Ok(Plan::default());
+    };
+    let db = match &env.virtual_patches {
+        VirtualPatches::NotConfigured => {
+            return Err(rule.problem(
+                REASON_ENGINE_NOT_READY,
+                "no virtual-patch database is configured (--virtual-patch-db)",
+            ));
+        }
+        VirtualPatches::Invalid(why) => {
+            return Err(rule.problem(REASON_ENGINE_NOT_READY, why.clone()));
+        }
+        VirtualPatches::Database(db) => db,
+    };
+    let ctx = Context {
+        policy,
+        rule,
+        namespace,
+        prefix: if rule.key == INTENT.to_lowercase() {
+            String::new()
+        } else {
+            format!("{}-", rule.key)
+        },
+        selector: serde_json::to_value(&policy.selector).unwrap_or_else(|_| json!({})),
+        owner: serde_json::to_value(&policy.owner).unwrap_or_default(),
+    };
+
+    let mut cves: Vec<String> = Vec::new();
+    for cve in param_values(rule.spec, "cveList") {
+        if !cves.iter().any(|c| c.eq_ignore_ascii_case(&cve)) {
+            cves.push(cve);
+        }
+    }
+    let mut plan = Plan::default();
+    let mut unknown = Vec::new();
+    for cve in &cves {
+        // Per kind of patch, across every image listing the CVE.
+        let mut counts = [0usize; Target::ALL.len()];
+        let mut known = false;
+        for image in &db.images {
+            let entries = image
+                .cves
+                .iter()
+                .filter(|e| e.cve.eq_ignore_ascii_case(cve));
+            for patch in entries.flat_map(|e| &e.virtual_patch) {
+                for (i, target) in Target::ALL.into_iter().enumerate() {
+                    let Some(native) = target.of(patch) else {
+                        continue;
+                    };
+                    known = true;
+                    counts[i] += 1;
+                    match generator(&ctx, cve, &image.image, target, counts[i], native) {
+                        Ok(generated) => plan.objects.push(generated),
+                        Err(why) => plan.warnings.push(Problem {
+                            blocking: false,
+                            ..rule.problem(
+                                REASON_ENGINE_NOT_READY,
+                                format!(
+                                    "virtual-patch database {}: {cve}, image {}: unusable {} \
+                                     patch: {why}",
+                                    db.source,
+                                    image.image,
+                                    target.key()
+                                ),
+                            )
+                        }),
+                    }
+                }
+            }
+        }
+        if !known {
+            unknown.push(cve.as_str());
+        }
+    }
+    if !unknown.is_empty() {
+        plan.warnings.insert(
+            0,
+            Problem {
+                blocking: false,
+                ..rule.problem(
+                    REASON_ENGINE_NOT_READY,
+                    format!("no virtual patch known for {}", unknown.join(", ")),
+                )
+            },
+        );
+    }
+    if plan.objects.is_empty() && !plan.warnings.is_empty() {
+        // Nothing is enforced at all.
+        let messages: Vec<&str> = plan.warnings.iter().map(|w| w.message.as_str()).collect();
+        return Err(rule.problem(REASON_ENGINE_NOT_READY, messages.join("; ")));
+    }
+    Ok(plan)
+}
+
+/// The Kyverno policy that generates `native` (patch `n` of its kind for `cve`) for the Pods
+/// running `image`; the error says what is wrong with `native`.
+fn generator(
+    ctx: &Context,
+    cve: &str,
+    image: &str,
+    target: Target,
+    n: usize,
+    native: &Value,
+) -> Result<(&'static NativeKind, DynamicObject), String> {
+    let policy = ctx.policy;
+    let rule = ctx.rule;
+    let cve_key = cve.to_lowercase();
+    let runs_image = json!({"key": image, "operator": "AnyIn", "value": IMAGES_OF_POD});
+
+    let mut data = native.as_object().cloned().ok_or("not a JSON object")?;
+    data.remove("apiVersion");
+    data.remove("kind");
+    let metadata_obj = data
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or("metadata must be an object")?;
+    let name = metadata_obj
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or("metadata.name is missing")?
+        .to_owned();
+    metadata_obj.insert("ownerReferences".into(), json!([ctx.owner]));
+    let spec = data
+        .get_mut("spec")
+        .and_then(Value::as_object_mut)
+        .ok_or("spec must be an object")?;
+
+    let mut generator_rule = Map::new();
+    generator_rule.insert(
+        "name".into(),
+        format!("{cve_key}-virtual-patch-{}", target.key()).into(),
+    );
+    let pod_name =
+        json!({"name": "podName", "variable": {"jmesPath": "request.object.metadata.name"}});
+    let generated_name = match target {
+        Target::KubeArmor => {
+            let mut labels: Map<String, Value> = policy
+                .selector
+                .match_labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.clone().into()))
+                .collect();
+            labels.insert(CONTAINER_LABEL.into(), "{{ containerName }}".into());
+            spec.insert("selector".into(), json!({ "matchLabels": labels }));
+            let container = format!(
+                "request.object.spec.containers[?(@.image=='{}')].name | [0]",
+                image.replace('\'', "\\'")
+            );
+            generator_rule.insert(
+                "context".into(),
+                json!([
+                    {"name": "containerName", "variable": {"jmesPath": container}},
+                    pod_name,
+                ]),
+            );
+            format!("{name}-{{{{ podName }}}}")
+        }
+        Target::Kyverno => {
+            let rules = spec
+                .get_mut("rules")
+                .and_then(Value::as_array_mut)
+                .filter(|r| !r.is_empty())
+                .ok_or("spec.rules must be a non-empty list")?;
+            for (i, kyverno_rule) in rules.iter_mut().enumerate() {
+                let kyverno_rule = kyverno_rule
+                    .as_object_mut()
+                    .ok_or_else(|| format!("spec.rules[{i}] must be an object"))?;
+                kyverno_rule.insert(
+                    "match".into(),
+                    json!({"any": [{"resources": {"kinds": ["Pod"], "selector": ctx.selector}}]}),
+                );
+                prepend_precondition(kyverno_rule, runs_image.clone())
+                    .map_err(|what| format!("spec.rules[{i}].{what}"))?;
+            }
+            name
+        }
+        Target::NetworkPolicy => {
+            spec.insert("podSelector".into(), ctx.selector.clone());
+            generator_rule.insert("context".into(), json!([pod_name]));
+            name
+        }
+    };
+
+    generator_rule.insert(
+        "match".into(),
+        json!({
+            "any": [{"resources": {"kinds": ["v1/Pod"], "selector": ctx.selector}}],
+            "resources": {},
+        }),
+    );
+    generator_rule.insert("exclude".into(), json!({"resources": {}}));
+    if !matches!(target, Target::Kyverno) {
+        generator_rule.insert("preconditions".into(), json!({ "all": [runs_image] }));
+    }
+    generator_rule.insert("mutate".into(), json!({}));
+    generator_rule.insert("validate".into(), json!({}));
+    let (api_version, kind) = target.type_meta();
+    generator_rule.insert(
+        "generate".into(),
+        json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "namespace": ctx.namespace,
+            "name": generated_name,
+            "data": data,
+            "clone": {},
+            "cloneList": {},
+        }),
+    );
+
+    let name = native_name(
+        policy,
+        &format!("{}{cve_key}-{}-{n}", ctx.prefix, target.key()),
+        MAX_NAME_LEN,
+    );
+    let description = rule.spec.description.clone().unwrap_or_default();
+    let meta = metadata(
+        policy,
+        Engine::Kyverno,
+        name,
+        policy.namespace.clone(),
+        &[(DESCRIPTION, &description)],
+    );
+    let spec = json!({
+        "rules": [generator_rule],
+        "validationFailureAction": failure_action(&rule.spec.rule.action),
+        "background": true,
+        "generateExisting": true,
+    });
+    Ok((
+        &KYVERNO_POLICY,
+        object(&KYVERNO_POLICY, meta, json!({ "spec": spec })),
+    ))
+}
+
+/// Puts `condition` first in the rule's `preconditions.all` (creating it when missing), keeping
+/// the rule's own conditions; a legacy list of conditions (which means "all") is extended the
+/// same way. The error names the misshapen field.
+fn prepend_precondition(rule: &mut Map<String, Value>, condition: Value) -> Result<(), String> {
+    let preconditions = rule.entry("preconditions").or_insert_with(|| json!({}));
+    if preconditions.is_null() {
+        *preconditions = json!({});
+    }
+    let all = match preconditions {
+        Value::Array(list) => list,
+        Value::Object(blocks) => {
+            let all = blocks.entry("all").or_insert_with(|| json!([]));
+            if all.is_null() {
+                *all = json!([]);
+            }
+            all.as_array_mut()
+                .ok_or("preconditions.all must be a list")?
+        }
+        _ => return Err("preconditions must be an object".into()),
+    };
+    all.insert(0, condition);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use nimbus_api::{NimbusPolicy, NimbusPolicySpec, NimbusRule, Rule as ApiRule};
+
+    const VP: &str = r#"[
+      {
+        "image": "nginx:latest",
+        "cves": [
+          {
+            "cve": "CVE-2024-4439",
+            "virtual_patch": [
+              {
+                "karmor": {
+                  "apiVersion": "security.kubearmor.com/v1",
+                  "kind": "KubeArmorPolicy",
+                  "metadata": {"name": "block-pkg-mgmt-tools-exec"},
+                  "spec": {
+                    "selector": {"matchLabels": {"app": "nginx"}},
+                    "process": {"matchPaths": [{"path": "/usr/bin/apt"}, {"path": "/usr/bin/apt-get"}]},
+                    "action": "Block"
+                  }
+                }
+              },
+              {
+                "kyverno": {
+                  "apiVersion": "kyverno.io/v1",
+                  "kind": "ClusterPolicy",
+                  "name": "CVE_NUMBER-Virtual-Patch-Kyverno",
+                  "metadata": {"name": "disallow-latest-tag"},
+                  "spec": {
+                    "validationFailureAction": "Enforce",
+                    "background": true,
+                    "rules": [{
+                      "name": "validate-image-tag",
+                      "match": {"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"app": "test"}}}}]},
+                      "preconditions": {
+                        "all": [{"key": "busybox", "operator": "AnyIn", "value": "{{ images.containers.*.name }}"}],
+                        "any": [{"key": "x", "operator": "Equals", "value": "x"}]
+                      },
+                      "validate": {
+                        "message": "Using a mutable image tag e.g. 'latest' is not allowed.",
+                        "pattern": {"spec": {"containers": [{"image": "!*:latest"}]}}
+                      }
+                    }]
+                  }
+                }
+              },
+              {
+                "netpol": {
+                  "apiVersion": "networking.k8s.io/v1",
+                  "kind": "NetworkPolicy",
+                  "metadata": {"name": "test-network-policy"},
+                  "spec": {
+                    "podSelector": {"matchLabels": {"role": "db"}},
+                    "policyTypes": ["Egress"],
+                    "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}], "ports": [{"protocol": "TCP", "port": 5978}]}]
+                  },
+                  "unknownKey": 1
+                },
+                "someOtherEngine": {}
+              }
+            ]
+          }
+        ],
+        "extra": "ignored"
+      }
+    ]"#;
+
+    fn np(cves: &[&str], action: &str) -> NimbusPolicy {
+        let mut np = NimbusPolicy::new(
+            "vp-binding",
+            NimbusPolicySpec {
+                selector: LabelSelector {
+                    match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+                    match_expressions: None,
+                },
+                rules: vec![NimbusRule {
+                    id: INTENT.into(),
+                    type_: None,
+                    description: Some("Patch CVEs".into()),
+                    rule: ApiRule {
+                        action: action.into(),
+                        params: Some(
+                            [(
+                                "cveList".to_owned(),
+                                cves.iter().map(|c| c.to_string()).collect(),
+                            )]
+                            .into(),
+                        ),
+                    },
+                }],
+            },
+        );
+        np.metadata.namespace = Some("shop".into());
+        np.metadata.uid = Some("uid-np".into());
+        np
+    }
+
+    fn env_with(json: &str) -> Environment {
+        let data: BTreeMap<String, String> = [(DATABASE_KEY.to_owned(), json.to_owned())].into();
+        Environment {
+            virtual_patches: from_config_map("nimbus/vp-db", Some(&data)),
+            ..Environment::default()
+        }
+    }
+
+    fn run(np: &NimbusPolicy, env: &Environment) -> (Output, Vec<Problem>) {
+        let policy = PolicyInput::namespaced(np, "uid-1");
+        let rule = Rule {
+            spec: &np.spec.rules[0],
+            key: "virtualpatch",
+        };
+        (
+            translate(&policy, &rule, env),
+            warnings(&policy, &rule, env),
+        )
+    }
+
+    fn objects(np: &NimbusPolicy, env: &Environment) -> Vec<Value> {
+        let (out, warnings) = run(np, env);
+        assert_eq!(warnings, vec![]);
+        out.unwrap()
+            .into_iter()
+            .map(|(kind, o)| {
+                assert_eq!(kind, &KYVERNO_POLICY);
+                serde_json::to_value(o).unwrap()
+            })
+            .collect()
+    }
+
+    fn names(values: &[Value]) -> Vec<&str> {
+        values
+            .iter()
+            .map(|v| v["metadata"]["name"].as_str().unwrap())
+            .collect()
+    }
+
+    fn owner() -> Value {
+        json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1",
+            "kind": "NimbusPolicy",
+            "name": "vp-binding",
+            "uid": "uid-1",
+            "controller": true,
+            "blockOwnerDeletion": true,
+        })
+    }
+
+    fn meta(name: &str) -> Value {
+        json!({
+            "name": name,
+            "namespace": "shop",
+            "labels": {"app.kubernetes.io/managed-by": "nimbus-kyverno"},
+            "annotations": {
+                "app.kubernetes.io/managed-by": "nimbus-kyverno",
+                "policies.kyverno.io/description": "Patch CVEs",
+            },
+            "ownerReferences": [owner()],
+        })
+    }
+
+    fn pod_match() -> Value {
+        json!({
+            "any": [{"resources": {"kinds": ["v1/Pod"], "selector": {"matchLabels": {"app": "web"}}}}],
+            "resources": {},
+        })
+    }
+
+    fn runs_nginx() -> Value {
+        json!({
+            "key": "nginx:latest",
+            "operator": "AnyIn",
+            "value": "{{ request.object.spec.containers[].image }}",
+        })
+    }
+
+    fn pod_name() -> Value {
+        json!({"name": "podName", "variable": {"jmesPath": "request.object.metadata.name"}})
+    }
+
+    #[test]
+    fn golden_karmor_kyverno_netpol() {
+        let np = np(&["CVE-2024-4439"], "Block");
+        let got = objects(&np, &env_with(VP));
+        assert_eq!(got.len(), 3);
+        assert_eq!(
+            got[0],
+            json!({
+                "apiVersion": "kyverno.io/v1",
+                "kind": "Policy",
+                "metadata": meta("vp-binding-cve-2024-4439-karmor-1"),
+                "spec": {
+                    "rules": [{
+                        "name": "cve-2024-4439-virtual-patch-karmor",
+                        "context": [
+                            {"name": "containerName", "variable": {"jmesPath":
+                                "request.object.spec.containers[?(@.image=='nginx:latest')].name | [0]"}},
+                            pod_name(),
+                        ],
+                        "match": pod_match(),
+                        "exclude": {"resources": {}},
+                        "preconditions": {"all": [runs_nginx()]},
+                        "mutate": {},
+                        "validate": {},
+                        "generate": {
+                            "apiVersion": "security.kubearmor.com/v1",
+                            "kind": "KubeArmorPolicy",
+                            "namespace": "shop",
+                            "name": "block-pkg-mgmt-tools-exec-{{ podName }}",
+                            "data": {
+                                "metadata": {
+                                    "name": "block-pkg-mgmt-tools-exec",
+                                    "ownerReferences": [owner()],
+                                },
+                                "spec": {
+                                    "selector": {"matchLabels": {
+                                        "app": "web",
+                                        "kubearmor.io/container.name": "{{ containerName }}",
+                                    }},
+                                    "process": {"matchPaths": [
+                                        {"path": "/usr/bin/apt"}, {"path": "/usr/bin/apt-get"}
+                                    ]},
+                                    "action": "Block",
+                                },
+                            },
+                            "clone": {},
+                            "cloneList": {},
+                        },
+                    }],
+                    "validationFailureAction": "Enforce",
+                    "background": true,
+                    "generateExisting": true,
+                },
+            })
+        );
+        assert_eq!(
+            got[1],
+            json!({
+                "apiVersion": "kyverno.io/v1",
+                "kind": "Policy",
+                "metadata": meta("vp-binding-cve-2024-4439-kyverno-1"),
+                "spec": {
+                    "rules": [{
+                        "name": "cve-2024-4439-virtual-patch-kyverno",
+                        "match": pod_match(),
+                        "exclude": {"resources": {}},
+                        "mutate": {},
+                        "validate": {},
+                        "generate": {
+                            "apiVersion": "kyverno.io/v1",
+                            "kind": "Policy",
+                            "namespace": "shop",
+                            "name": "disallow-latest-tag",
+                            "data": {
+                                "name": "CVE_NUMBER-Virtual-Patch-Kyverno",
+                                "metadata": {
+                                    "name": "disallow-latest-tag",
+                                    "ownerReferences": [owner()],
+                                },
+                                "spec": {
+                                    "validationFailureAction": "Enforce",
+                                    "background": true,
+                                    "rules": [{
+                                        "name": "validate-image-tag",
+                                        "match": {"any": [{"resources": {
+                                            "kinds": ["Pod"],
+                                            "selector": {"matchLabels": {"app": "web"}},
+                                        }}]},
+                                        "preconditions": {
+                                            "all": [
+                                                runs_nginx(),
+                                                {"key": "busybox", "operator": "AnyIn",
+                                                 "value": "{{ images.containers.*.name }}"},
+                                            ],
+                                            "any": [{"key": "x", "operator": "Equals", "value": "x"}],
+                                        },
+                                        "validate": {
+                                            "message": "Using a mutable image tag e.g. 'latest' is not allowed.",
+                                            "pattern": {"spec": {"containers": [{"image": "!*:latest"}]}},
+                                        },
+                                    }],
+                                },
+                            },
+                            "clone": {},
+                            "cloneList": {},
+                        },
+                    }],
+                    "validationFailureAction": "Enforce",
+                    "background": true,
+                    "generateExisting": true,
+                },
+            })
+        );
+        assert_eq!(
+            got[2],
+            json!({
+                "apiVersion": "kyverno.io/v1",
+                "kind": "Policy",
+                "metadata": meta("vp-binding-cve-2024-4439-netpol-1"),
+                "spec": {
+                    "rules": [{
+                        "name": "cve-2024-4439-virtual-patch-netpol",
+                        "context": [pod_name()],
+                        "match": pod_match(),
+                        "exclude": {"resources": {}},
+                        "preconditions": {"all": [runs_nginx()]},
+                        "mutate": {},
+                        "validate": {},
+                        "generate": {
+                            "apiVersion": "networking.k8s.io/v1",
+                            "kind": "NetworkPolicy",
+                            "namespace": "shop",
+                            "name": "test-network-policy",
+                            "data": {
+                                "metadata": {
+                                    "name": "test-network-policy",
+                                    "ownerReferences": [owner()],
+                                },
+                                "spec": {
+                                    "podSelector": {"matchLabels": {"app": "web"}},
+                                    "policyTypes": ["Egress"],
+                                    "egress": [{
+                                        "to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+                                        "ports": [{"protocol": "TCP", "port": 5978}],
+                                    }],
+                                },
+                                "unknownKey": 1,
+                            },
+                            "clone": {},
+                            "cloneList": {},
+                        },
+                    }],
+                    "validationFailureAction": "Enforce",
+                    "background": true,
+                    "generateExisting": true,
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn audit_action_and_full_selector() {
+        let mut np = np(&["CVE-2024-4439"], "Audit");
+        np.spec.selector = serde_json::from_value(json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["front"]}],
+        }))
+        .unwrap();
+        let got = objects(&np, &env_with(VP));
+        let selector = json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["front"]}],
+        });
+        for o in &got {
+            assert_eq!(o["spec"]["validationFailureAction"], "Audit");
+            assert_eq!(
+                o["spec"]["rules"][0]["match"]["any"][0]["resources"]["selector"],
+                selector
+            );
+        }
+        // The NetworkPolicy takes the whole selector; KubeArmor selects by labels only.
+        assert_eq!(
+            got[2]["spec"]["rules"][0]["generate"]["data"]["spec"]["podSelector"],
+            selector
+        );
+        assert_eq!(
+            got[0]["spec"]["rules"][0]["generate"]["data"]["spec"]["selector"],
+            json!({"matchLabels": {"app": "web", "kubearmor.io/container.name": "{{ containerName }}"}})
+        );
+    }
+
+    #[test]
+    fn a_cve_under_two_images_gets_distinct_names() {
+        let db = json!([
+            {"image": "a:1", "cves": [{"cve": "CVE-2024-0001", "virtual_patch": [
+                {"netpol": {"metadata": {"name": "n-a"}, "spec": {}}}
+            ]}]},
+            {"image": "b:1", "cves": [{"cve": "CVE-2024-0001", "virtual_patch": [
+                {"netpol": {"metadata": {"name": "n-b"}, "spec": {}},
+                 "karmor": {"metadata": {"name": "k-b"}, "spec": {}}}
+            ]}]},
+        ]);
+        let np = np(&["CVE-2024-0001"], "Block");
+        let got = objects(&np, &env_with(&db.to_string()));
+        assert_eq!(
+            names(&got),
+            [
+                "vp-binding-cve-2024-0001-netpol-1",
+                "vp-binding-cve-2024-0001-karmor-1",
+                "vp-binding-cve-2024-0001-netpol-2",
+            ]
+        );
+        assert_eq!(
+            got[2]["spec"]["rules"][0]["preconditions"]["all"][0]["key"],
+            "b:1"
+        );
+    }
+
+    #[test]
+    fn unknown_cves_are_a_non_blocking_problem_and_the_others_are_patched() {
+        let np = np(
+            &["CVE-2099-0001", "CVE-2024-4439", "CVE-2099-0002"],
+            "Block",
+        );
+        let (out, warnings) = run(&np, &env_with(VP));
+        assert_eq!(
+            names(
+                &out.unwrap()
+                    .into_iter()
+                    .map(|(_, o)| serde_json::to_value(o).unwrap())
+                    .collect::<Vec<_>>()
+            ),
+            [
+                "vp-binding-cve-2024-4439-karmor-1",
+                "vp-binding-cve-2024-4439-kyverno-1",
+                "vp-binding-cve-2024-4439-netpol-1",
+            ]
+        );
+        assert_eq!(
+            warnings,
+            vec![Problem {
+                intent: INTENT.into(),
+                reason: REASON_ENGINE_NOT_READY,
+                message: "no virtual patch known for CVE-2099-0001, CVE-2099-0002".into(),
+                blocking: false,
+            }]
+        );
+    }
+
+    #[test]
+    fn only_unknown_cves_leave_the_intent_unenforced() {
+        let np = np(&["CVE-2099-0001"], "Block");
+        let (out, warnings) = run(&np, &env_with(VP));
+        let problem = out.unwrap_err();
+        assert!(problem.blocking);
+        assert_eq!(problem.message, "no virtual patch known for CVE-2099-0001");
+        assert_eq!(warnings, vec![]);
+    }
+
+    #[test]
+    fn database_problems_block() {
+        let np = np(&["CVE-2024-4439"], "Block");
+        let problem = |env: &Environment| {
+            let (out, warnings) = run(&np, env);
+            assert_eq!(warnings, vec![]);
+            let p = out.unwrap_err();
+            assert!(p.blocking);
+            assert_eq!(p.reason, REASON_ENGINE_NOT_READY);
+            assert_eq!(p.intent, INTENT);
+            p.message
+        };
+        assert_eq!(
+            problem(&Environment::default()),
+            "no virtual-patch database is configured (--virtual-patch-db)"
+        );
+        let missing = Environment {
+            virtual_patches: from_config_map("nimbus/vp-db", None),
+            ..Environment::default()
+        };
+        assert_eq!(problem(&missing), "ConfigMap nimbus/vp-db not found");
+        let no_key = Environment {
+            virtual_patches: from_config_map("nimbus/vp-db", Some(&BTreeMap::new())),
+            ..Environment::default()
+        };
+        assert_eq!(
+            problem(&no_key),
+            "ConfigMap nimbus/vp-db has no key vp.json"
+        );
+        assert_eq!(
+            problem(&env_with("[\n  {\"image\": \"x\",}\n]")),
+            "ConfigMap nimbus/vp-db: vp.json is not a valid virtual-patch database: \
+             trailing comma at line 2 column 17"
+        );
+        let wrong_shape = problem(&env_with(r#"{"image": "x"}"#));
+        assert!(
+            wrong_shape.contains("invalid type: map, expected a sequence at line 1 column 0"),
+            "{wrong_shape}"
+        );
+    }
+
+    #[test]
+    fn parses_leniently() {
+        let VirtualPatches::Database(db) = env_with(VP).virtual_patches else {
+            panic!("not parsed");
+        };
+        assert_eq!(db.source, "nimbus/vp-db");
+        assert_eq!(db.images.len(), 1);
+        assert_eq!(db.images[0].cves[0].virtual_patch.len(), 3);
+        assert_eq!(
+            env_with(r#"[{"image": "x"}]"#).virtual_patches,
+            VirtualPatches::Database(Database {
+                images: vec![Image {
+                    image: "x".into(),
+                    cves: vec![]
+                }],
+                source: "nimbus/vp-db".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn kyverno_patch_without_preconditions() {
+        let db = json!([{"image": "a:1", "cves": [{"cve": "CVE-2024-0001", "virtual_patch": [
+            {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": [
+                {"name": "r1", "validate": {}},
+                {"name": "r2", "preconditions": [{"key": "k", "operator": "Equals", "value": "v"}]},
+                {"name": "r3", "preconditions": {"any": [{"key": "k", "operator": "Equals", "value": "v"}]}},
+            ]}}}
+        ]}]}]);
+        let np = np(&["CVE-2024-0001"], "Block");
+        let got = objects(&np, &env_with(&db.to_string()));
+        let cond = json!({"key": "a:1", "operator": "AnyIn",
+                          "value": "{{ request.object.spec.containers[].image }}"});
+        let rules = &got[0]["spec"]["rules"][0]["generate"]["data"]["spec"]["rules"];
+        assert_eq!(rules[0]["preconditions"], json!({"all": [cond]}));
+        assert_eq!(
+            rules[1]["preconditions"],
+            json!([cond, {"key": "k", "operator": "Equals", "value": "v"}])
+        );
+        assert_eq!(
+            rules[2]["preconditions"],
+            json!({"all": [cond], "any": [{"key": "k", "operator": "Equals", "value": "v"}]})
+        );
+        for rule in rules.as_array().unwrap() {
+            assert_eq!(
+                rule["match"],
+                json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"app": "web"}}}}]})
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_patches_are_reported_and_skipped() {
+        let db = json!([{"image": "a:1", "cves": [{"cve": "CVE-2024-0001", "virtual_patch": [
+            {"kyverno": {"metadata": {"name": "p"}, "spec": {}}},
+            {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": [{"preconditions": {"all": "x"}}]}}},
+            {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": ["x"]}}},
+            {"karmor": {"spec": {}}},
+            {"netpol": "x"},
+            {"netpol": {"metadata": {"name": "ok"}, "spec": {}}},
+        ]}]}]);
+        let np = np(&["CVE-2024-0001"], "Block");
+        let (out, warnings) = run(&np, &env_with(&db.to_string()));
+        let out = out.unwrap();
+        assert_eq!(out.len(), 1);
+        // The numbering counts the skipped patches, so fixing one renames nothing.
+        assert_eq!(
+            serde_json::to_value(&out[0].1).unwrap()["metadata"]["name"],
+            "vp-binding-cve-2024-0001-netpol-2"
+        );
+        let messages: Vec<_> = warnings
+            .iter()
+            .inspect(|w| assert!(!w.blocking))
+            .map(|w| w.message.as_str())
+            .collect();
+        let prefix = "virtual-patch database nimbus/vp-db: CVE-2024-0001, image a:1: unusable";
+        assert_eq!(
+            messages,
+            [
+                format!("{prefix} kyverno patch: spec.rules must be a non-empty list"),
+                format!("{prefix} kyverno patch: spec.rules[0].preconditions.all must be a list"),
+                format!("{prefix} kyverno patch: spec.rules[0] must be an object"),
+                format!("{prefix} karmor patch: metadata must be an object"),
+                format!("{prefix} netpol patch: not a JSON object"),
+            ]
+        );
+    }
+
+    #[test]
+    fn cluster_policies_and_empty_cve_lists_generate_nothing() {
+        let np = np(&[], "Block");
+        let (out, warnings) = run(&np, &env_with(VP));
+        assert_eq!(out.unwrap().len(), 0);
+        assert_eq!(warnings, vec![]);
+
+        let np = self::np(&["CVE-2024-4439"], "Block");
+        let mut policy = PolicyInput::namespaced(&np, "uid-1");
+        policy.namespace = None;
+        let rule = Rule {
+            spec: &np.spec.rules[0],
+            key: "virtualpatch",
+        };
+        assert_eq!(
+            translate(&policy, &rule, &Environment::default())
+                .unwrap()
+                .len(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_second_virtual_patch_rule_gets_its_own_names_and_duplicates_count_once() {
+        let np = np(&["CVE-2024-4439", "CVE-2024-4439"], "Block");
+        let policy = PolicyInput::namespaced(&np, "uid-1");
+        let rule = Rule {
+            spec: &np.spec.rules[0],
+            key: "virtualpatch-2",
+        };
+        let got: Vec<Value> = translate(&policy, &rule, &env_with(VP))
+            .unwrap()
+            .into_iter()
+            .map(|(_, o)| serde_json::to_value(o).unwrap())
+            .collect();
+        assert_eq!(
+            names(&got),
+            [
+                "vp-binding-virtualpatch-2-cve-2024-4439-karmor-1",
+                "vp-binding-virtualpatch-2-cve-2024-4439-kyverno-1",
+                "vp-binding-virtualpatch-2-cve-2024-4439-netpol-1",
+            ]
+        );
+    }
 }

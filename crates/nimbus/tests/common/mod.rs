@@ -35,6 +35,9 @@ pub fn cluster() -> &'static ControlPlane {
     cp
 }
 
+/// The ConfigMap (`namespace`, `name`) the test operator reads virtual patches from.
+pub const VIRTUAL_PATCH_DB: (&str, &str) = ("kube-public", "nimbus-virtual-patches");
+
 /// The shared control plane with the operator running against it (started once, resyncing
 /// every `resync`; the first caller's value wins).
 pub fn operator(resync: Duration) -> &'static ControlPlane {
@@ -48,6 +51,7 @@ pub fn operator(resync: Duration) -> &'static ControlPlane {
                 let client = Client::try_from(config).expect("operator client");
                 let cfg = nimbus_operator::Config {
                     resync,
+                    virtual_patch_db: Some((VIRTUAL_PATCH_DB.0.into(), VIRTUAL_PATCH_DB.1.into())),
                     ..Default::default()
                 };
                 if let Err(e) = nimbus_operator::run(client, cfg, Default::default()).await {
@@ -154,4 +158,67 @@ pub fn intent(name: &str, id: &str, action: &str) -> serde_json::Value {
         "metadata": {"name": name},
         "spec": {"intent": {"id": id, "action": action, "description": format!("{id} test")}}
     })
+}
+
+/// The upstream KubeArmor and Kyverno CRDs (`../shared/reference/engine-crds`).
+pub fn engine_crds_dir() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/reference/engine-crds");
+    assert!(
+        dir.is_dir(),
+        "engine CRDs not found at {} (the repository expects ../shared beside it)",
+        dir.display()
+    );
+    dir
+}
+
+/// Installs the engine CRD in `file` (a file name in [`engine_crds_dir`]).
+pub async fn install_engine_crd(client: &Client, file: &str) {
+    let path = engine_crds_dir().join(file);
+    let yaml = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    apply_yaml(client, &yaml)
+        .await
+        .unwrap_or_else(|e| panic!("installing {}: {e}", path.display()));
+}
+
+/// The CRDs of every engine, and what the k8tls engine needs in its namespace.
+pub const ENGINE_CRDS: [&str; 3] = [
+    "kubearmor_KubeArmorPolicy.yaml",
+    "kyverno.io_policies.yaml",
+    "kyverno.io_clusterpolicies.yaml",
+];
+
+/// [`cluster`] with every engine installed (before any operator starts).
+pub fn cluster_with_engines() -> &'static ControlPlane {
+    static ENGINES: OnceLock<()> = OnceLock::new();
+    let cp = cluster();
+    ENGINES.get_or_init(|| {
+        on_own_runtime(async {
+            let client = cp.client().expect("client");
+            for file in ENGINE_CRDS {
+                install_engine_crd(&client, file).await;
+            }
+            let k8tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../config/engines/k8tls.yaml");
+            let yaml = std::fs::read_to_string(&k8tls).expect("config/engines/k8tls.yaml");
+            apply_yaml(&client, &yaml).await.expect("k8tls environment");
+        })
+    });
+    cp
+}
+
+/// A native object the engines generate, if it exists.
+pub async fn native(
+    client: &Client,
+    kind: &nimbus_core::engines::NativeKind,
+    namespace: Option<&str>,
+    name: &str,
+) -> Option<kube::api::DynamicObject> {
+    let resource = kind.api_resource();
+    let api: Api<kube::api::DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    get(&api, name).await
 }

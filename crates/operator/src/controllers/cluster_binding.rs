@@ -159,7 +159,9 @@ pub async fn reconcile(
             generation,
         )
     } else {
-        let rules = cluster_policy.as_ref().map_or(&[][..], |p| &p.spec.rules[..]);
+        let rules = cluster_policy
+            .as_ref()
+            .map_or(&[][..], |p| &p.spec.rules[..]);
         binding_ready(
             &ctx,
             BindingKind::Cluster,

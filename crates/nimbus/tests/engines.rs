@@ -1,0 +1,848 @@
+//! The engines on the real control plane, with the upstream KubeArmor and Kyverno CRDs
+//! installed: the apiserver validates every generated object against the real schemas.
+
+mod common;
+
+use common::{
+    CONVERGE, VIRTUAL_PATCH_DB, apply, create_intent, delete, eventually, get, intent, native,
+    unique,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use nimbus_api::{
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
+    SecurityIntent, SecurityIntentBinding,
+};
+use nimbus_core::engines::{
+    CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, MANAGED_BY,
+    NETWORK_POLICY, NativeKind, ROLE_BINDING,
+};
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+struct Env {
+    client: Client,
+    ns: nimbus_testenv::TestNamespace,
+    intents: Api<SecurityIntent>,
+    bindings: Api<SecurityIntentBinding>,
+    policies: Api<NimbusPolicy>,
+}
+
+async fn env(prefix: &str) -> Env {
+    common::cluster_with_engines();
+    let cp = common::operator(Duration::from_secs(300));
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace(prefix).await.expect("namespace");
+    Env {
+        intents: Api::all(client.clone()),
+        bindings: Api::namespaced(client.clone(), ns.name()),
+        policies: Api::namespaced(client.clone(), ns.name()),
+        client,
+        ns,
+    }
+}
+
+fn binding(name: &str, intents: &[&str], labels: serde_json::Value) -> serde_json::Value {
+    let refs: Vec<_> = intents.iter().map(|n| json!({ "name": n })).collect();
+    json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+        "metadata": {"name": name},
+        "spec": {"intents": refs, "selector": {"workloadSelector": {"matchLabels": labels}}}
+    })
+}
+
+/// Waits until a policy's status lists exactly `entries` and returns the status.
+async fn entries<K>(api: &Api<K>, name: &str, entries: &[String]) -> NimbusPolicyStatus
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + HasStatus,
+{
+    let mut last = None;
+    let found = tokio::time::timeout(CONVERGE, async {
+        loop {
+            if let Some(status) = get(api, name).await.and_then(|p| p.status())
+                && status.adapter_policies.clone().unwrap_or_default() == entries
+            {
+                return status;
+            }
+            last = get(api, name).await.and_then(|p| p.status());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| {
+        panic!("{name}: adapter policies never became {entries:?}; last status: {last:#?}")
+    })
+}
+
+trait HasStatus {
+    fn status(self) -> Option<NimbusPolicyStatus>;
+}
+impl HasStatus for NimbusPolicy {
+    fn status(self) -> Option<NimbusPolicyStatus> {
+        self.status
+    }
+}
+impl HasStatus for ClusterNimbusPolicy {
+    fn status(self) -> Option<NimbusPolicyStatus> {
+        self.status
+    }
+}
+
+/// The native object an adapter-policies entry names.
+fn entry_kind(entry: &str) -> (&'static NativeKind, Option<&str>, &str) {
+    let parts: Vec<&str> = entry.split('/').collect();
+    let kind = |k: &str| -> &'static NativeKind {
+        [
+            &NETWORK_POLICY,
+            &KUBEARMOR_POLICY,
+            &KYVERNO_POLICY,
+            &KYVERNO_CLUSTER_POLICY,
+            &CRON_JOB,
+            &ROLE_BINDING,
+        ]
+        .into_iter()
+        .find(|n| n.entry == k)
+        .unwrap_or_else(|| panic!("unknown entry kind {k}"))
+    };
+    match parts[..] {
+        [ns, k, name] => (kind(k), Some(ns), name),
+        [k, name] => (kind(k), None, name),
+        _ => panic!("malformed entry {entry}"),
+    }
+}
+
+/// Asserts that every entry exists in `namespace` (or its own), is controlled by `owner_uid`
+/// and carries the engine annotation.
+async fn assert_natives(
+    client: &Client,
+    namespace: Option<&str>,
+    entries: &[String],
+    owner_uid: &str,
+) -> Vec<DynamicObject> {
+    let mut found = Vec::new();
+    for entry in entries {
+        let (kind, entry_ns, name) = entry_kind(entry);
+        let ns = if kind.namespaced {
+            entry_ns.or(namespace)
+        } else {
+            None
+        };
+        let obj = native(client, kind, ns, name)
+            .await
+            .unwrap_or_else(|| panic!("{entry} listed in status but missing"));
+        let owner = &obj.owner_references()[0];
+        assert_eq!(owner.uid, owner_uid, "{entry} owner");
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
+        assert!(
+            obj.annotations()
+                .get(MANAGED_BY)
+                .is_some_and(|v| v.starts_with("nimbus-")),
+            "{entry} annotations: {:?}",
+            obj.annotations()
+        );
+        found.push(obj);
+    }
+    found
+}
+
+async fn wait_gone(client: &Client, namespace: Option<&str>, entries: &[String]) {
+    for entry in entries {
+        let (kind, entry_ns, name) = entry_kind(entry);
+        let ns = if kind.namespaced {
+            entry_ns.or(namespace)
+        } else {
+            None
+        };
+        eventually(&format!("{entry} garbage-collected"), || async {
+            native(client, kind, ns, name).await.is_none().then_some(())
+        })
+        .await;
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// Which policy of an example to check, and what it must list.
+struct Example {
+    file: &'static str,
+    /// Entries of the NimbusPolicy of the SIB (in the test namespace), or of the CSIB's
+    /// NimbusPolicy in `csib_namespace`.
+    policy: &'static [&'static str],
+    /// Entries of the ClusterNimbusPolicy (cluster bindings only).
+    cluster: &'static [&'static str],
+    /// Where a cluster binding's NimbusPolicy is checked (`None`: the test namespace).
+    csib_namespace: Option<&'static str>,
+}
+
+const EXAMPLES: &[Example] = &[
+    Example {
+        file: "namespaced/dns-manipulation-si-sib.yaml",
+        policy: &[
+            "NetworkPolicy/dns-manipulation-binding-dnsmanipulation",
+            "KubeArmorPolicy/dns-manipulation-binding-dnsmanipulation",
+        ],
+        cluster: &[],
+        csib_namespace: None,
+    },
+    Example {
+        file: "namespaced/escape-to-host-si-sib.yaml",
+        policy: &[
+            "KubeArmorPolicy/escape-to-host-binding-escapetohost-disallowchroot",
+            "KubeArmorPolicy/escape-to-host-binding-escapetohost-disallowcapabilities",
+            "KubeArmorPolicy/escape-to-host-binding-escapetohost-swdeploymenttools",
+            "KyvernoPolicy/escape-to-host-binding-escapetohost",
+        ],
+        cluster: &[],
+        csib_namespace: None,
+    },
+    Example {
+        file: "namespaced/escape-to-host-with-params.yaml",
+        policy: &[
+            "KubeArmorPolicy/escape-to-host-binding-escapetohost-disallowchroot",
+            "KubeArmorPolicy/escape-to-host-binding-escapetohost-disallowcapabilities",
+            "KubeArmorPolicy/escape-to-host-binding-escapetohost-swdeploymenttools",
+            "KyvernoPolicy/escape-to-host-binding-escapetohost",
+        ],
+        cluster: &[],
+        csib_namespace: None,
+    },
+    Example {
+        file: "namespaced/exploit-pfa-si-sib.yaml",
+        policy: &["KubeArmorPolicy/exploit-pfa-binding-preventexecutionfromtemporlogsfolders"],
+        cluster: &[],
+        csib_namespace: None,
+    },
+    Example {
+        file: "namespaced/pkg-mgr-exec-si-sib.yaml",
+        policy: &["KubeArmorPolicy/pkg-mgr-execution-binding-swdeploymenttools"],
+        cluster: &[],
+        csib_namespace: None,
+    },
+    Example {
+        file: "namespaced/multiple-si-sib-namespaced.yaml",
+        policy: &[
+            "KubeArmorPolicy/multiple-sis-nsscoped-binding-swdeploymenttools",
+            "KubeArmorPolicy/multiple-sis-nsscoped-binding-unauthorizedsatokenaccess",
+            "NetworkPolicy/multiple-sis-nsscoped-binding-dnsmanipulation",
+            "KubeArmorPolicy/multiple-sis-nsscoped-binding-dnsmanipulation",
+        ],
+        cluster: &[],
+        csib_namespace: None,
+    },
+    Example {
+        file: "namespaced/cel-multi-si-sib-namespaced.yaml",
+        policy: &[
+            "KubeArmorPolicy/multiple-sis-nsscoped-binding-swdeploymenttools",
+            "KubeArmorPolicy/multiple-sis-nsscoped-binding-unauthorizedsatokenaccess",
+            "NetworkPolicy/multiple-sis-nsscoped-binding-dnsmanipulation",
+            "KubeArmorPolicy/multiple-sis-nsscoped-binding-dnsmanipulation",
+        ],
+        cluster: &[],
+        csib_namespace: None,
+    },
+    Example {
+        file: "namespaced/coco-workload-si-sib.yaml",
+        policy: &[
+            "KyvernoPolicy/coco-workload-binding-mutateexisting",
+            "KyvernoPolicy/coco-workload-binding-mutateoncreate",
+        ],
+        cluster: &[],
+        csib_namespace: None,
+    },
+    Example {
+        file: "namespaced/virtual-patch-si-sib.yaml",
+        policy: &[
+            "KyvernoPolicy/virtual-patch-binding-cve-2024-4439-karmor-1",
+            "KyvernoPolicy/virtual-patch-binding-cve-2024-4439-kyverno-1",
+            "KyvernoPolicy/virtual-patch-binding-cve-2024-4439-netpol-1",
+        ],
+        cluster: &[],
+        csib_namespace: None,
+    },
+    Example {
+        file: "clusterscoped/assesstls-default.yaml",
+        policy: &[],
+        cluster: &["nimbus-k8tls-env/CronJob/assess-tls-default-assesstls"],
+        csib_namespace: None,
+    },
+    Example {
+        file: "clusterscoped/assesstls-with-schedule.yaml",
+        policy: &[],
+        cluster: &["nimbus-k8tls-env/CronJob/assess-tls-scheduled-assesstls"],
+        csib_namespace: None,
+    },
+    Example {
+        file: "clusterscoped/assesstls-with-external-addresses.yaml",
+        policy: &[],
+        cluster: &["nimbus-k8tls-env/CronJob/assess-tls-external-addresses-assesstls"],
+        csib_namespace: None,
+    },
+    Example {
+        file: "clusterscoped/coco-workload-si-sib.yaml",
+        policy: &[],
+        cluster: &["KyvernoClusterPolicy/coco-workload-binding-cocoworkload"],
+        csib_namespace: None,
+    },
+    Example {
+        file: "clusterscoped/csib-1-all-ns-selector.yaml",
+        policy: &[
+            "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-disallowchroot",
+            "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-disallowcapabilities",
+            "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-swdeploymenttools",
+        ],
+        cluster: &["KyvernoClusterPolicy/escape-to-host-binding-escapetohost"],
+        csib_namespace: None,
+    },
+    Example {
+        file: "clusterscoped/csib-2-match-names.yaml",
+        policy: &[],
+        cluster: &["KyvernoClusterPolicy/escape-to-host-binding-escapetohost"],
+        csib_namespace: Some("none"),
+    },
+    Example {
+        file: "clusterscoped/csib-3-exclude-names.yaml",
+        policy: &[
+            "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-disallowchroot",
+            "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-disallowcapabilities",
+            "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-swdeploymenttools",
+        ],
+        cluster: &["KyvernoClusterPolicy/escape-to-host-binding-escapetohost"],
+        csib_namespace: None,
+    },
+    Example {
+        file: "clusterscoped/deny-external-network-access.yaml",
+        policy: &[
+            "NetworkPolicy/nimbus-ctlr-gen-deny-ext-nw-access-foo-binding-denyexternalnetworkaccess",
+        ],
+        cluster: &[],
+        csib_namespace: Some("default"),
+    },
+    Example {
+        file: "clusterscoped/escape-to-host-si-csib-with-params.yaml",
+        policy: &[
+            "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-disallowchroot",
+            "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-disallowcapabilities",
+            "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-swdeploymenttools",
+        ],
+        cluster: &["KyvernoClusterPolicy/escape-to-host-binding-escapetohost"],
+        csib_namespace: Some("default"),
+    },
+];
+
+/// A database with one virtual patch per engine for CVE-2024-4439 (the example's second CVE
+/// is deliberately unknown).
+async fn install_virtual_patch_db(client: &Client) {
+    let db = json!([{
+        "image": "nginx:latest",
+        "cves": [{
+            "cve": "CVE-2024-4439",
+            "virtual_patch": [
+                {"karmor": {
+                    "apiVersion": "security.kubearmor.com/v1", "kind": "KubeArmorPolicy",
+                    "metadata": {"name": "block-pkg-mgmt-tools-exec"},
+                    "spec": {"selector": {"matchLabels": {"app": "nginx"}},
+                             "process": {"matchPaths": [{"path": "/usr/bin/apt"}]},
+                             "action": "Block"}}},
+                {"kyverno": {
+                    "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                    "metadata": {"name": "disallow-latest-tag"},
+                    "spec": {"validationFailureAction": "Enforce", "background": true,
+                             "rules": [{"name": "validate-image-tag",
+                                        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                                        "validate": {"message": "no latest tag",
+                                                     "pattern": {"spec": {"containers": [{"image": "!*:latest"}]}}}}]}}},
+                {"netpol": {
+                    "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                    "metadata": {"name": "deny-ingress"},
+                    "spec": {"podSelector": {"matchLabels": {"role": "db"}}, "policyTypes": ["Ingress"]}}}
+            ]
+        }]
+    }]);
+    let (ns, name) = VIRTUAL_PATCH_DB;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    apply(
+        &cms,
+        name,
+        &json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {"vp.json": db.to_string()}
+        }),
+    )
+    .await;
+}
+
+/// Every Nimbus example applies unchanged, produces exactly the expected native policies
+/// (accepted by the real apiserver against the engines' CRDs), reports them in status, and is
+/// garbage-collected with its binding. Examples share intent names, so they run in turn.
+#[tokio::test]
+async fn every_nimbus_example_produces_its_native_policies() {
+    let e = env("examples").await;
+    install_virtual_patch_db(&e.client).await;
+    let root =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference/nimbus-examples");
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(e.client.clone());
+    let cwnps: Api<ClusterNimbusPolicy> = Api::all(e.client.clone());
+    for example in EXAMPLES {
+        let path = root.join(example.file);
+        let yaml = std::fs::read_to_string(&path)
+            .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+        let mut applied: Vec<(String, String)> = Vec::new();
+        for doc in serde_yaml_ng::Deserializer::from_str(&yaml) {
+            let value: serde_json::Value = serde::Deserialize::deserialize(doc).expect("yaml");
+            if value.is_null() {
+                continue;
+            }
+            let kind = value["kind"].as_str().expect("kind").to_owned();
+            let name = value["metadata"]["name"].as_str().expect("name").to_owned();
+            match kind.as_str() {
+                "SecurityIntent" => drop(apply(&e.intents, &name, &value).await),
+                "SecurityIntentBinding" => drop(apply(&e.bindings, &name, &value).await),
+                "ClusterSecurityIntentBinding" => drop(apply(&csibs, &name, &value).await),
+                other => panic!("{}: unexpected kind {other}", example.file),
+            }
+            applied.push((kind, name));
+        }
+        let binding = |k: &str| {
+            applied
+                .iter()
+                .find(|(kind, _)| kind == k)
+                .map(|(_, n)| n.clone())
+        };
+        let mut all_natives = Vec::new();
+        if let Some(sib) = binding("SecurityIntentBinding") {
+            let status = entries(&e.policies, &sib, &strings(example.policy)).await;
+            assert_eq!(
+                status.number_of_adapter_policies as usize,
+                example.policy.len()
+            );
+            let np = get(&e.policies, &sib).await.expect("policy");
+            assert_natives(
+                &e.client,
+                Some(e.ns.name()),
+                &strings(example.policy),
+                &np.uid().expect("uid"),
+            )
+            .await;
+            all_natives.push((Some(e.ns.name().to_owned()), strings(example.policy)));
+            assert_eq!(
+                status.conditions[0].status, "True",
+                "{}: {:?}",
+                example.file, status.conditions
+            );
+        }
+        if let Some(csib) = binding("ClusterSecurityIntentBinding") {
+            let status = entries(&cwnps, &csib, &strings(example.cluster)).await;
+            assert_eq!(
+                status.conditions[0].status, "True",
+                "{}: {:?}",
+                example.file, status.conditions
+            );
+            let cwnp = get(&cwnps, &csib).await.expect("cluster policy");
+            assert_natives(
+                &e.client,
+                None,
+                &strings(example.cluster),
+                &cwnp.uid().expect("uid"),
+            )
+            .await;
+            all_natives.push((None, strings(example.cluster)));
+            let ns = example.csib_namespace.unwrap_or(e.ns.name());
+            if ns != "none" {
+                let nps: Api<NimbusPolicy> = Api::namespaced(e.client.clone(), ns);
+                let name = format!("nimbus-ctlr-gen-{csib}");
+                entries(&nps, &name, &strings(example.policy)).await;
+                let np = get(&nps, &name).await.expect("namespace policy");
+                assert_natives(
+                    &e.client,
+                    Some(ns),
+                    &strings(example.policy),
+                    &np.uid().expect("uid"),
+                )
+                .await;
+                all_natives.push((Some(ns.to_owned()), strings(example.policy)));
+            }
+        }
+        for (kind, name) in applied.iter().rev() {
+            match kind.as_str() {
+                "SecurityIntent" => delete(&e.intents, name).await,
+                "SecurityIntentBinding" => delete(&e.bindings, name).await,
+                _ => delete(&csibs, name).await,
+            }
+        }
+        for (ns, natives) in &all_natives {
+            wait_gone(&e.client, ns.as_deref(), natives).await;
+        }
+        for (kind, name) in &applied {
+            if kind == "SecurityIntent" {
+                eventually(&format!("{name} deleted"), || async {
+                    get(&e.intents, name).await.is_none().then_some(())
+                })
+                .await;
+            }
+        }
+    }
+}
+
+/// A native policy edited by hand is reverted; one deleted is re-created; removing an intent
+/// from the binding removes its native policies and status entries.
+#[tokio::test]
+async fn native_policies_are_kept_in_sync() {
+    let e = env("drift").await;
+    let dns = create_intent(&e.client, "dnsManipulation", "Block").await;
+    let sw = create_intent(&e.client, "swDeploymentTools", "Block").await;
+    apply(
+        &e.bindings,
+        "d",
+        &binding("d", &[&dns, &sw], json!({"app": "web"})),
+    )
+    .await;
+    let all = strings(&[
+        "NetworkPolicy/d-dnsmanipulation",
+        "KubeArmorPolicy/d-dnsmanipulation",
+        "KubeArmorPolicy/d-swdeploymenttools",
+    ]);
+    entries(&e.policies, "d", &all).await;
+    let ns = Some(e.ns.name());
+
+    // Edit: a user flips the KubeArmor action to Audit.
+    let ksp_api: Api<DynamicObject> = Api::namespaced_with(
+        e.client.clone(),
+        e.ns.name(),
+        &KUBEARMOR_POLICY.api_resource(),
+    );
+    ksp_api
+        .patch(
+            "d-dnsmanipulation",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"action": "Audit"}})),
+        )
+        .await
+        .expect("user edit");
+    eventually("the edit reverted", || async {
+        let ksp = native(&e.client, &KUBEARMOR_POLICY, ns, "d-dnsmanipulation").await?;
+        (ksp.data["spec"]["action"] == "Block").then_some(())
+    })
+    .await;
+
+    // Delete: the NetworkPolicy comes back as a new object.
+    let netpols: Api<NetworkPolicy> = Api::namespaced(e.client.clone(), e.ns.name());
+    let before = get(&netpols, "d-dnsmanipulation")
+        .await
+        .expect("netpol")
+        .uid();
+    delete(&netpols, "d-dnsmanipulation").await;
+    eventually("the NetworkPolicy re-created", || async {
+        let now = get(&netpols, "d-dnsmanipulation").await?;
+        (now.uid() != before).then_some(())
+    })
+    .await;
+
+    // Remove an intent: its objects and entries go, the rest stays.
+    apply(
+        &e.bindings,
+        "d",
+        &binding("d", &[&sw], json!({"app": "web"})),
+    )
+    .await;
+    entries(
+        &e.policies,
+        "d",
+        &strings(&["KubeArmorPolicy/d-swdeploymenttools"]),
+    )
+    .await;
+    wait_gone(&e.client, ns, &all[..2]).await;
+    assert!(
+        native(&e.client, &KUBEARMOR_POLICY, ns, "d-swdeploymenttools")
+            .await
+            .is_some()
+    );
+}
+
+/// The generated objects carry the intent's parameters, read from the rule they belong to.
+#[tokio::test]
+async fn parameters_come_from_their_own_rule() {
+    let e = env("params").await;
+    let escape = unique("escape");
+    let coco = unique("coco");
+    let mut with_params = intent(&escape, "escapeToHost", "Audit");
+    with_params["spec"]["intent"]["params"] = json!({"psaLevel": ["restricted"]});
+    apply(&e.intents, &escape, &with_params).await;
+    let mut coco_intent = intent(&coco, "cocoWorkload", "Block");
+    coco_intent["spec"]["intent"]["params"] = json!({"runtimeClass": ["kata-qemu"]});
+    apply(&e.intents, &coco, &coco_intent).await;
+    // coco first: Nimbus would have read psaLevel from it (the first rule).
+    apply(
+        &e.bindings,
+        "p",
+        &binding("p", &[&coco, &escape], json!({"app": "db"})),
+    )
+    .await;
+    entries(
+        &e.policies,
+        "p",
+        &strings(&[
+            "KyvernoPolicy/p-mutateexisting",
+            "KyvernoPolicy/p-mutateoncreate",
+            "KubeArmorPolicy/p-escapetohost-disallowchroot",
+            "KubeArmorPolicy/p-escapetohost-disallowcapabilities",
+            "KubeArmorPolicy/p-escapetohost-swdeploymenttools",
+            "KyvernoPolicy/p-escapetohost",
+        ]),
+    )
+    .await;
+    let ns = Some(e.ns.name());
+    let pss = native(&e.client, &KYVERNO_POLICY, ns, "p-escapetohost")
+        .await
+        .expect("policy");
+    assert_eq!(
+        pss.data["spec"]["rules"][0]["validate"]["podSecurity"]["level"],
+        "restricted"
+    );
+    assert_eq!(pss.data["spec"]["validationFailureAction"], "Audit");
+    let mutate = native(&e.client, &KYVERNO_POLICY, ns, "p-mutateoncreate")
+        .await
+        .expect("policy");
+    assert_eq!(
+        mutate.data["spec"]["rules"][0]["mutate"]["patchStrategicMerge"]["spec"]["template"]["spec"]
+            ["runtimeClassName"],
+        "kata-qemu"
+    );
+    assert_eq!(mutate.data["spec"]["validationFailureAction"], "Enforce");
+}
+
+/// Bad input is reported, never silently dropped: an unknown intent ID, an intent that this kind
+/// of binding cannot enforce, and a parameter of the wrong shape.
+#[tokio::test]
+async fn unenforceable_intents_are_reported_on_binding_and_policy() {
+    let e = env("honest").await;
+    let unknown = create_intent(&e.client, "madeUpIntent", "Block").await;
+    let tls = create_intent(&e.client, "assessTLS", "Audit").await;
+    apply(
+        &e.bindings,
+        "u",
+        &binding("u", &[&unknown, &tls], json!({})),
+    )
+    .await;
+    let condition = eventually("UnsupportedIntent on the binding", || async {
+        let c = get(&e.bindings, "u")
+            .await?
+            .status?
+            .conditions
+            .into_iter()
+            .next()?;
+        (c.reason == "UnsupportedIntent").then_some(c)
+    })
+    .await;
+    assert_eq!(condition.status, "False");
+    assert!(
+        condition.message.contains("madeUpIntent"),
+        "{}",
+        condition.message
+    );
+    assert!(
+        condition.message.contains("ClusterSecurityIntentBinding"),
+        "{}",
+        condition.message
+    );
+    let np = eventually("UnsupportedIntent on the policy", || async {
+        let s = get(&e.policies, "u").await?.status?;
+        (s.conditions.first()?.reason == "UnsupportedIntent").then_some(s)
+    })
+    .await;
+    assert_eq!(np.number_of_adapter_policies, 0);
+
+    let bad = unique("bad");
+    let mut bad_intent = intent(&bad, "escapeToHost", "Block");
+    bad_intent["spec"]["intent"]["params"] = json!({"psaLevel": ["strict"]});
+    apply(&e.intents, &bad, &bad_intent).await;
+    apply(&e.bindings, "v", &binding("v", &[&bad], json!({}))).await;
+    let status = entries(
+        &e.policies,
+        "v",
+        &strings(&[
+            "KubeArmorPolicy/v-escapetohost-disallowchroot",
+            "KubeArmorPolicy/v-escapetohost-disallowcapabilities",
+            "KubeArmorPolicy/v-escapetohost-swdeploymenttools",
+            "KyvernoPolicy/v-escapetohost",
+        ]),
+    )
+    .await;
+    assert!(
+        status.conditions[0].message.contains("psaLevel")
+            && status.conditions[0].message.contains("strict"),
+        "{:?}",
+        status.conditions
+    );
+    let pss = native(
+        &e.client,
+        &KYVERNO_POLICY,
+        Some(e.ns.name()),
+        "v-escapetohost",
+    )
+    .await
+    .expect("policy");
+    assert_eq!(
+        pss.data["spec"]["rules"][0]["validate"]["podSecurity"]["level"],
+        "baseline"
+    );
+}
+
+/// An object of a generated name that the policy does not own is left alone and reported.
+#[tokio::test]
+async fn objects_we_do_not_own_are_never_taken_over() {
+    let e = env("conflict").await;
+    let netpols: Api<NetworkPolicy> = Api::namespaced(e.client.clone(), e.ns.name());
+    apply(
+        &netpols,
+        "c-dnsmanipulation",
+        &json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "c-dnsmanipulation"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}
+        }),
+    )
+    .await;
+    let dns = create_intent(&e.client, "dnsManipulation", "Block").await;
+    apply(&e.bindings, "c", &binding("c", &[&dns], json!({}))).await;
+    let status = eventually("PolicyConflict on the policy", || async {
+        let s = get(&e.policies, "c").await?.status?;
+        (s.conditions.first()?.reason == "PolicyConflict").then_some(s)
+    })
+    .await;
+    assert_eq!(
+        status.adapter_policies,
+        Some(strings(&["KubeArmorPolicy/c-dnsmanipulation"]))
+    );
+    let theirs = get(&netpols, "c-dnsmanipulation")
+        .await
+        .expect("user's policy");
+    assert!(theirs.owner_references().is_empty());
+    assert_eq!(
+        theirs.spec.and_then(|s| s.policy_types),
+        Some(vec!["Ingress".to_owned()])
+    );
+}
+
+/// A namespace sandbox keeps a RoleBinding in every selected namespace, including one created
+/// after the binding, granting the group only there.
+#[tokio::test]
+async fn sandbox_role_bindings_follow_new_namespaces() {
+    let e = env("sandbox").await;
+    let team_ns = unique("team");
+    let si = unique("sandbox");
+    let mut sandbox = intent(&si, "namespaceSandbox", "Block");
+    sandbox["spec"]["intent"]["params"] =
+        json!({"group": ["team-{namespace}"], "clusterRole": ["view"]});
+    apply(&e.intents, &si, &sandbox).await;
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(e.client.clone());
+    let csib = unique("sandbox");
+    apply(&csibs, &csib, &json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+        "metadata": {"name": csib},
+        "spec": {"intents": [{"name": si}], "selector": {"nsSelector": {"matchNames": [team_ns]}}}
+    }))
+    .await;
+    let namespaces: Api<Namespace> = Api::all(e.client.clone());
+    apply(
+        &namespaces,
+        &team_ns,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team_ns}}),
+    )
+    .await;
+    let name = format!("nimbus-ctlr-gen-{csib}-namespacesandbox-view");
+    let rb = eventually("the sandbox RoleBinding in the new namespace", || async {
+        native(&e.client, &ROLE_BINDING, Some(&team_ns), &name).await
+    })
+    .await;
+    assert_eq!(
+        rb.data["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"})
+    );
+    assert_eq!(
+        rb.data["subjects"],
+        json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": format!("team-{team_ns}")}])
+    );
+    delete(&csibs, &csib).await;
+    delete(&namespaces, &team_ns).await;
+    delete(&e.intents, &si).await;
+}
+
+/// assessTLS: one CronJob per intent with its schedule, and a per-CronJob address list.
+#[tokio::test]
+async fn k8tls_cron_jobs_carry_schedule_and_addresses() {
+    let e = env("k8tls").await;
+    let daily = unique("tls-daily");
+    let mut a = intent(&daily, "assessTLS", "Audit");
+    a["spec"]["intent"]["params"] = json!({"schedule": ["0 3 * * *"]});
+    apply(&e.intents, &daily, &a).await;
+    let external = unique("tls-ext");
+    let mut b = intent(&external, "assessTLS", "Audit");
+    b["spec"]["intent"]["params"] =
+        json!({"external_addresses": ["google.com:443", "example.org:8443"]});
+    apply(&e.intents, &external, &b).await;
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(e.client.clone());
+    let csib = unique("tls");
+    apply(&csibs, &csib, &json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+        "metadata": {"name": csib, "labels": {"team": "sec"}},
+        "spec": {"intents": [{"name": daily}, {"name": external}], "selector": {"nsSelector": {"matchNames": ["*"]}}}
+    }))
+    .await;
+    let cwnps: Api<ClusterNimbusPolicy> = Api::all(e.client.clone());
+    let first = format!("{csib}-assesstls");
+    let second = format!("{csib}-assesstls-2");
+    entries(
+        &cwnps,
+        &csib,
+        &[
+            format!("nimbus-k8tls-env/CronJob/{first}"),
+            format!("nimbus-k8tls-env/CronJob/{second}"),
+        ],
+    )
+    .await;
+    let ns = Some("nimbus-k8tls-env");
+    let cron = native(&e.client, &CRON_JOB, ns, &first)
+        .await
+        .expect("first");
+    assert_eq!(cron.data["spec"]["schedule"], "0 3 * * *");
+    assert_eq!(cron.labels().get("team").map(String::as_str), Some("sec"));
+    let cron = native(&e.client, &CRON_JOB, ns, &second)
+        .await
+        .expect("second");
+    assert_eq!(cron.data["spec"]["schedule"], "@weekly");
+    let pod = &cron.data["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["initContainers"][0]["command"],
+        json!([
+            "./tlsscan",
+            "--infile",
+            "/var/k8tls/addresses",
+            "--compact-json"
+        ])
+    );
+    let list = pod["volumes"][3]["configMap"]["name"]
+        .as_str()
+        .expect("address volume");
+    let cm = native(&e.client, &CONFIG_MAP, ns, list)
+        .await
+        .expect("address list");
+    assert_eq!(
+        cm.data["data"]["addresses"],
+        "google.com:443 Google\nexample.org:8443 Example"
+    );
+    delete(&csibs, &csib).await;
+    wait_gone(
+        &e.client,
+        ns,
+        &[format!("nimbus-k8tls-env/CronJob/{first}")],
+    )
+    .await;
+}
