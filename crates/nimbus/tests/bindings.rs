@@ -130,12 +130,18 @@ async fn intent_first_then_binding_creates_the_policy_with_owner_labels_and_stat
         get(&e.policies, "b").await?.status
     })
     .await;
+    // This control plane has no KubeArmor: only the NetworkPolicy engine acts.
     assert_eq!(
         (
             np_status.status.as_str(),
-            np_status.number_of_adapter_policies
+            np_status.number_of_adapter_policies,
+            np_status.adapter_policies
         ),
-        ("Created", 0)
+        (
+            "Created",
+            1,
+            Some(vec!["NetworkPolicy/b-dnsmanipulation".to_owned()])
+        )
     );
     let si_status = eventually("intent status", || async {
         get(&e.intents, &si).await?.status

@@ -12,8 +12,20 @@ use std::time::Duration;
 
 const RESYNC: Duration = Duration::from_secs(2);
 
-/// Write requests (create, update, patch, apply, delete) the apiserver served for Nimbus kinds.
-async fn nimbus_writes(client: &Client) -> u64 {
+/// Resources of every engine's native objects.
+const NATIVE_RESOURCES: [&str; 7] = [
+    "networkpolicies",
+    "kubearmorpolicies",
+    "policies",
+    "clusterpolicies",
+    "cronjobs",
+    "configmaps",
+    "rolebindings",
+];
+
+/// Write requests (create, update, patch, apply, delete) the apiserver served for Nimbus kinds
+/// (status included) and for the native objects engines generate.
+async fn operator_writes(client: &Client) -> u64 {
     let request = http::Request::get("/metrics")
         .body(Vec::new())
         .expect("request");
@@ -24,7 +36,10 @@ async fn nimbus_writes(client: &Client) -> u64 {
     text.lines()
         .filter(|l| {
             l.starts_with("apiserver_request_total{")
-                && l.contains(r#"group="intent.security.nimbus.com""#)
+                && (l.contains(r#"group="intent.security.nimbus.com""#)
+                    || NATIVE_RESOURCES.iter().any(|r| {
+                        l.contains(&format!(r#"resource="{r}""#)) && l.contains(r#"subresource="""#)
+                    }))
         })
         .filter(|l| {
             ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
@@ -37,17 +52,31 @@ async fn nimbus_writes(client: &Client) -> u64 {
 
 #[tokio::test]
 async fn resyncs_with_nothing_changed_make_no_writes() {
+    common::cluster_with_engines();
     let cp = common::operator(RESYNC);
     let client = cp.client().expect("client");
     let ns = cp.test_namespace("steady").await.expect("ns");
+    // One intent per engine: NetworkPolicy + KubeArmor, Kyverno, k8tls, RBAC.
     let si = create_intent(&client, "dnsManipulation", "Block").await;
+    let escape = create_intent(&client, "escapeToHost", "Block").await;
+    let coco = create_intent(&client, "cocoWorkload", "Audit").await;
+    let tls = unique("tls");
+    let mut tls_intent = common::intent(&tls, "assessTLS", "Audit");
+    tls_intent["spec"]["intent"]["params"] = json!({"external_addresses": ["example.org:443"]});
+    let intents: Api<nimbus_api::SecurityIntent> = Api::all(client.clone());
+    apply(&intents, &tls, &tls_intent).await;
+    let sandbox = unique("sandbox");
+    let mut sandbox_intent = common::intent(&sandbox, "namespaceSandbox", "Block");
+    sandbox_intent["spec"]["intent"]["params"] = json!({"group": ["team-{namespace}"]});
+    apply(&intents, &sandbox, &sandbox_intent).await;
+    let all = [&si, &escape, &coco, &tls, &sandbox].map(|n| json!({ "name": n }));
     let sibs: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
     apply(
         &sibs,
         "b",
         &json!({
             "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
-            "metadata": {"name": "b"}, "spec": {"intents": [{"name": si}], "selector": {}}
+            "metadata": {"name": "b"}, "spec": {"intents": all, "selector": {}}
         }),
     )
     .await;
@@ -55,24 +84,34 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
     let name = unique("all");
     apply(&csibs, &name, &json!({
         "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
-        "metadata": {"name": name}, "spec": {"intents": [{"name": si}], "selector": {"nsSelector": {"matchNames": ["*"]}}}
+        "metadata": {"name": name}, "spec": {"intents": all, "selector": {"nsSelector": {"matchNames": ["*"]}}}
     }))
     .await;
     eventually("both bindings converged", || async {
         let sib = sibs.get_opt("b").await.ok()??.status?;
         let csib = csibs.get_opt(&name).await.ok()??.status?;
-        (sib.number_of_bound_intents == 1 && csib.number_of_nimbus_policies >= 3).then_some(())
+        (sib.number_of_bound_intents == 5 && csib.number_of_nimbus_policies >= 3).then_some(())
+    })
+    .await;
+    let policies: Api<nimbus_api::NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
+    let cluster_policies: Api<nimbus_api::ClusterNimbusPolicy> = Api::all(client.clone());
+    eventually("every engine's native policies generated", || async {
+        let np = policies.get_opt("b").await.ok()??.status?;
+        let cwnp = cluster_policies.get_opt(&name).await.ok()??.status?;
+        // dns: NetworkPolicy + KSP; escapeToHost: 3 KSPs + Kyverno; coco: 2 Kyverno;
+        // sandbox: RoleBinding. The cluster policy: 2 ClusterPolicies + the k8tls CronJob.
+        (np.number_of_adapter_policies == 9 && cwnp.number_of_adapter_policies == 3).then_some(())
     })
     .await;
     // Let the reactions to our own writes settle, then count across several resyncs.
     tokio::time::sleep(RESYNC * 3).await;
-    let before = nimbus_writes(&client).await;
+    let before = operator_writes(&client).await;
     assert!(
         before > 0,
         "the metric must see the operator's earlier writes"
     );
     tokio::time::sleep(RESYNC * 4).await;
-    let after = nimbus_writes(&client).await;
+    let after = operator_writes(&client).await;
     assert_eq!(
         after,
         before,

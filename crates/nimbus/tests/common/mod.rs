@@ -208,7 +208,8 @@ pub fn cluster_with_engines() -> &'static ControlPlane {
     cp
 }
 
-/// A native object the engines generate, if it exists.
+/// A native object the engines generate, if it exists (`None` also while its kind is not
+/// served).
 pub async fn native(
     client: &Client,
     kind: &nimbus_core::engines::NativeKind,
@@ -220,5 +221,9 @@ pub async fn native(
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
     };
-    get(&api, name).await
+    match api.get_opt(name).await {
+        Ok(obj) => obj,
+        Err(kube::Error::Api(s)) if s.code == 404 => None,
+        Err(e) => panic!("getting {name}: {e}"),
+    }
 }

@@ -1,0 +1,89 @@
+//! An engine whose CRDs are missing is reported, and starts working as soon as they are
+//! installed. Its own test binary: it installs CRDs into its own control plane mid-test.
+
+mod common;
+
+use common::{apply, create_intent, eventually, get, install_engine_crd, native};
+use kube::Api;
+use nimbus_api::{NimbusPolicy, SecurityIntentBinding};
+use nimbus_core::engines::KUBEARMOR_POLICY;
+use serde_json::json;
+use std::time::Duration;
+
+#[tokio::test]
+async fn a_missing_engine_is_reported_until_its_crd_is_installed() {
+    let cp = common::operator(Duration::from_secs(300));
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("install").await.expect("namespace");
+    let si = create_intent(&client, "swDeploymentTools", "Block").await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
+    let policies: Api<NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
+    apply(&bindings, "b", &json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+        "metadata": {"name": "b"},
+        "spec": {"intents": [{"name": si}], "selector": {"workloadSelector": {"matchLabels": {"app": "x"}}}}
+    }))
+    .await;
+
+    for (what, conditions) in [
+        (
+            "binding",
+            eventually("EngineNotInstalled on the binding", || async {
+                let c = get(&bindings, "b").await?.status?.conditions;
+                (c.first()?.reason == "EngineNotInstalled").then_some(c)
+            })
+            .await,
+        ),
+        (
+            "policy",
+            eventually("EngineNotInstalled on the policy", || async {
+                let c = get(&policies, "b").await?.status?.conditions;
+                (c.first()?.reason == "EngineNotInstalled").then_some(c)
+            })
+            .await,
+        ),
+    ] {
+        assert_eq!(conditions[0].status, "False", "{what}");
+        assert!(
+            conditions[0].message.contains("kubearmor (not installed)"),
+            "{what}: {}",
+            conditions[0].message
+        );
+    }
+    assert!(
+        native(
+            &client,
+            &KUBEARMOR_POLICY,
+            Some(ns.name()),
+            "b-swdeploymenttools"
+        )
+        .await
+        .is_none()
+    );
+
+    install_engine_crd(&client, "kubearmor_KubeArmorPolicy.yaml").await;
+    eventually("the KubeArmorPolicy once the CRD is installed", || async {
+        native(
+            &client,
+            &KUBEARMOR_POLICY,
+            Some(ns.name()),
+            "b-swdeploymenttools",
+        )
+        .await
+    })
+    .await;
+    let status = eventually("the policy ready with its entry", || async {
+        let s = get(&policies, "b").await?.status?;
+        (s.conditions.first()?.status == "True").then_some(s)
+    })
+    .await;
+    assert_eq!(
+        status.adapter_policies,
+        Some(vec!["KubeArmorPolicy/b-swdeploymenttools".to_owned()])
+    );
+    eventually("the binding ready", || async {
+        let c = get(&bindings, "b").await?.status?.conditions;
+        (c.first()?.status == "True").then_some(())
+    })
+    .await;
+}
