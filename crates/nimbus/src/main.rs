@@ -46,11 +46,75 @@ pub struct RunArgs {
     /// How often unchanged objects are re-checked for drift.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     resync: Duration,
-    /// Pod name, reported on events.
+    /// Address of the Prometheus /metrics endpoint.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "NIMBUS_METRICS_ADDR")]
+    metrics_addr: SocketAddr,
+    /// Pod name, reported on events and used as the leader-election identity.
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
     #[command(flatten)]
+    election: ElectionArgs,
+    #[command(flatten)]
     engines: EngineArgs,
+}
+
+/// Leader election, so several replicas can run with one writing (hot standby).
+#[derive(clap::Args)]
+struct ElectionArgs {
+    /// Elect a leader through a Lease; only the leader writes.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the Lease (the operator's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", required_if_eq("leader_elect", "true"))]
+    leader_elect_namespace: Option<String>,
+    #[arg(long, default_value = "nimbus-operator")]
+    leader_elect_lease_name: String,
+    /// How long a standby waits for an unrenewed lease before taking it over.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    leader_elect_lease_duration: Duration,
+    /// How long the leader keeps leading without a successful renewal.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    leader_elect_renew_deadline: Duration,
+    /// How often the lease is tried or renewed.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    leader_elect_retry_period: Duration,
+}
+
+impl ElectionArgs {
+    fn config(
+        &self,
+        identity: Option<&str>,
+    ) -> anyhow::Result<Option<nimbus_operator::LeaderElection>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let namespace = self
+            .leader_elect_namespace
+            .clone()
+            .context("--leader-elect needs --leader-elect-namespace (or POD_NAMESPACE)")?;
+        anyhow::ensure!(
+            self.leader_elect_renew_deadline < self.leader_elect_lease_duration
+                && self.leader_elect_retry_period < self.leader_elect_renew_deadline,
+            "leader election needs retry period < renew deadline < lease duration"
+        );
+        let identity = identity
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+        Ok(Some(nimbus_operator::LeaderElection {
+            namespace,
+            lease_name: self.leader_elect_lease_name.clone(),
+            identity,
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        }))
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "nimbus".to_owned())
 }
 
 /// Which engines run and what they need.
@@ -89,15 +153,17 @@ fn parse_object_key(value: &str) -> Result<(String, String), String> {
 }
 
 impl RunArgs {
-    fn config(&self) -> nimbus_operator::Config {
+    fn config(&self) -> anyhow::Result<nimbus_operator::Config> {
         let mut config = nimbus_operator::Config {
             health_addr: Some(self.health_addr),
+            metrics_addr: Some(self.metrics_addr),
+            leader_election: self.election.config(self.instance.as_deref())?,
             resync: self.resync,
             instance: self.instance.clone(),
             ..Default::default()
         };
         self.engines.apply(&mut config);
-        config
+        Ok(config)
     }
 }
 
@@ -115,8 +181,9 @@ fn main() -> anyhow::Result<()> {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the cluster (kubeconfig or in-cluster config)")?;
+                let config = args.config()?;
                 let shutdown = shutdown_on_signal();
-                nimbus_operator::run(client, args.config(), shutdown).await?;
+                nimbus_operator::run(client, config, shutdown).await?;
                 Ok(())
             }
             Command::Dev(args) => dev::run(args).await,

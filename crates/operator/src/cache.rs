@@ -8,10 +8,11 @@ use futures::{FutureExt, Stream, StreamExt, future};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
+use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::hash::Hash;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub type Driver = BoxFuture<'static, ()>;
@@ -28,6 +29,11 @@ where
     /// Drops fields the operator never reads before an object is stored (memory).
     strip: Option<fn(&mut K)>,
     subscribers: Vec<mpsc::UnboundedSender<K>>,
+    /// Events sent to subscribers and not yet taken.
+    pending: Gauge,
+    /// Whether the first list has been stored. (Not `Store::wait_until_ready`: its one-shot
+    /// channel wakes only the last of several waiters, and the controllers already wait on it.)
+    synced: watch::Sender<bool>,
 }
 
 impl<K> Cache<K>
@@ -56,6 +62,8 @@ where
             config,
             strip: None,
             subscribers: Vec::new(),
+            pending: Gauge::default(),
+            synced: watch::channel(false).0,
         }
     }
 
@@ -64,12 +72,34 @@ where
         self
     }
 
+    /// Reports the events waiting in subscribers' channels on `gauge`.
+    pub fn count_pending(mut self, gauge: Gauge) -> Self {
+        self.pending = gauge;
+        self
+    }
+
+    /// Resolves once the first list has been stored.
+    pub fn synced(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut synced = self.synced.subscribe();
+        async move {
+            let _ = synced.wait_for(|s| *s).await;
+        }
+    }
+
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
     /// A trigger stream for one controller. The channel is unbounded because controllers only
     /// schedule work from it, which never blocks; it is drained as fast as events arrive.
     pub fn subscribe(&mut self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
         let (tx, rx) = mpsc::unbounded_channel();
         self.subscribers.push(tx);
-        UnboundedReceiverStream::new(rx).map(Ok)
+        let pending = self.pending.clone();
+        UnboundedReceiverStream::new(rx).map(move |obj| {
+            pending.dec();
+            Ok(obj)
+        })
     }
 
     /// The watch, started once `gate` resolves (e.g. once the kind's CRD is installed).
@@ -78,6 +108,8 @@ where
         let subscribers = std::mem::take(&mut self.subscribers);
         let strip = self.strip;
         let kind = self.kind.clone();
+        let pending = self.pending.clone();
+        let synced = self.synced.clone();
         let watch = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
             .modify(move |obj| {
@@ -86,15 +118,30 @@ where
                 }
             })
             .reflect(writer)
-            .touched_objects()
-            .for_each(move |touched| {
+            .for_each(move |event| {
+                let touched = match event {
+                    Ok(watcher::Event::InitDone) => {
+                        synced.send_replace(true);
+                        None
+                    }
+                    Ok(watcher::Event::Init) => None,
+                    Ok(
+                        watcher::Event::Apply(obj)
+                        | watcher::Event::InitApply(obj)
+                        | watcher::Event::Delete(obj),
+                    ) => Some(Ok(obj)),
+                    Err(error) => Some(Err(error)),
+                };
                 match touched {
-                    Ok(obj) => {
+                    None => {}
+                    Some(Ok(obj)) => {
                         for subscriber in &subscribers {
-                            let _ = subscriber.send(obj.clone());
+                            if subscriber.send(obj.clone()).is_ok() {
+                                pending.inc();
+                            }
                         }
                     }
-                    Err(error) => tracing::warn!(%kind, %error, "watch failed; retrying"),
+                    Some(Err(error)) => tracing::warn!(%kind, %error, "watch failed; retrying"),
                 }
                 future::ready(())
             });

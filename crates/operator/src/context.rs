@@ -1,4 +1,5 @@
 use crate::availability::{self, Served};
+use crate::metrics::Metrics;
 use crate::natives::Natives;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::Client;
@@ -29,6 +30,9 @@ pub struct Context {
     pub namespaces: Store<Namespace>,
     pub natives: Natives,
     pub engines: EngineContext,
+    pub metrics: Metrics,
+    /// Whether this replica may write (it holds the lease, or runs without election).
+    pub leading: watch::Receiver<bool>,
 }
 
 /// What the engines need beyond the policies.

@@ -15,8 +15,8 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    #[error("health server on {addr}: {source}")]
-    Health {
+    #[error("listening on {addr}: {source}")]
+    Listen {
         addr: std::net::SocketAddr,
         #[source]
         source: std::io::Error,

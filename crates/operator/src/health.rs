@@ -41,7 +41,7 @@ pub async fn serve(
         );
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| Error::Health { addr, source })?;
+        .map_err(|source| Error::Listen { addr, source })?;
     Ok(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

@@ -8,8 +8,11 @@ mod context;
 mod controllers;
 mod error;
 mod health;
+pub mod leader;
+mod metrics;
 mod natives;
 mod run;
 
 pub use error::Error;
+pub use leader::LeaderElection;
 pub use run::{Config, run};

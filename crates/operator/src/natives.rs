@@ -112,17 +112,22 @@ impl Natives {
         })
     }
 
-    /// Deletes the objects controlled by `owner_uid` that are not in `keep`. Returns how many
-    /// it deleted.
-    pub async fn prune(&self, owner_uid: &str, keep: &BTreeSet<Key>) -> Result<usize, Error> {
-        let mut deleted = 0;
+    /// Deletes the objects controlled by `owner_uid` that are not in `keep`. Returns the
+    /// engines of those it deleted.
+    pub async fn prune(&self, owner_uid: &str, keep: &BTreeSet<Key>) -> Result<Vec<Engine>, Error> {
+        let mut deleted = Vec::new();
         for (kind, obj) in self.owned_by(owner_uid) {
             if keep.contains(&Key::of(kind, &obj)) {
                 continue;
             }
             let api = self.api(kind, obj.namespace().as_deref());
             if apply::delete(&api, &*obj).await? {
-                deleted += 1;
+                let manager = obj.labels().get(MANAGED_BY).map(String::as_str);
+                deleted.extend(
+                    Engine::ALL
+                        .into_iter()
+                        .find(|e| Some(e.manager()) == manager),
+                );
             }
         }
         Ok(deleted)

@@ -6,10 +6,13 @@ use crate::context::{Context, EngineContext};
 use crate::controllers::{binding, cluster_binding, error_policy, intent, policy};
 use crate::error::Error;
 use crate::health;
+use crate::leader::{self, LeaderElection};
+use crate::metrics::{ControllerLabels, KindLabels, Metrics};
 use crate::natives::{self, Natives};
 use futures::{FutureExt, Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
@@ -23,9 +26,11 @@ use nimbus_core::engines::{self, DEFAULT_K8TLS_NAMESPACE, NativeKind};
 use nimbus_core::namespaces;
 use std::collections::BTreeSet;
 use std::fmt::Debug;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +38,10 @@ use tokio_util::sync::CancellationToken;
 pub struct Config {
     /// Where `/healthz` and `/readyz` are served; `None` serves nothing.
     pub health_addr: Option<SocketAddr>,
+    /// Where `/metrics` is served; `None` serves nothing.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Run as one of several replicas, only the lease holder writing; `None`: always write.
+    pub leader_election: Option<LeaderElection>,
     /// How often an unchanged object is re-checked.
     pub resync: Duration,
     /// Name reported on events (the Deployment's name in a cluster).
@@ -51,6 +60,8 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             health_addr: None,
+            metrics_addr: None,
+            leader_election: None,
             resync: Duration::from_secs(300),
             reporter: "nimbus-operator".to_owned(),
             instance: None,
@@ -63,12 +74,28 @@ impl Default for Config {
 
 /// Runs every controller until `shutdown` is cancelled.
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
-    let mut intents = Cache::<SecurityIntent>::new(Api::all(client.clone()));
-    let mut bindings = Cache::<SecurityIntentBinding>::new(Api::all(client.clone()));
-    let mut cluster_bindings = Cache::<ClusterSecurityIntentBinding>::new(Api::all(client.clone()));
-    let mut policies = Cache::<NimbusPolicy>::new(Api::all(client.clone()));
-    let mut cluster_policies = Cache::<ClusterNimbusPolicy>::new(Api::all(client.clone()));
-    let mut namespace_cache = Cache::<Namespace>::new(Api::all(client.clone()));
+    let metrics = Metrics::default();
+    let mut intents = counted(
+        Cache::<SecurityIntent>::new(Api::all(client.clone())),
+        &metrics,
+    );
+    let mut bindings = counted(
+        Cache::<SecurityIntentBinding>::new(Api::all(client.clone())),
+        &metrics,
+    );
+    let mut cluster_bindings = counted(
+        Cache::<ClusterSecurityIntentBinding>::new(Api::all(client.clone())),
+        &metrics,
+    );
+    let mut policies = counted(
+        Cache::<NimbusPolicy>::new(Api::all(client.clone())),
+        &metrics,
+    );
+    let mut cluster_policies = counted(
+        Cache::<ClusterNimbusPolicy>::new(Api::all(client.clone())),
+        &metrics,
+    );
+    let mut namespace_cache = counted(Cache::<Namespace>::new(Api::all(client.clone())), &metrics);
 
     // Engines: which kinds are served, one cache per native kind, and the cluster facts the
     // translations read.
@@ -80,18 +107,43 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         .collect();
     let mut native_caches: Vec<(&'static NativeKind, Cache<DynamicObject>)> = native_kinds
         .into_iter()
-        .map(|kind| (kind, natives::cache(&client, kind)))
+        .map(|kind| (kind, counted(natives::cache(&client, kind), &metrics)))
         .collect();
     let mut node_cache = config.engines.contains(&Engine::NetworkPolicy).then(|| {
-        Cache::<Node>::new(Api::all(client.clone())).strip(|n| {
+        let cache = Cache::<Node>::new(Api::all(client.clone())).strip(|n| {
             n.status = None;
             n.metadata.managed_fields = None;
-        })
+        });
+        counted(cache, &metrics)
     });
     let mut patch_db_cache = config.virtual_patch_db.as_ref().map(|(ns, name)| {
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let cache = Cache::<ConfigMap>::with(Api::namespaced(client.clone(), ns), (), config);
         (ObjectRef::new(name).within(ns), cache)
+    });
+
+    // Leadership: without election this replica always leads.
+    let (leading_tx, leading) = watch::channel(config.leader_election.is_none());
+    let election_stop = CancellationToken::new();
+    let election = config.leader_election.clone().map(|election| {
+        tokio::spawn(leader::run(
+            client.clone(),
+            election,
+            leading_tx,
+            election_stop.clone(),
+        ))
+    });
+    tokio::spawn({
+        let mut leading = leading.clone();
+        let gauge = metrics.leader.clone();
+        async move {
+            loop {
+                gauge.set(i64::from(*leading.borrow_and_update()));
+                if leading.changed().await.is_err() {
+                    break;
+                }
+            }
+        }
     });
 
     let reporter = Reporter {
@@ -124,6 +176,8 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
                 .as_ref()
                 .map(|(key, cache)| (key.clone(), cache.store.clone())),
         },
+        metrics: metrics.clone(),
+        leading: leading.clone(),
     });
     let stopped = || {
         let token = shutdown.clone();
@@ -134,10 +188,22 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             .map(|_| ())
             .boxed()
     };
+    // A replica that becomes leader reconciles everything: as a standby it skipped all work.
+    let leadership_gained = || {
+        WatchStream::from_changes(leading.clone())
+            .filter(|leads| future::ready(*leads))
+            .map(|_| ())
+            .boxed()
+    };
 
     let intent_controller = Controller::for_stream(intents.subscribe(), ctx.intents.clone())
+        .reconcile_all_on(leadership_gained())
         .graceful_shutdown_on(stopped())
-        .run(intent::reconcile, error_policy, ctx.clone());
+        .run(
+            gated("intent", intent::reconcile),
+            error_policy,
+            ctx.clone(),
+        );
 
     let sib_index = ctx.bindings.clone();
     let binding_controller = Controller::for_stream(bindings.subscribe(), ctx.bindings.clone())
@@ -145,9 +211,16 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         .watches_stream(intents.subscribe(), move |si: SecurityIntent| {
             referencing(&sib_index, &si.name_any(), |b| &b.spec.intents)
         })
-        .reconcile_all_on(availability_changes())
+        .reconcile_all_on(futures::stream::select(
+            availability_changes(),
+            leadership_gained(),
+        ))
         .graceful_shutdown_on(stopped())
-        .run(binding::reconcile, error_policy, ctx.clone());
+        .run(
+            gated("binding", binding::reconcile),
+            error_policy,
+            ctx.clone(),
+        );
 
     let csib_by_intent = ctx.cluster_bindings.clone();
     let csib_by_namespace = ctx.cluster_bindings.clone();
@@ -164,13 +237,20 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             .watches_stream(namespace_cache.subscribe(), move |ns: Namespace| {
                 selecting(&csib_by_namespace, &ns.name_any())
             })
-            .reconcile_all_on(availability_changes())
+            .reconcile_all_on(futures::stream::select(
+                availability_changes(),
+                leadership_gained(),
+            ))
             .graceful_shutdown_on(stopped())
-            .run(cluster_binding::reconcile, error_policy, ctx.clone());
+            .run(
+                gated("cluster_binding", cluster_binding::reconcile),
+                error_policy,
+                ctx.clone(),
+            );
 
     // Policies re-translate when what their translation reads changes: engine availability,
     // node pod CIDRs, the virtual-patch database, the k8tls namespace.
-    let mut environment_changes = vec![availability_changes()];
+    let mut environment_changes = vec![availability_changes(), leadership_gained()];
     if let Some(nodes) = &mut node_cache {
         let cidrs = {
             let ctx = ctx.clone();
@@ -209,14 +289,23 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let policy_controller = policy_controller
         .reconcile_all_on(futures::stream::select_all(environment_changes))
         .graceful_shutdown_on(stopped())
-        .run(policy::reconcile_namespaced, error_policy, ctx.clone());
+        .run(
+            gated("policy", policy::reconcile_namespaced),
+            error_policy,
+            ctx.clone(),
+        );
     let cluster_policy_controller = cluster_policy_controller
-        .reconcile_all_on(futures::stream::select(
+        .reconcile_all_on(futures::stream::select_all([
             availability_changes(),
+            leadership_gained(),
             k8tls_namespace_changes,
-        ))
+        ]))
         .graceful_shutdown_on(stopped())
-        .run(policy::reconcile_cluster, error_policy, ctx.clone());
+        .run(
+            gated("cluster_policy", policy::reconcile_cluster),
+            error_policy,
+            ctx.clone(),
+        );
 
     let mut caches: Vec<Driver> = vec![
         intents.driver(),
@@ -237,22 +326,21 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             let _ = served.wait_for(|s| s.contains(kind)).await;
         }));
     }
-    let ready = {
-        let ctx = ctx.clone();
-        async move {
-            let _ = futures::join!(
-                ctx.intents.wait_until_ready(),
-                ctx.bindings.wait_until_ready(),
-                ctx.cluster_bindings.wait_until_ready(),
-                ctx.policies.wait_until_ready(),
-                ctx.cluster_policies.wait_until_ready(),
-                ctx.namespaces.wait_until_ready(),
-            );
-        }
-    };
+    let ready = futures::future::join_all([
+        intents.synced().boxed(),
+        bindings.synced().boxed(),
+        cluster_bindings.synced().boxed(),
+        policies.synced().boxed(),
+        cluster_policies.synced().boxed(),
+        namespace_cache.synced().boxed(),
+    ])
+    .map(drop);
     if let Some(addr) = config.health_addr {
         // Its own task: its graceful stop must not cut the controllers' in-flight reconciles.
         tokio::spawn(health::serve(addr, ready, shutdown.clone()).await?);
+    }
+    if let Some(addr) = config.metrics_addr {
+        tokio::spawn(metrics.clone().serve(addr, shutdown.clone()).await?);
     }
 
     tracing::info!(engines = ?config.engines, "operator started");
@@ -268,8 +356,57 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         _ = controllers => {}
         _ = future::select_all(caches) => {}
     }
+    // Only now, with no reconcile in flight, hand the lease over.
+    election_stop.cancel();
+    if let Some(election) = election {
+        let _ = election.await;
+    }
     tracing::info!("operator stopped");
     Ok(())
+}
+
+fn counted<K>(cache: Cache<K>, metrics: &Metrics) -> Cache<K>
+where
+    K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let gauge = metrics
+        .pending_events
+        .get_or_create(&KindLabels {
+            kind: cache.kind().to_owned(),
+        })
+        .clone();
+    cache.count_pending(gauge)
+}
+
+/// Runs `reconcile` only while this replica leads (a standby keeps its caches warm and is
+/// reconciled in full when it takes over), and records metrics about it.
+fn gated<K, F, Fut>(
+    controller: &'static str,
+    reconcile: F,
+) -> impl FnMut(Arc<K>, Arc<Context>) -> futures::future::BoxFuture<'static, Result<Action, Error>>
+where
+    K: Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    move |obj, ctx| {
+        async move {
+            if !*ctx.leading.borrow() {
+                return Ok(Action::await_change());
+            }
+            let labels = ControllerLabels { controller };
+            let in_flight = ctx.metrics.in_flight.get_or_create(&labels).clone();
+            in_flight.inc();
+            let started = Instant::now();
+            let result = reconcile(obj, ctx.clone()).await;
+            in_flight.dec();
+            ctx.metrics
+                .reconciled(controller, started.elapsed(), result.is_err());
+            result
+        }
+        .boxed()
+    }
 }
 
 /// Emits when `value()` differs from what it was at the previous event of `events`.

@@ -41,6 +41,7 @@
 
 mod binaries;
 mod certs;
+mod child;
 mod control_plane;
 mod error;
 mod manifests;
@@ -49,6 +50,7 @@ mod shared;
 mod workdir;
 
 pub use certs::{ServingCert, serving_cert};
+pub use child::Child;
 pub use control_plane::{ControlPlane, Options, create_fake_node};
 pub use error::Error;
 pub use manifests::{apply_yaml, wait_crds_established};

@@ -85,8 +85,19 @@ impl Processes {
         binary: &Path,
         args: &[String],
     ) -> Result<(), Error> {
+        self.spawn_with_env(name, binary, args, &[])
+    }
+
+    pub(crate) fn spawn_with_env(
+        &mut self,
+        name: &'static str,
+        binary: &Path,
+        args: &[String],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Result<(), Error> {
         let mut cmd = Command::new(binary);
         cmd.args(args)
+            .envs(env.iter().copied())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             // Own process group, so that stopping also reaches anything the child forks.
@@ -118,6 +129,23 @@ impl Processes {
         tracing::debug!(process = name, pid = child.id(), "started");
         self.children.push(Process { name, child, log });
         Ok(())
+    }
+
+    /// Sends `signal` to every child's process group.
+    pub(crate) fn signal(&mut self, signal: libc::c_int) {
+        for p in &mut self.children {
+            p.signal_group(signal);
+        }
+    }
+
+    /// The log of the first child, if it logs to a file.
+    pub(crate) fn log(&self) -> Option<&Path> {
+        self.children.first().and_then(|p| p.log.as_deref())
+    }
+
+    /// Whether every child has exited.
+    pub(crate) fn exited(&mut self) -> bool {
+        self.children.iter_mut().all(|p| !p.running())
     }
 
     pub(crate) fn pids(&self) -> Vec<u32> {

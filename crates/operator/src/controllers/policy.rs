@@ -4,6 +4,7 @@
 use super::{Context, publish};
 use crate::apply::{self, ready};
 use crate::error::Error;
+use crate::metrics::EngineLabels;
 use crate::natives::{Key, Outcome};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -75,6 +76,12 @@ where
             Ok(outcome) => {
                 if matches!(outcome, Outcome::Written) {
                     written += 1;
+                    ctx.metrics
+                        .applied
+                        .get_or_create(&EngineLabels {
+                            engine: generated.engine.name(),
+                        })
+                        .inc();
                 }
                 if matches!(outcome, Outcome::Conflict) {
                     problems.push(Problem {
@@ -99,6 +106,15 @@ where
         }
     }
     let pruned = ctx.natives.prune(uid, &keep).await?;
+    for engine in &pruned {
+        ctx.metrics
+            .pruned
+            .get_or_create(&EngineLabels {
+                engine: engine.name(),
+            })
+            .inc();
+    }
+    let pruned = pruned.len();
     if written + pruned > 0 {
         let note = format!("{written} native policies applied, {pruned} removed");
         publish(ctx, policy, EventType::Normal, "NativePoliciesSynced", note).await;

@@ -1,0 +1,256 @@
+//! High availability with real operator processes (`nimbus run --leader-elect`): one leader
+//! writes, standbys keep warm caches and do nothing, a killed leader is replaced after the lease
+//! expires, a terminated one hands over at once. Also checks `/metrics` and `/readyz`.
+
+mod common;
+
+use common::{apply, create_intent, eventually, get};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use nimbus_api::{NimbusPolicy, SecurityIntentBinding};
+use nimbus_testenv::Child;
+use serde_json::json;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Replica {
+    name: String,
+    process: Child,
+    health: u16,
+    metrics: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn start(name: &'static str, namespace: &str, kubeconfig: &Path, dir: &Path) -> Replica {
+    let (health, metrics) = (free_port(), free_port());
+    let args: Vec<String> = [
+        "run",
+        "--leader-elect",
+        "--leader-elect-namespace",
+        namespace,
+        "--instance",
+        name,
+        "--health-addr",
+        &format!("127.0.0.1:{health}"),
+        "--metrics-addr",
+        &format!("127.0.0.1:{metrics}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let process = Child::spawn(
+        name,
+        Path::new(env!("CARGO_BIN_EXE_nimbus")),
+        &args,
+        &[
+            ("KUBECONFIG", kubeconfig.as_os_str()),
+            ("NIMBUS_LOG", OsStr::new("info")),
+        ],
+        dir,
+    )
+    .expect("starting a replica");
+    Replica {
+        name: name.to_owned(),
+        process,
+        health,
+        metrics,
+    }
+}
+
+/// A plain HTTP/1.0 GET on loopback: (status code, body).
+async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+/// Sum of a metric's samples whose line contains `filter`.
+async fn metric(replica: &Replica, name: &str, filter: &str) -> f64 {
+    let (_, body) = http_get(replica.metrics, "/metrics")
+        .await
+        .unwrap_or_else(|| panic!("{}: /metrics unreachable", replica.name));
+    body.lines()
+        .filter(|l| l.starts_with(name) && l.contains(filter))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    get(leases, "nimbus-operator")
+        .await?
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+/// Waits (up to `limit`) for the lease to be held by someone other than `previous`.
+async fn new_holder(leases: &Api<Lease>, previous: Option<&str>, limit: Duration) -> String {
+    let started = Instant::now();
+    loop {
+        if let Some(h) = holder(leases).await
+            && Some(h.as_str()) != previous
+        {
+            return h;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no new lease holder within {limit:?} (was {previous:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Standbys must not have reconciled anything.
+async fn assert_standbys_idle(replicas: &[Replica], leader: &str) {
+    for r in replicas.iter().filter(|r| r.name != leader) {
+        assert_eq!(
+            metric(r, "nimbus_reconciles_total", "").await,
+            0.0,
+            "standby {} reconciled",
+            r.name
+        );
+        assert_eq!(metric(r, "nimbus_leader", "").await, 0.0, "{}", r.name);
+    }
+}
+
+fn binding(intents: &[&str], app: &str) -> serde_json::Value {
+    let refs: Vec<_> = intents.iter().map(|n| json!({ "name": n })).collect();
+    json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+        "metadata": {"name": "b"},
+        "spec": {"intents": refs, "selector": {"workloadSelector": {"matchLabels": {"app": app}}}}
+    })
+}
+
+#[tokio::test]
+async fn one_leader_writes_and_standbys_take_over() {
+    let cp = common::cluster();
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("failover").await.expect("namespace");
+    let dir = tempfile::tempdir().expect("log dir");
+    let mut replicas: Vec<Replica> = ["replica-0", "replica-1", "replica-2"]
+        .into_iter()
+        .map(|name| start(name, ns.name(), cp.kubeconfig_path(), dir.path()))
+        .collect();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
+
+    // Every replica becomes ready (caches synced), leader or not.
+    for r in &replicas {
+        let deadline = Instant::now() + common::CONVERGE;
+        while http_get(r.health, "/readyz").await.map(|(code, _)| code) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "{} never ready ({:?}); its log:\n{}",
+                r.name,
+                http_get(r.health, "/readyz").await,
+                r.process.output()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let first = new_holder(&leases, None, Duration::from_secs(30)).await;
+
+    let dns = create_intent(&client, "dnsManipulation", "Block").await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
+    let policies: Api<NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
+    apply(&bindings, "b", &binding(&[&dns], "web")).await;
+    eventually("the leader creates the policy", || async {
+        get(&policies, "b").await.map(drop)
+    })
+    .await;
+    assert_standbys_idle(&replicas, &first).await;
+
+    // The leader's reconcile metrics move with a change.
+    let leader = replicas.iter().find(|r| r.name == first).expect("leader");
+    assert_eq!(metric(leader, "nimbus_leader", "").await, 1.0);
+    let filter = r#"controller="binding""#;
+    let before = metric(leader, "nimbus_reconciles_total", filter).await;
+    apply(&bindings, "b", &binding(&[&dns], "api")).await;
+    eventually("binding reconciles counted", || async {
+        (metric(leader, "nimbus_reconciles_total", filter).await > before).then_some(())
+    })
+    .await;
+    assert!(metric(leader, "nimbus_reconcile_duration_seconds_count", filter).await > 0.0);
+    assert!(
+        metric(
+            leader,
+            "nimbus_native_objects_applied_total",
+            r#"engine="netpol""#
+        )
+        .await
+            > 0.0
+    );
+
+    // SIGKILL: the lease runs out before a standby takes over.
+    let killed = Instant::now();
+    replicas
+        .iter_mut()
+        .find(|r| r.name == first)
+        .expect("leader")
+        .process
+        .kill();
+    let second = new_holder(&leases, Some(&first), Duration::from_secs(40)).await;
+    let after_kill = killed.elapsed();
+    replicas.retain(|r| r.name != first);
+    let sw = create_intent(&client, "swDeploymentTools", "Block").await;
+    apply(&bindings, "b", &binding(&[&dns, &sw], "api")).await;
+    eventually(
+        "the new leader reconciles a change made after the kill",
+        || async { (get(&policies, "b").await?.spec.rules.len() == 2).then_some(()) },
+    )
+    .await;
+    assert_standbys_idle(&replicas, &second).await;
+
+    // SIGTERM: the leader finishes its work and releases the lease.
+    let terminated = Instant::now();
+    let leaving = replicas
+        .iter_mut()
+        .find(|r| r.name == second)
+        .expect("leader");
+    leaving.process.terminate();
+    let third = new_holder(&leases, Some(&second), Duration::from_secs(15)).await;
+    let after_term = terminated.elapsed();
+    let leaving = replicas
+        .iter_mut()
+        .find(|r| r.name == second)
+        .expect("leader");
+    let deadline = Instant::now() + common::CONVERGE;
+    while !leaving.process.has_exited() {
+        assert!(
+            Instant::now() < deadline,
+            "the terminated leader did not exit"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    apply(&bindings, "b", &binding(&[&sw], "api")).await;
+    eventually("the third leader reconciles", || async {
+        (get(&policies, "b").await?.spec.rules.len() == 1).then_some(())
+    })
+    .await;
+
+    eprintln!("handover after SIGKILL: {after_kill:?}; after SIGTERM: {after_term:?}");
+    assert!(
+        after_kill >= Duration::from_secs(10),
+        "a standby took over a killed leader's lease before it could expire: {after_kill:?}"
+    );
+    assert!(
+        after_term < Duration::from_secs(5),
+        "handover on SIGTERM took {after_term:?}"
+    );
+    assert_ne!(third, second);
+}
