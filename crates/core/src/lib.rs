@@ -7,6 +7,7 @@ pub mod compile;
 pub mod engines;
 pub mod names;
 pub mod namespaces;
+pub mod objects;
 pub mod params;
 
 pub use compile::{

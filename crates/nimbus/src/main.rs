@@ -1,6 +1,7 @@
 //! `nimbus`: the operator and its tools in one binary.
 
 mod dev;
+mod offline;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -36,6 +37,18 @@ enum Command {
     /// Start a local control plane, install the CRDs, run the operator on it and apply the
     /// examples; runs until Ctrl-C.
     Dev(dev::DevArgs),
+    /// Print the NimbusPolicies and native policies the operator would create for the given
+    /// manifests, without a cluster.
+    Translate(offline::TranslateArgs),
+    /// Check manifests against the schemas and the intent catalog (exit status 1 on problems).
+    Validate(offline::Inputs),
+    /// List the intent catalog.
+    Intents,
+    /// Describe one intent: what it does, which engines enforce it, its parameters.
+    Explain {
+        /// Intent ID, e.g. escapeToHost.
+        id: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -167,9 +180,37 @@ impl RunArgs {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors are printed as one line with their causes, never with a backtrace.
+fn main() -> std::process::ExitCode {
+    match run_cli() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_cli() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    // The offline commands need no runtime; their exit status says whether the input is valid.
+    let valid = match &cli.command {
+        Command::Translate(args) => Some(offline::translate(args)?),
+        Command::Validate(inputs) => Some(offline::validate(inputs)?),
+        Command::Intents => {
+            print!("{}", offline::intents());
+            Some(true)
+        }
+        Command::Explain { id } => {
+            print!("{}", offline::explain(id)?);
+            Some(true)
+        }
+        _ => None,
+    };
+    if let Some(valid) = valid {
+        std::process::exit(if valid { 0 } else { 1 });
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         match cli.command {
@@ -187,6 +228,12 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
             Command::Dev(args) => dev::run(args).await,
+            Command::Translate(_)
+            | Command::Validate(_)
+            | Command::Intents
+            | Command::Explain { .. } => {
+                unreachable!("offline commands return above")
+            }
         }
     })
 }

@@ -339,8 +339,8 @@ const EXAMPLES: &[Example] = &[
 
 /// A database with one virtual patch per engine for CVE-2024-4439 (the example's second CVE
 /// is deliberately unknown).
-async fn install_virtual_patch_db(client: &Client) {
-    let db = json!([{
+fn virtual_patch_db() -> serde_json::Value {
+    json!([{
         "image": "nginx:latest",
         "cves": [{
             "cve": "CVE-2024-4439",
@@ -365,7 +365,11 @@ async fn install_virtual_patch_db(client: &Client) {
                     "spec": {"podSelector": {"matchLabels": {"role": "db"}}, "policyTypes": ["Ingress"]}}}
             ]
         }]
-    }]);
+    }])
+}
+
+async fn install_virtual_patch_db(client: &Client) {
+    let db = virtual_patch_db();
     let (ns, name) = VIRTUAL_PATCH_DB;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     apply(
@@ -470,6 +474,11 @@ async fn every_nimbus_example_produces_its_native_policies() {
                 all_natives.push((Some(ns.to_owned()), strings(example.policy)));
             }
         }
+        let namespaces = format!("{},default", e.ns.name());
+        assert_eq!(
+            cli_vs_cluster(&e.client, &[&path], e.ns.name(), &namespaces).await,
+            Ok(())
+        );
         for (kind, name) in applied.iter().rev() {
             match kind.as_str() {
                 "SecurityIntent" => delete(&e.intents, name).await,
@@ -757,7 +766,7 @@ async fn sandbox_role_bindings_follow_new_namespaces() {
         &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team_ns}}),
     )
     .await;
-    let name = format!("nimbus-ctlr-gen-{csib}-namespacesandbox-view");
+    let name = format!("nimbus-ctlr-gen-{csib}-namespacesandbox-role-view");
     let rb = eventually("the sandbox RoleBinding in the new namespace", || async {
         native(&e.client, &ROLE_BINDING, Some(&team_ns), &name).await
     })
@@ -845,4 +854,126 @@ async fn k8tls_cron_jobs_carry_schedule_and_addresses() {
         &[format!("nimbus-k8tls-env/CronJob/{first}")],
     )
     .await;
+}
+
+/// Offline there are no UIDs: owner references embedded in bodies (virtual-patch templates)
+/// carry an empty one, which the comparison skips.
+fn drop_empty_uids(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if map.get("uid").is_some_and(|u| u == "") {
+                map.remove("uid");
+            }
+            map.values_mut().for_each(drop_empty_uids);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_empty_uids),
+        _ => {}
+    }
+}
+
+/// Whether `have` holds everything `want` says (server defaults may add fields).
+fn covers(have: &serde_json::Value, want: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (have, want) {
+        (_, Value::Null) => true,
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| covers(h.get(k).unwrap_or(&Value::Null), v)),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(h, w)| covers(h, w))
+        }
+        _ => have == want,
+    }
+}
+
+/// `nimbus translate` of manifests, offline, prints exactly the objects the operator created
+/// in the cluster: same names, labels, annotations, owners and bodies (the cluster may only add
+/// server defaults and UIDs). Returns the first difference.
+async fn cli_vs_cluster(
+    client: &Client,
+    files: &[&Path],
+    namespace: &str,
+    namespaces: &str,
+) -> Result<(), String> {
+    let db = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(db.path(), virtual_patch_db().to_string()).expect("writing the database");
+    let example = files[0];
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"));
+    cmd.arg("translate");
+    for file in files {
+        cmd.arg("-f").arg(file);
+    }
+    let out = cmd
+        .args(["--namespace", namespace, "--namespaces", namespaces])
+        .arg("--virtual-patch-db")
+        .arg(db.path())
+        .args(["-o", "json"])
+        .output()
+        .expect("running nimbus translate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON list");
+    let items = list["items"].as_array().expect("items");
+    assert!(
+        !items.is_empty(),
+        "{}: nothing translated",
+        example.display()
+    );
+    for item in items {
+        let (api_version, kind) = (
+            item["apiVersion"].as_str().expect("apiVersion"),
+            item["kind"].as_str().expect("kind"),
+        );
+        let plural = match kind {
+            "NimbusPolicy" => "nimbuspolicies".to_owned(),
+            "ClusterNimbusPolicy" => "clusternimbuspolicies".to_owned(),
+            _ => nimbus_core::engines::all_kinds()
+                .into_iter()
+                .find(|k| k.kind == kind && k.api_version() == api_version)
+                .unwrap_or_else(|| panic!("unexpected {api_version} {kind}"))
+                .plural
+                .to_owned(),
+        };
+        let gvk = kube::api::GroupVersionKind::try_from(&kube::api::TypeMeta {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        })
+        .expect("gvk");
+        let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let name = item["metadata"]["name"].as_str().expect("name");
+        let api: Api<DynamicObject> = match item["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        let what = format!("{}: {kind} {name}", example.display());
+        let Some(live) = get(&api, name).await else {
+            return Err(format!(
+                "{what}: printed by the CLI, missing in the cluster"
+            ));
+        };
+        let live = serde_json::to_value(&live).expect("json");
+        for field in ["labels", "annotations"] {
+            if live["metadata"][field] != item["metadata"][field] {
+                return Err(format!(
+                    "{what}: {field} differ: {} vs {}",
+                    item["metadata"][field], live["metadata"][field]
+                ));
+            }
+        }
+        let mut owners = item["metadata"]["ownerReferences"].clone();
+        owners[0]["uid"] = live["metadata"]["ownerReferences"][0]["uid"].clone();
+        if live["metadata"]["ownerReferences"] != owners {
+            return Err(format!("{what}: owners differ"));
+        }
+        let mut body = item.clone();
+        body.as_object_mut().expect("object").remove("metadata");
+        drop_empty_uids(&mut body);
+        if !covers(&live, &body) {
+            return Err(format!("{what} differs:\ncli: {body:#}\ncluster: {live:#}"));
+        }
+    }
+    Ok(())
 }

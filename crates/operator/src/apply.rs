@@ -3,8 +3,8 @@
 
 use crate::error::Error;
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, Preconditions};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -24,38 +24,6 @@ pub fn describe<K: Resource + Serialize>(obj: &K) -> String {
         Some(ns) => format!("{kind} {ns}/{}", obj.name_any()),
         None => format!("{kind} {}", obj.name_any()),
     }
-}
-
-/// A controller ownerReference that blocks the owner's foreground deletion until the dependent
-/// is gone, as Nimbus sets it.
-pub fn controller_owner<K: Resource<DynamicType = ()>>(owner: &K) -> Result<OwnerReference, Error> {
-    let uid = owner
-        .uid()
-        .ok_or_else(|| Error::MissingField(owner.name_any(), "metadata.uid"))?;
-    Ok(OwnerReference {
-        api_version: K::api_version(&()).into_owned(),
-        kind: K::kind(&()).into_owned(),
-        name: owner.name_any(),
-        uid,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    })
-}
-
-/// Metadata of an object generated from `owner`: its labels, and a controller ownerReference
-/// to it so the object is garbage-collected with it.
-pub fn owned_meta<K: Resource<DynamicType = ()>>(
-    owner: &K,
-    name: &str,
-    namespace: Option<&str>,
-) -> Result<ObjectMeta, Error> {
-    Ok(ObjectMeta {
-        name: Some(name.to_owned()),
-        namespace: namespace.map(str::to_owned),
-        labels: Some(owner.labels().clone()).filter(|l| !l.is_empty()),
-        owner_references: Some(vec![controller_owner(owner)?]),
-        ..Default::default()
-    })
 }
 
 /// Whether `obj` is controlled by the object with `owner_uid`.

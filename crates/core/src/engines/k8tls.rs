@@ -48,7 +48,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
     let mut command = json!(["./k8s_tlsscan"]);
     let mut objects = Vec::new();
     if !addresses.is_empty() {
-        let list_name = native_name(policy, &format!("{}-addresses", rule.key), 253);
+        let list_name = crate::names::fit(&format!("{name}-addresses"), crate::names::MAX_NAME_LEN);
         volumes.push(json!({"name": "external-addresses", "configMap": {"name": list_name}}));
         scanner_mounts.push(
             json!({"name": "external-addresses", "readOnly": true, "mountPath": ADDRESSES_DIR}),

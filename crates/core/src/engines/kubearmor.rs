@@ -159,7 +159,9 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
             if let Some(message) = rule.spec.description.as_deref().filter(|m| !m.is_empty()) {
                 spec.insert("message".into(), message.into());
             }
-            spec.insert("action".into(), rule.spec.rule.action.clone().into());
+            if !rule.spec.rule.action.is_empty() {
+                spec.insert("action".into(), rule.spec.rule.action.clone().into());
+            }
             (
                 &KUBEARMOR_POLICY,
                 object(&KUBEARMOR_POLICY, meta, json!({ "spec": spec })),

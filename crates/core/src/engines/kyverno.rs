@@ -9,7 +9,7 @@
 
 use super::{
     Environment, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, NativeKind, Output, PolicyInput, Rule,
-    metadata, native_name, object, virtual_patch,
+    metadata, native_name, object, selector_json, virtual_patch,
 };
 use crate::catalog::{Engine, param_value};
 use crate::names::MAX_NAME_LEN;
@@ -47,7 +47,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 target["namespace"] = ns.clone().into();
             }
             if !selector_is_empty(policy) {
-                target["selector"] = serde_json::to_value(&policy.selector).unwrap_or_default();
+                target["selector"] = selector_json(&policy.selector);
             }
             let existing = json!({
                 "name": "add runtime",
@@ -71,15 +71,23 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 "validate": {},
                 "generate": no_generate(),
             });
+            // Nimbus names these after the policy only; a second coco rule gets `-2`, ...
+            let n = rule.key.strip_prefix("cocoworkload").unwrap_or_default();
             Ok(vec![
                 build(
                     policy,
                     rule,
-                    "mutateexisting",
+                    &format!("mutateexisting{n}"),
                     existing,
                     Extra::MutateExisting,
                 ),
-                build(policy, rule, "mutateoncreate", on_create, Extra::Background),
+                build(
+                    policy,
+                    rule,
+                    &format!("mutateoncreate{n}"),
+                    on_create,
+                    Extra::Background,
+                ),
             ])
         }
         ("cocoWorkload", true) => {
@@ -186,7 +194,7 @@ fn matching(policy: &PolicyInput, kind: &str) -> Value {
         resources["namespaces"] = json!(names);
     }
     if !selector_is_empty(policy) {
-        resources["selector"] = serde_json::to_value(&policy.selector).unwrap_or_default();
+        resources["selector"] = selector_json(&policy.selector);
     }
     json!({"any": [{"resources": resources}], "resources": {}})
 }

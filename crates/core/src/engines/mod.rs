@@ -324,6 +324,8 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
         let Some(spec) = catalog::intent(&rule.id) else {
             continue;
         };
+        let first_problem = out.problems.len();
+        let mut enforced = false;
         for engine in Engine::ALL {
             if !engines.active(engine) || !spec.handled_by(engine, policy.origin) {
                 continue;
@@ -344,14 +346,23 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                 Engine::Rbac => rbac::translate(policy, &rule, env),
             };
             match result {
-                Ok(objects) => out
-                    .objects
-                    .extend(objects.into_iter().map(|(kind, object)| Generated {
-                        engine,
-                        kind,
-                        object,
-                    })),
+                Ok(objects) => {
+                    enforced |= !objects.is_empty();
+                    out.objects
+                        .extend(objects.into_iter().map(|(kind, object)| Generated {
+                            engine,
+                            kind,
+                            object,
+                        }))
+                }
                 Err(problem) => out.problems.push(problem),
+            }
+        }
+        // An engine that cannot express the selector leaves the intent unenforced only if no
+        // other engine enforces it.
+        for p in &mut out.problems[first_problem..] {
+            if p.reason == condition::REASON_UNSUPPORTED_SELECTOR {
+                p.blocking = !enforced;
             }
         }
     }
@@ -419,10 +430,7 @@ fn coverage(
         return Vec::new();
     }
     let none_left = missing.len() == candidates.len();
-    let any_installed_but_disabled = candidates
-        .iter()
-        .any(|e| engines.installed.contains(e) && !engines.enabled.contains(e));
-    let reason = if none_left && any_installed_but_disabled {
+    let reason = if candidates.iter().any(|e| !engines.enabled.contains(e)) {
         condition::REASON_ENGINE_DISABLED
     } else {
         condition::REASON_ENGINE_NOT_INSTALLED
@@ -503,6 +511,26 @@ fn object(kind: &'static NativeKind, metadata: ObjectMeta, body: Value) -> Dynam
 }
 
 type Output = Result<Vec<(&'static NativeKind, DynamicObject)>, Problem>;
+
+/// A label selector as engines write it: `{}` when it selects everything (no empty
+/// `matchLabels: {}`), as Nimbus's Go types serialized it.
+fn selector_json(selector: &LabelSelector) -> Value {
+    let mut out = serde_json::Map::new();
+    if let Some(labels) = selector.match_labels.as_ref().filter(|l| !l.is_empty()) {
+        out.insert("matchLabels".into(), serde_json::json!(labels));
+    }
+    if let Some(exprs) = selector
+        .match_expressions
+        .as_ref()
+        .filter(|e| !e.is_empty())
+    {
+        out.insert(
+            "matchExpressions".into(),
+            serde_json::to_value(exprs).unwrap_or_default(),
+        );
+    }
+    Value::Object(out)
+}
 
 /// `matchLabels` of a selector that has no expressions; engines that select by labels only
 /// cannot express the rest.

@@ -2,6 +2,7 @@
 
 use super::{
     Environment, NETWORK_POLICY, Output, PolicyInput, Rule, metadata, native_name, object,
+    selector_json,
 };
 use crate::catalog::Engine;
 use crate::names::MAX_NAME_LEN;
@@ -20,7 +21,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
         "dnsManipulation" => {
             let to: Vec<Value> = node_cidrs.chain([kube_dns()]).collect();
             json!({
-                "podSelector": policy.selector,
+                "podSelector": selector_json(&policy.selector),
                 "policyTypes": ["Egress"],
                 "egress": [{"to": to, "ports": dns_ports}],
             })
@@ -34,7 +35,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 .chain(private)
                 .collect();
             json!({
-                "podSelector": policy.selector,
+                "podSelector": selector_json(&policy.selector),
                 "policyTypes": ["Egress", "Ingress"],
                 "ingress": [{"from": from}],
                 "egress": [{"to": to, "ports": dns_ports}],

@@ -29,8 +29,9 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
         return Ok(Vec::new());
     }
     // The role is part of the name because a RoleBinding's roleRef cannot change: a new role
-    // means a new binding, and the old one is pruned.
-    let name = native_name(policy, &format!("{}-{role}", rule.key), MAX_NAME_LEN);
+    // means a new binding, and the old one is pruned. `-role-` keeps `<key>-role-<role>`
+    // unambiguous against the `-2` suffixes of further rules.
+    let name = native_name(policy, &format!("{}-role-{role}", rule.key), MAX_NAME_LEN);
     let meta = metadata(policy, Engine::Rbac, name, Some(namespace.clone()), &[]);
     let body = json!({
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role},

@@ -1,7 +1,7 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
 
 use super::{Context, binding_ready, publish, write_binding_status};
-use crate::apply::{self, is_controlled_by, owned_meta, ready};
+use crate::apply::{self, is_controlled_by, ready};
 use crate::error::Error;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -11,7 +11,7 @@ use nimbus_api::{
     NimbusPolicy, STATUS_CREATED, SecurityIntentBinding, SecurityIntentBindingStatus, condition,
 };
 use nimbus_core::catalog::BindingKind;
-use nimbus_core::compile_binding;
+use nimbus_core::{compile_binding, objects};
 use std::sync::Arc;
 
 pub async fn reconcile(
@@ -64,11 +64,7 @@ pub async fn reconcile(
 
     let policy = match plan.policy {
         Some(spec) => {
-            let desired = NimbusPolicy {
-                metadata: owned_meta(&*sib, &name, Some(&namespace))?,
-                spec,
-                status: None,
-            };
+            let desired = objects::binding_policy(&sib, spec);
             if apply::apply(&policies, apply::FIELD_MANAGER, &desired, ours).await? {
                 let (reason, verb) = if ours.is_some() {
                     ("PolicyUpdated", "updated")

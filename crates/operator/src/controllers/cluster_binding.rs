@@ -2,7 +2,7 @@
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
 use super::{Context, binding_ready, publish, write_binding_status};
-use crate::apply::{self, is_controlled_by, owned_meta, ready};
+use crate::apply::{self, is_controlled_by, ready};
 use crate::error::Error;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::controller::Action;
@@ -15,7 +15,7 @@ use nimbus_api::{
     condition,
 };
 use nimbus_core::catalog::BindingKind;
-use nimbus_core::{CompileError, compile_cluster_binding, names, namespaces};
+use nimbus_core::{CompileError, compile_cluster_binding, names, namespaces, objects};
 use std::sync::Arc;
 
 pub async fn reconcile(
@@ -58,11 +58,7 @@ pub async fn reconcile(
                 None
             }
             (Some(spec), false) => {
-                let desired = ClusterNimbusPolicy {
-                    metadata: owned_meta(&*csib, &name, None)?,
-                    spec,
-                    status: None,
-                };
+                let desired = objects::cluster_policy(&csib, spec);
                 let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
                 match apply::apply(&api, apply::FIELD_MANAGER, &desired, ours).await {
                     Ok(true) => {
@@ -127,11 +123,7 @@ pub async fn reconcile(
                 continue;
             }
             Some(spec) => {
-                let desired = NimbusPolicy {
-                    metadata: owned_meta(&*csib, &policy_name, Some(&ns_name))?,
-                    spec: spec.clone(),
-                    status: None,
-                };
+                let desired = objects::namespace_policy(&csib, &ns_name, spec.clone());
                 let result = apply::apply(&api, apply::FIELD_MANAGER, &desired, ours).await;
                 if result.is_ok() {
                     in_force.push(ns_name);

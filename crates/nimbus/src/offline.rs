@@ -1,0 +1,494 @@
+//! The offline CLI: `translate`, `validate`, `intents`, `explain`. The same pure core the
+//! operator runs, fed from manifest files instead of a cluster.
+
+use anyhow::Context as _;
+use kube::ResourceExt;
+use nimbus_api::{
+    ClusterSecurityIntentBinding, GROUP, SecurityIntent, SecurityIntentBinding, VERSION,
+};
+use nimbus_core::catalog::{self, BindingKind, Engine};
+use nimbus_core::engines::{
+    self, EngineSet, Environment, PolicyInput, VirtualPatches, virtual_patch,
+};
+use nimbus_core::{compile_binding, compile_cluster_binding, namespaces, objects};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Inputs {
+    /// Manifest files or directories (*.yaml, *.yml, *.json, recursively); `-` reads standard
+    /// input.
+    #[arg(short = 'f', long = "filename", required = true)]
+    files: Vec<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct TranslateArgs {
+    #[command(flatten)]
+    inputs: Inputs,
+    /// Namespaces cluster bindings fan out over (a cluster would supply its own).
+    #[arg(long, value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Namespace of bindings that do not name one.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Engines to translate with (default: all).
+    #[arg(long, value_delimiter = ',')]
+    engines: Vec<Engine>,
+    /// A virtual-patch database (the JSON the operator reads from its ConfigMap).
+    #[arg(long)]
+    virtual_patch_db: Option<PathBuf>,
+    #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
+    output: Format,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+/// Where a problem comes from.
+#[derive(Clone, Debug)]
+struct Origin {
+    file: String,
+    document: usize,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (document {})", self.file, self.document + 1)
+    }
+}
+
+enum Manifest {
+    Intent(SecurityIntent),
+    Binding(SecurityIntentBinding),
+    ClusterBinding(ClusterSecurityIntentBinding),
+}
+
+/// The manifests that parsed, and one message per problem found on the way.
+struct Loaded {
+    manifests: Vec<(Origin, Manifest)>,
+    errors: Vec<String>,
+}
+
+fn load(inputs: &Inputs) -> Loaded {
+    let mut loaded = Loaded {
+        manifests: Vec::new(),
+        errors: Vec::new(),
+    };
+    for path in &inputs.files {
+        match read_all(path) {
+            Ok(files) => {
+                for (file, text) in files {
+                    parse(&file, &text, &mut loaded);
+                }
+            }
+            Err(e) => loaded.errors.push(format!("{e:#}")),
+        }
+    }
+    loaded
+}
+
+/// `(display name, contents)` of a file, every manifest file of a directory, or stdin.
+fn read_all(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading standard input")?;
+        return Ok(vec![("<stdin>".into(), text)]);
+    }
+    if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .with_context(|| format!("{}: cannot read directory", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_dir()
+                    || p.extension()
+                        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+            })
+            .collect();
+        files.sort();
+        let mut all = Vec::new();
+        for file in files {
+            all.extend(read_all(&file)?);
+        }
+        return Ok(all);
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read file", path.display()))?;
+    Ok(vec![(path.display().to_string(), text)])
+}
+
+fn parse(file: &str, text: &str, loaded: &mut Loaded) {
+    for (document, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let origin = Origin {
+            file: file.to_owned(),
+            document,
+        };
+        let value = match <Value as serde::Deserialize>::deserialize(doc) {
+            Ok(Value::Null) => continue,
+            Ok(v) => v,
+            Err(e) => {
+                loaded
+                    .errors
+                    .push(format!("{origin}: malformed YAML/JSON: {e}"));
+                // The rest of the stream cannot be trusted after a syntax error.
+                return;
+            }
+        };
+        match manifest(value) {
+            Ok(m) => loaded.manifests.push((origin, m)),
+            Err(e) => loaded.errors.push(format!("{origin}: {e}")),
+        }
+    }
+}
+
+fn manifest(value: Value) -> Result<Manifest, String> {
+    let api_version = value["apiVersion"].as_str().unwrap_or_default().to_owned();
+    let kind = value["kind"].as_str().unwrap_or_default().to_owned();
+    if api_version != format!("{GROUP}/{VERSION}") {
+        return Err(format!(
+            "unknown kind `{kind}` of `{api_version}` (expected SecurityIntent, SecurityIntentBinding or ClusterSecurityIntentBinding of {GROUP}/{VERSION})"
+        ));
+    }
+    let name = value["metadata"]["name"].as_str().unwrap_or("?").to_owned();
+    let typed = |e: serde_json::Error| format!("{kind} {name}: {e}");
+    match kind.as_str() {
+        "SecurityIntent" => serde_json::from_value(value)
+            .map(Manifest::Intent)
+            .map_err(typed),
+        "SecurityIntentBinding" => serde_json::from_value(value)
+            .map(Manifest::Binding)
+            .map_err(typed),
+        "ClusterSecurityIntentBinding" => serde_json::from_value(value)
+            .map(Manifest::ClusterBinding)
+            .map_err(typed),
+        other => Err(format!("unknown kind `{other}` in {GROUP}/{VERSION}")),
+    }
+}
+
+/// Every problem the schema, the catalog and the cross-references reveal, one per line.
+fn problems(loaded: &Loaded) -> Vec<String> {
+    let mut out = loaded.errors.clone();
+    if loaded.manifests.is_empty() && out.is_empty() {
+        out.push("no manifests found in the given files".into());
+    }
+    let intents: BTreeSet<String> = loaded
+        .manifests
+        .iter()
+        .filter_map(|(_, m)| match m {
+            Manifest::Intent(si) => Some(si.name_any()),
+            _ => None,
+        })
+        .collect();
+    for (origin, manifest) in &loaded.manifests {
+        let (what, refs, kind) = match manifest {
+            Manifest::Intent(si) => {
+                let intent = &si.spec.intent;
+                let what = format!("SecurityIntent {}", si.name_any());
+                if catalog::intent(&intent.id).is_none() {
+                    let known: Vec<_> = catalog::INTENTS.iter().map(|i| i.id).collect();
+                    out.push(format!(
+                        "{origin}: {what}: unknown intent ID `{}` (known: {})",
+                        intent.id,
+                        known.join(", ")
+                    ));
+                }
+                if !matches!(intent.action.as_str(), "Block" | "Audit") {
+                    out.push(format!(
+                        "{origin}: {what}: action `{}` must be Block or Audit",
+                        intent.action
+                    ));
+                }
+                let rule = nimbus_api::NimbusRule {
+                    id: intent.id.clone(),
+                    type_: None,
+                    description: None,
+                    rule: nimbus_api::Rule {
+                        action: intent.action.clone(),
+                        params: intent.params.clone(),
+                    },
+                };
+                for p in catalog::check_params(&rule) {
+                    out.push(format!("{origin}: {what}: {p}"));
+                }
+                continue;
+            }
+            Manifest::Binding(b) => {
+                let what = format!("SecurityIntentBinding {}", b.name_any());
+                if let Err(e) = compile_binding(&b.spec, |_| None::<SecurityIntent>) {
+                    out.push(format!("{origin}: {what}: {e}"));
+                }
+                (what, &b.spec.intents, BindingKind::Namespaced)
+            }
+            Manifest::ClusterBinding(b) => {
+                let what = format!("ClusterSecurityIntentBinding {}", b.name_any());
+                let selector = b
+                    .spec
+                    .selector
+                    .as_ref()
+                    .and_then(|s| s.ns_selector.as_ref());
+                if let Err(e) = namespaces::validate(selector) {
+                    out.push(format!("{origin}: {what}: {e}"));
+                }
+                (what, &b.spec.intents, BindingKind::Cluster)
+            }
+        };
+        for r in refs.iter().filter(|r| !intents.contains(&r.name)) {
+            out.push(format!(
+                "{origin}: {what}: references SecurityIntent `{}`, which is not among the manifests",
+                r.name
+            ));
+        }
+        // Intents this kind of binding cannot enforce at all.
+        for (_, m) in &loaded.manifests {
+            if let Manifest::Intent(si) = m
+                && refs.iter().any(|r| r.name == si.name_any())
+                && catalog::intent(&si.spec.intent.id)
+                    .is_some_and(|i| i.engines_for(kind).is_empty())
+            {
+                out.push(format!(
+                    "{origin}: {what}: intent `{}` cannot be enforced through this kind of binding",
+                    si.spec.intent.id
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// `nimbus validate`: exit status 0 only when every manifest is valid.
+pub fn validate(inputs: &Inputs) -> anyhow::Result<bool> {
+    let loaded = load(inputs);
+    let problems = problems(&loaded);
+    for p in &problems {
+        eprintln!("{p}");
+    }
+    if problems.is_empty() {
+        println!("{} manifests valid", loaded.manifests.len());
+    }
+    Ok(problems.is_empty())
+}
+
+/// `nimbus translate`: the NimbusPolicies and native policies the operator would create.
+pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
+    let loaded = load(&args.inputs);
+    let problems = problems(&loaded);
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("{p}");
+        }
+        return Ok(false);
+    }
+    let env = Environment {
+        virtual_patches: match &args.virtual_patch_db {
+            None => VirtualPatches::NotConfigured,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("{}: cannot read file", path.display()))?;
+                let data = BTreeMap::from([(virtual_patch::DATABASE_KEY.to_owned(), text)]);
+                virtual_patch::from_config_map(&path.display().to_string(), Some(&data))
+            }
+        },
+        ..Environment::default()
+    };
+    let engines = EngineSet {
+        enabled: if args.engines.is_empty() {
+            Engine::ALL.into()
+        } else {
+            args.engines.iter().copied().collect()
+        },
+        installed: Engine::ALL.into(),
+    };
+    let (objects, warnings) = translate_all(&loaded, args, &env, &engines)?;
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    print!("{}", render(&objects, args.output)?);
+    Ok(true)
+}
+
+fn translate_all(
+    loaded: &Loaded,
+    args: &TranslateArgs,
+    env: &Environment,
+    engines: &EngineSet,
+) -> anyhow::Result<(Vec<Value>, Vec<String>)> {
+    let intents: BTreeMap<String, &SecurityIntent> = loaded
+        .manifests
+        .iter()
+        .filter_map(|(_, m)| match m {
+            Manifest::Intent(si) => Some((si.name_any(), si)),
+            _ => None,
+        })
+        .collect();
+    let lookup = |name: &str| intents.get(name).copied().cloned();
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    let mut emit =
+        |policy: Value, input: &PolicyInput, out: &mut Vec<Value>| -> anyhow::Result<()> {
+            let translation = engines::translate(input, env, engines);
+            out.push(policy);
+            for g in translation.objects {
+                out.push(serde_json::to_value(&g.object)?);
+            }
+            for p in translation.problems {
+                warnings.push(format!("{}: {}", input.name, p.message));
+            }
+            Ok(())
+        };
+    for (_, manifest) in &loaded.manifests {
+        match manifest {
+            Manifest::Intent(_) => {}
+            Manifest::Binding(b) => {
+                let mut b = b.clone();
+                b.metadata
+                    .namespace
+                    .get_or_insert_with(|| args.namespace.clone());
+                let plan = compile_binding(&b.spec, lookup)?;
+                if let Some(spec) = plan.policy {
+                    let np = objects::binding_policy(&b, spec);
+                    emit(
+                        serde_json::to_value(&np)?,
+                        &PolicyInput::namespaced(&np, ""),
+                        &mut out,
+                    )?;
+                }
+            }
+            Manifest::ClusterBinding(b) => {
+                let plan = compile_cluster_binding(&b.spec, lookup)?;
+                if let Some(spec) = plan.cluster_policy {
+                    let cwnp = objects::cluster_policy(b, spec);
+                    emit(
+                        serde_json::to_value(&cwnp)?,
+                        &PolicyInput::cluster(&cwnp, ""),
+                        &mut out,
+                    )?;
+                }
+                let selector = b
+                    .spec
+                    .selector
+                    .as_ref()
+                    .and_then(|s| s.ns_selector.as_ref());
+                if let (Some(spec), Some(selector)) = (plan.namespace_policy, selector) {
+                    for ns in args
+                        .namespaces
+                        .iter()
+                        .filter(|ns| namespaces::selects(selector, ns))
+                    {
+                        let np = objects::namespace_policy(b, ns, spec.clone());
+                        emit(
+                            serde_json::to_value(&np)?,
+                            &PolicyInput::namespaced(&np, ""),
+                            &mut out,
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+    Ok((out, warnings))
+}
+
+fn render(objects: &[Value], format: Format) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Json => {
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+            serde_json::to_string_pretty(&list)? + "\n"
+        }
+        Format::Yaml => {
+            let mut out = String::new();
+            for o in objects {
+                out.push_str("---\n");
+                out.push_str(&serde_yaml_ng::to_string(o)?);
+            }
+            out
+        }
+    })
+}
+
+/// `nimbus intents`: the catalog as a table.
+pub fn intents() -> String {
+    let mut rows = vec![[
+        "ID".to_owned(),
+        "ENGINES".to_owned(),
+        "PARAMETERS".to_owned(),
+    ]];
+    for i in catalog::INTENTS {
+        let engines: BTreeSet<&str> = i.support.iter().map(|s| s.engine.name()).collect();
+        let params: Vec<String> = i
+            .params
+            .iter()
+            .map(|p| match (p.default, p.required) {
+                (Some(d), _) => format!("{}={d}", p.name),
+                (None, true) => format!("{} (required)", p.name),
+                (None, false) => p.name.to_owned(),
+            })
+            .collect();
+        rows.push([
+            i.id.to_owned(),
+            engines.into_iter().collect::<Vec<_>>().join(","),
+            if params.is_empty() {
+                "-".into()
+            } else {
+                params.join(" ")
+            },
+        ]);
+    }
+    let width = |c: usize| rows.iter().map(|r| r[c].len()).max().unwrap_or(0);
+    let (w0, w1) = (width(0), width(1));
+    rows.iter()
+        .map(|r| format!("{:w0$}  {:w1$}  {}\n", r[0], r[1], r[2]))
+        .collect()
+}
+
+/// `nimbus explain <id>`.
+pub fn explain(id: &str) -> anyhow::Result<String> {
+    let Some(i) = catalog::intent(id) else {
+        let known: Vec<_> = catalog::INTENTS.iter().map(|i| i.id).collect();
+        anyhow::bail!("unknown intent ID `{id}` (known: {})", known.join(", "));
+    };
+    let mut out = format!("{}\n  {}\n\nEnforced by:\n", i.id, i.summary);
+    for kind in [BindingKind::Namespaced, BindingKind::Cluster] {
+        let engines: Vec<&str> = i.engines_for(kind).iter().map(|e| e.name()).collect();
+        let through = match kind {
+            BindingKind::Namespaced => "SecurityIntentBinding",
+            BindingKind::Cluster => "ClusterSecurityIntentBinding",
+        };
+        let engines = if engines.is_empty() {
+            "(not supported)".to_owned()
+        } else {
+            engines.join(", ")
+        };
+        out.push_str(&format!("  through a {through}: {engines}\n"));
+    }
+    out.push_str("\nParameters:\n");
+    if i.params.is_empty() {
+        out.push_str("  none\n");
+    }
+    for p in i.params {
+        let mut facts = vec![p.kind.to_string()];
+        if let Some(d) = p.default {
+            facts.push(format!("default {d}"));
+        }
+        if p.required {
+            facts.push("required".into());
+        }
+        if p.multiple {
+            facts.push("all values used".into());
+        }
+        out.push_str(&format!(
+            "  {} ({}): {}\n",
+            p.name,
+            facts.join(", "),
+            p.description
+        ));
+    }
+    Ok(out)
+}
