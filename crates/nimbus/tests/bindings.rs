@@ -3,45 +3,12 @@
 
 mod common;
 
-use common::{apply, create_intent, delete, eventually, get, intent, unique};
+use common::{Env, apply, binding, create_intent, delete, env, eventually, get, intent, unique};
 use k8s_openapi::api::core::v1::Event;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
-use nimbus_api::{NimbusPolicy, SecurityIntent, SecurityIntentBinding};
+use nimbus_api::NimbusPolicy;
 use serde_json::json;
-use std::time::Duration;
-
-struct Env {
-    client: Client,
-    ns: nimbus_testenv::TestNamespace,
-    intents: Api<SecurityIntent>,
-    bindings: Api<SecurityIntentBinding>,
-    policies: Api<NimbusPolicy>,
-}
-
-async fn env(prefix: &str) -> Env {
-    let cp = common::operator(Duration::from_secs(300));
-    let client = cp.client().expect("client");
-    let ns = cp.test_namespace(prefix).await.expect("namespace");
-    Env {
-        intents: Api::all(client.clone()),
-        bindings: Api::namespaced(client.clone(), ns.name()),
-        policies: Api::namespaced(client.clone(), ns.name()),
-        client,
-        ns,
-    }
-}
-
-fn binding(name: &str, intents: &[&str], labels: serde_json::Value) -> serde_json::Value {
-    json!({
-        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
-        "metadata": {"name": name, "labels": {"team": "blue"}},
-        "spec": {
-            "intents": intents.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
-            "selector": {"workloadSelector": {"matchLabels": labels}}
-        }
-    })
-}
 
 /// Waits until the policy's rule ids are `ids` (and the binding's status agrees).
 async fn policy_with(e: &Env, name: &str, ids: &[&str]) -> NimbusPolicy {

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{
-    CONVERGE, VIRTUAL_PATCH_DB, apply, create_intent, delete, eventually, get, intent, native,
-    unique,
+    CONVERGE, VIRTUAL_PATCH_DB, apply, binding, create_intent, delete, eventually, get, intent,
+    native, unique,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -13,7 +13,6 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
-    SecurityIntent, SecurityIntentBinding,
 };
 use nimbus_core::engines::{
     CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, MANAGED_BY,
@@ -23,35 +22,9 @@ use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
 
-struct Env {
-    client: Client,
-    ns: nimbus_testenv::TestNamespace,
-    intents: Api<SecurityIntent>,
-    bindings: Api<SecurityIntentBinding>,
-    policies: Api<NimbusPolicy>,
-}
-
-async fn env(prefix: &str) -> Env {
+async fn env(prefix: &str) -> common::Env {
     common::cluster_with_engines();
-    let cp = common::operator(Duration::from_secs(300));
-    let client = cp.client().expect("client");
-    let ns = cp.test_namespace(prefix).await.expect("namespace");
-    Env {
-        intents: Api::all(client.clone()),
-        bindings: Api::namespaced(client.clone(), ns.name()),
-        policies: Api::namespaced(client.clone(), ns.name()),
-        client,
-        ns,
-    }
-}
-
-fn binding(name: &str, intents: &[&str], labels: serde_json::Value) -> serde_json::Value {
-    let refs: Vec<_> = intents.iter().map(|n| json!({ "name": n })).collect();
-    json!({
-        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
-        "metadata": {"name": name},
-        "spec": {"intents": refs, "selector": {"workloadSelector": {"matchLabels": labels}}}
-    })
+    common::env(prefix).await
 }
 
 /// Waits until a policy's status lists exactly `entries` and returns the status.
@@ -871,21 +844,6 @@ fn drop_empty_uids(value: &mut serde_json::Value) {
     }
 }
 
-/// Whether `have` holds everything `want` says (server defaults may add fields).
-fn covers(have: &serde_json::Value, want: &serde_json::Value) -> bool {
-    use serde_json::Value;
-    match (have, want) {
-        (_, Value::Null) => true,
-        (Value::Object(h), Value::Object(w)) => w
-            .iter()
-            .all(|(k, v)| covers(h.get(k).unwrap_or(&Value::Null), v)),
-        (Value::Array(h), Value::Array(w)) => {
-            h.len() == w.len() && h.iter().zip(w).all(|(h, w)| covers(h, w))
-        }
-        _ => have == want,
-    }
-}
-
 /// `nimbus translate` of manifests, offline, prints exactly the objects the operator created
 /// in the cluster: same names, labels, annotations, owners and bodies (the cluster may only add
 /// server defaults and UIDs). Returns the first difference.
@@ -971,7 +929,7 @@ async fn cli_vs_cluster(
         let mut body = item.clone();
         body.as_object_mut().expect("object").remove("metadata");
         drop_empty_uids(&mut body);
-        if !covers(&live, &body) {
+        if !nimbus_operator::apply::covers(&live, &body) {
             return Err(format!("{what} differs:\ncli: {body:#}\ncluster: {live:#}"));
         }
     }

@@ -70,7 +70,7 @@ pub fn needs_apply<K: Resource + Serialize>(desired: &K, observed: Option<&K>) -
 /// Whether `have` holds everything `want` says: objects may carry extra keys (server defaults),
 /// lists must have the same length with each element covered, scalars must be equal. A `null`
 /// we want is the same as a field left out.
-fn covers(have: &Value, want: &Value) -> bool {
+pub fn covers(have: &Value, want: &Value) -> bool {
     match (have, want) {
         (_, Value::Null) => true,
         (Value::Object(have), Value::Object(want)) => want

@@ -39,6 +39,16 @@ pub async fn serve(
                 }
             }),
         );
+    serve_router(addr, app, shutdown).await
+}
+
+/// Binds `addr` now (so a taken port fails start-up) and returns the future serving `app`
+/// until `shutdown`.
+pub async fn serve_router(
+    addr: SocketAddr,
+    app: Router,
+    shutdown: CancellationToken,
+) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, Error> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Listen { addr, source })?;
@@ -47,7 +57,7 @@ pub async fn serve(
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await;
         if let Err(error) = served {
-            tracing::error!(%error, "health server failed");
+            tracing::error!(%error, %addr, "HTTP server failed");
         }
     }
     .boxed())

@@ -4,8 +4,6 @@ use crate::error::Error;
 use axum::Router;
 use axum::http::header::CONTENT_TYPE;
 use axum::routing::get;
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -148,7 +146,7 @@ impl Metrics {
         self,
         addr: SocketAddr,
         shutdown: CancellationToken,
-    ) -> Result<BoxFuture<'static, ()>, Error> {
+    ) -> Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>, Error> {
         let app = Router::new().route(
             "/metrics",
             get(move || {
@@ -164,17 +162,6 @@ impl Metrics {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| Error::Listen { addr, source })?;
-        Ok(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                .await;
-            if let Err(error) = served {
-                tracing::error!(%error, "metrics server failed");
-            }
-        }
-        .boxed())
+        crate::health::serve_router(addr, app, shutdown).await
     }
 }

@@ -116,14 +116,18 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
 }
 
 /// Spec fields beyond rules and the failure action, as Nimbus set them per policy.
-enum Extra {
+pub(super) enum Extra {
     Background,
     MutateExisting,
     /// The cluster coco policy: Nimbus left `background` unset there.
     MutateExistingOnly,
+    /// Virtual-patch generators.
+    GenerateExisting,
 }
 
-fn build(
+/// A Kyverno `Policy` (for a NimbusPolicy) or `ClusterPolicy` (for a ClusterNimbusPolicy)
+/// named `<policy>-<suffix>` with one rule, as Nimbus's Kyverno adapter wrote them.
+pub(super) fn build(
     policy: &PolicyInput,
     rule: &Rule,
     suffix: &str,
@@ -155,12 +159,16 @@ fn build(
             spec["mutateExistingOnPolicyUpdate"] = true.into();
         }
         Extra::MutateExistingOnly => spec["mutateExistingOnPolicyUpdate"] = true.into(),
+        Extra::GenerateExisting => {
+            spec["background"] = true.into();
+            spec["generateExisting"] = true.into();
+        }
     }
     (kind, object(kind, meta, json!({ "spec": spec })))
 }
 
 /// Nimbus's mapping of an intent action onto Kyverno: `Block` enforces, anything else audits.
-pub(super) fn failure_action(action: &str) -> &'static str {
+fn failure_action(action: &str) -> &'static str {
     if action == "Block" {
         "Enforce"
     } else {

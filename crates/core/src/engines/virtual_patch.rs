@@ -77,13 +77,9 @@
 //! `preconditions.all` (the image condition is prepended) and may have none; every Kyverno
 //! rule is rewritten, not only the first; malformed entries are reported instead of crashing.
 
-use super::kyverno::failure_action;
-use super::{
-    Environment, KYVERNO_POLICY, NativeKind, Output, PolicyInput, Problem, Rule, metadata,
-    native_name, object,
-};
-use crate::catalog::{Engine, param_values};
-use crate::names::MAX_NAME_LEN;
+use super::kyverno::{Extra, build};
+use super::{Environment, NativeKind, Output, PolicyInput, Problem, Rule};
+use crate::catalog::param_values;
 use kube::core::DynamicObject;
 use nimbus_api::condition::REASON_ENGINE_NOT_READY;
 use serde::Deserialize;
@@ -94,7 +90,6 @@ pub const INTENT: &str = "virtualPatch";
 /// ConfigMap key holding the database (same JSON format as Nimbus's vp.json).
 pub const DATABASE_KEY: &str = "vp.json";
 
-const DESCRIPTION: &str = "policies.kyverno.io/description";
 const CONTAINER_LABEL: &str = "kubearmor.io/container.name";
 const IMAGES_OF_POD: &str = "{{ request.object.spec.containers[].image }}";
 
@@ -455,28 +450,12 @@ fn generator(
         }),
     );
 
-    let name = native_name(
+    Ok(build(
         policy,
+        rule,
         &format!("{}{cve_key}-{}-{n}", ctx.prefix, target.key()),
-        MAX_NAME_LEN,
-    );
-    let description = rule.spec.description.clone().unwrap_or_default();
-    let meta = metadata(
-        policy,
-        Engine::Kyverno,
-        name,
-        policy.namespace.clone(),
-        &[(DESCRIPTION, &description)],
-    );
-    let spec = json!({
-        "rules": [generator_rule],
-        "validationFailureAction": failure_action(&rule.spec.rule.action),
-        "background": true,
-        "generateExisting": true,
-    });
-    Ok((
-        &KYVERNO_POLICY,
-        object(&KYVERNO_POLICY, meta, json!({ "spec": spec })),
+        Value::Object(generator_rule),
+        Extra::GenerateExisting,
     ))
 }
 
@@ -506,6 +485,7 @@ fn prepend_precondition(rule: &mut Map<String, Value>, condition: Value) -> Resu
 
 #[cfg(test)]
 mod tests {
+    use super::super::KYVERNO_POLICY;
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nimbus_api::{NimbusPolicy, NimbusPolicySpec, NimbusRule, Rule as ApiRule};
