@@ -160,6 +160,41 @@ pub fn intent(name: &str, id: &str, action: &str) -> serde_json::Value {
     })
 }
 
+/// What most tests work with: a namespace of their own and the APIs around it, with the
+/// operator running.
+pub struct Env {
+    pub client: Client,
+    pub ns: nimbus_testenv::TestNamespace,
+    pub intents: Api<nimbus_api::SecurityIntent>,
+    pub bindings: Api<nimbus_api::SecurityIntentBinding>,
+    pub policies: Api<nimbus_api::NimbusPolicy>,
+}
+
+pub async fn env(prefix: &str) -> Env {
+    let cp = operator(Duration::from_secs(300));
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace(prefix).await.expect("namespace");
+    Env {
+        intents: Api::all(client.clone()),
+        bindings: Api::namespaced(client.clone(), ns.name()),
+        policies: Api::namespaced(client.clone(), ns.name()),
+        client,
+        ns,
+    }
+}
+
+/// A SecurityIntentBinding of `intents` selecting pods labelled `labels`.
+pub fn binding(name: &str, intents: &[&str], labels: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+        "metadata": {"name": name, "labels": {"team": "blue"}},
+        "spec": {
+            "intents": intents.iter().map(|n| serde_json::json!({"name": n})).collect::<Vec<_>>(),
+            "selector": {"workloadSelector": {"matchLabels": labels}}
+        }
+    })
+}
+
 /// The upstream KubeArmor and Kyverno CRDs (`../shared/reference/engine-crds`).
 pub fn engine_crds_dir() -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -226,4 +261,228 @@ pub async fn native(
         Err(kube::Error::Api(s)) if s.code == 404 => None,
         Err(e) => panic!("getting {name}: {e}"),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packaging (tests/packaging*.rs): helm, kustomize and rendered manifests.
+
+/// The release namespace every chart render uses (the one config/ hard-codes).
+pub const RELEASE_NAMESPACE: &str = "nimbus-system";
+/// The release name whose objects carry the plain names config/ uses.
+pub const RELEASE: &str = "nimbus";
+
+pub fn workspace_root() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
+}
+
+/// The directory holding helm and kustomize: `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
+/// builds (once per test binary; a cold build takes minutes). Panics with the reason when a
+/// tool is missing: never a reason to skip a test.
+pub fn tools_dir() -> &'static std::path::Path {
+    static DIR: OnceLock<Result<std::path::PathBuf, String>> = OnceLock::new();
+    match DIR.get_or_init(locate_tools) {
+        Ok(dir) => dir,
+        Err(reason) => panic!("helm and kustomize are needed: {reason}"),
+    }
+}
+
+fn locate_tools() -> Result<std::path::PathBuf, String> {
+    use std::process::{Command, Stdio};
+    let dir = match std::env::var_os("NIMBUS_TOOLS_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => {
+            let script = workspace_root().join("hack/build-tools.sh");
+            // stderr stays attached: a cold build should show progress, not look hung.
+            let output = Command::new("bash")
+                .arg(&script)
+                .stdin(Stdio::null())
+                .stderr(Stdio::inherit())
+                .output()
+                .map_err(|e| format!("could not run {}: {e}", script.display()))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "{} failed ({}); its error output is above",
+                    script.display(),
+                    output.status
+                ));
+            }
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let last = stdout.lines().map(str::trim).rfind(|l| !l.is_empty());
+            std::path::PathBuf::from(
+                last.ok_or_else(|| format!("{} printed no directory", script.display()))?,
+            )
+        }
+    };
+    for tool in ["helm", "kustomize"] {
+        let path = dir.join(tool);
+        let executable = std::fs::metadata(&path).is_ok_and(|m| {
+            use std::os::unix::fs::PermissionsExt;
+            m.is_file() && m.permissions().mode() & 0o111 != 0
+        });
+        if !executable {
+            return Err(format!(
+                "{} is missing or not executable (set NIMBUS_TOOLS_DIR or run hack/build-tools.sh)",
+                path.display()
+            ));
+        }
+    }
+    Ok(dir)
+}
+
+/// Runs helm or kustomize in the workspace root and returns its stdout; fails the test with its
+/// output when it fails.
+pub fn run_tool(tool: &str, args: &[&str]) -> String {
+    let output = std::process::Command::new(tools_dir().join(tool))
+        .args(args)
+        .current_dir(workspace_root())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {tool}: {e}"));
+    assert!(
+        output.status.success(),
+        "`{tool} {}` failed ({}):\n{}{}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 output")
+}
+
+/// `helm template` of charts/nimbus as release [`RELEASE`] in [`RELEASE_NAMESPACE`], with
+/// `--set` values.
+pub fn helm_template(set: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec![
+        "template",
+        RELEASE,
+        "charts/nimbus",
+        "--namespace",
+        RELEASE_NAMESPACE,
+    ];
+    for value in set {
+        args.extend(["--set", value]);
+    }
+    parse_documents(&run_tool("helm", &args))
+}
+
+/// `kustomize build <dir>` (relative to the workspace root).
+pub fn kustomize_build(dir: &str) -> Vec<serde_json::Value> {
+    parse_documents(&run_tool("kustomize", &["build", dir]))
+}
+
+fn parse_documents(yaml: &str) -> Vec<serde_json::Value> {
+    use serde::Deserialize as _;
+    serde_yaml_ng::Deserializer::from_str(yaml)
+        .map(|doc| serde_json::Value::deserialize(doc).expect("rendered YAML parses"))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+pub fn object_kind(obj: &serde_json::Value) -> &str {
+    obj["kind"].as_str().expect("every object has a kind")
+}
+
+pub fn object_name(obj: &serde_json::Value) -> &str {
+    obj["metadata"]["name"]
+        .as_str()
+        .expect("every object has a name")
+}
+
+/// The rendered object of this kind and name.
+pub fn rendered<'a>(
+    objects: &'a [serde_json::Value],
+    kind: &str,
+    name: &str,
+) -> &'a serde_json::Value {
+    objects
+        .iter()
+        .find(|o| object_kind(o) == kind && object_name(o) == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+/// The value of `--flag=value` among the first container's arguments of a Deployment.
+pub fn container_flag<'a>(deployment: &'a serde_json::Value, flag: &str) -> Option<&'a str> {
+    let prefix = format!("{flag}=");
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()?
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .find_map(|a| a.strip_prefix(prefix.as_str()))
+}
+
+/// Dependency order: what other objects live in or are checked against comes first.
+fn apply_rank(obj: &serde_json::Value) -> u8 {
+    match object_kind(obj) {
+        "Namespace" => 0,
+        "CustomResourceDefinition" => 1,
+        "ServiceAccount" => 2,
+        "ClusterRole" | "Role" => 3,
+        "ClusterRoleBinding" | "RoleBinding" => 4,
+        "ConfigMap" | "Secret" => 5,
+        "Service" => 6,
+        "Deployment" => 7,
+        _ => 8,
+    }
+}
+
+/// Server-side applies rendered objects in dependency order, with strict field validation (a
+/// misspelt field is an error, not silently dropped). Namespaces and CRDs are really created,
+/// since the rest needs them; everything else only with `dryRun=All`, unless `really`.
+pub async fn apply_rendered(
+    client: &Client,
+    objects: &[serde_json::Value],
+    really: bool,
+    what: &str,
+) {
+    use kube::api::{DynamicObject, GroupVersionKind};
+    use kube::discovery::{self, Scope};
+    let mut sorted: Vec<&serde_json::Value> = objects.iter().collect();
+    sorted.sort_by_key(|o| apply_rank(o));
+    for obj in sorted {
+        let (kind, name) = (object_kind(obj), object_name(obj));
+        let parsed: DynamicObject = serde_json::from_value(obj.clone()).expect("an object");
+        let gvk = parsed
+            .types
+            .as_ref()
+            .and_then(|t| GroupVersionKind::try_from(t).ok())
+            .unwrap_or_else(|| panic!("{what}: {kind} {name}: bad apiVersion/kind"));
+        let (resource, caps) = discovery::pinned_kind(client, &gvk)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: the apiserver does not serve {gvk:?}: {e}"));
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+            Scope::Namespaced => {
+                let ns = obj["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{what}: {kind} {name} has no namespace"));
+                Api::namespaced_with(client.clone(), ns, &resource)
+            }
+        };
+        let mut params = PatchParams::apply("nimbus-packaging-test")
+            .force()
+            .validation_strict();
+        if !(really || apply_rank(obj) <= 1) {
+            params = params.dry_run();
+        }
+        api.patch(name, &params, &Patch::Apply(obj))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: the apiserver rejected {kind} {name}: {e}"));
+    }
+    let crds: Vec<&str> = objects
+        .iter()
+        .filter(|o| object_kind(o) == "CustomResourceDefinition")
+        .map(object_name)
+        .collect();
+    nimbus_testenv::wait_crds_established(client, &crds, CONVERGE)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+/// The release namespace, which `helm install --create-namespace` would create.
+pub async fn create_release_namespace(client: &Client) {
+    let namespace = serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE_NAMESPACE}
+    });
+    apply_rendered(client, &[namespace], true, "the release namespace").await;
 }
