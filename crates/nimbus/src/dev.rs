@@ -46,12 +46,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .with_context(|| format!("installing engine CRDs from {}", file.display()))?;
     }
 
-    // What the Helm chart installs beside the operator for the engines.
-    for file in yaml_files(&crate::repo_root().join("config/engines"))? {
-        apply_yaml(&client, &read(&file)?)
-            .await
-            .with_context(|| format!("applying {}", file.display()))?;
-    }
+    // What the Helm chart installs beside the operator for the k8tls engine.
+    let k8tls = crate::repo_root().join("config/engines/k8tls.yaml");
+    apply_yaml(&client, &read(&k8tls)?)
+        .await
+        .with_context(|| format!("applying {}", k8tls.display()))?;
 
     let shutdown = crate::shutdown_on_signal();
     let mut config = nimbus_operator::Config {
