@@ -15,7 +15,9 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 
-key="$(cat "$tools"/*/go.mod "$tools"/*/go.sum "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
+# Only this script's modules: tools/ also holds helm and kustomize (hack/build-tools.sh).
+key="$(cat "$tools"/{etcd,k8s,kwok}/go.mod "$tools"/{etcd,k8s,kwok}/go.sum "${BASH_SOURCE[0]}" \
+  | sha256sum | cut -c1-16)"
 cache="${NIMBUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimbus-rs}/control-plane/$k8s_version-$key"
 bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
@@ -26,7 +28,17 @@ if complete; then
   exit 0
 fi
 
+# Test binaries may run this at the same time: one builds, the others wait for it.
+mkdir -p "$(dirname "$cache")"
+exec 9>"$(dirname "$cache")/.lock"
+flock 9
+if complete; then
+  echo "$cache"
+  exit 0
+fi
+
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
+rm -rf "$cache.partial"
 mkdir -p "$cache.partial"
 log() { echo "[build-control-plane] $*" >&2; }
 

@@ -321,8 +321,13 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
             m.is_file() && m.permissions().mode() & 0o111 != 0
         });
         if !executable {
+            let hint = if std::env::var_os("NIMBUS_TOOLS_DIR").is_some() {
+                "NIMBUS_TOOLS_DIR must hold helm and kustomize; unset it to build them"
+            } else {
+                "hack/build-tools.sh should have built it"
+            };
             return Err(format!(
-                "{} is missing or not executable (set NIMBUS_TOOLS_DIR or run hack/build-tools.sh)",
+                "{} is missing or not executable: {hint}",
                 path.display()
             ));
         }

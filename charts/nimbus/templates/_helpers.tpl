@@ -1,0 +1,58 @@
+{{/* The chart name, overridable. */}}
+{{- define "nimbus.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The name of the release's objects: the release name when it already says "nimbus" (so the
+default `helm install nimbus` gives plain `nimbus`, the names config/ uses), else
+`<release>-nimbus`. 63 characters at most (label value and DNS label limit).
+*/}}
+{{- define "nimbus.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := include "nimbus.name" . }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "nimbus.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "nimbus.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: nimbus
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Labels selecting the operator's pods; immutable once installed. */}}
+{{- define "nimbus.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nimbus.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The Lease the replicas elect their leader with (namespaced: the release's). */}}
+{{- define "nimbus.leaseName" -}}
+{{- include "nimbus.fullname" . }}
+{{- end }}
+
+{{/* `--disable-engines` value: the engines switched off, in the operator's spelling. */}}
+{{- define "nimbus.disabledEngines" -}}
+{{- $off := list }}
+{{- range $name := list "netpol" "kubearmor" "kyverno" "k8tls" "rbac" }}
+{{- if not (index $.Values.engines $name).enabled }}
+{{- $off = append $off $name }}
+{{- end }}
+{{- end }}
+{{- join "," $off }}
+{{- end }}
+
+{{/* Every verb on a native policy kind: the operator creates, corrects and prunes them. */}}
+{{- define "nimbus.ownVerbs" -}}
+[get, list, watch, create, patch, update, delete]
+{{- end }}

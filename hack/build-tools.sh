@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds helm and kustomize (used by the packaging tests) from the pinned Go wrapper modules
+# tools/helm and tools/kustomize, into a cache outside the repo keyed by the modules' content.
+# A warm cache makes this a no-op; a cold build takes a few minutes on 2 cores.
+#
+# Prints the directory holding the binaries on its last line of stdout.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tools="$root/tools"
+
+key="$(cat "$tools"/{helm,kustomize}/go.{mod,sum} "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
+base="${NIMBUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimbus-rs}/tools"
+cache="$base/$key"
+bins=(helm kustomize)
+
+complete() { for b in "${bins[@]}"; do [[ -x "$cache/$b" ]] || return 1; done; }
+
+if complete; then
+  echo "$cache"
+  exit 0
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "error: Go (>= 1.26) is required to build helm and kustomize; install it from https://go.dev/dl or your distribution" >&2
+  exit 1
+fi
+
+# Test binaries and `make` may run this at the same time: one builds, the others wait for it.
+mkdir -p "$base"
+exec 9>"$base/.lock"
+flock 9
+if complete; then
+  echo "$cache"
+  exit 0
+fi
+
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
+log() { echo "[build-tools] $*" >&2; }
+version() { (cd "$tools/$1" && go list -m -f '{{.Version}}' "$2"); }
+rm -rf "$cache.partial"
+mkdir -p "$cache.partial"
+start=$SECONDS
+
+# As helm's own Makefile does: stamp its version, and the Kubernetes version `helm template` and
+# `helm lint` assume without a cluster (otherwise v1.20, which fails `kubeVersion: >=1.28`),
+# taken from the client-go it is built with.
+helm_version="$(version helm helm.sh/helm/v3)"
+k8s_minor="$(version helm k8s.io/client-go | cut -d. -f2)"
+ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+for pkg in pkg/chartutil pkg/lint/rules; do
+  ldflags="$ldflags -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$k8s_minor"
+done
+log "building helm $helm_version (Kubernetes 1.$k8s_minor)"
+(cd "$tools/helm" && go build -ldflags "$ldflags" -o "$cache.partial/helm" helm.sh/helm/v3/cmd/helm)
+
+kustomize_version="$(version kustomize sigs.k8s.io/kustomize/kustomize/v5)"
+log "building kustomize $kustomize_version"
+(cd "$tools/kustomize" && go build \
+  -ldflags "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=$kustomize_version" \
+  -o "$cache.partial/kustomize" sigs.k8s.io/kustomize/kustomize/v5)
+
+rm -rf "$cache"
+mv "$cache.partial" "$cache"
+log "done in $((SECONDS - start)) s"
+echo "$cache"
