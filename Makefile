@@ -31,3 +31,10 @@ crds:
 test: tools
 tools:
 	bash hack/build-tools.sh
+
+# Operator benchmark on a real local control plane: cold convergence, steady state, churn.
+# Prints a table and writes target/bench-results.json; resize with e.g.
+# BENCH_ARGS="--namespaces 10 --bindings-per-namespace 2 --steady 20s".
+.PHONY: bench
+bench: control-plane
+	$(CARGO) run --release -p nimbus-bench -- $(BENCH_ARGS)

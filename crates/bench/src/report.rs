@@ -1,0 +1,294 @@
+//! The figures of a run: a table on stdout and JSON for machines.
+
+use crate::requests::{Counts, Key, VerbCounts};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// How operator requests are attributed (also written into the JSON).
+pub const ATTRIBUTION: &str = "Operator requests = increase of kube-apiserver's \
+apiserver_request_total (GET /metrics with the admin client) over the window, minus the \
+requests the bench itself sent in that window (the bench counts each of its requests under the \
+same verb/group/resource/subresource key), restricted to the resources the operator uses (the \
+Nimbus group, every engine's native kinds, namespaces, nodes, CRDs, events). \
+apiserver_request_total has no user or user-agent label, so requests cannot be attributed by \
+the server itself. Requests on other resources (e.g. kube-apiserver's identity Lease renewals, \
+kube-controller-manager watch renewals) are the control plane's and listed apart, as are \
+non-resource requests (discovery, /metrics). Bench namespaces are created, and \
+kube-controller-manager's per-namespace ServiceAccount and CA ConfigMap awaited, before \
+scenario A; and before the operator starts, the bench waits until kube-controller-manager's \
+garbage collector watches every Nimbus and native kind (it discovers new CRDs every 30 s and \
+until then looks owners up with one GET each). Not separable: the garbage collector's \
+remaining owner lookups and watch renewals on the operator's own resources count as the \
+operator's. The apiserver counts a WATCH when it ends, so WATCH = watches closed in the \
+window.";
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub config: Config,
+    pub attribution: &'static str,
+    pub startup: Startup,
+    pub expected: Expected,
+    pub scenarios: Vec<Scenario>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Config {
+    pub namespaces: usize,
+    pub bindings_per_namespace: usize,
+    pub security_intent_bindings: usize,
+    pub security_intents: usize,
+    pub cluster_security_intent_bindings: usize,
+    pub steady_state_secs: f64,
+    pub settle_secs: f64,
+    pub poll_interval_secs: f64,
+    pub operator_resync: Option<String>,
+    pub operator_binary: String,
+    pub bench_release_build: bool,
+    pub cpus: usize,
+    pub unix_time: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Startup {
+    /// From spawning `nimbus run` until `/readyz` answered 200.
+    pub ready_secs: f64,
+    pub cpu_secs: f64,
+    pub rss_mib: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Expected {
+    /// NimbusPolicies + ClusterNimbusPolicies.
+    pub policies: usize,
+    /// Sum of their `status.numberOfAdapterPolicies`.
+    pub native_policies: u64,
+    /// `numberOfAdapterPolicies` of one policy of each shape.
+    pub adapter_policies_per_policy: BTreeMap<&'static str, u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub description: String,
+    /// Convergence time (A, C: first write until every policy is done, resolution = poll
+    /// interval) or the length of the quiet period (B).
+    pub wall_time_secs: f64,
+    /// Requests, CPU and memory are measured over this window (A, C: until `settle` after
+    /// convergence, so trailing work is included).
+    pub window_secs: f64,
+    /// Policies done / expected at the end (`None` for B, which does not poll).
+    pub policies_done: Option<(usize, usize)>,
+    pub operator_requests: VerbCounts,
+    /// Operator requests by `VERB resource.group/subresource`, most first.
+    pub operator_requests_by_kind: Vec<(String, u64)>,
+    /// The bench's own requests in the window (subtracted).
+    pub bench_requests: u64,
+    /// Resource requests on resources the operator does not use (kube-apiserver's and
+    /// kube-controller-manager's own work), not attributed to the operator.
+    pub background_requests: u64,
+    pub background_requests_by_kind: Vec<(String, u64)>,
+    /// Non-resource requests in the window, from anyone (not attributed).
+    pub non_resource_requests: u64,
+    /// Requests the bench counted that the apiserver did not (should be empty).
+    pub attribution_mismatch: Vec<(String, u64)>,
+    pub operator_cpu_secs: f64,
+    pub operator_peak_rss_mib: f64,
+    /// Whether the peak is over this scenario alone or since the operator started.
+    pub operator_peak_rss_scope: &'static str,
+    pub operator_rss_mib: f64,
+}
+
+/// A window's requests, attributed.
+pub struct Attributed {
+    pub operator: VerbCounts,
+    pub operator_by_kind: Vec<(String, u64)>,
+    pub bench: u64,
+    pub background: u64,
+    pub background_by_kind: Vec<(String, u64)>,
+    pub non_resource: u64,
+    pub mismatch: Vec<(String, u64)>,
+}
+
+impl Attributed {
+    /// Splits the apiserver's counts of a window into the bench's own requests, the operator's
+    /// (resource requests on `operator_resource`s), the control plane's background (other
+    /// resources) and non-resource requests.
+    pub fn of(apiserver: &Counts, own: &Counts, operator_resource: impl Fn(&Key) -> bool) -> Self {
+        let resource = |c: &Counts| c.filter(|k| k.is_resource());
+        let (others, mismatch) = resource(apiserver).minus(&resource(own));
+        let operator = others.filter(&operator_resource);
+        let background = others.filter(|k| !operator_resource(k));
+        Self {
+            operator: VerbCounts::of(&operator),
+            operator_by_kind: operator.breakdown(),
+            bench: own.total(),
+            background: background.total(),
+            background_by_kind: background.breakdown(),
+            non_resource: apiserver.filter(|k| !k.is_resource()).total(),
+            mismatch: mismatch.breakdown(),
+        }
+    }
+}
+
+pub fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// The human-readable table.
+pub fn table(results: &Results) -> String {
+    let mut out = String::new();
+    let c = &results.config;
+    let e = &results.expected;
+    let _ = writeln!(
+        out,
+        "\nNimbus operator benchmark: {} namespaces x {} bindings = {} SecurityIntentBindings \
+         (4 intents each), {} SecurityIntents, {} ClusterSecurityIntentBinding (escapeToHost, all \
+         namespaces)",
+        c.namespaces,
+        c.bindings_per_namespace,
+        c.security_intent_bindings,
+        c.security_intents,
+        c.cluster_security_intent_bindings,
+    );
+    let shapes: Vec<String> = e
+        .adapter_policies_per_policy
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "Expected: {} policies (NimbusPolicy + ClusterNimbusPolicy) reporting {} native policies \
+         ({})",
+        e.policies,
+        e.native_policies,
+        shapes.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "Operator: {} (release), ready after {:.2} s, {:.2} s CPU, {:.1} MiB RSS at ready; {} CPUs",
+        c.operator_binary,
+        results.startup.ready_secs,
+        results.startup.cpu_secs,
+        results.startup.rss_mib,
+        c.cpus
+    );
+    let _ = writeln!(out);
+
+    let s = &results.scenarios;
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |label: &str, f: &dyn Fn(&Scenario) -> String| {
+        rows.push((label.to_owned(), s.iter().map(f).collect()));
+    };
+    row("wall time (s)", &|x| format!("{:.2}", x.wall_time_secs));
+    row("counting window (s)", &|x| format!("{:.2}", x.window_secs));
+    row("policies done", &|x| match x.policies_done {
+        Some((done, expected)) => format!("{done}/{expected}"),
+        None => "-".to_owned(),
+    });
+    row("operator reads: GET", &|x| {
+        x.operator_requests.get.to_string()
+    });
+    row("                LIST", &|x| {
+        x.operator_requests.list.to_string()
+    });
+    row("                WATCH", &|x| {
+        x.operator_requests.watch.to_string()
+    });
+    row("                = reads", &|x| {
+        x.operator_requests.reads.to_string()
+    });
+    row("operator writes: POST", &|x| {
+        x.operator_requests.post.to_string()
+    });
+    row("                 PUT", &|x| {
+        x.operator_requests.put.to_string()
+    });
+    row("                 PATCH", &|x| {
+        x.operator_requests.patch.to_string()
+    });
+    row("                 APPLY", &|x| {
+        x.operator_requests.apply.to_string()
+    });
+    row("                 DELETE", &|x| {
+        x.operator_requests.delete.to_string()
+    });
+    row("                 = writes", &|x| {
+        x.operator_requests.writes.to_string()
+    });
+    row("operator requests total", &|x| {
+        x.operator_requests.total.to_string()
+    });
+    row("bench's own requests (subtracted)", &|x| {
+        x.bench_requests.to_string()
+    });
+    row("other resources (control plane)", &|x| {
+        x.background_requests.to_string()
+    });
+    row("non-resource requests (not attributed)", &|x| {
+        x.non_resource_requests.to_string()
+    });
+    row("operator CPU time (s)", &|x| {
+        format!("{:.2}", x.operator_cpu_secs)
+    });
+    row("operator peak RSS (MiB)", &|x| {
+        format!("{:.1}", x.operator_peak_rss_mib)
+    });
+    row("operator RSS at end (MiB)", &|x| {
+        format!("{:.1}", x.operator_rss_mib)
+    });
+
+    let label_width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    let headers: Vec<String> = s.iter().map(|x| x.name.to_owned()).collect();
+    let widths: Vec<usize> = (0..s.len())
+        .map(|i| {
+            rows.iter()
+                .map(|(_, cells)| cells[i].len())
+                .chain([headers[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let _ = write!(out, "{:label_width$}", "");
+    for (h, w) in headers.iter().zip(&widths) {
+        let _ = write!(out, "  {h:>w$}");
+    }
+    let _ = writeln!(out);
+    let total_width = label_width + widths.iter().map(|w| w + 2).sum::<usize>();
+    let _ = writeln!(out, "{}", "-".repeat(total_width));
+    for (label, cells) in &rows {
+        let _ = write!(out, "{label:label_width$}");
+        for (cell, w) in cells.iter().zip(&widths) {
+            let _ = write!(out, "  {cell:>w$}");
+        }
+        let _ = writeln!(out);
+    }
+
+    for x in s {
+        let _ = writeln!(out, "\n{}: {}", x.name, x.description);
+        if x.operator_requests_by_kind.is_empty() {
+            let _ = writeln!(out, "  no operator requests");
+        }
+        for (kind, n) in x.operator_requests_by_kind.iter().take(12) {
+            let _ = writeln!(out, "  {n:>7}  {kind}");
+        }
+        let more = x.operator_requests_by_kind.len().saturating_sub(12);
+        if more > 0 {
+            let _ = writeln!(out, "  ... {more} more kinds (see the JSON)");
+        }
+        for (kind, n) in &x.background_requests_by_kind {
+            let _ = writeln!(out, "  {n:>7}  {kind}  (control plane, not counted)");
+        }
+        if x.operator_peak_rss_scope != "scenario" {
+            let _ = writeln!(out, "  peak RSS is since operator start");
+        }
+        for (kind, n) in &x.attribution_mismatch {
+            let _ = writeln!(
+                out,
+                "  warning: the bench counted {n} more `{kind}` than the apiserver did"
+            );
+        }
+    }
+    let _ = writeln!(out, "\nAttribution: {ATTRIBUTION}");
+    out
+}

@@ -1,0 +1,554 @@
+//! The objects the bench creates and how it decides that the operator has converged.
+
+use crate::requests::{Key, Own};
+use anyhow::Context as _;
+use futures::{StreamExt, TryStreamExt, stream};
+use kube::api::{ListParams, ObjectList, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use nimbus_api::{
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
+    SecurityIntent, SecurityIntentBinding, condition,
+};
+use nimbus_core::engines::{self, EngineSet, Environment, PolicyInput};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+
+/// Requests in flight while creating or updating many objects.
+const CONCURRENCY: usize = 8;
+
+/// The intents every namespaced binding references, in this order: (object name, intent ID).
+pub const INTENTS: [(&str, &str); 4] = [
+    ("bench-dns-manipulation", "dnsManipulation"),
+    ("bench-escape-to-host", "escapeToHost"),
+    ("bench-sw-deployment-tools", "swDeploymentTools"),
+    ("bench-deny-external-network", "denyExternalNetworkAccess"),
+];
+/// The intent of the cluster binding.
+pub const CLUSTER_INTENT: (&str, &str) = INTENTS[1];
+pub const CLUSTER_BINDING: &str = "bench-all-namespaces";
+/// Namespaces a `matchNames: ["*"]` cluster binding never selects.
+const NEVER_SELECTED: [&str; 1] = ["kube-system"];
+
+/// Whether the operator (as the bench runs it: without leader election) reads or writes this
+/// resource: the Nimbus kinds, every engine's native kinds, and what it watches or emits
+/// besides (namespaces, nodes, CRD metadata, events).
+pub fn operator_resource(key: &Key) -> bool {
+    const OTHERS: [(&str, &str); 5] = [
+        ("", "namespaces"),
+        ("", "nodes"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+        ("events.k8s.io", "events"),
+        ("", "events"),
+    ];
+    key.group == NIMBUS_GROUP
+        || engines::all_kinds()
+            .iter()
+            .any(|k| k.group == key.group && k.plural == key.resource)
+        || OTHERS.contains(&(key.group.as_str(), key.resource.as_str()))
+}
+
+const NIMBUS_GROUP: &str = "intent.security.nimbus.com";
+
+/// The watches kube-controller-manager's garbage collector opens for the kinds the bench
+/// creates or the operator generates (it watches every deletable resource).
+pub fn watched_by_garbage_collector() -> Vec<Key> {
+    fn watch<K: Resource<DynamicType = ()>>() -> Key {
+        key::<K>("WATCH")
+    }
+    let mut keys = vec![
+        watch::<SecurityIntent>(),
+        watch::<SecurityIntentBinding>(),
+        watch::<ClusterSecurityIntentBinding>(),
+        watch::<NimbusPolicy>(),
+        watch::<ClusterNimbusPolicy>(),
+    ];
+    keys.extend(
+        engines::all_kinds()
+            .into_iter()
+            .map(|k| Key::new("WATCH", k.group, k.plural, "")),
+    );
+    keys
+}
+
+/// A client that records every request it sends (see [`crate::requests`]).
+#[derive(Clone)]
+pub struct Ops {
+    pub client: Client,
+    pub own: Own,
+}
+
+fn key<K: Resource<DynamicType = ()>>(verb: &str) -> Key {
+    Key::new(verb, &K::group(&()), &K::plural(&()), "")
+}
+
+impl Ops {
+    pub async fn create<K>(&self, api: &Api<K>, object: &K) -> anyhow::Result<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+    {
+        self.own.record(key::<K>("POST"));
+        api.create(&PostParams::default(), object)
+            .await
+            .with_context(|| format!("creating {} {}", K::kind(&()), object.name_any()))
+    }
+
+    pub async fn list<K>(&self, api: &Api<K>, params: &ListParams) -> anyhow::Result<ObjectList<K>>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        self.own.record(key::<K>("LIST"));
+        api.list(params)
+            .await
+            .with_context(|| format!("listing {}", K::plural(&())))
+    }
+
+    pub async fn merge_patch<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> anyhow::Result<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        self.own.record(key::<K>("PATCH"));
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .with_context(|| format!("patching {} {name}", K::kind(&())))
+    }
+}
+
+/// One namespaced binding of the workload.
+#[derive(Clone, Debug)]
+pub struct Binding {
+    pub namespace: String,
+    pub name: String,
+    /// `app` label of its workloads, before any churn.
+    app: String,
+}
+
+impl Binding {
+    /// The `app` label after `revision` rounds of churn.
+    pub fn app(&self, revision: u32) -> String {
+        match revision {
+            0 => self.app.clone(),
+            n => format!("{}-v{n}", self.app),
+        }
+    }
+}
+
+/// What the bench creates.
+pub struct Plan {
+    pub namespaces: Vec<String>,
+    pub bindings: Vec<Binding>,
+    /// Namespaces the cluster binding selects (every namespace but kube-system), known once
+    /// the bench namespaces exist.
+    pub selected: BTreeSet<String>,
+}
+
+impl Plan {
+    pub fn new(namespaces: usize, bindings_per_namespace: usize) -> Self {
+        let width = namespaces.saturating_sub(1).to_string().len().max(2);
+        let namespaces: Vec<String> = (0..namespaces)
+            .map(|i| format!("bench-{i:0width$}"))
+            .collect();
+        let bindings = namespaces
+            .iter()
+            .flat_map(|ns| {
+                (0..bindings_per_namespace).map(move |j| Binding {
+                    namespace: ns.clone(),
+                    name: format!("binding-{j}"),
+                    app: format!("{ns}-app-{j}"),
+                })
+            })
+            .collect();
+        Self {
+            namespaces,
+            bindings,
+            selected: BTreeSet::new(),
+        }
+    }
+
+    /// Number of NimbusPolicies and ClusterNimbusPolicies the operator must produce.
+    pub fn expected_policies(&self) -> usize {
+        self.bindings.len() + self.selected.len() + 1
+    }
+}
+
+/// Creates the bench namespaces (before any measurement).
+pub async fn create_namespaces(ops: &Ops, plan: &Plan) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: Api<Namespace> = Api::all(ops.client.clone());
+    stream::iter(&plan.namespaces)
+        .map(|name| {
+            let api = api.clone();
+            async move {
+                let ns: Namespace = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": name, "labels": {"nimbus-bench": "true"}}
+                }))
+                .context("building a Namespace")?;
+                ops.create(&api, &ns).await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .map(drop)
+}
+
+/// How many bench namespaces have what kube-controller-manager creates in every new namespace
+/// (the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap), and every namespace the
+/// cluster binding will select.
+pub async fn namespaces_settled(
+    ops: &Ops,
+    plan: &Plan,
+) -> anyhow::Result<(usize, BTreeSet<String>)> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+    let ours: BTreeSet<&str> = plan.namespaces.iter().map(String::as_str).collect();
+    let in_ours = |names: Vec<Option<String>>| -> BTreeSet<String> {
+        names
+            .into_iter()
+            .flatten()
+            .filter(|ns| ours.contains(ns.as_str()))
+            .collect()
+    };
+    let accounts = ops
+        .list(
+            &Api::<ServiceAccount>::all(ops.client.clone()),
+            &ListParams::default().fields("metadata.name=default"),
+        )
+        .await?;
+    let config_maps = ops
+        .list(
+            &Api::<ConfigMap>::all(ops.client.clone()),
+            &ListParams::default().fields("metadata.name=kube-root-ca.crt"),
+        )
+        .await?;
+    let with_account = in_ours(accounts.items.iter().map(|a| a.namespace()).collect());
+    let with_ca = in_ours(config_maps.items.iter().map(|c| c.namespace()).collect());
+    let settled = with_account.intersection(&with_ca).count();
+    let namespaces = ops
+        .list(
+            &Api::<Namespace>::all(ops.client.clone()),
+            &ListParams::default(),
+        )
+        .await?;
+    let selected = namespaces
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .filter(|n| !NEVER_SELECTED.contains(&n.as_str()))
+        .collect();
+    Ok((settled, selected))
+}
+
+/// Scenario A's writes: the intents, every namespaced binding, then the cluster binding.
+pub async fn create_workload(ops: &Ops, plan: &Plan) -> anyhow::Result<()> {
+    let intents: Api<SecurityIntent> = Api::all(ops.client.clone());
+    for (name, id) in INTENTS {
+        let intent: SecurityIntent = serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+            "metadata": {"name": name},
+            "spec": {"intent": {"id": id, "action": "Block", "description": format!("bench: {id}")}}
+        }))
+        .context("building a SecurityIntent")?;
+        ops.create(&intents, &intent).await?;
+    }
+    let refs: Vec<_> = INTENTS
+        .iter()
+        .map(|(name, _)| json!({"name": name}))
+        .collect();
+    stream::iter(&plan.bindings)
+        .map(|b| {
+            let refs = refs.clone();
+            async move {
+                let api: Api<SecurityIntentBinding> =
+                    Api::namespaced(ops.client.clone(), &b.namespace);
+                let binding: SecurityIntentBinding = serde_json::from_value(json!({
+                    "apiVersion": "intent.security.nimbus.com/v1alpha1",
+                    "kind": "SecurityIntentBinding",
+                    "metadata": {"name": b.name, "namespace": b.namespace},
+                    "spec": {
+                        "intents": refs,
+                        "selector": {"workloadSelector": {"matchLabels": {"app": b.app(0)}}}
+                    }
+                }))
+                .context("building a SecurityIntentBinding")?;
+                ops.create(&api, &binding).await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let cluster: ClusterSecurityIntentBinding = serde_json::from_value(json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1",
+        "kind": "ClusterSecurityIntentBinding",
+        "metadata": {"name": CLUSTER_BINDING},
+        "spec": {
+            "intents": [{"name": CLUSTER_INTENT.0}],
+            "selector": {"nsSelector": {"matchNames": ["*"]}}
+        }
+    }))
+    .context("building a ClusterSecurityIntentBinding")?;
+    ops.create(&Api::all(ops.client.clone()), &cluster).await?;
+    Ok(())
+}
+
+/// Scenario C's writes: every binding's workload label changes to its `revision` value.
+pub async fn relabel_bindings(ops: &Ops, plan: &Plan, revision: u32) -> anyhow::Result<()> {
+    stream::iter(&plan.bindings)
+        .map(|b| async move {
+            let api: Api<SecurityIntentBinding> =
+                Api::namespaced(ops.client.clone(), &b.namespace);
+            let patch = json!({
+                "spec": {"selector": {"workloadSelector": {"matchLabels": {"app": b.app(revision)}}}}
+            });
+            ops.merge_patch(&api, &b.name, &patch).await
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .map(drop)
+}
+
+/// How far the operator got.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Policies in their expected final state.
+    pub done: usize,
+    pub expected: usize,
+    /// Native policies reported by the policies that are done.
+    pub native_policies: u64,
+    /// Adapter policies per finished policy, by shape (for the report).
+    pub per_policy: BTreeMap<&'static str, u64>,
+    /// A few policies that are not done yet, with the reason.
+    pub pending: Vec<String>,
+}
+
+impl Progress {
+    pub fn converged(&self) -> bool {
+        self.done == self.expected
+    }
+
+    fn record(&mut self, what: String, shape: &'static str, outcome: Result<u64, String>) {
+        match outcome {
+            Ok(n) => {
+                self.done += 1;
+                self.native_policies += n;
+                self.per_policy.insert(shape, n);
+            }
+            Err(reason) if self.pending.len() < 5 => self.pending.push(format!("{what}: {reason}")),
+            Err(_) => {}
+        }
+    }
+}
+
+/// One poll: LISTs every NimbusPolicy and ClusterNimbusPolicy and checks each expected one.
+pub async fn poll(ops: &Ops, plan: &Plan, revision: u32) -> anyhow::Result<Progress> {
+    let policies = ops
+        .list(
+            &Api::<NimbusPolicy>::all(ops.client.clone()),
+            &ListParams::default(),
+        )
+        .await?;
+    let cluster_policies = ops
+        .list(
+            &Api::<ClusterNimbusPolicy>::all(ops.client.clone()),
+            &ListParams::default(),
+        )
+        .await?;
+    Ok(progress(
+        plan,
+        revision,
+        &policies.items,
+        &cluster_policies.items,
+    ))
+}
+
+/// A policy is done when it has the expected rules (and, for a binding's, the binding's current
+/// selector), its status covers its current generation, is Ready, and counts every native
+/// policy the engines generate for it.
+pub fn progress(
+    plan: &Plan,
+    revision: u32,
+    policies: &[NimbusPolicy],
+    cluster_policies: &[ClusterNimbusPolicy],
+) -> Progress {
+    let mut out = Progress {
+        expected: plan.expected_policies(),
+        ..Progress::default()
+    };
+    let by_name: BTreeMap<(String, String), &NimbusPolicy> = policies
+        .iter()
+        .map(|p| ((p.namespace().unwrap_or_default(), p.name_any()), p))
+        .collect();
+    let binding_ids: Vec<&str> = INTENTS.iter().map(|(_, id)| *id).collect();
+    for b in &plan.bindings {
+        let what = format!("NimbusPolicy {}/{}", b.namespace, b.name);
+        let outcome = match by_name.get(&(b.namespace.clone(), b.name.clone())) {
+            None => Err("not created yet".to_owned()),
+            Some(np) => {
+                let labels = np.spec.selector.match_labels.clone().unwrap_or_default();
+                let want = BTreeMap::from([("app".to_owned(), b.app(revision))]);
+                if labels != want {
+                    Err(format!("selector {labels:?}, want {want:?}"))
+                } else {
+                    check(
+                        &np.spec.rules,
+                        &binding_ids,
+                        np.meta().generation,
+                        np.status.as_ref(),
+                        || expected_natives_namespaced(np),
+                    )
+                }
+            }
+        };
+        out.record(what, "binding NimbusPolicy", outcome);
+    }
+
+    let from_cluster_binding =
+        |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            meta.owner_references.iter().flatten().any(|o| {
+                o.controller == Some(true)
+                    && o.kind == ClusterSecurityIntentBinding::kind(&())
+                    && o.name == CLUSTER_BINDING
+            })
+        };
+    let cluster_ids = [CLUSTER_INTENT.1];
+    for ns in &plan.selected {
+        let what = format!("cluster binding's NimbusPolicy in {ns}");
+        let found = policies
+            .iter()
+            .find(|p| p.namespace().as_deref() == Some(ns) && from_cluster_binding(p.meta()));
+        let outcome = match found {
+            None => Err("not created yet".to_owned()),
+            Some(np) => check(
+                &np.spec.rules,
+                &cluster_ids,
+                np.meta().generation,
+                np.status.as_ref(),
+                || expected_natives_namespaced(np),
+            ),
+        };
+        out.record(what, "cluster-binding NimbusPolicy", outcome);
+    }
+
+    let what = "ClusterNimbusPolicy".to_owned();
+    let outcome = match cluster_policies
+        .iter()
+        .find(|p| from_cluster_binding(p.meta()))
+    {
+        None => Err("not created yet".to_owned()),
+        Some(cwnp) => check(
+            &cwnp.spec.rules,
+            &cluster_ids,
+            cwnp.meta().generation,
+            cwnp.status.as_ref(),
+            || expected_natives_cluster(cwnp),
+        ),
+    };
+    out.record(what, "ClusterNimbusPolicy", outcome);
+    out
+}
+
+fn check(
+    rules: &[nimbus_api::NimbusRule],
+    ids: &[&str],
+    generation: Option<i64>,
+    status: Option<&NimbusPolicyStatus>,
+    expected: impl FnOnce() -> u64,
+) -> Result<u64, String> {
+    let have: Vec<&str> = rules.iter().map(|r| r.id.as_str()).collect();
+    if have != ids {
+        return Err(format!("rules {have:?}, want {ids:?}"));
+    }
+    let status = status.ok_or("no status yet")?;
+    if status.observed_generation != generation {
+        return Err(format!(
+            "status is for generation {:?}, object at {generation:?}",
+            status.observed_generation
+        ));
+    }
+    if let Some(ready) = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::READY)
+        && ready.status != "True"
+    {
+        return Err(format!("not Ready: {} {}", ready.reason, ready.message));
+    }
+    let want = expected();
+    let reported = u64::try_from(status.number_of_adapter_policies).unwrap_or(0);
+    if reported != want {
+        return Err(format!("{reported} of {want} adapter policies"));
+    }
+    Ok(want)
+}
+
+/// What the engines generate for a policy with every engine installed, counted the way
+/// `status.numberOfAdapterPolicies` counts (ConfigMaps are not listed there).
+fn count(input: &PolicyInput) -> u64 {
+    // No nodes run in the bench's control plane, so the default environment (no pod CIDRs,
+    // k8tls namespace present, no virtual-patch database) is the operator's.
+    let translation = engines::translate(input, &Environment::default(), &EngineSet::all());
+    translation
+        .objects
+        .iter()
+        .filter(|g| g.kind.entry != engines::CONFIG_MAP.entry)
+        .count() as u64
+}
+
+fn expected_natives_namespaced(np: &NimbusPolicy) -> u64 {
+    count(&PolicyInput::namespaced(np, "bench"))
+}
+
+fn expected_natives_cluster(cwnp: &ClusterNimbusPolicy) -> u64 {
+    count(&PolicyInput::cluster(cwnp, "bench"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_resources_are_nimbus_native_and_watched_kinds() {
+        let yes = [
+            ("APPLY", NIMBUS_GROUP, "nimbuspolicies", "status"),
+            ("GET", "security.kubearmor.com", "kubearmorpolicies", ""),
+            ("APPLY", "networking.k8s.io", "networkpolicies", ""),
+            ("POST", "events.k8s.io", "events", ""),
+        ];
+        let no = [
+            ("PUT", "coordination.k8s.io", "leases", ""),
+            ("POST", "", "serviceaccounts", ""),
+            (
+                "WATCH",
+                "security.kubearmor.com",
+                "kubearmorhostpolicies",
+                "",
+            ),
+        ];
+        for (v, g, r, s) in yes {
+            assert!(operator_resource(&Key::new(v, g, r, s)), "{r}");
+        }
+        for (v, g, r, s) in no {
+            assert!(!operator_resource(&Key::new(v, g, r, s)), "{r}");
+        }
+    }
+
+    #[test]
+    fn plan_names_and_counts() {
+        let mut plan = Plan::new(3, 2);
+        plan.selected = ["default", "bench-00", "bench-01", "bench-02"]
+            .map(String::from)
+            .into();
+        assert_eq!(plan.bindings.len(), 6);
+        assert_eq!(plan.expected_policies(), 6 + 4 + 1);
+        assert_eq!(plan.bindings[1].app(0), "bench-00-app-1");
+        assert_eq!(plan.bindings[1].app(1), "bench-00-app-1-v1");
+    }
+}
