@@ -9,7 +9,7 @@
 
 use super::{
     Environment, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, NativeKind, Output, PolicyInput, Rule,
-    metadata, native_name, object, selector_json, virtual_patch,
+    metadata, native_name, object, selector_json,
 };
 use crate::catalog::{Engine, param_value};
 use crate::names::MAX_NAME_LEN;
@@ -22,7 +22,7 @@ const DESCRIPTION: &str = "policies.kyverno.io/description";
 const POD: &str = "v1/Pod";
 const DEPLOYMENT: &str = "apps/v1/Deployment";
 
-pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
     let cluster = policy.namespace.is_none();
     match (rule.spec.id.as_str(), cluster) {
         ("escapeToHost", _) => {
@@ -110,7 +110,6 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 Extra::MutateExistingOnly,
             )])
         }
-        (virtual_patch::INTENT, false) => virtual_patch::translate(policy, rule, env),
         _ => Ok(Vec::new()),
     }
 }

@@ -334,11 +334,14 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                 spec: rule,
                 key: &key,
             };
-            if engine == Engine::Kyverno && rule.spec.id == virtual_patch::INTENT {
-                out.problems
-                    .extend(virtual_patch::warnings(policy, &rule, env));
-            }
             let result = match engine {
+                // Virtual patches may be enforced in part: their warnings come with the objects.
+                Engine::Kyverno if rule.spec.id == virtual_patch::INTENT => {
+                    virtual_patch::translate(policy, &rule, env).map(|(objects, warnings)| {
+                        out.problems.extend(warnings);
+                        objects
+                    })
+                }
                 Engine::NetworkPolicy => netpol::translate(policy, &rule, env),
                 Engine::KubeArmor => kubearmor::translate(policy, &rule, env),
                 Engine::Kyverno => kyverno::translate(policy, &rule, env),
@@ -510,7 +513,9 @@ fn object(kind: &'static NativeKind, metadata: ObjectMeta, body: Value) -> Dynam
     }
 }
 
-type Output = Result<Vec<(&'static NativeKind, DynamicObject)>, Problem>;
+/// What an engine generates for one rule.
+type Objects = Vec<(&'static NativeKind, DynamicObject)>;
+type Output = Result<Objects, Problem>;
 
 /// A label selector as engines write it: `{}` when it selects everything (no empty
 /// `matchLabels: {}`), as Nimbus's Go types serialized it.

@@ -78,7 +78,7 @@
 //! rule is rewritten, not only the first; malformed entries are reported instead of crashing.
 
 use super::kyverno::{Extra, build};
-use super::{Environment, NativeKind, Output, PolicyInput, Problem, Rule};
+use super::{Environment, NativeKind, Objects, PolicyInput, Problem, Rule};
 use crate::catalog::param_values;
 use kube::core::DynamicObject;
 use nimbus_api::condition::REASON_ENGINE_NOT_READY;
@@ -165,19 +165,15 @@ pub fn from_config_map(name: &str, data: Option<&BTreeMap<String, String>>) -> V
     }
 }
 
-/// The generator policies of a virtualPatch rule. Problems that leave it without any policy are
-/// errors; the others are reported by [`warnings`].
-pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
-    plan(policy, rule, env).map(|plan| plan.objects)
-}
-
-/// Problems that do not stop the rule's other patches: CVEs the database does not know, and
-/// patches that cannot be used. Empty when [`translate`] fails. `translate` cannot return them
-/// with its objects, so the engine loop collects them from here for virtualPatch rules.
-pub(super) fn warnings(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Vec<Problem> {
-    plan(policy, rule, env)
-        .map(|plan| plan.warnings)
-        .unwrap_or_default()
+/// The generator policies of a virtualPatch rule, with the problems that do not stop its other
+/// patches (CVEs the database does not know, patches that cannot be used). Problems that leave
+/// the rule without any policy are errors.
+pub(super) fn translate(
+    policy: &PolicyInput,
+    rule: &Rule,
+    env: &Environment,
+) -> Result<(Objects, Vec<Problem>), Problem> {
+    plan(policy, rule, env).map(|plan| (plan.objects, plan.warnings))
 }
 
 #[derive(Default)]
@@ -485,7 +481,7 @@ fn prepend_precondition(rule: &mut Map<String, Value>, condition: Value) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use super::super::KYVERNO_POLICY;
+    use super::super::{KYVERNO_POLICY, Output};
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nimbus_api::{NimbusPolicy, NimbusPolicySpec, NimbusRule, Rule as ApiRule};
@@ -598,10 +594,10 @@ mod tests {
             spec: &np.spec.rules[0],
             key: "virtualpatch",
         };
-        (
-            translate(&policy, &rule, env),
-            warnings(&policy, &rule, env),
-        )
+        match translate(&policy, &rule, env) {
+            Ok((objects, warnings)) => (Ok(objects), warnings),
+            Err(e) => (Err(e), Vec::new()),
+        }
     }
 
     fn objects(np: &NimbusPolicy, env: &Environment) -> Vec<Value> {
@@ -1070,6 +1066,7 @@ mod tests {
         };
         assert_eq!(
             translate(&policy, &rule, &Environment::default())
+                .map(|(o, _)| o)
                 .unwrap()
                 .len(),
             0
@@ -1085,6 +1082,7 @@ mod tests {
             key: "virtualpatch-2",
         };
         let got: Vec<Value> = translate(&policy, &rule, &env_with(VP))
+            .map(|(o, _)| o)
             .unwrap()
             .into_iter()
             .map(|(_, o)| serde_json::to_value(o).unwrap())
