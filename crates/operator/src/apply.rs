@@ -202,6 +202,7 @@ pub fn ready(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use std::collections::BTreeMap;
 
     fn cm(data: &[(&str, &str)], labels: &[(&str, &str)]) -> ConfigMap {
