@@ -40,6 +40,9 @@ pub struct NativeKind {
     pub crd: Option<&'static str>,
     /// How the kind is named in a policy's `status.adapterPolicies` (Nimbus's vocabulary).
     pub entry: &'static str,
+    /// Whether objects of the kind are policies listed in status (supporting objects, such as
+    /// k8tls address lists, are not).
+    pub listed: bool,
 }
 
 impl NativeKind {
@@ -70,6 +73,7 @@ pub const NETWORK_POLICY: NativeKind = NativeKind {
     namespaced: true,
     crd: None,
     entry: "NetworkPolicy",
+    listed: true,
 };
 pub const KUBEARMOR_POLICY: NativeKind = NativeKind {
     group: "security.kubearmor.com",
@@ -79,6 +83,7 @@ pub const KUBEARMOR_POLICY: NativeKind = NativeKind {
     namespaced: true,
     crd: Some("kubearmorpolicies.security.kubearmor.com"),
     entry: "KubeArmorPolicy",
+    listed: true,
 };
 pub const KYVERNO_POLICY: NativeKind = NativeKind {
     group: "kyverno.io",
@@ -88,6 +93,7 @@ pub const KYVERNO_POLICY: NativeKind = NativeKind {
     namespaced: true,
     crd: Some("policies.kyverno.io"),
     entry: "KyvernoPolicy",
+    listed: true,
 };
 pub const KYVERNO_CLUSTER_POLICY: NativeKind = NativeKind {
     group: "kyverno.io",
@@ -97,6 +103,7 @@ pub const KYVERNO_CLUSTER_POLICY: NativeKind = NativeKind {
     namespaced: false,
     crd: Some("clusterpolicies.kyverno.io"),
     entry: "KyvernoClusterPolicy",
+    listed: true,
 };
 pub const CRON_JOB: NativeKind = NativeKind {
     group: "batch",
@@ -106,6 +113,7 @@ pub const CRON_JOB: NativeKind = NativeKind {
     namespaced: true,
     crd: None,
     entry: "CronJob",
+    listed: true,
 };
 pub const CONFIG_MAP: NativeKind = NativeKind {
     group: "",
@@ -115,6 +123,7 @@ pub const CONFIG_MAP: NativeKind = NativeKind {
     namespaced: true,
     crd: None,
     entry: "ConfigMap",
+    listed: false,
 };
 pub const ROLE_BINDING: NativeKind = NativeKind {
     group: "rbac.authorization.k8s.io",
@@ -124,6 +133,7 @@ pub const ROLE_BINDING: NativeKind = NativeKind {
     namespaced: true,
     crd: None,
     entry: "RoleBinding",
+    listed: true,
 };
 
 /// The native kinds `engine` writes.

@@ -90,7 +90,7 @@ where
                         message: format!("{entry} exists and is not owned by this policy"),
                         blocking: true,
                     });
-                } else if generated.kind.entry != engines::CONFIG_MAP.entry {
+                } else if generated.kind.listed {
                     entries.push(entry);
                 }
             }
