@@ -14,14 +14,13 @@ mod workload;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use nimbus_testenv::{Child, ControlPlane, Options, apply_yaml};
+use nimbus_testenv::{Child, ControlPlane, Options, apply_yaml, free_port, http_get};
 use report::{Attributed, Results, Scenario, mib};
 use requests::{Counts, Own};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use workload::{Ops, Plan};
 
 #[derive(Parser, Debug)]
@@ -423,29 +422,11 @@ fn build_operator(root: &Path) -> anyhow::Result<PathBuf> {
         .context("cargo built nimbus but reported no executable for it")
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").context("binding a free loopback port")?;
-    Ok(listener.local_addr().context("reading its port")?.port())
-}
-
-/// A plain HTTP/1.0 GET on loopback: the status code.
-async fn http_status(port: u16, path: &str) -> Option<u16> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
-}
-
 async fn wait_ready(operator: &mut Child, health: u16) -> anyhow::Result<()> {
     const LIMIT: Duration = Duration::from_secs(120);
     let started = Instant::now();
     loop {
-        if http_status(health, "/readyz").await == Some(200) {
+        if http_get(health, "/readyz").await.map(|(code, _)| code) == Some(200) {
             return Ok(());
         }
         if operator.has_exited() {

@@ -80,21 +80,7 @@ impl Counts {
     /// `self - other`, key by key; also returns what `other` has beyond `self` (which, when
     /// `other` is a subset of the requests in `self`, should be nothing).
     pub fn minus(&self, other: &Counts) -> (Counts, Counts) {
-        let mut rest = Counts::default();
-        let mut excess = Counts::default();
-        for (key, &n) in &self.0 {
-            let theirs = other.0.get(key).copied().unwrap_or(0);
-            if n > theirs {
-                rest.add(key.clone(), n - theirs);
-            }
-        }
-        for (key, &n) in &other.0 {
-            let ours = self.0.get(key).copied().unwrap_or(0);
-            if n > ours {
-                excess.add(key.clone(), n - ours);
-            }
-        }
-        (rest, excess)
+        (self.since(other), other.since(self))
     }
 
     pub fn filter(&self, keep: impl Fn(&Key) -> bool) -> Counts {

@@ -43,14 +43,12 @@ pub fn operator_resource(key: &Key) -> bool {
         ("events.k8s.io", "events"),
         ("", "events"),
     ];
-    key.group == NIMBUS_GROUP
+    key.group == nimbus_api::GROUP
         || engines::all_kinds()
             .iter()
             .any(|k| k.group == key.group && k.plural == key.resource)
         || OTHERS.contains(&(key.group.as_str(), key.resource.as_str()))
 }
-
-const NIMBUS_GROUP: &str = "intent.security.nimbus.com";
 
 /// The watches kube-controller-manager's garbage collector opens for the kinds the bench
 /// creates or the operator generates (it watches every deletable resource).
@@ -495,11 +493,7 @@ fn count(input: &PolicyInput) -> u64 {
     // No nodes run in the bench's control plane, so the default environment (no pod CIDRs,
     // k8tls namespace present, no virtual-patch database) is the operator's.
     let translation = engines::translate(input, &Environment::default(), &EngineSet::all());
-    translation
-        .objects
-        .iter()
-        .filter(|g| g.kind.entry != engines::CONFIG_MAP.entry)
-        .count() as u64
+    translation.objects.iter().filter(|g| g.kind.listed).count() as u64
 }
 
 fn expected_natives_namespaced(np: &NimbusPolicy) -> u64 {
@@ -517,7 +511,7 @@ mod tests {
     #[test]
     fn operator_resources_are_nimbus_native_and_watched_kinds() {
         let yes = [
-            ("APPLY", NIMBUS_GROUP, "nimbuspolicies", "status"),
+            ("APPLY", nimbus_api::GROUP, "nimbuspolicies", "status"),
             ("GET", "security.kubearmor.com", "kubearmorpolicies", ""),
             ("APPLY", "networking.k8s.io", "networkpolicies", ""),
             ("POST", "events.k8s.io", "events", ""),

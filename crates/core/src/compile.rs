@@ -121,7 +121,9 @@ fn bind<I: Borrow<SecurityIntent>>(
     bound
 }
 
-fn rule(intent: &nimbus_api::Intent) -> NimbusRule {
+/// The NimbusPolicy rule an intent compiles to (severity and tags are not carried, as in
+/// Nimbus).
+pub fn rule(intent: &nimbus_api::Intent) -> NimbusRule {
     NimbusRule {
         id: intent.id.clone(),
         type_: None,

@@ -8,17 +8,25 @@ use nimbus_api::{
     NimbusPolicySpec, SecurityIntentBinding,
 };
 
-/// A controller ownerReference that blocks the owner's foreground deletion until the
-/// dependent is gone, as Nimbus sets it. Offline, an owner without a UID gets an empty one.
-pub fn controller_owner<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
+/// A controller ownerReference to the `K` named `name` that blocks the owner's foreground
+/// deletion until the dependent is gone, as Nimbus sets it.
+pub fn controller_reference<K: Resource<DynamicType = ()>>(
+    name: &str,
+    uid: &str,
+) -> OwnerReference {
     OwnerReference {
         api_version: K::api_version(&()).into_owned(),
         kind: K::kind(&()).into_owned(),
-        name: owner.name_any(),
-        uid: owner.uid().unwrap_or_default(),
+        name: name.to_owned(),
+        uid: uid.to_owned(),
         controller: Some(true),
         block_owner_deletion: Some(true),
     }
+}
+
+/// [`controller_reference`] to `owner`. Offline, an owner without a UID gets an empty one.
+pub fn controller_owner<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
+    controller_reference::<K>(&owner.name_any(), &owner.uid().unwrap_or_default())
 }
 
 /// Metadata of an object generated from `owner`: its labels, and a controller ownerReference

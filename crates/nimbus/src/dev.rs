@@ -114,21 +114,13 @@ async fn print_objects(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The manifests at `path`; none when it does not exist (the engine CRDs are optional).
 fn yaml_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if path.is_file() {
-        return Ok(vec![path.to_owned()]);
-    }
-    if !path.is_dir() {
+    if !path.exists() {
         tracing::info!(path = %path.display(), "not found; skipped");
         return Ok(Vec::new());
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-        .collect();
-    files.sort();
-    Ok(files)
+    crate::offline::manifest_files(path)
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {

@@ -7,8 +7,10 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -180,62 +182,54 @@ impl RunArgs {
     }
 }
 
-/// Errors are printed as one line with their causes, never with a backtrace.
-fn main() -> std::process::ExitCode {
+/// Errors are printed as one line with their causes, never with a backtrace. The offline
+/// commands exit with 1 when their input is invalid.
+fn main() -> ExitCode {
     match run_cli() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(error) => {
             eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
 
-fn run_cli() -> anyhow::Result<()> {
+/// Runs the command; `false` when the input it checked is invalid.
+fn run_cli() -> anyhow::Result<bool> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    // The offline commands need no runtime; their exit status says whether the input is valid.
-    let valid = match &cli.command {
-        Command::Translate(args) => Some(offline::translate(args)?),
-        Command::Validate(inputs) => Some(offline::validate(inputs)?),
+    match cli.command {
+        Command::Translate(args) => offline::translate(&args),
+        Command::Validate(inputs) => offline::validate(&inputs),
         Command::Intents => {
             print!("{}", offline::intents());
-            Some(true)
+            Ok(true)
         }
         Command::Explain { id } => {
-            print!("{}", offline::explain(id)?);
-            Some(true)
+            print!("{}", offline::explain(&id)?);
+            Ok(true)
         }
-        _ => None,
-    };
-    if let Some(valid) = valid {
-        std::process::exit(if valid { 0 } else { 1 });
+        Command::Crds => {
+            print!("{}", nimbus_api::crds_yaml().context("rendering CRDs")?);
+            Ok(true)
+        }
+        Command::Run(args) => block_on(async {
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to the cluster (kubeconfig or in-cluster config)")?;
+            let config = args.config()?;
+            nimbus_operator::run(client, config, shutdown_on_signal()).await?;
+            Ok(true)
+        }),
+        Command::Dev(args) => block_on(async { dev::run(args).await.map(|()| true) }),
     }
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    runtime.block_on(async {
-        match cli.command {
-            Command::Crds => {
-                print!("{}", nimbus_api::crds_yaml().context("rendering CRDs")?);
-                Ok(())
-            }
-            Command::Run(args) => {
-                let client = kube::Client::try_default()
-                    .await
-                    .context("connecting to the cluster (kubeconfig or in-cluster config)")?;
-                let config = args.config()?;
-                let shutdown = shutdown_on_signal();
-                nimbus_operator::run(client, config, shutdown).await?;
-                Ok(())
-            }
-            Command::Dev(args) => dev::run(args).await,
-            Command::Translate(_)
-            | Command::Validate(_)
-            | Command::Intents
-            | Command::Explain { .. } => {
-                unreachable!("offline commands return above")
-            }
-        }
-    })
+}
+
+fn block_on<T>(work: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Runtime::new()
+        .context("starting the async runtime")?
+        .block_on(work)
 }
 
 fn init_logging(format: LogFormat) {

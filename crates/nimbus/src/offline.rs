@@ -94,7 +94,7 @@ fn load(inputs: &Inputs) -> Loaded {
     loaded
 }
 
-/// `(display name, contents)` of a file, every manifest file of a directory, or stdin.
+/// `(display name, contents)` of a file, every manifest file under a directory, or stdin.
 fn read_all(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
     if path == Path::new("-") {
         let mut text = String::new();
@@ -103,26 +103,37 @@ fn read_all(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
             .context("reading standard input")?;
         return Ok(vec![("<stdin>".into(), text)]);
     }
-    if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .with_context(|| format!("{}: cannot read directory", path.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.is_dir()
-                    || p.extension()
-                        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-            })
-            .collect();
-        files.sort();
-        let mut all = Vec::new();
-        for file in files {
-            all.extend(read_all(&file)?);
-        }
-        return Ok(all);
+    manifest_files(path)?
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("{}: cannot read file", file.display()))?;
+            Ok((file.display().to_string(), text))
+        })
+        .collect()
+}
+
+/// `path` itself, or the *.yaml, *.yml and *.json files under the directory `path`, recursively,
+/// in name order.
+pub fn manifest_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_owned()]);
     }
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("{}: cannot read file", path.display()))?;
-    Ok(vec![(path.display().to_string(), text)])
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("{}: cannot read directory", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir()
+                || p.extension()
+                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+        })
+        .collect();
+    entries.sort();
+    let mut files = Vec::new();
+    for entry in entries {
+        files.extend(manifest_files(&entry)?);
+    }
+    Ok(files)
 }
 
 fn parse(file: &str, text: &str, loaded: &mut Loaded) {
@@ -179,14 +190,7 @@ fn problems(loaded: &Loaded) -> Vec<String> {
     if loaded.manifests.is_empty() && out.is_empty() {
         out.push("no manifests found in the given files".into());
     }
-    let intents: BTreeSet<String> = loaded
-        .manifests
-        .iter()
-        .filter_map(|(_, m)| match m {
-            Manifest::Intent(si) => Some(si.name_any()),
-            _ => None,
-        })
-        .collect();
+    let intents = intents_by_name(loaded);
     for (origin, manifest) in &loaded.manifests {
         let (what, refs, kind) = match manifest {
             Manifest::Intent(si) => {
@@ -206,15 +210,7 @@ fn problems(loaded: &Loaded) -> Vec<String> {
                         intent.action
                     ));
                 }
-                let rule = nimbus_api::NimbusRule {
-                    id: intent.id.clone(),
-                    type_: None,
-                    description: None,
-                    rule: nimbus_api::Rule {
-                        action: intent.action.clone(),
-                        params: intent.params.clone(),
-                    },
-                };
+                let rule = nimbus_core::compile::rule(intent);
                 for p in catalog::check_params(&rule) {
                     out.push(format!("{origin}: {what}: {p}"));
                 }
@@ -240,27 +236,35 @@ fn problems(loaded: &Loaded) -> Vec<String> {
                 (what, &b.spec.intents, BindingKind::Cluster)
             }
         };
-        for r in refs.iter().filter(|r| !intents.contains(&r.name)) {
-            out.push(format!(
-                "{origin}: {what}: references SecurityIntent `{}`, which is not among the manifests",
-                r.name
-            ));
-        }
-        // Intents this kind of binding cannot enforce at all.
-        for (_, m) in &loaded.manifests {
-            if let Manifest::Intent(si) = m
-                && refs.iter().any(|r| r.name == si.name_any())
-                && catalog::intent(&si.spec.intent.id)
-                    .is_some_and(|i| i.engines_for(kind).is_empty())
-            {
+        for r in refs {
+            let Some(si) = intents.get(&r.name) else {
                 out.push(format!(
-                    "{origin}: {what}: intent `{}` cannot be enforced through this kind of binding",
-                    si.spec.intent.id
+                    "{origin}: {what}: references SecurityIntent `{}`, which is not among the manifests",
+                    r.name
+                ));
+                continue;
+            };
+            let id = &si.spec.intent.id;
+            if catalog::intent(id).is_some_and(|i| i.engines_for(kind).is_empty()) {
+                out.push(format!(
+                    "{origin}: {what}: intent `{id}` cannot be enforced through this kind of binding"
                 ));
             }
         }
     }
     out
+}
+
+/// The SecurityIntents among the manifests, by name.
+fn intents_by_name(loaded: &Loaded) -> BTreeMap<String, &SecurityIntent> {
+    loaded
+        .manifests
+        .iter()
+        .filter_map(|(_, m)| match m {
+            Manifest::Intent(si) => Some((si.name_any(), si)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `nimbus validate`: exit status 0 only when every manifest is valid.
@@ -320,14 +324,7 @@ fn translate_all(
     env: &Environment,
     engines: &EngineSet,
 ) -> anyhow::Result<(Vec<Value>, Vec<String>)> {
-    let intents: BTreeMap<String, &SecurityIntent> = loaded
-        .manifests
-        .iter()
-        .filter_map(|(_, m)| match m {
-            Manifest::Intent(si) => Some((si.name_any(), si)),
-            _ => None,
-        })
-        .collect();
+    let intents = intents_by_name(loaded);
     let lookup = |name: &str| intents.get(name).copied().cloned();
     let mut out = Vec::new();
     let mut warnings = Vec::new();

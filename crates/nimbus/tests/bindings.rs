@@ -75,15 +75,7 @@ async fn intent_first_then_binding_creates_the_policy_with_owner_labels_and_stat
         np.spec.rules[0].description.as_deref(),
         Some("dnsManipulation test")
     );
-    assert_eq!(
-        np.spec
-            .selector
-            .match_labels
-            .as_ref()
-            .and_then(|l| l.get("app"))
-            .map(String::as_str),
-        Some("web")
-    );
+    assert_eq!(app_label(&np), Some("web"));
 
     let status = sib.status.expect("status");
     assert_eq!(status.status, "Created");
@@ -223,31 +215,13 @@ async fn binding_updates_change_the_policy_and_deletion_cascades() {
         &binding("x", &[&b, &a], json!({"app": "two"})),
     )
     .await;
-    let np = policy_with(&e, "x", &["unAuthorizedSaTokenAccess", "dnsManipulation"]).await;
-    let np = if np
-        .spec
-        .selector
-        .match_labels
-        .as_ref()
-        .and_then(|l| l.get("app"))
-        .map(String::as_str)
-        == Some("two")
-    {
-        np
-    } else {
-        eventually("selector updated", || async {
-            get(&e.policies, "x").await.filter(|np| {
-                np.spec
-                    .selector
-                    .match_labels
-                    .as_ref()
-                    .and_then(|l| l.get("app"))
-                    .map(String::as_str)
-                    == Some("two")
-            })
-        })
-        .await
-    };
+    policy_with(&e, "x", &["unAuthorizedSaTokenAccess", "dnsManipulation"]).await;
+    let np = eventually("selector updated", || async {
+        get(&e.policies, "x")
+            .await
+            .filter(|np| app_label(np) == Some("two"))
+    })
+    .await;
     assert_eq!(np.spec.rules.len(), 2);
 
     delete(&e.bindings, "x").await;
@@ -338,4 +312,14 @@ async fn cel_subset_compiles_into_the_selector_and_unsupported_is_reported() {
     // What was in force stays in force.
     let kept = get(&e.policies, "c").await.expect("policy kept");
     assert_eq!(kept.spec, np.spec);
+}
+
+/// The `app` label a policy selects.
+fn app_label(np: &NimbusPolicy) -> Option<&str> {
+    np.spec
+        .selector
+        .match_labels
+        .as_ref()
+        .and_then(|l| l.get("app"))
+        .map(String::as_str)
 }

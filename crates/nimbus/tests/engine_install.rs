@@ -3,27 +3,21 @@
 
 mod common;
 
-use common::{apply, create_intent, eventually, get, install_engine_crd, native};
-use kube::Api;
-use nimbus_api::{NimbusPolicy, SecurityIntentBinding};
+use common::{apply, binding, create_intent, eventually, get, install_engine_crd, native};
 use nimbus_core::engines::KUBEARMOR_POLICY;
 use serde_json::json;
-use std::time::Duration;
 
 #[tokio::test]
 async fn a_missing_engine_is_reported_until_its_crd_is_installed() {
-    let cp = common::operator(Duration::from_secs(300));
-    let client = cp.client().expect("client");
-    let ns = cp.test_namespace("install").await.expect("namespace");
+    let common::Env {
+        client,
+        ns,
+        bindings,
+        policies,
+        ..
+    } = common::env("install").await;
     let si = create_intent(&client, "swDeploymentTools", "Block").await;
-    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
-    let policies: Api<NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
-    apply(&bindings, "b", &json!({
-        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
-        "metadata": {"name": "b"},
-        "spec": {"intents": [{"name": si}], "selector": {"workloadSelector": {"matchLabels": {"app": "x"}}}}
-    }))
-    .await;
+    apply(&bindings, "b", &binding("b", &[&si], json!({"app": "x"}))).await;
 
     for (what, conditions) in [
         (

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{
-    CONVERGE, VIRTUAL_PATCH_DB, apply, binding, create_intent, delete, eventually, get, intent,
-    native, unique,
+    CONVERGE, VIRTUAL_PATCH_DB, apply, binding, create_intent, delete, entry_object, eventually,
+    get, intent, native, unique,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -15,8 +15,7 @@ use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
 };
 use nimbus_core::engines::{
-    CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, MANAGED_BY,
-    NETWORK_POLICY, NativeKind, ROLE_BINDING,
+    CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, MANAGED_BY, ROLE_BINDING,
 };
 use serde_json::json;
 use std::path::Path;
@@ -35,12 +34,13 @@ where
     let mut last = None;
     let found = tokio::time::timeout(CONVERGE, async {
         loop {
-            if let Some(status) = get(api, name).await.and_then(|p| p.status())
+            let status = get(api, name).await.and_then(|p| p.status());
+            if let Some(status) = &status
                 && status.adapter_policies.clone().unwrap_or_default() == entries
             {
-                return status;
+                return status.clone();
             }
-            last = get(api, name).await.and_then(|p| p.status());
+            last = status;
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     })
@@ -64,29 +64,6 @@ impl HasStatus for ClusterNimbusPolicy {
     }
 }
 
-/// The native object an adapter-policies entry names.
-fn entry_kind(entry: &str) -> (&'static NativeKind, Option<&str>, &str) {
-    let parts: Vec<&str> = entry.split('/').collect();
-    let kind = |k: &str| -> &'static NativeKind {
-        [
-            &NETWORK_POLICY,
-            &KUBEARMOR_POLICY,
-            &KYVERNO_POLICY,
-            &KYVERNO_CLUSTER_POLICY,
-            &CRON_JOB,
-            &ROLE_BINDING,
-        ]
-        .into_iter()
-        .find(|n| n.entry == k)
-        .unwrap_or_else(|| panic!("unknown entry kind {k}"))
-    };
-    match parts[..] {
-        [ns, k, name] => (kind(k), Some(ns), name),
-        [k, name] => (kind(k), None, name),
-        _ => panic!("malformed entry {entry}"),
-    }
-}
-
 /// Asserts that every entry exists in `namespace` (or its own), is controlled by `owner_uid`
 /// and carries the engine annotation.
 async fn assert_natives(
@@ -97,12 +74,7 @@ async fn assert_natives(
 ) -> Vec<DynamicObject> {
     let mut found = Vec::new();
     for entry in entries {
-        let (kind, entry_ns, name) = entry_kind(entry);
-        let ns = if kind.namespaced {
-            entry_ns.or(namespace)
-        } else {
-            None
-        };
+        let (kind, ns, name) = entry_object(entry, namespace);
         let obj = native(client, kind, ns, name)
             .await
             .unwrap_or_else(|| panic!("{entry} listed in status but missing"));
@@ -126,12 +98,7 @@ async fn assert_natives(
 
 async fn wait_gone(client: &Client, namespace: Option<&str>, entries: &[String]) {
     for entry in entries {
-        let (kind, entry_ns, name) = entry_kind(entry);
-        let ns = if kind.namespaced {
-            entry_ns.or(namespace)
-        } else {
-            None
-        };
+        let (kind, ns, name) = entry_object(entry, namespace);
         eventually(&format!("{entry} garbage-collected"), || async {
             native(client, kind, ns, name).await.is_none().then_some(())
         })

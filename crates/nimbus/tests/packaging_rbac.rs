@@ -9,8 +9,8 @@ mod common;
 
 use common::{
     CONVERGE, ENGINE_CRDS, RELEASE, RELEASE_NAMESPACE, apply, apply_rendered, container_flag,
-    create_intent, create_release_namespace, get, helm_template, install_engine_crd, object_kind,
-    rendered, unique,
+    create_intent, create_release_namespace, entry_object, get, helm_template, install_engine_crd,
+    object_kind, rendered, unique,
 };
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -23,7 +23,7 @@ use nimbus_api::{
 };
 use nimbus_core::engines::{
     CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, NativeKind,
-    ROLE_BINDING, all_kinds,
+    ROLE_BINDING,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -199,7 +199,7 @@ where
             .unwrap_or_default();
         let mut kinds = BTreeMap::new();
         for entry in &entries {
-            *kinds.entry(entry_kind(entry).0.entry).or_insert(0) += 1;
+            *kinds.entry(entry_object(entry, None).0.entry).or_insert(0) += 1;
         }
         if kinds == expected {
             break entries;
@@ -214,27 +214,11 @@ where
     };
     let mut found = Vec::new();
     for entry in &entries {
-        let (kind, entry_ns, native_name) = entry_kind(entry);
-        let ns = kind.namespaced.then(|| entry_ns.or(namespace)).flatten();
+        let (kind, ns, native_name) = entry_object(entry, namespace);
         let obj = common::native(client, kind, ns, native_name).await;
         found.push(obj.unwrap_or_else(|| panic!("{name}: {entry} is listed but does not exist")));
     }
     found
-}
-
-/// The kind, namespace (CronJobs: `namespace/CronJob/name`) and name of a status entry.
-fn entry_kind(entry: &str) -> (&'static NativeKind, Option<&str>, &str) {
-    let parts: Vec<&str> = entry.split('/').collect();
-    let (namespace, kind, name) = match parts[..] {
-        [ns, kind, name] => (Some(ns), kind, name),
-        [kind, name] => (None, kind, name),
-        _ => panic!("malformed entry {entry}"),
-    };
-    let kind = all_kinds()
-        .into_iter()
-        .find(|k| k.entry == kind)
-        .unwrap_or_else(|| panic!("unknown kind in entry {entry}"));
-    (kind, namespace, name)
 }
 
 /// Waits for `Ready=True` in a binding's status conditions.

@@ -9,7 +9,7 @@ use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusRule, SecurityIntent,
     SecurityIntentBinding,
 };
-use nimbus_core::catalog::Engine;
+use nimbus_core::catalog::{self, Engine};
 use nimbus_core::engines::{EngineSet, Environment, VirtualPatches, virtual_patch};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -51,25 +51,31 @@ impl Context {
         availability::engine_set(&self.engines.enabled, &self.engines.served.borrow())
     }
 
-    /// The cluster facts the translation of `rules` depends on, from the caches.
+    /// `spec.podCIDRs` (or `podCIDR`) of every node, when the NetworkPolicy engine reads them.
+    pub fn node_pod_cidrs(&self) -> BTreeSet<String> {
+        let Some(nodes) = &self.engines.nodes else {
+            return BTreeSet::new();
+        };
+        nodes
+            .state()
+            .iter()
+            .filter_map(|n| n.spec.as_ref())
+            .flat_map(|s| match &s.pod_cidrs {
+                Some(cidrs) if !cidrs.is_empty() => cidrs.clone(),
+                _ => s.pod_cidr.clone().into_iter().collect(),
+            })
+            .filter(|c| !c.is_empty())
+            .collect()
+    }
+
+    /// The cluster facts the translation of `rules` depends on, from the caches (the costlier
+    /// ones only when a rule needs them).
     pub fn environment(&self, rules: &[NimbusRule]) -> Environment {
         let e = &self.engines;
-        let node_pod_cidrs = e
-            .nodes
-            .as_ref()
-            .map(|nodes| {
-                nodes
-                    .state()
-                    .iter()
-                    .filter_map(|n| n.spec.as_ref())
-                    .flat_map(|s| match &s.pod_cidrs {
-                        Some(cidrs) if !cidrs.is_empty() => cidrs.clone(),
-                        _ => s.pod_cidr.clone().into_iter().collect(),
-                    })
-                    .filter(|c| !c.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let uses_network_policies = rules.iter().any(|r| {
+            catalog::intent(&r.id)
+                .is_some_and(|i| i.support.iter().any(|s| s.engine == Engine::NetworkPolicy))
+        });
         let virtual_patches = if rules.iter().any(|r| r.id == virtual_patch::INTENT) {
             match &e.virtual_patch_db {
                 None => VirtualPatches::NotConfigured,
@@ -82,7 +88,11 @@ impl Context {
             VirtualPatches::NotConfigured
         };
         Environment {
-            node_pod_cidrs,
+            node_pod_cidrs: if uses_network_policies {
+                self.node_pod_cidrs()
+            } else {
+                BTreeSet::new()
+            },
             k8tls_namespace_exists: self
                 .namespaces
                 .get(&ObjectRef::new(&e.k8tls_namespace))

@@ -119,7 +119,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let mut patch_db_cache = config.virtual_patch_db.as_ref().map(|(ns, name)| {
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let cache = Cache::<ConfigMap>::with(Api::namespaced(client.clone(), ns), (), config);
-        (ObjectRef::new(name).within(ns), cache)
+        (ObjectRef::new(name).within(ns), counted(cache, &metrics))
     });
 
     // Leadership: without election this replica always leads.
@@ -254,7 +254,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     if let Some(nodes) = &mut node_cache {
         let cidrs = {
             let ctx = ctx.clone();
-            move || ctx.environment(&[]).node_pod_cidrs
+            move || ctx.node_pod_cidrs()
         };
         environment_changes.push(changes(nodes.subscribe(), cidrs));
     }

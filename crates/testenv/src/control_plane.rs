@@ -1,7 +1,5 @@
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -16,7 +14,7 @@ use kube::{Api, Client};
 use crate::certs::{FRONT_PROXY_CLIENT, Pki};
 use crate::process::Processes;
 use crate::workdir::LockedDir;
-use crate::{Error, binaries};
+use crate::{Error, binaries, free_port};
 
 /// Attaches every process's output to stderr when set to `1` or `true`.
 const LOG_ENV: &str = "NIMBUS_TESTENV_LOG";
@@ -386,27 +384,6 @@ impl Setup<'_> {
             .await?;
         procs.check_alive()?;
         Ok((procs, config, kubeconfig))
-    }
-}
-
-/// Picks a loopback port nobody listens on right now. Ports already handed out by this process
-/// are skipped, since their owner may not have bound them yet.
-fn free_port() -> Result<u16, Error> {
-    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    loop {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .map_err(|e| Error::io("binding a free port on", "127.0.0.1", e))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| Error::io("reading the port of", "127.0.0.1", e))?
-            .port();
-        if HANDED_OUT
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(port)
-        {
-            return Ok(port);
-        }
     }
 }
 

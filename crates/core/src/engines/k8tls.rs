@@ -8,7 +8,8 @@
 //! shared one `external-addresses` ConfigMap between all policies, so the last writer won).
 
 use super::{
-    CONFIG_MAP, CRON_JOB, Environment, Output, PolicyInput, Rule, metadata, native_name, object,
+    CONFIG_MAP, CRON_JOB, Emitted, Environment, Output, PolicyInput, Rule, metadata, native_name,
+    object,
 };
 use crate::catalog::{Engine, param_value, param_values};
 use nimbus_api::condition;
@@ -23,7 +24,7 @@ const ADDRESSES_DIR: &str = "/var/k8tls/";
 
 pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     if rule.spec.id != "assessTLS" {
-        return Ok(Vec::new());
+        return Ok(Emitted::default());
     }
     let namespace = &env.k8tls_namespace;
     if !env.k8tls_namespace_exists {
@@ -67,13 +68,10 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
             Some(namespace.clone()),
             &[],
         );
-        objects.push((
+        objects.push(object(
             &CONFIG_MAP,
-            object(
-                &CONFIG_MAP,
-                meta,
-                json!({"data": {"addresses": lines.join("\n")}}),
-            ),
+            meta,
+            json!({"data": {"addresses": lines.join("\n")}}),
         ));
     }
 
@@ -113,8 +111,8 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
             }},
         }},
     });
-    objects.push((&CRON_JOB, object(&CRON_JOB, meta, json!({ "spec": spec }))));
-    Ok(objects)
+    objects.push(object(&CRON_JOB, meta, json!({ "spec": spec })));
+    Ok(objects.into())
 }
 
 /// `<host:port> <Name>`: the address and its first DNS label capitalized, the line format

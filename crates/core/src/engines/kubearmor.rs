@@ -162,12 +162,10 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
             if !rule.spec.rule.action.is_empty() {
                 spec.insert("action".into(), rule.spec.rule.action.clone().into());
             }
-            (
-                &KUBEARMOR_POLICY,
-                object(&KUBEARMOR_POLICY, meta, json!({ "spec": spec })),
-            )
+            object(&KUBEARMOR_POLICY, meta, json!({ "spec": spec }))
         })
-        .collect())
+        .collect::<Vec<_>>()
+        .into())
 }
 
 fn deployment_tools() -> Body {

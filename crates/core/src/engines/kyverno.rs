@@ -9,7 +9,7 @@
 
 use super::{
     Environment, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, NativeKind, Output, PolicyInput, Rule,
-    metadata, native_name, object, selector_json,
+    metadata, native_name, object, selector_json, virtual_patch,
 };
 use crate::catalog::{Engine, param_value};
 use crate::names::MAX_NAME_LEN;
@@ -22,9 +22,9 @@ const DESCRIPTION: &str = "policies.kyverno.io/description";
 const POD: &str = "v1/Pod";
 const DEPLOYMENT: &str = "apps/v1/Deployment";
 
-pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
+pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     let cluster = policy.namespace.is_none();
-    match (rule.spec.id.as_str(), cluster) {
+    let policies = match (rule.spec.id.as_str(), cluster) {
         ("escapeToHost", _) => {
             let level = param_value(rule.spec, "psaLevel").unwrap_or_else(|| "baseline".into());
             let body = json!({
@@ -35,7 +35,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
                 "validate": {"podSecurity": {"level": level, "version": "latest"}},
                 "generate": no_generate(),
             });
-            Ok(vec![build(policy, rule, rule.key, body, Extra::Background)])
+            vec![build(policy, rule, rule.key, body, Extra::Background)]
         }
         ("cocoWorkload", false) => {
             let patch = runtime_class_patch(rule);
@@ -73,7 +73,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
             });
             // Nimbus names these after the policy only; a second coco rule gets `-2`, ...
             let n = rule.key.strip_prefix("cocoworkload").unwrap_or_default();
-            Ok(vec![
+            vec![
                 build(
                     policy,
                     rule,
@@ -88,7 +88,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
                     on_create,
                     Extra::Background,
                 ),
-            ])
+            ]
         }
         ("cocoWorkload", true) => {
             let body = json!({
@@ -102,16 +102,18 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
                 "validate": {},
                 "generate": no_generate(),
             });
-            Ok(vec![build(
+            vec![build(
                 policy,
                 rule,
                 rule.key,
                 body,
                 Extra::MutateExistingOnly,
-            )])
+            )]
         }
-        _ => Ok(Vec::new()),
-    }
+        (virtual_patch::INTENT, false) => return virtual_patch::translate(policy, rule, env),
+        _ => Vec::new(),
+    };
+    Ok(policies.into())
 }
 
 /// Spec fields beyond rules and the failure action, as Nimbus set them per policy.
@@ -163,7 +165,7 @@ pub(super) fn build(
             spec["generateExisting"] = true.into();
         }
     }
-    (kind, object(kind, meta, json!({ "spec": spec })))
+    object(kind, meta, json!({ "spec": spec }))
 }
 
 /// Nimbus's mapping of an intent action onto Kyverno: `Block` enforces, anything else audits.

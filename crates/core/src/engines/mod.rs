@@ -11,6 +11,7 @@ pub mod virtual_patch;
 
 use crate::catalog::{self, BindingKind, Engine, Origin};
 use crate::names;
+use crate::objects::controller_reference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::core::{ApiResource, DynamicObject, TypeMeta};
 use kube::{Resource, ResourceExt};
@@ -189,7 +190,7 @@ impl<'a> PolicyInput<'a> {
             name: np.name_any(),
             namespace: np.namespace(),
             labels: np.labels().clone(),
-            owner: owner_reference::<NimbusPolicy>(&np.name_any(), uid),
+            owner: controller_reference::<NimbusPolicy>(&np.name_any(), uid),
             selector: np.spec.selector.clone(),
             namespaces: None,
             rules: &np.spec.rules,
@@ -202,22 +203,11 @@ impl<'a> PolicyInput<'a> {
             name: cwnp.name_any(),
             namespace: None,
             labels: cwnp.labels().clone(),
-            owner: owner_reference::<ClusterNimbusPolicy>(&cwnp.name_any(), uid),
+            owner: controller_reference::<ClusterNimbusPolicy>(&cwnp.name_any(), uid),
             selector: cwnp.spec.workload_selector.clone().unwrap_or_default(),
             namespaces: cwnp.spec.ns_selector.clone(),
             rules: &cwnp.spec.rules,
         }
-    }
-}
-
-fn owner_reference<K: Resource<DynamicType = ()>>(name: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: K::api_version(&()).into_owned(),
-        kind: K::kind(&()).into_owned(),
-        name: name.to_owned(),
-        uid: uid.to_owned(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
     }
 }
 
@@ -334,8 +324,8 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
         let Some(spec) = catalog::intent(&rule.id) else {
             continue;
         };
-        let first_problem = out.problems.len();
         let mut enforced = false;
+        let mut failures = Vec::new();
         for engine in Engine::ALL {
             if !engines.active(engine) || !spec.handled_by(engine, policy.origin) {
                 continue;
@@ -345,13 +335,6 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                 key: &key,
             };
             let result = match engine {
-                // Virtual patches may be enforced in part: their warnings come with the objects.
-                Engine::Kyverno if rule.spec.id == virtual_patch::INTENT => {
-                    virtual_patch::translate(policy, &rule, env).map(|(objects, warnings)| {
-                        out.problems.extend(warnings);
-                        objects
-                    })
-                }
                 Engine::NetworkPolicy => netpol::translate(policy, &rule, env),
                 Engine::KubeArmor => kubearmor::translate(policy, &rule, env),
                 Engine::Kyverno => kyverno::translate(policy, &rule, env),
@@ -359,25 +342,25 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                 Engine::Rbac => rbac::translate(policy, &rule, env),
             };
             match result {
-                Ok(objects) => {
-                    enforced |= !objects.is_empty();
+                Ok(emitted) => {
+                    enforced |= !emitted.objects.is_empty();
+                    out.problems.extend(emitted.warnings);
                     out.objects
-                        .extend(objects.into_iter().map(|(kind, object)| Generated {
+                        .extend(emitted.objects.into_iter().map(|(kind, object)| Generated {
                             engine,
                             kind,
                             object,
                         }))
                 }
-                Err(problem) => out.problems.push(problem),
+                Err(problem) => failures.push(problem),
             }
         }
-        // An engine that cannot express the selector leaves the intent unenforced only if no
-        // other engine enforces it.
-        for p in &mut out.problems[first_problem..] {
-            if p.reason == condition::REASON_UNSUPPORTED_SELECTOR {
-                p.blocking = !enforced;
-            }
-        }
+        // An engine that cannot act leaves the intent unenforced only if no other engine
+        // enforces it (KubeArmor cannot express a selector NetworkPolicy can, for example).
+        out.problems.extend(failures.into_iter().map(|p| Problem {
+            blocking: !enforced,
+            ..p
+        }));
     }
     out
 }
@@ -512,20 +495,40 @@ fn metadata(
     }
 }
 
-fn object(kind: &'static NativeKind, metadata: ObjectMeta, body: Value) -> DynamicObject {
-    DynamicObject {
+fn object(
+    kind: &'static NativeKind,
+    metadata: ObjectMeta,
+    body: Value,
+) -> (&'static NativeKind, DynamicObject) {
+    let object = DynamicObject {
         types: Some(TypeMeta {
             api_version: kind.api_version(),
             kind: kind.kind.into(),
         }),
         metadata,
         data: body,
+    };
+    (kind, object)
+}
+
+/// What an engine generates for one rule: its objects, and the problems that leave the rule
+/// enforced only in part (a problem that leaves it unenforced is the engine's error instead).
+#[derive(Default)]
+struct Emitted {
+    objects: Vec<(&'static NativeKind, DynamicObject)>,
+    warnings: Vec<Problem>,
+}
+
+impl From<Vec<(&'static NativeKind, DynamicObject)>> for Emitted {
+    fn from(objects: Vec<(&'static NativeKind, DynamicObject)>) -> Self {
+        Self {
+            objects,
+            warnings: Vec::new(),
+        }
     }
 }
 
-/// What an engine generates for one rule.
-type Objects = Vec<(&'static NativeKind, DynamicObject)>;
-type Output = Result<Objects, Problem>;
+type Output = Result<Emitted, Problem>;
 
 /// A label selector as engines write it: `{}` when it selects everything (no empty
 /// `matchLabels: {}`), as Nimbus's Go types serialized it.

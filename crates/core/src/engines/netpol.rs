@@ -1,7 +1,7 @@
 //! Kubernetes NetworkPolicy engine: dnsManipulation and denyExternalNetworkAccess.
 
 use super::{
-    Environment, NETWORK_POLICY, Output, PolicyInput, Rule, metadata, native_name, object,
+    Emitted, Environment, NETWORK_POLICY, Output, PolicyInput, Rule, metadata, native_name, object,
     selector_json,
 };
 use crate::catalog::Engine;
@@ -41,7 +41,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 "egress": [{"to": to, "ports": dns_ports}],
             })
         }
-        _ => return Ok(Vec::new()),
+        _ => return Ok(Emitted::default()),
     };
     let name = native_name(policy, rule.key, MAX_NAME_LEN);
     let meta = metadata(
@@ -51,10 +51,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
         policy.namespace.clone(),
         &[],
     );
-    Ok(vec![(
-        &NETWORK_POLICY,
-        object(&NETWORK_POLICY, meta, json!({ "spec": spec })),
-    )])
+    Ok(vec![object(&NETWORK_POLICY, meta, json!({ "spec": spec }))].into())
 }
 
 /// The cluster DNS pods.

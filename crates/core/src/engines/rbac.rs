@@ -2,7 +2,9 @@
 //! groups a ClusterRole there and nowhere else. Bound through a cluster binding, every selected
 //! namespace (including ones created later) gets its own.
 
-use super::{Environment, Output, PolicyInput, ROLE_BINDING, Rule, metadata, native_name, object};
+use super::{
+    Emitted, Environment, Output, PolicyInput, ROLE_BINDING, Rule, metadata, native_name, object,
+};
 use crate::catalog::{Engine, param_value, param_values};
 use crate::names::MAX_NAME_LEN;
 use serde_json::json;
@@ -12,7 +14,7 @@ const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
     let (Some(namespace), Some(role)) = (&policy.namespace, param_value(rule.spec, "clusterRole"))
     else {
-        return Ok(Vec::new());
+        return Ok(Emitted::default());
     };
     let subjects: Vec<_> = param_values(rule.spec, "group")
         .iter()
@@ -26,7 +28,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
         .collect();
     if subjects.is_empty() {
         // Reported by the parameter check: `group` is required.
-        return Ok(Vec::new());
+        return Ok(Emitted::default());
     }
     // The role is part of the name because a RoleBinding's roleRef cannot change: a new role
     // means a new binding, and the old one is pruned. `-role-` keeps `<key>-role-<role>`
@@ -37,5 +39,5 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role},
         "subjects": subjects,
     });
-    Ok(vec![(&ROLE_BINDING, object(&ROLE_BINDING, meta, body))])
+    Ok(vec![object(&ROLE_BINDING, meta, body)].into())
 }

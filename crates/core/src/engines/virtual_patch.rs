@@ -78,7 +78,10 @@
 //! rule is rewritten, not only the first; malformed entries are reported instead of crashing.
 
 use super::kyverno::{Extra, build};
-use super::{Environment, NativeKind, Objects, PolicyInput, Problem, Rule};
+use super::{
+    Emitted, Environment, KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, NativeKind, Output,
+    PolicyInput, Problem, Rule,
+};
 use crate::catalog::param_values;
 use kube::core::DynamicObject;
 use nimbus_api::condition::REASON_ENGINE_NOT_READY;
@@ -165,23 +168,6 @@ pub fn from_config_map(name: &str, data: Option<&BTreeMap<String, String>>) -> V
     }
 }
 
-/// The generator policies of a virtualPatch rule, with the problems that do not stop its other
-/// patches (CVEs the database does not know, patches that cannot be used). Problems that leave
-/// the rule without any policy are errors.
-pub(super) fn translate(
-    policy: &PolicyInput,
-    rule: &Rule,
-    env: &Environment,
-) -> Result<(Objects, Vec<Problem>), Problem> {
-    plan(policy, rule, env).map(|plan| (plan.objects, plan.warnings))
-}
-
-#[derive(Default)]
-struct Plan {
-    objects: Vec<(&'static NativeKind, DynamicObject)>,
-    warnings: Vec<Problem>,
-}
-
 /// The kinds of native policy a patch may hold, in the order they are processed.
 #[derive(Clone, Copy)]
 enum Target {
@@ -202,12 +188,12 @@ impl Target {
         }
     }
 
-    /// apiVersion and kind of the generated object.
-    fn type_meta(self) -> (&'static str, &'static str) {
+    /// The kind of the generated object.
+    fn kind(self) -> &'static NativeKind {
         match self {
-            Target::KubeArmor => ("security.kubearmor.com/v1", "KubeArmorPolicy"),
-            Target::Kyverno => ("kyverno.io/v1", "Policy"),
-            Target::NetworkPolicy => ("networking.k8s.io/v1", "NetworkPolicy"),
+            Target::KubeArmor => &KUBEARMOR_POLICY,
+            Target::Kyverno => &KYVERNO_POLICY,
+            Target::NetworkPolicy => &NETWORK_POLICY,
         }
     }
 
@@ -232,9 +218,12 @@ struct Context<'a> {
     owner: Value,
 }
 
-fn plan(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Result<Plan, Problem> {
+/// The generator policies of a virtualPatch rule, with the problems that do not stop its other
+/// patches as warnings (CVEs the database does not know, patches that cannot be used). Problems
+/// that leave the rule without any policy are errors.
+pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     let Some(namespace) = policy.namespace.as_deref() else {
-        return Ok(Plan::default());
+        return Ok(Emitted::default());
     };
     let db = match &env.virtual_patches {
         VirtualPatches::NotConfigured => {
@@ -267,7 +256,7 @@ fn plan(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Result<Plan, Pr
             cves.push(cve);
         }
     }
-    let mut plan = Plan::default();
+    let mut plan = Emitted::default();
     let mut unknown = Vec::new();
     for cve in &cves {
         // Per kind of patch, across every image listing the CVE.
@@ -432,12 +421,12 @@ fn generator(
     }
     generator_rule.insert("mutate".into(), json!({}));
     generator_rule.insert("validate".into(), json!({}));
-    let (api_version, kind) = target.type_meta();
+    let kind = target.kind();
     generator_rule.insert(
         "generate".into(),
         json!({
-            "apiVersion": api_version,
-            "kind": kind,
+            "apiVersion": kind.api_version(),
+            "kind": kind.kind,
             "namespace": ctx.namespace,
             "name": generated_name,
             "data": data,
@@ -481,7 +470,6 @@ fn prepend_precondition(rule: &mut Map<String, Value>, condition: Value) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use super::super::{KYVERNO_POLICY, Output};
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nimbus_api::{NimbusPolicy, NimbusPolicySpec, NimbusRule, Rule as ApiRule};
@@ -588,14 +576,16 @@ mod tests {
         }
     }
 
-    fn run(np: &NimbusPolicy, env: &Environment) -> (Output, Vec<Problem>) {
+    type Objects = Vec<(&'static NativeKind, DynamicObject)>;
+
+    fn run(np: &NimbusPolicy, env: &Environment) -> (Result<Objects, Problem>, Vec<Problem>) {
         let policy = PolicyInput::namespaced(np, "uid-1");
         let rule = Rule {
             spec: &np.spec.rules[0],
             key: "virtualpatch",
         };
         match translate(&policy, &rule, env) {
-            Ok((objects, warnings)) => (Ok(objects), warnings),
+            Ok(emitted) => (Ok(emitted.objects), emitted.warnings),
             Err(e) => (Err(e), Vec::new()),
         }
     }
@@ -1066,7 +1056,7 @@ mod tests {
         };
         assert_eq!(
             translate(&policy, &rule, &Environment::default())
-                .map(|(o, _)| o)
+                .map(|e| e.objects)
                 .unwrap()
                 .len(),
             0
@@ -1082,7 +1072,7 @@ mod tests {
             key: "virtualpatch-2",
         };
         let got: Vec<Value> = translate(&policy, &rule, &env_with(VP))
-            .map(|(o, _)| o)
+            .map(|e| e.objects)
             .unwrap()
             .into_iter()
             .map(|(_, o)| serde_json::to_value(o).unwrap())

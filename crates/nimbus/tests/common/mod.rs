@@ -491,3 +491,27 @@ pub async fn create_release_namespace(client: &Client) {
     });
     apply_rendered(client, &[namespace], true, "the release namespace").await;
 }
+
+/// The native object a policy-status entry names: its kind, namespace (the entry's own for
+/// `namespace/CronJob/name`, else `namespace` for namespaced kinds) and name.
+pub fn entry_object<'a>(
+    entry: &'a str,
+    namespace: Option<&'a str>,
+) -> (
+    &'static nimbus_core::engines::NativeKind,
+    Option<&'a str>,
+    &'a str,
+) {
+    let parts: Vec<&str> = entry.split('/').collect();
+    let (entry_ns, kind, name) = match parts[..] {
+        [ns, kind, name] => (Some(ns), kind, name),
+        [kind, name] => (None, kind, name),
+        _ => panic!("malformed entry {entry}"),
+    };
+    let kind = nimbus_core::engines::all_kinds()
+        .into_iter()
+        .find(|k| k.entry == kind)
+        .unwrap_or_else(|| panic!("unknown kind in entry {entry}"));
+    let ns = kind.namespaced.then(|| entry_ns.or(namespace)).flatten();
+    (kind, ns, name)
+}

@@ -1,10 +1,9 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
 
-use super::{Context, binding_ready, publish, write_binding_status};
-use crate::apply::{self, is_controlled_by, ready};
+use super::{Context, binding_ready, sync_policy, update_status};
+use crate::apply::{is_controlled_by, ready};
 use crate::error::Error;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use nimbus_api::{
@@ -62,42 +61,8 @@ pub async fn reconcile(
         }
     };
 
-    let policy = match plan.policy {
-        Some(spec) => {
-            let desired = objects::binding_policy(&sib, spec);
-            if apply::apply(&policies, apply::FIELD_MANAGER, &desired, ours).await? {
-                let (reason, verb) = if ours.is_some() {
-                    ("PolicyUpdated", "updated")
-                } else {
-                    ("PolicyCreated", "created")
-                };
-                publish(
-                    &ctx,
-                    &*sib,
-                    EventType::Normal,
-                    reason,
-                    format!("NimbusPolicy {name} {verb}"),
-                )
-                .await;
-            }
-            Some(desired)
-        }
-        None => {
-            if let Some(stale) = ours
-                && apply::delete(&policies, stale).await?
-            {
-                publish(
-                    &ctx,
-                    &*sib,
-                    EventType::Normal,
-                    "PolicyDeleted",
-                    format!("NimbusPolicy {name} deleted: no referenced intent exists"),
-                )
-                .await;
-            }
-            None
-        }
-    };
+    let policy = plan.policy.map(|spec| objects::binding_policy(&sib, spec));
+    sync_policy(&ctx, &*sib, &policies, policy.as_ref(), ours).await?;
 
     let rules = policy.as_ref().map_or(&[][..], |p| &p.spec.rules[..]);
     let condition = binding_ready(
@@ -138,5 +103,5 @@ async fn write_status(
 ) -> Result<Action, Error> {
     let api: Api<SecurityIntentBinding> =
         Api::namespaced(ctx.client.clone(), &sib.namespace().unwrap_or_default());
-    write_binding_status(ctx, &api, sib, sib.status.as_ref(), status).await
+    update_status(ctx, &api, sib, sib.status.as_ref(), status).await
 }

@@ -1,12 +1,11 @@
 //! ClusterSecurityIntentBinding → one ClusterNimbusPolicy plus a NimbusPolicy
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
-use super::{Context, binding_ready, publish, write_binding_status};
+use super::{Context, binding_ready, sync_policy, update_status};
 use crate::apply::{self, is_controlled_by, ready};
 use crate::error::Error;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use nimbus_api::{
@@ -49,55 +48,22 @@ pub async fn reconcile(
     let mut first_error = None;
 
     // The cluster-wide policy.
-    let cluster_policy =
-        match (plan.cluster_policy, observed.is_some() && ours.is_none()) {
-            (_, true) => {
-                problems.push(format!(
-                    "ClusterNimbusPolicy {name} exists and is not owned by this binding"
-                ));
-                None
+    let cluster_policy = match (plan.cluster_policy, observed.is_some() && ours.is_none()) {
+        (_, true) => {
+            problems.push(format!(
+                "ClusterNimbusPolicy {name} exists and is not owned by this binding"
+            ));
+            None
+        }
+        (spec, false) => {
+            let desired = spec.map(|spec| objects::cluster_policy(&csib, spec));
+            let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
+            if let Err(e) = sync_policy(&ctx, &*csib, &api, desired.as_ref(), ours).await {
+                first_error = first_error.or(Some(e));
             }
-            (Some(spec), false) => {
-                let desired = objects::cluster_policy(&csib, spec);
-                let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
-                match apply::apply(&api, apply::FIELD_MANAGER, &desired, ours).await {
-                    Ok(true) => {
-                        let verb = if ours.is_some() { "updated" } else { "created" };
-                        publish(
-                            &ctx,
-                            &*csib,
-                            EventType::Normal,
-                            "PolicyUpdated",
-                            format!("ClusterNimbusPolicy {name} {verb}"),
-                        )
-                        .await;
-                    }
-                    Ok(false) => {}
-                    Err(e) => first_error = first_error.or(Some(e)),
-                }
-                Some(desired)
-            }
-            (None, false) => {
-                if let Some(stale) = ours {
-                    let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
-                    match apply::delete(&api, stale).await {
-                        Ok(true) => publish(
-                            &ctx,
-                            &*csib,
-                            EventType::Normal,
-                            "PolicyDeleted",
-                            format!(
-                                "ClusterNimbusPolicy {name} deleted: no referenced intent exists"
-                            ),
-                        )
-                        .await,
-                        Ok(false) => {}
-                        Err(e) => first_error = first_error.or(Some(e)),
-                    }
-                }
-                None
-            }
-        };
+            desired
+        }
+    };
 
     // One NimbusPolicy per selected namespace; every namespace is converged in this pass.
     let ns_selector = csib
@@ -204,5 +170,5 @@ async fn write_status(
     status: ClusterSecurityIntentBindingStatus,
 ) -> Result<Action, Error> {
     let api: Api<ClusterSecurityIntentBinding> = Api::all(ctx.client.clone());
-    write_binding_status(ctx, &api, csib, csib.status.as_ref(), status).await
+    update_status(ctx, &api, csib, csib.status.as_ref(), status).await
 }

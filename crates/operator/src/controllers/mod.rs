@@ -53,6 +53,49 @@ async fn publish<K: Resource<DynamicType = ()>>(
     }
 }
 
+/// Keeps the policy a binding generates: applies `desired`, or deletes the one the binding owns
+/// when nothing is desired, with an event on the binding when that changed something.
+async fn sync_policy<B, P>(
+    ctx: &Context,
+    binding: &B,
+    api: &kube::Api<P>,
+    desired: Option<&P>,
+    ours: Option<&P>,
+) -> Result<(), Error>
+where
+    B: Resource<DynamicType = ()>,
+    P: Resource<DynamicType = ()>
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let kind = P::kind(&());
+    let (reason, note) = match (desired, ours) {
+        (Some(desired), _) => {
+            if !crate::apply::apply(api, crate::apply::FIELD_MANAGER, desired, ours).await? {
+                return Ok(());
+            }
+            let name = desired.name_any();
+            match ours {
+                Some(_) => ("PolicyUpdated", format!("{kind} {name} updated")),
+                None => ("PolicyCreated", format!("{kind} {name} created")),
+            }
+        }
+        (None, Some(stale)) => {
+            if !crate::apply::delete(api, stale).await? {
+                return Ok(());
+            }
+            let name = stale.name_any();
+            let note = format!("{kind} {name} deleted: no referenced intent exists");
+            ("PolicyDeleted", note)
+        }
+        (None, None) => return Ok(()),
+    };
+    publish(ctx, binding, EventType::Normal, reason, note).await;
+    Ok(())
+}
+
 /// A binding's `Ready`: missing intents first, then what keeps its bound intents from being
 /// enforced (unknown IDs, bad parameters, engines off or not installed).
 fn binding_ready(
@@ -83,12 +126,12 @@ fn binding_ready(
     )
 }
 
-/// Writes a binding's status (if it changed) and raises a Warning event when it turns not
+/// Writes an object's status (if it changed) and raises a Warning event when it turns not
 /// ready, then schedules the next drift re-check.
-async fn write_binding_status<K, S>(
+async fn update_status<K, S>(
     ctx: &Context,
     api: &kube::Api<K>,
-    binding: &K,
+    obj: &K,
     current: Option<&S>,
     mut status: S,
 ) -> Result<Action, Error>
@@ -105,10 +148,10 @@ where
         .iter()
         .find(|c| c.status == "False")
         .cloned();
-    if crate::apply::status(api, binding, current, status).await?
+    if crate::apply::status(api, obj, current, status).await?
         && let Some(c) = not_ready
     {
-        publish(ctx, binding, EventType::Warning, &c.reason, c.message).await;
+        publish(ctx, obj, EventType::Warning, &c.reason, c.message).await;
     }
     Ok(Action::requeue(ctx.resync))
 }

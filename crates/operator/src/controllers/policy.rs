@@ -1,8 +1,8 @@
 //! NimbusPolicy / ClusterNimbusPolicy → native policies. One mechanism for every engine:
 //! translate (pure) → apply what differs → prune what is no longer wanted → write status once.
 
-use super::{Context, publish};
-use crate::apply::{self, ready};
+use super::{Context, publish, update_status};
+use crate::apply::ready;
 use crate::error::Error;
 use crate::metrics::EngineLabels;
 use crate::natives::{Key, Outcome};
@@ -129,15 +129,8 @@ where
         observed_generation: generation,
         conditions: vec![readiness(&problems, generation)],
     };
-    if apply::status(api, policy, current, status).await?
-        && let Some(p) = problems.iter().find(|p| p.blocking)
-    {
-        publish(ctx, policy, EventType::Warning, p.reason, p.message.clone()).await;
-    }
-    match failure {
-        Some(error) => Err(error),
-        None => Ok(Action::requeue(ctx.resync)),
-    }
+    let action = update_status(ctx, api, policy, current, status).await?;
+    failure.map_or(Ok(action), Err)
 }
 
 /// `Ready` from the problems of a translation: false with the first blocking problem's reason
