@@ -88,7 +88,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     procfs::check_available()?;
     let root = workspace_root();
     let engine_crds = engine_crd_files(&root)?;
-    let k8tls_env = root.join("config/engines/k8tls.yaml");
+    let k8tls_env = root.join("charts/nimbus/files/k8tls/environment.yaml");
     let k8tls_env = std::fs::read_to_string(&k8tls_env)
         .with_context(|| format!("reading {}", k8tls_env.display()))?;
     let nimbus = match &args.nimbus_bin {
@@ -128,7 +128,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     apply_yaml(&client, &k8tls_env)
         .await
-        .context("installing config/engines/k8tls.yaml")?;
+        .context("installing charts/nimbus/files/k8tls/environment.yaml")?;
 
     let ops = Ops {
         client: client.clone(),

@@ -47,7 +47,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
 
     // What the Helm chart installs beside the operator for the k8tls engine.
-    let k8tls = crate::repo_root().join("config/engines/k8tls.yaml");
+    let k8tls = crate::repo_root().join("charts/nimbus/files/k8tls/environment.yaml");
     apply_yaml(&client, &read(&k8tls)?)
         .await
         .with_context(|| format!("applying {}", k8tls.display()))?;

@@ -7,7 +7,7 @@ fn committed_crds_match_the_generated_ones() {
     let generated = nimbus_api::crds_yaml().expect("CRDs render");
     assert!(
         committed == generated,
-        "config/crd/nimbus.yaml is stale: run `cargo run -- crds > config/crd/nimbus.yaml`"
+        "config/crd/nimbus.yaml is stale: run `make crds`"
     );
 }
 

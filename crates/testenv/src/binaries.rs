@@ -18,7 +18,7 @@ static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// Returns the directory holding the binaries, building them first if needed.
 ///
-/// Blocking: a cold build takes 20-30 minutes, with the script's progress on stderr.
+/// Blocking: a cold build takes 10-30 minutes, with the script's progress on stderr.
 pub(crate) fn locate(fake_nodes: bool) -> Result<PathBuf, Error> {
     let dir = match std::env::var_os(CONTROL_PLANE_DIR_ENV) {
         Some(dir) => PathBuf::from(dir),

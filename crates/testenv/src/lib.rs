@@ -22,7 +22,7 @@
 //!
 //! Taken from the directory in `NIMBUS_CONTROL_PLANE_DIR` if set. Otherwise
 //! `hack/build-control-plane.sh` is run (once per process) and prints the directory; it builds
-//! the pinned versions with Go (>= 1.26) into `~/.cache/nimbus-rs`, which takes 20-30 minutes
+//! the pinned versions with Go (>= 1.26) into `~/.cache/nimbus-rs`, which takes 10-30 minutes
 //! the first time and well under a second afterwards. Missing binaries are an error, never a
 //! reason to skip a test.
 //!

@@ -235,8 +235,9 @@ pub fn cluster_with_engines() -> &'static ControlPlane {
                 install_engine_crd(&client, file).await;
             }
             let k8tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../config/engines/k8tls.yaml");
-            let yaml = std::fs::read_to_string(&k8tls).expect("config/engines/k8tls.yaml");
+                .join("../../charts/nimbus/files/k8tls/environment.yaml");
+            let yaml = std::fs::read_to_string(&k8tls)
+                .expect("charts/nimbus/files/k8tls/environment.yaml");
             apply_yaml(&client, &yaml).await.expect("k8tls environment");
         })
     });
