@@ -37,4 +37,10 @@ pub mod condition {
     pub const REASON_ENGINE_NOT_READY: &str = "EngineNotReady";
     /// Writing a generated object failed.
     pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
+    /// A generated policy has not been translated at its current generation yet (`Unknown`).
+    /// A NimbusPolicy no binding controls: it is not translated.
+    pub const REASON_NOT_BOUND: &str = "NotBound";
+    pub const REASON_RECONCILING: &str = "Reconciling";
+    /// A cluster binding selects no namespace its per-namespace intents could apply to.
+    pub const REASON_NO_NAMESPACE_SELECTED: &str = "NoNamespaceSelected";
 }

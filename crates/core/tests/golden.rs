@@ -2201,6 +2201,7 @@ fn engines(enabled: &[Engine], installed: &[Engine]) -> EngineSet {
     EngineSet {
         enabled: enabled.iter().copied().collect(),
         installed: installed.iter().copied().collect(),
+        ..EngineSet::default()
     }
 }
 

@@ -347,7 +347,7 @@ fn engine_set() -> impl Strategy<Value = EngineSet> {
     };
     prop_oneof![
         3 => Just(EngineSet::all()),
-        1 => (subset(), subset()).prop_map(|(enabled, installed)| EngineSet { enabled, installed }),
+        1 => (subset(), subset()).prop_map(|(enabled, installed)| EngineSet { enabled, installed, ..EngineSet::default() }),
     ]
 }
 

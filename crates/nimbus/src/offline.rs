@@ -309,6 +309,7 @@ pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
             args.engines.iter().copied().collect()
         },
         installed: Engine::ALL.into(),
+        ..EngineSet::default()
     };
     let (objects, warnings) = translate_all(&loaded, args, &env, &engines)?;
     for w in &warnings {

@@ -896,7 +896,7 @@ async fn cli_vs_cluster(
         let mut body = item.clone();
         body.as_object_mut().expect("object").remove("metadata");
         drop_empty_uids(&mut body);
-        if !nimbus_operator::apply::covers(&live, &body) {
+        if !nimbus_operator::drift::covers(&live, &body) {
             return Err(format!("{what} differs:\ncli: {body:#}\ncluster: {live:#}"));
         }
     }

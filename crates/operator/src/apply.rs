@@ -4,7 +4,8 @@
 use crate::error::Error;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use crate::drift::{self, Write};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -33,58 +34,9 @@ pub fn is_controlled_by<K: Resource>(obj: &K, owner_uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == owner_uid)
 }
 
-/// Whether applying `desired` over `observed` would change anything we own: every field we set
-/// besides metadata must be present with the same value (fields the API server defaulted or
-/// another manager added do not count), our labels and annotations present, and our
-/// ownerReferences there.
-pub fn needs_apply<K: Resource + Serialize>(desired: &K, observed: Option<&K>) -> bool {
-    let Some(observed) = observed else {
-        return true;
-    };
-    let (Ok(Value::Object(want)), Ok(have)) = (
-        serde_json::to_value(desired),
-        serde_json::to_value(observed),
-    ) else {
-        return true;
-    };
-    let body_same = want
-        .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "apiVersion" | "kind" | "status"))
-        .all(|(k, v)| covers(have.get(k).unwrap_or(&Value::Null), v));
-    let contains = |want: &std::collections::BTreeMap<String, String>,
-                    have: &std::collections::BTreeMap<String, String>| {
-        want.iter().all(|(k, v)| have.get(k) == Some(v))
-    };
-    let owners_present = desired.owner_references().iter().all(|o| {
-        observed
-            .owner_references()
-            .iter()
-            .any(|p| p.uid == o.uid && p.controller == o.controller)
-    });
-    !(body_same
-        && contains(desired.labels(), observed.labels())
-        && contains(desired.annotations(), observed.annotations())
-        && owners_present)
-}
-
-/// Whether `have` holds everything `want` says: objects may carry extra keys (server defaults),
-/// lists must have the same length with each element covered, scalars must be equal. A `null`
-/// we want is the same as a field left out.
-pub fn covers(have: &Value, want: &Value) -> bool {
-    match (have, want) {
-        (_, Value::Null) => true,
-        (Value::Object(have), Value::Object(want)) => want
-            .iter()
-            .all(|(k, v)| covers(have.get(k).unwrap_or(&Value::Null), v)),
-        (Value::Array(have), Value::Array(want)) => {
-            have.len() == want.len() && have.iter().zip(want).all(|(h, w)| covers(h, w))
-        }
-        _ => have == want,
-    }
-}
-
-/// Server-side applies `desired` as `manager` when it differs from `observed`. Returns whether
-/// it wrote.
+/// Makes `observed` exactly `desired` as `manager` (see [`drift`]): nothing when it already is,
+/// else a server-side apply, or a replace when another manager added fields to the body.
+/// Returns whether it wrote.
 pub async fn apply<K>(
     api: &Api<K>,
     manager: &str,
@@ -94,17 +46,65 @@ pub async fn apply<K>(
 where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
-    if !needs_apply(desired, observed) {
-        return Ok(false);
+    let context = || describe(desired);
+    let want = serde_json::to_value(desired).map_err(|source| Error::Serialize { object: context(), source })?;
+    let have = observed
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(|source| Error::Serialize { object: context(), source })?;
+    let name = desired.name_any();
+    match drift::plan(&want, have.as_ref(), manager) {
+        Write::Nothing => return Ok(false),
+        Write::Apply => {
+            api.patch(&name, &PatchParams::apply(manager).force(), &Patch::Apply(desired))
+                .await
+                .map_err(Error::kube("applying", context()))?;
+        }
+        Write::Replace => {
+            let have = have.unwrap_or_default();
+            let body = replacement(want, &have);
+            let body: K = serde_json::from_value(body).map_err(|source| Error::Serialize { object: context(), source })?;
+            let params = PostParams {
+                field_manager: Some(manager.to_owned()),
+                ..PostParams::default()
+            };
+            api.replace(&name, &params, &body)
+                .await
+                .map_err(Error::kube("replacing", context()))?;
+        }
     }
-    api.patch(
-        &desired.name_any(),
-        &PatchParams::apply(manager).force(),
-        &Patch::Apply(desired),
-    )
-    .await
-    .map_err(Error::kube("applying", describe(desired)))?;
     Ok(true)
+}
+
+/// `want` as a full replacement of `have`: our body, the observed status, our labels,
+/// annotations and owners over the observed ones, and the observed resourceVersion so that a
+/// concurrent change makes it fail rather than be overwritten.
+fn replacement(mut want: Value, have: &Value) -> Value {
+    let merged = |field: &str| {
+        let mut map = have
+            .pointer(&format!("/metadata/{field}"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(ours) = want.pointer(&format!("/metadata/{field}")).and_then(Value::as_object) {
+            map.extend(ours.clone());
+        }
+        Value::Object(map)
+    };
+    let (labels, annotations) = (merged("labels"), merged("annotations"));
+    if let Some(meta) = want.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("labels".into(), labels);
+        meta.insert("annotations".into(), annotations);
+        for field in ["resourceVersion", "finalizers"] {
+            if let Some(v) = have.pointer(&format!("/metadata/{field}")) {
+                meta.insert(field.into(), v.clone());
+            }
+        }
+    }
+    if let (Some(status), Some(obj)) = (have.get("status"), want.as_object_mut()) {
+        obj.insert("status".into(), status.clone());
+    }
+    want
 }
 
 /// Deletes `obj` if it is still the same object (by UID). Returns whether it deleted.
@@ -188,83 +188,35 @@ pub fn ready(
     message: impl Into<String>,
     generation: Option<i64>,
 ) -> Condition {
+    condition(if ok { "True" } else { "False" }, reason, message.into(), generation)
+}
+
+/// `Ready=Unknown`: the outcome is not known yet.
+pub fn reconciling(message: String, generation: Option<i64>) -> Condition {
+    condition("Unknown", nimbus_api::condition::REASON_RECONCILING, message, generation)
+}
+
+/// Longest condition message written; longer ones are cut (an object's whole size is bounded
+/// by etcd, and a list of thousands of names helps nobody).
+const MAX_MESSAGE: usize = 4096;
+
+fn condition(status: &str, reason: &str, mut message: String, generation: Option<i64>) -> Condition {
+    if message.len() > MAX_MESSAGE {
+        let mut cut = MAX_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let dropped = message.len() - cut;
+        message.truncate(cut);
+        message.push_str(&format!("… ({dropped} more bytes)"));
+    }
     Condition {
         type_: nimbus_api::condition::READY.to_owned(),
-        status: if ok { "True" } else { "False" }.to_owned(),
+        status: status.to_owned(),
         reason: reason.to_owned(),
-        message: message.into(),
+        message,
         observed_generation: generation,
         last_transition_time: Time(Timestamp::UNIX_EPOCH),
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-    use std::collections::BTreeMap;
-
-    fn cm(data: &[(&str, &str)], labels: &[(&str, &str)]) -> ConfigMap {
-        let map = |p: &[(&str, &str)]| -> BTreeMap<String, String> {
-            p.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        let mut c = ConfigMap {
-            data: Some(map(data)),
-            ..Default::default()
-        };
-        c.metadata.name = Some("x".into());
-        c.metadata.labels = Some(map(labels));
-        c
-    }
-
-    #[test]
-    fn nothing_to_apply_when_observed_has_what_we_want_plus_server_fields() {
-        let desired = cm(&[("a", "1")], &[("l", "v")]);
-        let mut observed = cm(&[("a", "1")], &[("l", "v"), ("other", "x")]);
-        observed.metadata.resource_version = Some("7".into());
-        observed.metadata.uid = Some("u".into());
-        assert!(!needs_apply(&desired, Some(&observed)));
-    }
-
-    #[test]
-    fn body_drift_missing_labels_and_absence_need_apply() {
-        let desired = cm(&[("a", "1")], &[("l", "v")]);
-        assert!(needs_apply(&desired, None));
-        assert!(needs_apply(
-            &desired,
-            Some(&cm(&[("a", "2")], &[("l", "v")]))
-        ));
-        assert!(needs_apply(&desired, Some(&cm(&[("a", "1")], &[]))));
-    }
-
-    #[test]
-    fn server_defaults_are_not_drift_but_changed_or_missing_fields_are() {
-        let want = json!({"spec": {"a": [{"x": 1}], "empty": {}}});
-        let defaulted = json!({"spec": {"a": [{"x": 1, "d": true}], "empty": {}, "b": 2}});
-        assert!(covers(&defaulted, &want));
-        assert!(!covers(
-            &json!({"spec": {"a": [{"x": 2}], "empty": {}}}),
-            &want
-        ));
-        assert!(!covers(
-            &json!({"spec": {"a": [{"x": 1}, {"x": 1}], "empty": {}}}),
-            &want
-        ));
-        assert!(!covers(&json!({"spec": {"a": [{"x": 1}]}}), &want));
-        assert!(covers(&json!({}), &json!({"k": null})));
-    }
-
-    #[test]
-    fn a_missing_owner_reference_needs_apply() {
-        let mut desired = cm(&[], &[]);
-        desired.metadata.owner_references = Some(vec![OwnerReference {
-            uid: "u1".into(),
-            controller: Some(true),
-            ..Default::default()
-        }]);
-        assert!(needs_apply(&desired, Some(&cm(&[], &[]))));
-    }
-}

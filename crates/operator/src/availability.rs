@@ -24,6 +24,7 @@ pub fn engine_set(enabled: &BTreeSet<Engine>, served: &Served) -> EngineSet {
             .into_iter()
             .filter(|e| engines::kinds(*e).iter().all(|k| served.contains(k)))
             .collect(),
+        ..EngineSet::default()
     }
 }
 
@@ -41,7 +42,13 @@ pub fn track(client: Client, engines: &BTreeSet<Engine>) -> (watch::Receiver<Ser
         .filter_map(|kind| Some((kind, kind.crd?)))
         .map(|(kind, crd)| track_crd(client.clone(), kind, crd, tx.clone()).boxed())
         .collect();
-    (rx, future::join_all(trackers).map(|_| ()).boxed())
+    // With no CRD-backed kind there is nothing to track: the driver idles rather than end, and
+    // keeps the sender so that subscribers' change streams stay open.
+    let driver = future::join_all(trackers).then(move |_| async move {
+        let _served = tx;
+        future::pending::<()>().await
+    });
+    (rx, driver.boxed())
 }
 
 /// Watches one CRD's metadata (not its schema, which can be megabytes) and marks `kind`

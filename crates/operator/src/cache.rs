@@ -5,13 +5,15 @@
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt, future};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
+use std::collections::HashSet;
 use std::hash::Hash;
+use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -25,6 +27,7 @@ where
     writer: Option<reflector::store::Writer<K>>,
     api: Api<K>,
     kind: String,
+    dyntype: K::DynamicType,
     config: watcher::Config,
     /// Drops fields the operator never reads before an object is stored (memory).
     strip: Option<fn(&mut K)>,
@@ -53,9 +56,10 @@ where
 {
     pub fn with(api: Api<K>, dyntype: K::DynamicType, config: watcher::Config) -> Self {
         let kind = K::kind(&dyntype).into_owned();
-        let writer = reflector::store::Writer::new(dyntype);
+        let writer = reflector::store::Writer::new(dyntype.clone());
         Self {
             kind,
+            dyntype,
             store: writer.as_reader(),
             writer: Some(writer),
             api,
@@ -110,6 +114,12 @@ where
         let kind = self.kind.clone();
         let pending = self.pending.clone();
         let synced = self.synced.clone();
+        let dyntype = self.dyntype.clone();
+        // A relist (after a watch expired, or the apiserver restarted) replaces the store at
+        // once; objects deleted in the gap would never reach a controller. They are found by
+        // comparing the store before the relist with what the relist returned.
+        let store = self.store.clone();
+        let mut relist: Option<(Vec<Arc<K>>, HashSet<ObjectRef<K>>)> = None;
         let watch = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
             .modify(move |obj| {
@@ -120,28 +130,41 @@ where
             .reflect(writer)
             .for_each(move |event| {
                 let touched = match event {
+                    Ok(watcher::Event::Init) => {
+                        relist = Some((store.state(), HashSet::new()));
+                        Vec::new()
+                    }
+                    Ok(watcher::Event::InitApply(obj)) => {
+                        if let Some((_, seen)) = &mut relist {
+                            seen.insert(ObjectRef::from_obj_with(&obj, dyntype.clone()));
+                        }
+                        vec![obj]
+                    }
                     Ok(watcher::Event::InitDone) => {
                         synced.send_replace(true);
-                        None
+                        let (before, seen) = relist.take().unwrap_or_default();
+                        let vanished: Vec<K> = before
+                            .into_iter()
+                            .filter(|o| !seen.contains(&ObjectRef::from_obj_with(&**o, dyntype.clone())))
+                            .map(|o| (*o).clone())
+                            .collect();
+                        if !vanished.is_empty() {
+                            tracing::debug!(%kind, count = vanished.len(), "deleted while not watched");
+                        }
+                        vanished
                     }
-                    Ok(watcher::Event::Init) => None,
-                    Ok(
-                        watcher::Event::Apply(obj)
-                        | watcher::Event::InitApply(obj)
-                        | watcher::Event::Delete(obj),
-                    ) => Some(Ok(obj)),
-                    Err(error) => Some(Err(error)),
+                    Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) => vec![obj],
+                    Err(error) => {
+                        tracing::warn!(%kind, %error, "watch failed; retrying");
+                        Vec::new()
+                    }
                 };
-                match touched {
-                    None => {}
-                    Some(Ok(obj)) => {
-                        for subscriber in &subscribers {
-                            if subscriber.send(obj.clone()).is_ok() {
-                                pending.inc();
-                            }
+                for obj in touched {
+                    for subscriber in &subscribers {
+                        if subscriber.send(obj.clone()).is_ok() {
+                            pending.inc();
                         }
                     }
-                    Some(Err(error)) => tracing::warn!(%kind, %error, "watch failed; retrying"),
                 }
                 future::ready(())
             });

@@ -1,4 +1,4 @@
-//! `/healthz` (the process is serving) and `/readyz` (every cache has synced).
+//! `/healthz` (the process is serving) and `/readyz` (every cache has synced, none has stopped).
 
 use crate::error::Error;
 use axum::Router;
@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 pub async fn serve(
     addr: SocketAddr,
     caches_synced: impl Future<Output = ()> + Send + 'static,
+    broken: CancellationToken,
     shutdown: CancellationToken,
 ) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, Error> {
     let ready = Arc::new(AtomicBool::new(false));
@@ -30,11 +31,12 @@ pub async fn serve(
             "/readyz",
             get(move || {
                 let ready = ready.load(Ordering::Acquire);
+                let broken = broken.is_cancelled();
                 async move {
-                    if ready {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+                    match (ready, broken) {
+                        (_, true) => (StatusCode::SERVICE_UNAVAILABLE, "a cache stopped"),
+                        (true, false) => (StatusCode::OK, "ok"),
+                        (false, false) => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced"),
                     }
                 }
             }),

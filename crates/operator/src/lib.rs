@@ -6,6 +6,7 @@ mod availability;
 mod cache;
 mod context;
 mod controllers;
+pub mod drift;
 mod error;
 mod health;
 pub mod leader;

@@ -23,7 +23,8 @@ pub fn cache(client: &Client, kind: &'static NativeKind) -> Cache<DynamicObject>
     let resource = kind.api_resource();
     let api = Api::all_with(client.clone(), &resource);
     let config = watcher::Config::default().labels(&managed_selector());
-    Cache::with(api, resource, config).strip(|o| o.metadata.managed_fields = None)
+    // managedFields stay: they tell our fields from server defaults and others' additions.
+    Cache::with(api, resource, config)
 }
 
 /// Read access to every native cache.

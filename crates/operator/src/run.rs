@@ -335,9 +335,22 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         namespace_cache.synced().boxed(),
     ])
     .map(drop);
+    // Watches run until the process stops. One that ends anyway is a bug: say so, and stop
+    // reporting ready, but keep serving (only a signal ends `nimbus run`).
+    let broken = CancellationToken::new();
+    let caches = future::join_all(caches.into_iter().map(|driver| {
+        let (broken, shutdown) = (broken.clone(), shutdown.clone());
+        driver.then(move |()| async move {
+            if !shutdown.is_cancelled() {
+                tracing::error!("a cache driver ended unexpectedly; reporting not ready");
+                broken.cancel();
+            }
+            future::pending::<()>().await
+        })
+    }));
     if let Some(addr) = config.health_addr {
         // Its own task: its graceful stop must not cut the controllers' in-flight reconciles.
-        tokio::spawn(health::serve(addr, ready, shutdown.clone()).await?);
+        tokio::spawn(health::serve(addr, ready, broken.clone(), shutdown.clone()).await?);
     }
     if let Some(addr) = config.metrics_addr {
         tokio::spawn(metrics.clone().serve(addr, shutdown.clone()).await?);
@@ -354,7 +367,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     // Caches run until shutdown; controllers finish their in-flight reconciles first.
     tokio::select! {
         _ = controllers => {}
-        _ = future::select_all(caches) => {}
+        _ = caches => {}
     }
     // Only now, with no reconcile in flight, hand the lease over.
     election_stop.cancel();

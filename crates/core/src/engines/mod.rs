@@ -239,6 +239,9 @@ impl Default for Environment {
 pub struct EngineSet {
     pub enabled: BTreeSet<Engine>,
     pub installed: BTreeSet<Engine>,
+    /// Engines switched off here whose objects an external adapter reports in the policy's
+    /// status (Nimbus's adapter contract): they count as enforcing.
+    pub external: BTreeSet<Engine>,
 }
 
 impl EngineSet {
@@ -247,6 +250,7 @@ impl EngineSet {
         Self {
             enabled: Engine::ALL.into(),
             installed: Engine::ALL.into(),
+            external: BTreeSet::new(),
         }
     }
 
@@ -410,9 +414,14 @@ fn coverage(
             format!("intent `{}` is enforced only through {other}", rule.id),
         )];
     }
+    let external: Vec<String> = candidates
+        .iter()
+        .filter(|e| !engines.active(**e) && engines.external.contains(*e))
+        .map(|e| e.to_string())
+        .collect();
     let missing: Vec<String> = candidates
         .iter()
-        .filter(|e| !engines.active(**e))
+        .filter(|e| !engines.active(**e) && !engines.external.contains(*e))
         .map(|e| {
             let why = if engines.enabled.contains(e) {
                 "not installed"
@@ -422,8 +431,23 @@ fn coverage(
             format!("{e} ({why})")
         })
         .collect();
+    let mut problems = Vec::new();
+    if !external.is_empty() {
+        problems.push(Problem {
+            blocking: false,
+            ..Problem::new(
+                rule,
+                condition::REASON_ENGINE_DISABLED,
+                format!(
+                    "intent `{}` is enforced by an external adapter: {}",
+                    rule.id,
+                    external.join(", ")
+                ),
+            )
+        });
+    }
     if missing.is_empty() {
-        return Vec::new();
+        return problems;
     }
     let none_left = missing.len() == candidates.len();
     let reason = if candidates.iter().any(|e| !engines.enabled.contains(e)) {
@@ -444,10 +468,11 @@ fn coverage(
             missing.join(", ")
         )
     };
-    vec![Problem {
+    problems.push(Problem {
         blocking: none_left,
         ..Problem::new(rule, reason, message)
-    }]
+    });
+    problems
 }
 
 /// One rule being translated, with the key its objects are named after: its lowercase ID

@@ -1,6 +1,6 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
 
-use super::{Context, binding_ready, sync_policy, update_status};
+use super::{Blocker, Context, binding_ready, policy_result, sync_policy, update_status};
 use crate::apply::{is_controlled_by, ready};
 use crate::error::Error;
 use kube::runtime::controller::Action;
@@ -9,7 +9,6 @@ use kube::{Api, ResourceExt};
 use nimbus_api::{
     NimbusPolicy, STATUS_CREATED, SecurityIntentBinding, SecurityIntentBindingStatus, condition,
 };
-use nimbus_core::catalog::BindingKind;
 use nimbus_core::{compile_binding, objects};
 use std::sync::Arc;
 
@@ -62,16 +61,26 @@ pub async fn reconcile(
     };
 
     let policy = plan.policy.map(|spec| objects::binding_policy(&sib, spec));
-    sync_policy(&ctx, &*sib, &policies, policy.as_ref(), ours).await?;
+    let written = sync_policy(&ctx, &*sib, &policies, policy.as_ref(), ours).await?;
 
-    let rules = policy.as_ref().map_or(&[][..], |p| &p.spec.rules[..]);
-    let condition = binding_ready(
-        &ctx,
-        BindingKind::Namespaced,
-        rules,
-        &plan.missing_intents,
-        generation,
-    );
+    let blockers = (!plan.missing_intents.is_empty())
+        .then(|| Blocker {
+            reason: condition::REASON_INTENT_NOT_FOUND,
+            message: format!(
+                "SecurityIntents not found: {}",
+                plan.missing_intents.join(", ")
+            ),
+        })
+        .into_iter()
+        .collect();
+    let results = match &policy {
+        Some(_) => vec![(
+            format!("NimbusPolicy {name}"),
+            policy_result(ours, ours.and_then(|p| p.status.as_ref()), written),
+        )],
+        None => Vec::new(),
+    };
+    let condition = binding_ready(generation, blockers, &results);
     write_status(
         &ctx,
         &sib,

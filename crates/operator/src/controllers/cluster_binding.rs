@@ -1,7 +1,7 @@
 //! ClusterSecurityIntentBinding → one ClusterNimbusPolicy plus a NimbusPolicy
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
-use super::{Context, binding_ready, sync_policy, update_status};
+use super::{Blocker, Context, binding_ready, policy_result, sync_policy, update_status};
 use crate::apply::{self, is_controlled_by, ready};
 use crate::error::Error;
 use k8s_openapi::api::core::v1::Namespace;
@@ -13,7 +13,6 @@ use nimbus_api::{
     NamespaceSelector, NimbusPolicy, NimbusPolicySpec, STATUS_CREATED, STATUS_VALIDATION_FAIL,
     condition,
 };
-use nimbus_core::catalog::BindingKind;
 use nimbus_core::{CompileError, compile_cluster_binding, names, namespaces, objects};
 use std::sync::Arc;
 
@@ -44,13 +43,15 @@ pub async fn reconcile(
         }
     };
 
-    let mut problems = Vec::new();
+    let mut conflicts = Vec::new();
+    let mut failures = Vec::new();
+    let mut results = Vec::new();
     let mut first_error = None;
 
     // The cluster-wide policy.
     let cluster_policy = match (plan.cluster_policy, observed.is_some() && ours.is_none()) {
         (_, true) => {
-            problems.push(format!(
+            conflicts.push(format!(
                 "ClusterNimbusPolicy {name} exists and is not owned by this binding"
             ));
             None
@@ -58,8 +59,13 @@ pub async fn reconcile(
         (spec, false) => {
             let desired = spec.map(|spec| objects::cluster_policy(&csib, spec));
             let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
-            if let Err(e) = sync_policy(&ctx, &*csib, &api, desired.as_ref(), ours).await {
-                first_error = first_error.or(Some(e));
+            match sync_policy(&ctx, &*csib, &api, desired.as_ref(), ours).await {
+                Ok(written) if desired.is_some() => results.push((
+                    format!("ClusterNimbusPolicy {name}"),
+                    policy_result(ours, ours.and_then(|p| p.status.as_ref()), written),
+                )),
+                Ok(_) => {}
+                Err(e) => first_error = first_error.or(Some(e)),
             }
             desired
         }
@@ -83,7 +89,7 @@ pub async fn reconcile(
         let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &ns_name);
         let result = match wanted(&plan.namespace_policy, &ns_selector, &ns) {
             Some(_) if observed.is_some() && ours.is_none() => {
-                problems.push(format!(
+                conflicts.push(format!(
                     "NimbusPolicy {ns_name}/{policy_name} exists and is not owned by this binding"
                 ));
                 continue;
@@ -91,7 +97,9 @@ pub async fn reconcile(
             Some(spec) => {
                 let desired = objects::namespace_policy(&csib, &ns_name, spec.clone());
                 let result = apply::apply(&api, apply::FIELD_MANAGER, &desired, ours).await;
-                if result.is_ok() {
+                if let Ok(written) = result {
+                    let status = ours.and_then(|p| p.status.as_ref());
+                    results.push((ns_name.clone(), policy_result(ours, status, written)));
                     in_force.push(ns_name);
                 }
                 result
@@ -103,31 +111,44 @@ pub async fn reconcile(
                 None => continue,
             },
         };
-        if let Err(e) = result {
-            first_error = first_error.or(Some(e));
+        if let Err(error) = result {
+            failures.push(error.to_string());
+            first_error = first_error.or(Some(error));
         }
     }
     in_force.sort();
 
-    let condition = if !problems.is_empty() {
-        ready(
-            false,
-            condition::REASON_POLICY_CONFLICT,
-            problems.join("; "),
-            generation,
-        )
-    } else {
-        let rules = cluster_policy
-            .as_ref()
-            .map_or(&[][..], |p| &p.spec.rules[..]);
-        binding_ready(
-            &ctx,
-            BindingKind::Cluster,
-            rules,
-            &plan.missing_intents,
-            generation,
-        )
-    };
+    let mut blockers = Vec::new();
+    if !plan.missing_intents.is_empty() {
+        blockers.push(Blocker {
+            reason: condition::REASON_INTENT_NOT_FOUND,
+            message: format!(
+                "SecurityIntents not found: {}",
+                plan.missing_intents.join(", ")
+            ),
+        });
+    }
+    if !conflicts.is_empty() {
+        blockers.push(Blocker {
+            reason: condition::REASON_POLICY_CONFLICT,
+            message: conflicts.join("; "),
+        });
+    }
+    if !failures.is_empty() {
+        blockers.push(Blocker {
+            reason: condition::REASON_APPLY_FAILED,
+            message: failures.join("; "),
+        });
+    }
+    if plan.namespace_policy.is_some() && in_force.is_empty() && blockers.is_empty() {
+        blockers.push(Blocker {
+            reason: condition::REASON_NO_NAMESPACE_SELECTED,
+            message: "no namespace is selected (kube-system never is), so per-namespace intents \
+                      are enforced nowhere"
+                .to_owned(),
+        });
+    }
+    let condition = binding_ready(generation, blockers, &results);
     let bound = plan.bound_intents;
     let status = ClusterSecurityIntentBindingStatus {
         status: STATUS_CREATED.to_owned(),

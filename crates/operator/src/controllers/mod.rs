@@ -13,11 +13,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use nimbus_api::{
-    ClusterSecurityIntentBindingStatus, NimbusPolicyStatus, NimbusRule,
-    SecurityIntentBindingStatus, SecurityIntentStatus,
+    ClusterSecurityIntentBindingStatus, NimbusPolicyStatus, SecurityIntentBindingStatus,
+    SecurityIntentStatus,
 };
-use nimbus_core::catalog::BindingKind;
-use nimbus_core::engines::{self, Problem};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,14 +53,15 @@ async fn publish<K: Resource<DynamicType = ()>>(
 }
 
 /// Keeps the policy a binding generates: applies `desired`, or deletes the one the binding owns
-/// when nothing is desired, with an event on the binding when that changed something.
+/// when nothing is desired, with an event on the binding when that changed something. Returns
+/// whether it wrote.
 async fn sync_policy<B, P>(
     ctx: &Context,
     binding: &B,
     api: &kube::Api<P>,
     desired: Option<&P>,
     ours: Option<&P>,
-) -> Result<(), Error>
+) -> Result<bool, Error>
 where
     B: Resource<DynamicType = ()>,
     P: Resource<DynamicType = ()>
@@ -74,7 +74,7 @@ where
     let (reason, note) = match (desired, ours) {
         (Some(desired), _) => {
             if !crate::apply::apply(api, crate::apply::FIELD_MANAGER, desired, ours).await? {
-                return Ok(());
+                return Ok(false);
             }
             let name = desired.name_any();
             match ours {
@@ -84,46 +84,81 @@ where
         }
         (None, Some(stale)) => {
             if !crate::apply::delete(api, stale).await? {
-                return Ok(());
+                return Ok(false);
             }
             let name = stale.name_any();
             let note = format!("{kind} {name} deleted: no referenced intent exists");
             ("PolicyDeleted", note)
         }
-        (None, None) => return Ok(()),
+        (None, None) => return Ok(false),
     };
     publish(ctx, binding, EventType::Normal, reason, note).await;
-    Ok(())
+    Ok(true)
 }
 
-/// A binding's `Ready`: missing intents first, then what keeps its bound intents from being
-/// enforced (unknown IDs, bad parameters, engines off or not installed).
-fn binding_ready(
-    ctx: &Context,
-    kind: BindingKind,
-    rules: &[NimbusRule],
-    missing_intents: &[String],
-    generation: Option<i64>,
-) -> nimbus_api::Condition {
-    let engines = ctx.engine_set();
-    let problems: Vec<Problem> = rules
+/// The `Ready` condition a generated policy reports for what it holds now; `None` while it is
+/// being (re)written or its status is older than its spec.
+fn policy_result(
+    policy: Option<&(impl Resource + ?Sized)>,
+    status: Option<&NimbusPolicyStatus>,
+    just_written: bool,
+) -> Option<nimbus_api::Condition> {
+    let generation = policy?.meta().generation;
+    let status = status.filter(|s| !just_written && s.observed_generation == generation)?;
+    status
+        .conditions
         .iter()
-        .flat_map(|r| engines::check_rule(r, kind, &engines))
-        .collect();
-    if missing_intents.is_empty() {
-        return policy::readiness(&problems, generation);
+        .find(|c| c.type_ == nimbus_api::condition::READY)
+        .cloned()
+}
+
+/// What keeps a binding from being in force besides its policies' own results.
+pub(super) struct Blocker {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A binding's `Ready`, from what its generated policies report (so it never claims more than
+/// is in force): false when something blocks it or a policy is not ready, unknown while a
+/// policy has not been translated at its current generation, true otherwise with the policies'
+/// notes (partial enforcement). `policies` pairs each policy's name with its result.
+fn binding_ready(
+    generation: Option<i64>,
+    blockers: Vec<Blocker>,
+    policies: &[(String, Option<nimbus_api::Condition>)],
+) -> nimbus_api::Condition {
+    let mut failed = blockers.first().map(|b| b.reason.to_owned());
+    let mut notes: Vec<String> = blockers.into_iter().map(|b| b.message).collect();
+    // Cluster bindings repeat one message over many namespaces: group them.
+    let mut by_message: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut pending = Vec::new();
+    for (name, result) in policies {
+        match result {
+            None => pending.push(name.as_str()),
+            Some(c) => {
+                if c.status != "True" {
+                    failed.get_or_insert_with(|| c.reason.clone());
+                }
+                if !c.message.is_empty() {
+                    by_message.entry(&c.message).or_default().push(name);
+                }
+            }
+        }
     }
-    let mut message = format!("SecurityIntents not found: {}", missing_intents.join(", "));
-    for p in &problems {
-        message.push_str("; ");
-        message.push_str(&p.message);
+    notes.extend(
+        by_message
+            .into_iter()
+            .map(|(message, names)| format!("{}: {message}", names.join(", "))),
+    );
+    let message = notes.join("; ");
+    match failed {
+        Some(reason) => crate::apply::ready(false, &reason, message, generation),
+        None if !pending.is_empty() => crate::apply::reconciling(
+            format!("waiting for {} to be translated", pending.join(", ")),
+            generation,
+        ),
+        None => crate::apply::ready(true, nimbus_api::condition::REASON_READY, message, generation),
     }
-    crate::apply::ready(
-        false,
-        nimbus_api::condition::REASON_INTENT_NOT_FOUND,
-        message,
-        generation,
-    )
 }
 
 /// Writes an object's status (if it changed) and raises a Warning event when it turns not

@@ -12,7 +12,9 @@ use kube::{Api, Resource, ResourceExt};
 use nimbus_api::{
     ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus, STATUS_CREATED, condition,
 };
-use nimbus_core::engines::{self, PolicyInput, Problem};
+use kube::runtime::reflector::ObjectRef;
+use nimbus_core::catalog::Engine;
+use nimbus_core::engines::{self, EngineSet, PolicyInput, Problem};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
@@ -26,9 +28,23 @@ pub async fn reconcile_namespaced(
     let uid = np
         .uid()
         .ok_or_else(|| Error::MissingField(np.name_any(), "metadata.uid"))?;
-    let api = Api::namespaced(ctx.client.clone(), &np.namespace().unwrap_or_default());
+    let namespace = np.namespace().unwrap_or_default();
+    let api = Api::namespaced(ctx.client.clone(), &namespace);
+    // Only a binding's policy is translated: whoever may write NimbusPolicies must not get what
+    // a binding's author would have to be trusted with (a sandbox RoleBinding, say).
+    let bound = np.owner_references().iter().any(|o| {
+        o.controller == Some(true)
+            && match o.kind.as_str() {
+                "SecurityIntentBinding" => ctx
+                    .bindings
+                    .get(&ObjectRef::new(&o.name).within(&namespace))
+                    .is_some_and(|b| b.uid().as_deref() == Some(&o.uid)),
+                "ClusterSecurityIntentBinding" => cluster_binding_exists(&ctx, &o.name, &o.uid),
+                _ => false,
+            }
+    });
     let input = PolicyInput::namespaced(&np, &uid);
-    sync(&api, &*np, np.status.as_ref(), &input, &ctx).await
+    sync(&api, &*np, np.status.as_ref(), &input, bound, &ctx).await
 }
 
 pub async fn reconcile_cluster(
@@ -38,15 +54,46 @@ pub async fn reconcile_cluster(
     let uid = cwnp
         .uid()
         .ok_or_else(|| Error::MissingField(cwnp.name_any(), "metadata.uid"))?;
+    let bound = cwnp.owner_references().iter().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "ClusterSecurityIntentBinding"
+            && cluster_binding_exists(&ctx, &o.name, &o.uid)
+    });
     let input = PolicyInput::cluster(&cwnp, &uid);
     sync(
         &Api::all(ctx.client.clone()),
         &*cwnp,
         cwnp.status.as_ref(),
         &input,
+        bound,
         &ctx,
     )
     .await
+}
+
+fn cluster_binding_exists(ctx: &Context, name: &str, uid: &str) -> bool {
+    ctx.cluster_bindings
+        .get(&ObjectRef::new(name))
+        .is_some_and(|b| b.uid().as_deref() == Some(uid))
+}
+
+/// Engines switched off here for which an external adapter listed objects in `entries` (the
+/// policy's `status.adapterPolicies`, where Nimbus's adapters report what they created).
+fn external_engines(engines: &EngineSet, entries: &[String]) -> BTreeSet<Engine> {
+    Engine::ALL
+        .into_iter()
+        .filter(|e| !engines.enabled.contains(e))
+        .filter(|e| entries.iter().any(|entry| is_entry_of(*e, entry)))
+        .collect()
+}
+
+/// Whether a status entry (`Kind/name`, or `namespace/CronJob/name`) names a kind of `engine`.
+fn is_entry_of(engine: Engine, entry: &str) -> bool {
+    let mut parts = entry.rsplit('/');
+    let kind = parts.nth(1);
+    engines::kinds(engine)
+        .iter()
+        .any(|k| k.listed && Some(k.entry) == kind)
 }
 
 async fn sync<K>(
@@ -54,18 +101,39 @@ async fn sync<K>(
     policy: &K,
     current: Option<&NimbusPolicyStatus>,
     input: &PolicyInput<'_>,
+    bound: bool,
     ctx: &Context,
 ) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
     let uid = &input.owner.uid;
-    let engines = ctx.engine_set();
+    let reported = current
+        .and_then(|s| s.adapter_policies.as_deref())
+        .unwrap_or_default();
+    let mut engines = ctx.engine_set();
+    engines.external = external_engines(&engines, reported);
     let env = ctx.environment(input.rules);
-    let translation = engines::translate(input, &env, &engines);
+    let mut translation = engines::translate(input, &env, &engines);
+    if !bound {
+        translation.objects.clear();
+        translation.problems = vec![Problem {
+            intent: String::new(),
+            reason: condition::REASON_NOT_BOUND,
+            message: "not controlled by an existing SecurityIntentBinding or \
+                      ClusterSecurityIntentBinding; nothing is enforced"
+                .to_owned(),
+            blocking: true,
+        }];
+    }
     let mut problems = translation.problems;
 
-    let mut entries = Vec::new();
+    // What external adapters reported stays listed (they own those entries).
+    let mut entries: Vec<String> = reported
+        .iter()
+        .filter(|e| engines.external.iter().any(|engine| is_entry_of(*engine, e)))
+        .cloned()
+        .collect();
     let mut keep = BTreeSet::new();
     let mut written = 0;
     let mut failure = None;
@@ -116,7 +184,11 @@ where
     }
     let pruned = pruned.len();
     if written + pruned > 0 {
-        let note = format!("{written} native policies applied, {pruned} removed");
+        let note = format!(
+            "{} applied, {} removed",
+            count(written, "native policy", "native policies"),
+            count(pruned, "native policy", "native policies")
+        );
         publish(ctx, policy, EventType::Normal, "NativePoliciesSynced", note).await;
     }
 
@@ -145,4 +217,9 @@ pub fn readiness(problems: &[Problem], generation: Option<i64>) -> nimbus_api::C
         Some(p) => ready(false, p.reason, message, generation),
         None => ready(true, condition::REASON_READY, message, generation),
     }
+}
+
+/// `1 native policy`, `2 native policies`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }

@@ -1,0 +1,312 @@
+//! Whether an object we own is exactly what we generate, and which write makes it so. Pure:
+//! decided from the cached object, its `managedFields` included, with no request.
+//!
+//! "Exactly" means: every field we generate has our value; no field we once generated and no
+//! longer want is still there; no other manager added anything to the object's body. Fields
+//! nobody owns are server defaults and are left alone, so a converged object needs no write.
+//!
+//! Server-side apply as our field manager fixes every difference except one: keys another
+//! manager added inside our maps (say a label in `podSelector.matchLabels`) are theirs, and
+//! apply never removes what it does not own. Those need a full replace.
+
+use serde_json::Value;
+
+/// The write that brings an observed object to what we want.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// It already is what we want.
+    Nothing,
+    /// Server-side apply (creates, changes our values, removes fields we no longer want).
+    Apply,
+    /// Replace the body (another manager added fields that apply could not remove).
+    Replace,
+}
+
+/// Top-level fields that are not the generated body: other managers may write them freely.
+const NOT_BODY: [&str; 4] = ["metadata", "status", "apiVersion", "kind"];
+
+/// What to write so that `observed` becomes `desired`, both serialized objects. `manager` is our
+/// field manager; `observed` must carry its `metadata.managedFields`.
+pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
+    let Some(observed) = observed else {
+        return Write::Apply;
+    };
+    let entries = observed
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let main_resource = |e: &&Value| {
+        e.get("subresource")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    };
+    let is_ours = |e: &Value| {
+        e.get("manager").and_then(Value::as_str) == Some(manager)
+            && e.get("operation").and_then(Value::as_str) == Some("Apply")
+    };
+
+    let foreign_extra = entries
+        .iter()
+        .filter(main_resource)
+        .filter(|e| !is_ours(e))
+        .filter_map(|e| e.pointer("/fieldsV1").and_then(Value::as_object))
+        .flat_map(|fields| fields.iter())
+        .filter(|(key, _)| !NOT_BODY.iter().any(|n| key.strip_prefix("f:") == Some(n)))
+        .any(|(key, owned)| beyond(key, owned, desired));
+    if foreign_extra {
+        return Write::Replace;
+    }
+
+    let Some(ours) = entries
+        .iter()
+        .filter(main_resource)
+        .find(|e| is_ours(e))
+        .and_then(|e| e.pointer("/fieldsV1"))
+    else {
+        return Write::Apply;
+    };
+    if owns_beyond(ours, desired) || !body_covered(observed, desired) || !meta_covered(observed, desired)
+    {
+        return Write::Apply;
+    }
+    Write::Nothing
+}
+
+/// Whether the field set `owned` (a `fieldsV1` tree) holds a field that `value` does not have.
+pub fn owns_beyond(owned: &Value, value: &Value) -> bool {
+    owned
+        .as_object()
+        .is_some_and(|fields| fields.iter().any(|(key, sub)| beyond(key, sub, value)))
+}
+
+/// Whether the `fieldsV1` entry `key` (with subtree `owned`) names something missing from
+/// `value`, at that entry or below it.
+fn beyond(key: &str, owned: &Value, value: &Value) -> bool {
+    if key == "." {
+        return false;
+    }
+    let child = match key.split_at_checked(2) {
+        Some(("f:", name)) => value.get(name),
+        Some(("k:", item)) => serde_json::from_str::<Value>(item).ok().and_then(|item| {
+            value
+                .as_array()
+                .and_then(|list| list.iter().find(|e| matches_key(e, &item)))
+        }),
+        Some(("v:", item)) => serde_json::from_str::<Value>(item)
+            .ok()
+            .and_then(|item| value.as_array().and_then(|l| l.iter().find(|e| **e == item))),
+        Some(("i:", index)) => index
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| value.as_array().and_then(|l| l.get(i))),
+        // A path element this code does not know: assume the worst, a write sorts it out.
+        _ => return true,
+    };
+    match child {
+        None | Some(Value::Null) => true,
+        Some(child) => owns_beyond(owned, child),
+    }
+}
+
+/// Whether list element `e` is the one an associative-list key designates. A key field the
+/// element leaves out (the server defaults it, e.g. a port's protocol) does not disqualify it.
+fn matches_key(e: &Value, key: &Value) -> bool {
+    key.as_object().is_some_and(|key| {
+        key.iter()
+            .all(|(k, v)| e.get(k).is_none_or(|have| have == v))
+    })
+}
+
+/// Whether every body field of `desired` is in `observed` with the same value.
+fn body_covered(observed: &Value, desired: &Value) -> bool {
+    desired.as_object().is_some_and(|want| {
+        want.iter()
+            .filter(|(k, _)| !NOT_BODY.contains(&k.as_str()))
+            .all(|(k, v)| covers(observed.get(k).unwrap_or(&Value::Null), v))
+    })
+}
+
+/// Whether `observed` carries our labels, annotations and owner references.
+fn meta_covered(observed: &Value, desired: &Value) -> bool {
+    ["labels", "annotations"].iter().all(|field| {
+        covers(
+            observed.pointer(&format!("/metadata/{field}")).unwrap_or(&Value::Null),
+            desired.pointer(&format!("/metadata/{field}")).unwrap_or(&Value::Null),
+        )
+    }) && desired
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_none_or(|want| {
+            let have = observed
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array);
+            want.iter().all(|o| {
+                have.is_some_and(|have| {
+                    have.iter()
+                        .any(|h| h.get("uid") == o.get("uid") && h.get("controller") == o.get("controller"))
+                })
+            })
+        })
+}
+
+/// Whether `have` holds everything `want` says: objects may carry extra keys (server defaults;
+/// extra keys someone owns are caught by [`plan`]), lists must have the same length with each
+/// element covered, scalars must be equal. A `null` we want is the same as a field left out.
+pub fn covers(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (_, Value::Null) => true,
+        (Value::Object(have), Value::Object(want)) => want
+            .iter()
+            .all(|(k, v)| covers(have.get(k).unwrap_or(&Value::Null), v)),
+        (Value::Array(have), Value::Array(want)) => {
+            have.len() == want.len() && have.iter().zip(want).all(|(h, w)| covers(h, w))
+        }
+        _ => have == want,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const US: &str = "nimbus-netpol";
+
+    fn entry(manager: &str, operation: &str, fields: Value) -> Value {
+        json!({"manager": manager, "operation": operation, "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": fields})
+    }
+
+    /// A NetworkPolicy as the server stores it after our apply of `selector`, plus defaults.
+    fn stored(labels: Value, managed: Vec<Value>) -> Value {
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"app.kubernetes.io/managed-by": "nimbus-netpol"},
+                         "ownerReferences": [{"uid": "u1", "controller": true, "name": "o", "kind": "NimbusPolicy", "apiVersion": "x/v1"}],
+                         "managedFields": managed},
+            "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Egress"], "egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}]}
+        })
+    }
+
+    fn desired(labels: Value) -> Value {
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"app.kubernetes.io/managed-by": "nimbus-netpol"},
+                         "ownerReferences": [{"uid": "u1", "controller": true, "name": "o", "kind": "NimbusPolicy", "apiVersion": "x/v1"}]},
+            "spec": {"podSelector": {"matchLabels": labels}, "egress": [{"ports": [{"port": 53}]}]}
+        })
+    }
+
+    fn our_fields(labels: &[&str]) -> Value {
+        let labels: serde_json::Map<String, Value> =
+            labels.iter().map(|l| (format!("f:{l}"), json!({}))).collect();
+        json!({
+            "f:metadata": {"f:labels": {"f:app.kubernetes.io/managed-by": {}},
+                           "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {}}},
+            "f:spec": {"f:podSelector": {"f:matchLabels": labels}, "f:egress": {}}
+        })
+    }
+
+    #[test]
+    fn a_converged_object_with_server_defaults_needs_nothing() {
+        let observed = stored(
+            json!({"app": "web"}),
+            vec![entry(US, "Apply", our_fields(&["app"]))],
+        );
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Nothing);
+    }
+
+    #[test]
+    fn absence_and_missing_ownership_need_apply() {
+        assert_eq!(plan(&desired(json!({})), None, US), Write::Apply);
+        let observed = stored(json!({"app": "web"}), vec![]);
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
+    }
+
+    #[test]
+    fn a_field_we_no_longer_generate_needs_apply() {
+        let observed = stored(
+            json!({"app": "web", "tier": "fe"}),
+            vec![entry(US, "Apply", our_fields(&["app", "tier"]))],
+        );
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
+        assert_eq!(plan(&desired(json!({})), Some(&observed), US), Write::Apply);
+    }
+
+    #[test]
+    fn a_foreign_key_inside_our_fields_needs_replace_but_foreign_metadata_does_not() {
+        let foreign = entry(
+            "kubectl-edit",
+            "Update",
+            json!({"f:spec": {"f:podSelector": {"f:matchLabels": {"f:evil": {}}}}}),
+        );
+        let observed = stored(
+            json!({"app": "web", "evil": "x"}),
+            vec![entry(US, "Apply", our_fields(&["app"])), foreign],
+        );
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Replace);
+
+        let labelled = entry("kubectl-label", "Update", json!({"f:metadata": {"f:labels": {"f:team": {}}}}));
+        let status = json!({"manager": "x", "operation": "Update", "subresource": "status",
+                             "fieldsV1": {"f:spec": {"f:other": {}}}});
+        let observed = stored(
+            json!({"app": "web"}),
+            vec![entry(US, "Apply", our_fields(&["app"])), labelled, status],
+        );
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Nothing);
+    }
+
+    #[test]
+    fn a_foreign_change_of_our_value_needs_apply() {
+        let foreign = entry(
+            "kubectl-edit",
+            "Update",
+            json!({"f:spec": {"f:podSelector": {"f:matchLabels": {"f:app": {}}}}}),
+        );
+        let observed = stored(
+            json!({"app": "evil"}),
+            vec![entry(US, "Apply", our_fields(&[])), foreign],
+        );
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
+    }
+
+    #[test]
+    fn associative_and_set_list_elements_are_matched_by_key() {
+        let value = json!({"containers": [{"name": "a", "ports": [{"containerPort": 80}]}], "set": ["x"]});
+        let owned = json!({"f:containers": {"k:{\"name\":\"a\"}": {".": {}, "f:ports": {
+            "k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {}}}}, "f:set": {"v:\"x\"": {}}});
+        assert!(!owns_beyond(&owned, &value));
+        let gone = json!({"f:containers": {"k:{\"name\":\"b\"}": {}}});
+        assert!(owns_beyond(&gone, &value));
+        assert!(owns_beyond(&json!({"f:set": {"v:\"y\"": {}}}), &value));
+        assert!(owns_beyond(&json!({"f:containers": {"i:3": {}}}), &value));
+        assert!(owns_beyond(&json!({"x:unknown": {}}), &value));
+    }
+
+    #[test]
+    fn covers_allows_extra_keys_but_not_changed_or_missing_values() {
+        let want = json!({"spec": {"a": [{"x": 1}], "empty": {}}});
+        let defaulted = json!({"spec": {"a": [{"x": 1, "d": true}], "empty": {}, "b": 2}});
+        assert!(covers(&defaulted, &want));
+        assert!(!covers(&json!({"spec": {"a": [{"x": 2}], "empty": {}}}), &want));
+        assert!(!covers(&json!({"spec": {"a": [{"x": 1}, {"x": 1}], "empty": {}}}), &want));
+        assert!(!covers(&json!({"spec": {"a": [{"x": 1}]}}), &want));
+        assert!(covers(&json!({}), &json!({"k": null})));
+    }
+
+    #[test]
+    fn missing_labels_or_owner_need_apply() {
+        let mut observed = stored(
+            json!({"app": "web"}),
+            vec![entry(US, "Apply", our_fields(&["app"]))],
+        );
+        observed["metadata"]["ownerReferences"] = json!([]);
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
+        let mut observed = stored(
+            json!({"app": "web"}),
+            vec![entry(US, "Apply", our_fields(&["app"]))],
+        );
+        observed["metadata"]["labels"] = json!({});
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
+    }
+}
