@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
+use tracing::instrument::WithSubscriber as _;
 
 use crate::certs::{FRONT_PROXY_CLIENT, Pki};
 use crate::process::Processes;
@@ -69,8 +70,9 @@ pub struct Options {
 /// Dropping it stops all processes and removes its directories; if it is never dropped, the
 /// processes still die with the process that started them (see the crate docs).
 pub struct ControlPlane {
-    // First field, so that the children stop before their directories are removed.
-    processes: Processes,
+    // First field, so that the children stop before their directories are removed. Behind a
+    // lock so that a shared control plane's components can be restarted.
+    processes: std::sync::Mutex<Processes>,
     config: kube::Config,
     kubeconfig: PathBuf,
     _etcd_dir: Option<LockedDir>,
@@ -134,7 +136,7 @@ impl ControlPlane {
             "control plane ready"
         );
         Ok(Self {
-            processes,
+            processes: std::sync::Mutex::new(processes),
             config,
             kubeconfig,
             _etcd_dir: etcd_dir,
@@ -168,7 +170,38 @@ impl ControlPlane {
     /// Process ids of all children (etcd, kube-apiserver, kube-controller-manager, and with
     /// [`Options::fake_nodes`] kube-scheduler and kwok).
     pub fn pids(&self) -> Vec<u32> {
-        self.processes.pids()
+        self.lock().pids()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Processes> {
+        self.processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Kills one component (`etcd`, `kube-apiserver`, `kube-controller-manager`, ...) with
+    /// SIGKILL, starts it again with the same flags and data, and waits until the apiserver is
+    /// ready again. For chaos tests: clients see dropped connections and expired watches.
+    pub async fn restart(&self, component: &str) -> Result<(), Error> {
+        self.lock().restart(component)?;
+        let client = self.client()?;
+        let started = Instant::now();
+        loop {
+            let ready = get(&client, "/readyz")
+                .with_subscriber(tracing::Dispatch::none())
+                .await;
+            if ready.is_ok() {
+                return Ok(());
+            }
+            self.lock().check_alive()?;
+            if started.elapsed() > crate::process::READY_TIMEOUT {
+                return Err(Error::RestartTimeout {
+                    component: component.to_owned(),
+                    last_error: ready.err().unwrap_or_default(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// The directory holding certificates, the kubeconfig and process logs.

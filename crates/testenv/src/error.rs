@@ -25,6 +25,15 @@ pub enum Error {
     )]
     BuildScript { script: PathBuf, reason: String },
 
+    #[error("no process named {0} in this control plane")]
+    UnknownProcess(String),
+
+    #[error("kube-apiserver not ready after restarting {component}: {last_error}")]
+    RestartTimeout {
+        component: String,
+        last_error: String,
+    },
+
     #[error("{context} {path}: {source}")]
     Io {
         context: &'static str,

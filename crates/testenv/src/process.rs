@@ -37,6 +37,10 @@ struct Process {
     child: Child,
     /// `None` when the output goes to our stderr.
     log: Option<PathBuf>,
+    /// How it was started, to start it again.
+    binary: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, std::ffi::OsString)>,
 }
 
 impl Process {
@@ -95,9 +99,33 @@ impl Processes {
         args: &[String],
         env: &[(&str, &std::ffi::OsStr)],
     ) -> Result<(), Error> {
+        let env: Vec<(String, std::ffi::OsString)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let (child, log) = self.start(name, binary, args, &env, false)?;
+        self.children.push(Process {
+            name,
+            child,
+            log,
+            binary: binary.to_owned(),
+            args: args.to_vec(),
+            env,
+        });
+        Ok(())
+    }
+
+    fn start(
+        &self,
+        name: &'static str,
+        binary: &Path,
+        args: &[String],
+        env: &[(String, std::ffi::OsString)],
+        append_log: bool,
+    ) -> Result<(Child, Option<PathBuf>), Error> {
         let mut cmd = Command::new(binary);
         cmd.args(args)
-            .envs(env.iter().copied())
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             // Own process group, so that stopping also reaches anything the child forks.
@@ -113,7 +141,13 @@ impl Processes {
             None
         } else {
             let path = self.dir.join(format!("{name}.log"));
-            let file = File::create(&path).map_err(|e| Error::io("creating", &path, e))?;
+            let file = File::options()
+                .create(true)
+                .write(true)
+                .append(append_log)
+                .truncate(!append_log)
+                .open(&path)
+                .map_err(|e| Error::io("creating", &path, e))?;
             let file2 = file
                 .try_clone()
                 .map_err(|e| Error::io("duplicating", &path, e))?;
@@ -127,7 +161,23 @@ impl Processes {
             source,
         })?;
         tracing::debug!(process = name, pid = child.id(), "started");
-        self.children.push(Process { name, child, log });
+        Ok((child, log))
+    }
+
+    /// Kills the child `name` (SIGKILL, no chance to clean up) and starts it again with the
+    /// same command line, its output appended to the same log.
+    pub(crate) fn restart(&mut self, name: &str) -> Result<(), Error> {
+        let index = self
+            .children
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| Error::UnknownProcess(name.to_owned()))?;
+        let p = &mut self.children[index];
+        p.signal_group(libc::SIGKILL);
+        let _ = p.child.wait();
+        let (name, binary, args, env) = (p.name, p.binary.clone(), p.args.clone(), p.env.clone());
+        let (child, _) = self.start(name, &binary, &args, &env, true)?;
+        self.children[index].child = child;
         Ok(())
     }
 

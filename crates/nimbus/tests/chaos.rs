@@ -1,0 +1,679 @@
+//! Chaos: a seeded, time-bounded churn of intents, bindings, cluster bindings, namespaces and
+//! hand edits of generated objects (changed values, additive edits, deletes), while the leading
+//! operator replica is SIGKILLed and restarted again and again, kube-apiserver is restarted
+//! twice and etcd once. Then an auditor that shares no code with the controllers compares the
+//! cluster with `nimbus translate` of the manifests read back from it: every expected object
+//! present, nothing stale (bodies as translated, no field added by anyone else), nothing
+//! orphaned, and every binding's status about its current generation.
+//!
+//! `NIMBUS_CHAOS_SECONDS` (default 40) and `NIMBUS_CHAOS_SEED` (default 1) size it; `make
+//! chaos` runs a long version with several seeds.
+
+mod common;
+
+use common::{eventually, get};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use nimbus_api::{
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
+    SecurityIntentBinding,
+};
+use nimbus_core::engines::{
+    CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, NETWORK_POLICY,
+    NativeKind, ROLE_BINDING,
+};
+use nimbus_testenv::{Child, ControlPlane, free_port, http_get};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const NATIVE_KINDS: [&NativeKind; 7] = [
+    &NETWORK_POLICY,
+    &KUBEARMOR_POLICY,
+    &KYVERNO_POLICY,
+    &KYVERNO_CLUSTER_POLICY,
+    &CRON_JOB,
+    &CONFIG_MAP,
+    &ROLE_BINDING,
+];
+const GROUP: &str = "intent.security.nimbus.com/v1alpha1";
+const NAMESPACES: [&str; 4] = ["chaos-a", "chaos-b", "chaos-c", "chaos-d"];
+const LEASE: &str = "nimbus-chaos";
+
+/// splitmix64: a seeded, reproducible sequence is all the churn needs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+    fn subset<'a>(&mut self, items: &[&'a str]) -> Vec<&'a str> {
+        items.iter().copied().filter(|_| self.chance(50)).collect()
+    }
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Replica {
+    name: &'static str,
+    process: Child,
+    health: u16,
+}
+
+fn start_replica(name: &'static str, cp: &ControlPlane, dir: &Path) -> Replica {
+    let health = free_port().expect("port");
+    let args: Vec<String> = [
+        "run",
+        "--leader-elect",
+        "--leader-elect-namespace",
+        "default",
+        "--leader-elect-lease-name",
+        LEASE,
+        "--leader-elect-lease-duration",
+        "4s",
+        "--leader-elect-renew-deadline",
+        "3s",
+        "--leader-elect-retry-period",
+        "1s",
+        "--instance",
+        name,
+        "--health-addr",
+        &format!("127.0.0.1:{health}"),
+        "--metrics-addr",
+        &format!("127.0.0.1:{}", free_port().expect("port")),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let process = Child::spawn(
+        name,
+        Path::new(env!("CARGO_BIN_EXE_nimbus")),
+        &args,
+        &[
+            ("KUBECONFIG", cp.kubeconfig_path().as_os_str()),
+            ("NIMBUS_LOG", OsStr::new("info")),
+        ],
+        dir,
+    )
+    .expect("starting a replica");
+    Replica {
+        name,
+        process,
+        health,
+    }
+}
+
+async fn leader(client: &Client) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    leases
+        .get_opt(LEASE)
+        .await
+        .ok()
+        .flatten()?
+        .spec?
+        .holder_identity
+}
+
+/// Server-side apply as the "user"; errors (the apiserver may be restarting) are counted.
+async fn upsert<K>(api: &Api<K>, name: &str, obj: &Value, stats: &mut Stats, what: &'static str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams::apply("chaos-user").force();
+    let result = api.patch(name, &params, &Patch::Apply(obj)).await;
+    stats.record(what, result.is_ok());
+}
+
+async fn remove<K>(api: &Api<K>, name: &str, stats: &mut Stats, what: &'static str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let result = api.delete(name, &DeleteParams::background()).await;
+    let ok = match result {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) => s.code == 404,
+        Err(_) => false,
+    };
+    stats.record(what, ok);
+}
+
+#[derive(Default)]
+struct Stats {
+    actions: BTreeMap<&'static str, (u32, u32)>,
+}
+
+impl Stats {
+    fn record(&mut self, what: &'static str, ok: bool) {
+        let entry = self.actions.entry(what).or_default();
+        if ok {
+            entry.0 += 1;
+        } else {
+            entry.1 += 1;
+        }
+    }
+}
+
+const INTENTS: [&str; 5] = ["si-0", "si-1", "si-2", "si-3", "si-4"];
+
+fn random_intent(rng: &mut Rng, name: &str) -> Value {
+    let id = *rng.pick(&[
+        "dnsManipulation",
+        "denyExternalNetworkAccess",
+        "swDeploymentTools",
+        "escapeToHost",
+        "unAuthorizedSaTokenAccess",
+    ]);
+    let mut intent = json!({"id": id, "action": rng.pick(&["Block", "Audit"])});
+    if id == "escapeToHost" && rng.chance(60) {
+        intent["params"] = json!({"psaLevel": [rng.pick(&["baseline", "restricted"])]});
+    }
+    json!({"apiVersion": GROUP, "kind": "SecurityIntent", "metadata": {"name": name},
+           "spec": {"intent": intent}})
+}
+
+fn random_intents(rng: &mut Rng) -> Vec<Value> {
+    let mut names = rng.subset(&INTENTS);
+    if names.is_empty() {
+        names.push(rng.pick(&INTENTS));
+    }
+    names.into_iter().map(|n| json!({"name": n})).collect()
+}
+
+fn random_binding(rng: &mut Rng, name: &str) -> Value {
+    let labels: BTreeMap<&str, &str> = rng
+        .subset(&["app", "tier", "team"])
+        .into_iter()
+        .map(|k| (k, *rng.pick(&["web", "fe", "blue"])))
+        .collect();
+    let selector = match rng.below(3) {
+        0 => json!({}),
+        1 => json!({"workloadSelector": {}}),
+        _ => json!({"workloadSelector": {"matchLabels": labels}}),
+    };
+    let mut spec = json!({"intents": random_intents(rng), "selector": selector});
+    if rng.chance(30) {
+        let cel: Vec<&str> = rng.subset(&[
+            r#"labels["env"] == "prod""#,
+            r#"labels["zone"] in ["a", "b"]"#,
+            r#"has(labels.canary)"#,
+        ]);
+        spec["cel"] = json!(cel);
+    }
+    json!({"apiVersion": GROUP, "kind": "SecurityIntentBinding", "metadata": {"name": name},
+           "spec": spec})
+}
+
+fn random_cluster_binding(rng: &mut Rng, name: &str) -> Value {
+    let ns_selector = if rng.chance(40) {
+        json!({"matchNames": ["*"], "excludeNames": rng.subset(&NAMESPACES)})
+    } else {
+        let mut names = rng.subset(&NAMESPACES);
+        if names.is_empty() {
+            names.push(rng.pick(&NAMESPACES));
+        }
+        json!({"matchNames": names})
+    };
+    json!({"apiVersion": GROUP, "kind": "ClusterSecurityIntentBinding",
+           "metadata": {"name": name},
+           "spec": {"intents": random_intents(rng), "selector": {"nsSelector": ns_selector}}})
+}
+
+/// A generated object, at random, to tamper with.
+async fn random_generated(client: &Client, rng: &mut Rng) -> Option<(Api<DynamicObject>, String)> {
+    let kinds = [&NETWORK_POLICY, &KUBEARMOR_POLICY, &KYVERNO_POLICY];
+    let kind = *rng.pick(&kinds);
+    let (resource, selector) = if rng.chance(30) {
+        let (gvk_api, _) = (
+            kube::discovery::ApiResource::erase::<NimbusPolicy>(&()),
+            (),
+        );
+        (gvk_api, None)
+    } else {
+        (kind.api_resource(), Some("app.kubernetes.io/managed-by"))
+    };
+    let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut params = ListParams::default();
+    if let Some(label) = selector {
+        params = params.labels(label);
+    }
+    let list = all.list(&params).await.ok()?;
+    if list.items.is_empty() {
+        return None;
+    }
+    let obj = rng.pick(&list.items);
+    let ns = obj.namespace()?;
+    Some((
+        Api::namespaced_with(client.clone(), &ns, &resource),
+        obj.name_any(),
+    ))
+}
+
+async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
+    let Some((api, name)) = random_generated(client, rng).await else {
+        return;
+    };
+    let intruder = PatchParams {
+        field_manager: Some("chaos-intruder".into()),
+        ..Default::default()
+    };
+    let kind = api.resource_url().rsplit('/').next().unwrap_or_default().to_owned();
+    let (what, result) = match rng.below(3) {
+        0 => {
+            let selector_field = if kind == "networkpolicies" {
+                "podSelector"
+            } else {
+                "selector"
+            };
+            let patch = json!({"spec": {selector_field: {"matchLabels": {"chaos": "added"}}}});
+            ("tamper: additive edit", api.patch(&name, &intruder, &Patch::Merge(&patch)).await.map(drop))
+        }
+        1 => {
+            let patch = match kind.as_str() {
+                "networkpolicies" => json!({"spec": {"policyTypes": ["Ingress"]}}),
+                "nimbuspolicies" => json!({"spec": {"rules": []}}),
+                _ => json!({"spec": {"action": "Allow"}}),
+            };
+            ("tamper: changed value", api.patch(&name, &intruder, &Patch::Merge(&patch)).await.map(drop))
+        }
+        _ => (
+            "tamper: delete",
+            api.delete(&name, &DeleteParams::background()).await.map(drop),
+        ),
+    };
+    stats.record(what, result.is_ok());
+}
+
+/// One churn step.
+async fn churn(client: &Client, rng: &mut Rng, stats: &mut Stats) {
+    let intents: Api<SecurityIntent> = Api::all(client.clone());
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match rng.below(100) {
+        0..15 => {
+            let name = *rng.pick(&INTENTS);
+            upsert(&intents, name, &random_intent(rng, name), stats, "intent: upsert").await;
+        }
+        15..20 => remove(&intents, rng.pick(&INTENTS), stats, "intent: delete").await,
+        20..50 => {
+            let ns = *rng.pick(&NAMESPACES);
+            let name = *rng.pick(&["b-0", "b-1", "b-2"]);
+            let api: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns);
+            upsert(&api, name, &random_binding(rng, name), stats, "binding: upsert").await;
+        }
+        50..57 => {
+            let ns = *rng.pick(&NAMESPACES);
+            let api: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns);
+            remove(&api, rng.pick(&["b-0", "b-1", "b-2"]), stats, "binding: delete").await;
+        }
+        57..70 => {
+            let name = *rng.pick(&["c-0", "c-1"]);
+            upsert(&csibs, name, &random_cluster_binding(rng, name), stats, "cluster binding: upsert").await;
+        }
+        70..74 => remove(&csibs, rng.pick(&["c-0", "c-1"]), stats, "cluster binding: delete").await,
+        74..79 => {
+            let ns = *rng.pick(&NAMESPACES);
+            if rng.chance(50) {
+                let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+                upsert(&namespaces, ns, &obj, stats, "namespace: upsert").await;
+            } else {
+                remove(&namespaces, ns, stats, "namespace: delete").await;
+            }
+        }
+        _ => tamper(client, rng, stats).await,
+    }
+}
+
+/// The manifests a user wrote, read back from the cluster, as `nimbus translate` input.
+async fn manifests(client: &Client) -> anyhow::Result<(Vec<Value>, Vec<String>)> {
+    let strip = |mut v: Value| {
+        let meta = v["metadata"].take();
+        v["metadata"] = json!({"name": meta["name"], "namespace": meta["namespace"],
+                               "labels": meta["labels"], "annotations": meta["annotations"]});
+        if let Some(o) = v.as_object_mut() {
+            o.remove("status");
+        }
+        v
+    };
+    let mut docs = Vec::new();
+    for si in Api::<SecurityIntent>::all(client.clone()).list(&ListParams::default()).await? {
+        docs.push(strip(serde_json::to_value(si)?));
+    }
+    for sib in Api::<SecurityIntentBinding>::all(client.clone()).list(&ListParams::default()).await? {
+        docs.push(strip(serde_json::to_value(sib)?));
+    }
+    for csib in Api::<ClusterSecurityIntentBinding>::all(client.clone()).list(&ListParams::default()).await? {
+        docs.push(strip(serde_json::to_value(csib)?));
+    }
+    let namespaces = Api::<Namespace>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .map(|n| n.name_any())
+        .collect();
+    Ok((docs, namespaces))
+}
+
+fn translate(docs: &[Value], namespaces: &[String], dir: &Path) -> Vec<Value> {
+    let file = dir.join("manifests.json");
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
+    let text = docs
+        .iter()
+        .map(|d| serde_json::to_string(d).expect("json"))
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    let _ = list;
+    std::fs::write(&file, text).expect("writing manifests");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["translate", "-o", "json", "--namespaces", &namespaces.join(","), "-f"])
+        .arg(&file)
+        .output()
+        .expect("running nimbus translate");
+    let parsed: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "nimbus translate output is not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    parsed["items"].as_array().cloned().unwrap_or_default()
+}
+
+type Key = (String, String, String);
+
+fn key(obj: &Value) -> Key {
+    (
+        obj["kind"].as_str().unwrap_or_default().to_owned(),
+        obj["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(),
+        obj["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Whether `have` holds `want`: objects may carry extra keys (checked separately through
+/// ownership), lists are compared element-wise, scalars must be equal.
+fn holds(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (_, Value::Null) => true,
+        (Value::Null, Value::Object(w)) => w.is_empty(),
+        (Value::Object(h), Value::Object(w)) => {
+            w.iter().all(|(k, v)| holds(h.get(k).unwrap_or(&Value::Null), v))
+        }
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(h, w)| holds(h, w))
+        }
+        _ => have == want,
+    }
+}
+
+/// Paths of a `fieldsV1` tree outside `metadata` and `status`: what a manager owns of the body.
+fn owns_body(fields: &Value) -> bool {
+    fields.as_object().is_some_and(|f| {
+        f.keys()
+            .any(|k| !matches!(k.as_str(), "f:metadata" | "f:status" | "f:apiVersion" | "f:kind"))
+    })
+}
+
+#[derive(Debug, Default)]
+struct Audit {
+    expected: usize,
+    missing: Vec<Key>,
+    stale: Vec<(Key, String)>,
+    orphaned: Vec<Key>,
+    untruthful: Vec<String>,
+}
+
+impl Audit {
+    fn clean(&self) -> bool {
+        self.missing.is_empty()
+            && self.stale.is_empty()
+            && self.orphaned.is_empty()
+            && self.untruthful.is_empty()
+    }
+}
+
+async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
+    let (docs, namespaces) = manifests(client).await?;
+    let expected: BTreeMap<Key, Value> = translate(&docs, &namespaces, dir)
+        .into_iter()
+        .map(|o| (key(&o), o))
+        .collect();
+
+    let mut observed: BTreeMap<Key, Value> = BTreeMap::new();
+    let managed = ListParams::default().labels("app.kubernetes.io/managed-by");
+    for kind in NATIVE_KINDS {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
+        for o in api.list(&managed).await? {
+            let v = serde_json::to_value(o)?;
+            let manager = v["metadata"]["labels"]["app.kubernetes.io/managed-by"].as_str().unwrap_or_default();
+            if manager.starts_with("nimbus-") && manager != "nimbus-testenv" {
+                observed.insert(key(&v), v);
+            }
+        }
+    }
+    for np in Api::<NimbusPolicy>::all(client.clone()).list(&ListParams::default()).await? {
+        let v = serde_json::to_value(np)?;
+        observed.insert(key(&v), v);
+    }
+    for cnp in Api::<ClusterNimbusPolicy>::all(client.clone()).list(&ListParams::default()).await? {
+        let v = serde_json::to_value(cnp)?;
+        observed.insert(key(&v), v);
+    }
+    // Objects in the k8tls environment that are not generated (ConfigMaps of the chart).
+    observed.retain(|k, v| {
+        expected.contains_key(k) || v["metadata"]["ownerReferences"].as_array().is_some_and(|o| !o.is_empty())
+    });
+
+    let mut audit = Audit {
+        expected: expected.len(),
+        ..Audit::default()
+    };
+    for (k, want) in &expected {
+        let Some(have) = observed.get(k) else {
+            audit.missing.push(k.clone());
+            continue;
+        };
+        for field in want.as_object().into_iter().flatten().map(|(f, _)| f) {
+            if matches!(field.as_str(), "metadata" | "apiVersion" | "kind" | "status") {
+                continue;
+            }
+            if !holds(&have[field], &want[field]) {
+                audit.stale.push((k.clone(), format!("{field} differs: {} vs {}", have[field], want[field])));
+            }
+        }
+        let intruders: Vec<&str> = have["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["subresource"].as_str().is_none_or(str::is_empty))
+            .filter(|e| !e["manager"].as_str().unwrap_or_default().starts_with("nimbus-"))
+            .filter(|e| owns_body(&e["fieldsV1"]))
+            .filter_map(|e| e["manager"].as_str())
+            .collect();
+        if !intruders.is_empty() {
+            audit.stale.push((k.clone(), format!("fields owned by {intruders:?}")));
+        }
+    }
+    audit.orphaned = observed
+        .keys()
+        .filter(|k| !expected.contains_key(*k))
+        .cloned()
+        .collect();
+
+    // Every binding's status speaks of its current generation and is decided.
+    let sibs = Api::<SecurityIntentBinding>::all(client.clone()).list(&ListParams::default()).await?;
+    let csibs = Api::<ClusterSecurityIntentBinding>::all(client.clone()).list(&ListParams::default()).await?;
+    let statuses = sibs
+        .iter()
+        .map(|b| {
+            let s = b.status.as_ref();
+            (format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any()), b.metadata.generation,
+             s.and_then(|s| s.observed_generation), s.and_then(|s| s.conditions.first().cloned()))
+        })
+        .chain(csibs.iter().map(|b| {
+            let s = b.status.as_ref();
+            (b.name_any(), b.metadata.generation, s.and_then(|s| s.observed_generation),
+             s.and_then(|s| s.conditions.first().cloned()))
+        }));
+    for (name, generation, observed_generation, ready) in statuses {
+        match ready {
+            _ if observed_generation != generation => audit.untruthful.push(format!(
+                "{name}: observedGeneration {observed_generation:?}, generation {generation:?}"
+            )),
+            Some(c) if c.status != "Unknown" && c.observed_generation == generation => {}
+            other => audit.untruthful.push(format!("{name}: Ready {other:?}")),
+        }
+    }
+    // A binding that says Ready=True has its policy Ready=True too.
+    for b in &sibs {
+        let says_ready = b.status.as_ref().and_then(|s| s.conditions.first()).is_some_and(|c| c.status == "True");
+        if !says_ready {
+            continue;
+        }
+        let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), &b.namespace().unwrap_or_default());
+        let np_ready = get(&nps, &b.name_any()).await.and_then(|p| p.status).and_then(|s| s.conditions.first().cloned()).is_some_and(|c| c.status == "True");
+        if !np_ready {
+            audit.untruthful.push(format!("{}/{} Ready=True but its NimbusPolicy is not", b.namespace().unwrap_or_default(), b.name_any()));
+        }
+    }
+    Ok(audit)
+}
+
+#[tokio::test]
+async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
+    let seconds: u64 = env_or("NIMBUS_CHAOS_SECONDS", 40);
+    let seed: u64 = env_or("NIMBUS_CHAOS_SEED", 1);
+    let cp = common::cluster_with_engines();
+    let client = cp.client().expect("client");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut rng = Rng(seed);
+    let mut stats = Stats::default();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in NAMESPACES.iter().chain(["chaos-probe"].iter()) {
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        upsert(&namespaces, ns, &obj, &mut stats, "namespace: upsert").await;
+    }
+    let intents: Api<SecurityIntent> = Api::all(client.clone());
+    let probe_intent = json!({"apiVersion": GROUP, "kind": "SecurityIntent", "metadata": {"name": "probe"},
+                              "spec": {"intent": {"id": "dnsManipulation", "action": "Block"}}});
+    upsert(&intents, "probe", &probe_intent, &mut stats, "intent: upsert").await;
+
+    let names = ["replica-0", "replica-1"];
+    let mut replicas: Vec<Replica> = names.iter().map(|n| start_replica(n, cp, dir.path())).collect();
+    for r in &replicas {
+        eventually(&format!("{} ready", r.name), || async {
+            http_get(r.health, "/readyz").await.filter(|(code, _)| *code == 200)
+        })
+        .await;
+    }
+
+    let total = Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut kills = 0u32;
+    let mut recoveries = Vec::new();
+    let mut restarts: Vec<(f64, &str)> = vec![(0.3, "kube-apiserver"), (0.5, "etcd"), (0.7, "kube-apiserver")];
+    let kill_every = total / 5;
+    let mut next_kill = kill_every;
+    while started.elapsed() < total {
+        churn(&client, &mut rng, &mut stats).await;
+        let elapsed = started.elapsed();
+        if let Some(&(at, component)) = restarts.first()
+            && elapsed.as_secs_f64() >= at * total.as_secs_f64()
+        {
+            restarts.remove(0);
+            cp.restart(component).await.unwrap_or_else(|e| panic!("restarting {component}: {e}"));
+            eprintln!("chaos: restarted {component} at {elapsed:?}");
+        }
+        if elapsed >= next_kill {
+            next_kill += kill_every;
+            if let Some(holder) = leader(&client).await
+                && let Some(r) = replicas.iter_mut().find(|r| r.name == holder)
+            {
+                r.process.kill();
+                kills += 1;
+                let killed = Instant::now();
+                // Recovery: a change made right after the kill is enforced.
+                let probe = format!("probe-{kills}");
+                let sibs: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), "chaos-probe");
+                let obj = json!({"apiVersion": GROUP, "kind": "SecurityIntentBinding", "metadata": {"name": probe},
+                                 "spec": {"intents": [{"name": "probe"}], "selector": {}}});
+                upsert(&sibs, &probe, &obj, &mut stats, "probe binding").await;
+                let name = r.name;
+                *r = start_replica(name, cp, dir.path());
+                let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), "chaos-probe");
+                eventually(&format!("{probe} enforced after killing {holder}"), || async {
+                    let s = get(&nps, &probe).await?.status?;
+                    (s.number_of_adapter_policies > 0).then_some(())
+                })
+                .await;
+                recoveries.push(killed.elapsed());
+                remove(&sibs, &probe, &mut stats, "probe binding").await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(60) as u64)).await;
+    }
+    for (_, component) in restarts {
+        cp.restart(component).await.unwrap_or_else(|e| panic!("restarting {component}: {e}"));
+    }
+
+    // The churn is over: the cluster must converge to exactly the translation.
+    let settle = Instant::now();
+    let mut last = Audit::default();
+    let converged = loop {
+        match audit(&client, dir.path()).await {
+            Ok(a) if a.clean() => break Some(a),
+            Ok(a) => last = a,
+            Err(e) => eprintln!("audit failed, retrying: {e}"),
+        }
+        if settle.elapsed() > Duration::from_secs(90) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+
+    eprintln!("chaos: seed {seed}, {seconds} s of churn");
+    for (what, (ok, failed)) in &stats.actions {
+        eprintln!("  {what:<28} {ok:>5} ok {failed:>4} failed");
+    }
+    eprintln!("  leader kills: {kills}; recovery (change after kill enforced): {recoveries:?}");
+    match &converged {
+        Some(a) => eprintln!(
+            "  audit: {} expected objects, 0 missing, 0 stale, 0 orphaned, 0 untruthful; converged {:?} after the churn",
+            a.expected,
+            settle.elapsed()
+        ),
+        None => panic!(
+            "not converged {:?} after the churn: {} expected, missing {:?}, stale {:?}, orphaned {:?}, untruthful {:?}\nleader log:\n{}",
+            settle.elapsed(),
+            last.expected,
+            last.missing,
+            last.stale,
+            last.orphaned,
+            last.untruthful,
+            replicas.iter().map(|r| r.process.output()).collect::<Vec<_>>().join("\n-----\n")
+        ),
+    }
+    assert!(kills >= 3, "only {kills} leader kills happened");
+    assert!(converged.is_some_and(|a| a.expected > 0));
+}
