@@ -3,6 +3,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+/// Most `spec.cel` expressions a binding may carry (enforced by the CRD schema).
+pub const MAX_CEL_EXPRESSIONS: usize = 16;
+/// Longest `spec.cel` expression, in characters (enforced by the CRD schema; the operator's
+/// parser applies the same bound, in bytes, to objects that predate the schema).
+pub const MAX_CEL_LENGTH: usize = 1024;
+
+/// Annotation on a binding listing the sensitive intent IDs (comma-separated, e.g.
+/// `namespaceSandbox,assessTLS`) its author accepts. Without it a sensitive intent is not
+/// enforced, so whoever creates a SecurityIntent a binding refers to cannot make the binding
+/// grant roles or run scanners its author never meant to.
+pub const ALLOW_SENSITIVE_ANNOTATION: &str = "intent.security.nimbus.com/allow-sensitive";
+
 /// A reference to a cluster-scoped SecurityIntent by name.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 pub struct MatchIntent {
@@ -54,7 +66,10 @@ pub struct SecurityIntentBindingSpec {
     pub selector: WorkloadScope,
     /// Label conditions written in a subset of CEL over `labels`; compiled into label-selector
     /// requirements and ANDed with `selector.workloadSelector`.
+    // Bounded at admission: the operator parses every expression, and unbounded input is a
+    // cheap way to exhaust its stack or memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_CEL_EXPRESSIONS), inner(length(max = MAX_CEL_LENGTH)))]
     pub cel: Option<Vec<String>>,
 }
 
@@ -133,6 +148,7 @@ pub struct ClusterSecurityIntentBindingSpec {
     /// Accepted for compatibility with Nimbus, which ignores it on cluster bindings too; use
     /// `selector.workloadSelector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_CEL_EXPRESSIONS), inner(length(max = MAX_CEL_LENGTH)))]
     pub cel: Option<Vec<String>>,
 }
 

@@ -19,9 +19,10 @@ mod selector;
 mod status;
 
 pub use binding::{
-    ClusterSecurityIntentBinding, ClusterSecurityIntentBindingSpec,
-    ClusterSecurityIntentBindingStatus, ClusterSelector, MatchIntent, SecurityIntentBinding,
-    SecurityIntentBindingSpec, SecurityIntentBindingStatus, WorkloadScope,
+    ALLOW_SENSITIVE_ANNOTATION, ClusterSecurityIntentBinding, ClusterSecurityIntentBindingSpec,
+    ClusterSecurityIntentBindingStatus, ClusterSelector, MAX_CEL_EXPRESSIONS, MAX_CEL_LENGTH,
+    MatchIntent, SecurityIntentBinding, SecurityIntentBindingSpec, SecurityIntentBindingStatus,
+    WorkloadScope,
 };
 pub use intent::{Intent, SecurityIntent, SecurityIntentSpec, SecurityIntentStatus};
 pub use policy::{

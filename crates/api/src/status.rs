@@ -35,6 +35,9 @@ pub mod condition {
     pub const REASON_UNSUPPORTED_SELECTOR: &str = "UnsupportedSelector";
     /// Something the engine needs in the cluster is missing (a namespace, a database).
     pub const REASON_ENGINE_NOT_READY: &str = "EngineNotReady";
+    /// A sensitive intent (one that grants roles or runs workloads) is bound by a binding
+    /// whose `intent.security.nimbus.com/allow-sensitive` annotation does not list it.
+    pub const REASON_SENSITIVE_INTENT_NOT_ALLOWED: &str = "SensitiveIntentNotAllowed";
     /// Writing a generated object failed.
     pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
     /// A generated policy has not been translated at its current generation yet (`Unknown`).

@@ -3,8 +3,8 @@
 //! conditions, the translators and the CLI all read this one table.
 
 use crate::params::{self, ParamKind};
-use nimbus_api::NimbusRule;
-use std::collections::BTreeSet;
+use nimbus_api::{ALLOW_SENSITIVE_ANNOTATION, NimbusRule};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -107,6 +107,7 @@ impl Origin {
 const NAMESPACED: &[Origin] = &[Origin::Binding, Origin::ClusterBindingNamespace];
 const BINDING_OR_CLUSTER: &[Origin] = &[Origin::Binding, Origin::Cluster];
 const CLUSTER: &[Origin] = &[Origin::Cluster];
+const CLUSTER_BINDING_NAMESPACES: &[Origin] = &[Origin::ClusterBindingNamespace];
 
 /// An engine's support for an intent, from the given origins.
 #[derive(Debug)]
@@ -133,6 +134,9 @@ pub struct IntentSpec {
     pub summary: &'static str,
     pub params: &'static [Param],
     pub support: &'static [Support],
+    /// Grants access or runs workloads: enforced only when the binding's author opts in with
+    /// the `intent.security.nimbus.com/allow-sensitive` annotation.
+    pub sensitive: bool,
 }
 
 impl IntentSpec {
@@ -172,6 +176,7 @@ pub static INTENTS: &[IntentSpec] = &[
             support(Engine::KubeArmor, NAMESPACED),
             support(Engine::NetworkPolicy, NAMESPACED),
         ],
+        sensitive: false,
     },
     IntentSpec {
         id: "denyExternalNetworkAccess",
@@ -179,6 +184,7 @@ pub static INTENTS: &[IntentSpec] = &[
                   ports outward.",
         params: &[],
         support: &[support(Engine::NetworkPolicy, NAMESPACED)],
+        sensitive: false,
     },
     IntentSpec {
         id: "swDeploymentTools",
@@ -186,18 +192,21 @@ pub static INTENTS: &[IntentSpec] = &[
                   wget, ...) inside containers.",
         params: &[],
         support: &[support(Engine::KubeArmor, NAMESPACED)],
+        sensitive: false,
     },
     IntentSpec {
         id: "unAuthorizedSaTokenAccess",
         summary: "Deny processes access to the mounted service-account token.",
         params: &[],
         support: &[support(Engine::KubeArmor, NAMESPACED)],
+        sensitive: false,
     },
     IntentSpec {
         id: "preventExecutionFromTempOrLogsFolders",
         summary: "Block executing binaries from /tmp, /var/tmp, log folders and /etc.",
         params: &[],
         support: &[support(Engine::KubeArmor, NAMESPACED)],
+        sensitive: false,
     },
     IntentSpec {
         id: "escapeToHost",
@@ -215,6 +224,7 @@ pub static INTENTS: &[IntentSpec] = &[
             support(Engine::KubeArmor, NAMESPACED),
             support(Engine::Kyverno, BINDING_OR_CLUSTER),
         ],
+        sensitive: false,
     },
     IntentSpec {
         id: "cocoWorkload",
@@ -228,6 +238,7 @@ pub static INTENTS: &[IntentSpec] = &[
             description: "RuntimeClass given to the selected Deployments' pods.",
         }],
         support: &[support(Engine::Kyverno, BINDING_OR_CLUSTER)],
+        sensitive: false,
     },
     IntentSpec {
         id: "assessTLS",
@@ -236,11 +247,11 @@ pub static INTENTS: &[IntentSpec] = &[
         params: &[
             Param {
                 name: "schedule",
-                kind: ParamKind::Cron,
+                kind: ParamKind::HourlyCron,
                 default: Some("@weekly"),
                 multiple: false,
                 required: false,
-                description: "When the scan runs (CronJob schedule).",
+                description: "When the scan runs (CronJob schedule, at most hourly).",
             },
             Param {
                 name: "external_addresses",
@@ -253,6 +264,7 @@ pub static INTENTS: &[IntentSpec] = &[
             },
         ],
         support: &[support(Engine::K8tls, CLUSTER)],
+        sensitive: true,
     },
     IntentSpec {
         id: "virtualPatch",
@@ -277,6 +289,7 @@ pub static INTENTS: &[IntentSpec] = &[
             },
         ],
         support: &[support(Engine::Kyverno, NAMESPACED)],
+        sensitive: false,
     },
     IntentSpec {
         id: "namespaceSandbox",
@@ -301,13 +314,30 @@ pub static INTENTS: &[IntentSpec] = &[
                 description: "ClusterRole granted within the namespace.",
             },
         ],
-        support: &[support(Engine::Rbac, NAMESPACED)],
+        // Only from cluster bindings, an administrator's object: a namespaced binding would let
+        // anyone who may create one grant roles in their namespace.
+        support: &[support(Engine::Rbac, CLUSTER_BINDING_NAMESPACES)],
+        sensitive: true,
     },
 ];
 
 /// The catalog entry for `id` (exact, case-sensitive match, as Nimbus does).
 pub fn intent(id: &str) -> Option<&'static IntentSpec> {
     INTENTS.iter().find(|i| i.id == id)
+}
+
+/// The sensitive intent IDs an object's author accepts: the comma-separated entries of its
+/// `intent.security.nimbus.com/allow-sensitive` annotation (blanks ignored; IDs match exactly,
+/// as intent IDs do).
+pub fn allowed_sensitive(annotations: &BTreeMap<String, String>) -> BTreeSet<String> {
+    annotations
+        .get(ALLOW_SENSITIVE_ANNOTATION)
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Something wrong with a rule's parameters.
@@ -469,6 +499,55 @@ mod tests {
         assert!(escape.handled_by(Engine::Kyverno, Origin::Cluster));
         assert!(!escape.handled_by(Engine::Kyverno, Origin::ClusterBindingNamespace));
         assert!(escape.handled_by(Engine::KubeArmor, Origin::ClusterBindingNamespace));
+    }
+
+    #[test]
+    fn sandboxes_come_only_from_cluster_bindings() {
+        let sandbox = intent("namespaceSandbox").unwrap();
+        assert!(sandbox.engines_for(BindingKind::Namespaced).is_empty());
+        assert_eq!(
+            sandbox.engines_for(BindingKind::Cluster),
+            BTreeSet::from([Engine::Rbac])
+        );
+        assert!(!sandbox.handled_by(Engine::Rbac, Origin::Binding));
+        assert!(sandbox.handled_by(Engine::Rbac, Origin::ClusterBindingNamespace));
+    }
+
+    #[test]
+    fn sensitive_intents_and_their_opt_in() {
+        let sensitive: BTreeSet<_> = INTENTS
+            .iter()
+            .filter(|i| i.sensitive)
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(sensitive, BTreeSet::from(["assessTLS", "namespaceSandbox"]));
+        let annotations = BTreeMap::from([(
+            ALLOW_SENSITIVE_ANNOTATION.to_owned(),
+            " namespaceSandbox, ,assessTLS,nope".to_owned(),
+        )]);
+        assert_eq!(
+            allowed_sensitive(&annotations),
+            BTreeSet::from(["assessTLS".into(), "namespaceSandbox".into(), "nope".into()])
+        );
+        assert!(allowed_sensitive(&BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn tls_scans_run_at_most_hourly() {
+        let every_minute = rule("assessTLS", &[("schedule", &["* * * * *"])]);
+        let problems = check_params(&every_minute);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].message.contains("at most hourly") && !problems[0].blocking);
+        assert_eq!(
+            param_value(&every_minute, "schedule").as_deref(),
+            Some("@weekly")
+        );
+        let hourly = rule("assessTLS", &[("schedule", &["0 * * * *"])]);
+        assert!(check_params(&hourly).is_empty());
+        assert_eq!(
+            param_value(&hourly, "schedule").as_deref(),
+            Some("0 * * * *")
+        );
     }
 
     #[test]

@@ -21,17 +21,40 @@
 //!
 //! For compatibility with Nimbus's examples, an expression that is itself a quoted string
 //! (`'labels["app"] != "nginx"'`, Nimbus's workaround for YAML's `!`) is unquoted first.
+//!
+//! Input is bounded before the parser sees it: at most [`MAX_EXPRESSIONS`] expressions of at
+//! most [`MAX_LENGTH`] bytes, brackets nested at most [`MAX_NESTING`] deep. The parser recurses
+//! per nesting level and per operator, so unbounded input overflows the stack (about 285 nested
+//! parentheses) or takes memory in proportion (900 MiB for a 0.7 MB `&&` chain); the subset
+//! needs far less.
 
 use cel_parser::Parser;
 use cel_parser::ast::{CallExpr, Expr, IdedExpr, operators};
 use cel_parser::reference::Val;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use std::cell::Cell;
+use std::panic::AssertUnwindSafe;
+use std::sync::Once;
 
 /// The variable expressions refer to.
 const LABELS: &str = "labels";
 
+/// Most expressions compiled (the CRD's `maxItems`; objects stored before it are checked here).
+pub const MAX_EXPRESSIONS: usize = nimbus_api::MAX_CEL_EXPRESSIONS;
+/// Longest expression parsed, in bytes (the CRD's `maxLength`, which counts characters).
+pub const MAX_LENGTH: usize = nimbus_api::MAX_CEL_LENGTH;
+/// Deepest bracket nesting parsed: `!(labels["k"] in ["a"])` needs 2.
+pub const MAX_NESTING: usize = 8;
+/// Longest run of tokens chained without brackets or `&&` (`a.b.c`, `x == y == z`, `a + b`):
+/// the parser nests each link, like a bracket. `labels["k"] in ["a", "b"]` needs a handful.
+pub const MAX_CHAIN: usize = 32;
+/// How much of an expression an error message quotes (messages end up in status).
+const QUOTED: usize = 80;
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CelError {
+    #[error("cel has {count} expressions; at most {MAX_EXPRESSIONS} are accepted")]
+    TooMany { count: usize },
     #[error("cel[{index}] `{expr}` does not parse: {message}")]
     Parse {
         index: usize,
@@ -55,6 +78,9 @@ enum Term {
 
 /// Compiles every expression and ANDs the result into `base` (the binding's workload selector).
 pub fn compile_into(exprs: &[String], base: LabelSelector) -> Result<LabelSelector, CelError> {
+    if exprs.len() > MAX_EXPRESSIONS {
+        return Err(CelError::TooMany { count: exprs.len() });
+    }
     let mut labels = base.match_labels.unwrap_or_default();
     let mut requirements = base.match_expressions.unwrap_or_default();
     for (index, source) in exprs.iter().enumerate() {
@@ -99,7 +125,7 @@ impl Rejection {
     }
 
     fn at(self, index: usize, expr: &str) -> CelError {
-        let expr = expr.to_owned();
+        let expr = quoted(expr);
         if self.parse {
             CelError::Parse {
                 index,
@@ -116,16 +142,107 @@ impl Rejection {
     }
 }
 
+/// The start of `expr`, cut at a character boundary, for error messages.
+fn quoted(expr: &str) -> String {
+    if expr.len() <= QUOTED {
+        return expr.to_owned();
+    }
+    let mut end = QUOTED;
+    while !expr.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &expr[..end])
+}
+
+/// Rejects what the parser must not see: over-long input, deep bracket nesting, long operator
+/// chains. Brackets count inside string literals too: a scanner that misjudged where a
+/// literal ends (raw strings, escapes, triple quotes) could otherwise hide nesting from the
+/// count, and label keys and values cannot contain brackets anyway.
+fn prescan(source: &str) -> Result<(), Rejection> {
+    let failed = |message: String| Rejection {
+        parse: true,
+        message,
+    };
+    if source.len() > MAX_LENGTH {
+        return Err(failed(format!(
+            "is {} bytes long; at most {MAX_LENGTH} are accepted",
+            source.len()
+        )));
+    }
+    let mut depth = 0usize;
+    // Tokens chained at the current level since the last `&&`, `,` or bracket.
+    let mut chain = 0usize;
+    let mut in_word = false;
+    for c in source.chars() {
+        let word = c.is_alphanumeric() || c == '_' || c == '"' || c == '\'';
+        if word && !in_word {
+            chain += 1;
+        }
+        in_word = word;
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                chain = 0;
+                if depth > MAX_NESTING {
+                    return Err(failed(format!(
+                        "nests brackets more than {MAX_NESTING} deep"
+                    )));
+                }
+            }
+            ')' | ']' | '}' => {
+                depth = depth.saturating_sub(1);
+                chain = 0;
+            }
+            ',' | '&' => chain = 0,
+            _ => {}
+        }
+        if chain > MAX_CHAIN {
+            return Err(failed(format!(
+                "chains more than {MAX_CHAIN} terms without `&&`"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn parse(source: &str) -> Result<IdedExpr, Rejection> {
     let failed = |message: String| Rejection {
         parse: true,
         message,
     };
-    // The antlr runtime under cel-parser panics on some malformed input instead of returning an
-    // error. Parsing is pure, so containing the panic loses nothing.
-    std::panic::catch_unwind(|| Parser::new().parse(source))
-        .map_err(|_| failed("malformed expression".to_owned()))?
+    prescan(source)?;
+    contained(|| Parser::new().parse(source))
+        .ok_or_else(|| failed("malformed expression".to_owned()))?
         .map_err(|e| failed(e.to_string()))
+}
+
+thread_local! {
+    /// Whether this thread is inside [`contained`].
+    static CONTAINING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `parse`, turning a panic into `None` without a panic message on stderr.
+///
+/// cel-parser builds its AST even from a tree with syntax errors, and the antlr runtime then
+/// panics (`unreachable!`) on nearly every malformed input, `" && "` included. Parsing is pure,
+/// so containing the panic loses nothing, but the default hook would still print a panic line
+/// and backtrace to the operator's log for every bad binding. A per-call hook swap would race
+/// between threads, so one hook is installed for the process, once: it stays silent only for
+/// threads inside this function and hands every other panic to the hook it replaced.
+fn contained<T>(parse: impl FnOnce() -> T) -> Option<T> {
+    static QUIET: Once = Once::new();
+    QUIET.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CONTAINING.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let outer = CONTAINING.with(|c| c.replace(true));
+    let result = std::panic::catch_unwind(AssertUnwindSafe(parse));
+    CONTAINING.with(|c| c.set(outer));
+    result.ok()
 }
 
 fn compile_one(source: &str) -> Result<Vec<Term>, Rejection> {
@@ -390,6 +507,120 @@ mod tests {
             assert_eq!(*index, 1);
             assert!(message.contains(needle), "{e}: {message}");
         }
+    }
+
+    /// Runs `f` on a thread with the stack of a tokio worker (2 MiB), where the operator
+    /// compiles bindings: a stack overflow there aborts the process.
+    fn on_worker_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(f)
+            .expect("thread")
+            .join()
+            .expect("no panic")
+    }
+
+    fn parse_error(source: String) -> String {
+        let exprs = vec![source];
+        match compile_into(&exprs, LabelSelector::default()) {
+            Err(CelError::Parse { message, expr, .. }) => {
+                assert!(expr.len() <= QUOTED + 3, "errors quote a bounded prefix");
+                message
+            }
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn pathological_input_is_rejected_before_parsing() {
+        on_worker_stack(|| {
+            let parens = format!("{}labels.a == \"b\"{}", "(".repeat(300), ")".repeat(300));
+            assert!(parse_error(parens).contains("more than 8 deep"));
+            let lists = format!("labels.a in {}\"b\"{}", "[".repeat(300), "]".repeat(300));
+            assert!(parse_error(lists).contains("more than 8 deep"));
+            let huge = format!("labels.a == \"{}\"", "x".repeat(1 << 20));
+            assert!(parse_error(huge).contains("at most 1024"));
+            let and_chain = vec!["has(labels.a)"; 2000].join(" && ");
+            assert!(parse_error(and_chain).contains("at most 1024"));
+            // Chains the parser nests like brackets.
+            for link in ["labels.a == ", "a.", "a + ", "a ? b : "] {
+                let chain = format!("{}a", link.repeat(1000 / link.len()));
+                let message = parse_error(chain);
+                assert!(message.contains("without `&&`"), "{link}: {message}");
+            }
+            // Hidden inside Nimbus's quoted form as escapes: the inner expression is checked
+            // too.
+            let quoted = format!("'{}has(labels.a){}'", "\\x28".repeat(9), "\\x29".repeat(9));
+            assert!(parse_error(quoted).contains("more than 8 deep"));
+        });
+    }
+
+    #[test]
+    fn the_longest_supported_expressions_still_compile() {
+        let terms: Vec<String> = (0..40).map(|i| format!("has(labels.k{i})")).collect();
+        let long = terms.join(" && ");
+        assert!(long.len() <= MAX_LENGTH);
+        let s = compile(&[&long]).unwrap();
+        assert_eq!(s.match_expressions.map(|e| e.len()), Some(40));
+        let list = format!(
+            "labels.app in [{}]",
+            (0..30)
+                .map(|i| format!("\"v{i}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        assert!(compile(&[&list]).is_ok());
+        assert!(compile(&[r#"!(!(labels["app"] in ["a", "b"]))"#]).is_ok());
+    }
+
+    #[test]
+    fn too_many_expressions_are_rejected() {
+        let many = vec!["has(labels.a)"; MAX_EXPRESSIONS + 1];
+        assert_eq!(
+            compile(&many),
+            Err(CelError::TooMany {
+                count: MAX_EXPRESSIONS + 1
+            })
+        );
+        assert!(compile(&vec!["has(labels.a)"; MAX_EXPRESSIONS]).is_ok());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any input, from CEL's own alphabet and beyond, is compiled or rejected: never a
+        /// panic, never a stack overflow.
+        #[test]
+        fn arbitrary_input_never_panics(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::string::string_regex(r#"[ a-z_.()\[\]{}"'!=<>&|+*/%?:,\\-]{0,40}"#).unwrap(),
+                    proptest::prelude::Just("labels".to_owned()),
+                    proptest::prelude::Just("has(".to_owned()),
+                    proptest::prelude::Just(" && ".to_owned()),
+                    proptest::prelude::Just(" in [".to_owned()),
+                    proptest::prelude::Just("\"\"\"".to_owned()),
+                    proptest::prelude::Just("r'".to_owned()),
+                    proptest::prelude::any::<String>(),
+                ],
+                0..60,
+            )
+        ) {
+            let source = parts.concat();
+            let result = on_worker_stack(move || compile_into(&[source], LabelSelector::default()));
+            if let Err(CelError::Parse { expr, .. } | CelError::Unsupported { expr, .. }) = &result {
+                proptest::prop_assert!(expr.len() <= QUOTED + 3);
+            }
+        }
+    }
+
+    #[test]
+    fn contained_panics_are_silent_only_where_contained() {
+        assert_eq!(contained(|| -> u8 { panic!("inside") }), None);
+        assert_eq!(contained(|| 1), Some(1));
+        // Elsewhere panics still reach the previous hook (and unwind as before).
+        assert!(std::panic::catch_unwind(|| panic!("outside")).is_err());
+        assert!(!CONTAINING.with(Cell::get));
     }
 
     #[test]

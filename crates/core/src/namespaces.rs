@@ -1,9 +1,56 @@
 //! Which namespaces a cluster binding fans out to.
 
 use nimbus_api::{NamespaceSelector, WORKLOAD_ALL_NAMESPACES};
+use std::collections::BTreeSet;
 
-/// Never selected by a cluster binding, whatever its selector says (as in Nimbus).
-pub const PROTECTED_NAMESPACE: &str = "kube-system";
+/// Always protected by default (as in Nimbus).
+pub const KUBE_SYSTEM: &str = "kube-system";
+
+/// Namespaces a cluster binding never fans out to, whatever its selector says: policies there
+/// could lock out the control plane, the operator itself, or the k8tls scanner (a
+/// namespaceSandbox RoleBinding in the operator's namespace would hand its ServiceAccount's
+/// secrets to a team).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedNamespaces(BTreeSet<String>);
+
+impl ProtectedNamespaces {
+    /// Exactly `names` (empty entries ignored).
+    pub fn new<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Self {
+        Self(
+            names
+                .into_iter()
+                .map(|n| n.as_ref().trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect(),
+        )
+    }
+
+    /// The default: `kube-system`, the operator's own namespace when known, and the k8tls
+    /// namespace.
+    pub fn defaults(operator_namespace: Option<&str>, k8tls_namespace: &str) -> Self {
+        Self::new(
+            [KUBE_SYSTEM, k8tls_namespace]
+                .into_iter()
+                .chain(operator_namespace),
+        )
+    }
+
+    pub fn contains(&self, namespace: &str) -> bool {
+        self.0.contains(namespace)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+}
+
+impl Default for ProtectedNamespaces {
+    /// [`ProtectedNamespaces::defaults`] without an operator namespace and with the default
+    /// k8tls namespace.
+    fn default() -> Self {
+        Self::defaults(None, crate::engines::DEFAULT_K8TLS_NAMESPACE)
+    }
+}
 
 /// Why a namespace selector cannot be used. The CRD rejects these at admission too; the
 /// controller re-checks because objects may predate the schema.
@@ -26,8 +73,13 @@ pub fn validate(selector: Option<&NamespaceSelector>) -> Result<(), String> {
 }
 
 /// Whether a live (not terminating) namespace is selected. Call only with a valid selector.
-pub fn selects(selector: &NamespaceSelector, namespace: &str) -> bool {
-    if namespace == PROTECTED_NAMESPACE {
+/// A protected namespace is never selected, not even by name.
+pub fn selects(
+    selector: &NamespaceSelector,
+    namespace: &str,
+    protected: &ProtectedNamespaces,
+) -> bool {
+    if protected.contains(namespace) {
         return false;
     }
     let excluded = selector
@@ -43,6 +95,25 @@ pub fn selects(selector: &NamespaceSelector, namespace: &str) -> bool {
             .iter()
             .any(|n| n == WORKLOAD_ALL_NAMESPACES || n == namespace),
     }
+}
+
+/// The namespaces `selector` names explicitly in `matchNames` that are protected, so get
+/// nothing: worth reporting, since the binding's author asked for them (`*` does not name
+/// them, so selecting every namespace reports nothing).
+pub fn protected_names(
+    selector: &NamespaceSelector,
+    protected: &ProtectedNamespaces,
+) -> Vec<String> {
+    let mut names: Vec<String> = selector
+        .match_names
+        .iter()
+        .flatten()
+        .filter(|n| protected.contains(n))
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 #[cfg(test)]
@@ -90,17 +161,67 @@ mod tests {
         );
     }
 
+    fn protected() -> ProtectedNamespaces {
+        ProtectedNamespaces::defaults(Some("nimbus-system"), "nimbus-k8tls-env")
+    }
+
     #[test]
     fn selection_follows_names_and_never_takes_kube_system() {
+        let p = protected();
         let all = sel(Some(&["*"]), None);
-        assert!(selects(&all, "default") && !selects(&all, "kube-system"));
+        assert!(selects(&all, "default", &p) && !selects(&all, "kube-system", &p));
         let listed = sel(Some(&["a", "kube-system"]), None);
         assert!(
-            selects(&listed, "a") && !selects(&listed, "b") && !selects(&listed, "kube-system")
+            selects(&listed, "a", &p)
+                && !selects(&listed, "b", &p)
+                && !selects(&listed, "kube-system", &p)
         );
         let except = sel(None, Some(&["b"]));
-        assert!(selects(&except, "a") && !selects(&except, "b"));
+        assert!(selects(&except, "a", &p) && !selects(&except, "b", &p));
         let all_except = sel(Some(&["*"]), Some(&["b"]));
-        assert!(selects(&all_except, "a") && !selects(&all_except, "b"));
+        assert!(selects(&all_except, "a", &p) && !selects(&all_except, "b", &p));
+    }
+
+    #[test]
+    fn the_operator_and_k8tls_namespaces_are_protected_by_default() {
+        let p = protected();
+        for selector in [
+            sel(Some(&["*"]), None),
+            sel(None, Some(&["x"])),
+            sel(Some(&["nimbus-system", "nimbus-k8tls-env"]), None),
+        ] {
+            for ns in ["kube-system", "nimbus-system", "nimbus-k8tls-env"] {
+                assert!(!selects(&selector, ns, &p), "{ns} {selector:?}");
+            }
+        }
+        // Without a known operator namespace, only kube-system and k8tls's.
+        let d = ProtectedNamespaces::default();
+        assert_eq!(
+            d.iter().collect::<Vec<_>>(),
+            ["kube-system", "nimbus-k8tls-env"]
+        );
+    }
+
+    #[test]
+    fn the_list_is_configurable() {
+        let p = ProtectedNamespaces::new(["infra", " ", "kube-system"]);
+        let all = sel(Some(&["*"]), None);
+        assert!(!selects(&all, "infra", &p) && selects(&all, "nimbus-k8tls-env", &p));
+        assert_eq!(p.iter().count(), 2, "empty entries are ignored");
+    }
+
+    #[test]
+    fn explicitly_named_protected_namespaces_are_reported() {
+        let p = protected();
+        let named = sel(
+            Some(&["kube-system", "a", "nimbus-system", "kube-system"]),
+            None,
+        );
+        assert_eq!(
+            protected_names(&named, &p),
+            ["kube-system", "nimbus-system"]
+        );
+        assert!(protected_names(&sel(Some(&["*"]), None), &p).is_empty());
+        assert!(protected_names(&sel(None, Some(&["kube-system"])), &p).is_empty());
     }
 }

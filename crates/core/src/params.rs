@@ -10,6 +10,9 @@ pub enum ParamKind {
     DnsSubdomain,
     /// A CronJob schedule as Kubernetes accepts it: five fields or a `@` descriptor.
     Cron,
+    /// A [`ParamKind::Cron`] schedule that runs at most once an hour (for jobs that are costly
+    /// or reach out of the cluster).
+    HourlyCron,
     /// `host:port`.
     HostPort,
     /// `CVE-<year>-<number>`.
@@ -24,6 +27,7 @@ impl fmt::Display for ParamKind {
             ParamKind::OneOf(words) => write!(f, "one of {}", words.join("|")),
             ParamKind::DnsSubdomain => f.write_str("object name"),
             ParamKind::Cron => f.write_str("cron schedule"),
+            ParamKind::HourlyCron => f.write_str("cron schedule, at most hourly"),
             ParamKind::HostPort => f.write_str("host:port"),
             ParamKind::Cve => f.write_str("CVE ID"),
             ParamKind::SubjectName => f.write_str("group name"),
@@ -38,6 +42,7 @@ pub fn check(kind: ParamKind, value: &str) -> Result<(), String> {
         ParamKind::OneOf(words) => Err(format!("must be one of {}", words.join(", "))),
         ParamKind::DnsSubdomain => dns_subdomain(value),
         ParamKind::Cron => cron(value),
+        ParamKind::HourlyCron => cron(value).and_then(|()| at_most_hourly(value)),
         ParamKind::HostPort => host_port(value),
         ParamKind::Cve => cve(value),
         ParamKind::SubjectName if value.trim().is_empty() => Err("must not be empty".into()),
@@ -164,6 +169,46 @@ fn cron(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a valid schedule fires at most once an hour: every descriptor does (`@hourly` is
+/// the most frequent), and five fields do when their minute field names one minute only.
+fn at_most_hourly(value: &str) -> Result<(), String> {
+    let Some(minute) = value
+        .split_whitespace()
+        .next()
+        .filter(|_| !value.starts_with('@'))
+    else {
+        return Ok(());
+    };
+    let mut minutes = [false; 60];
+    for item in minute.split(',') {
+        let (range, step) = match item.split_once('/') {
+            Some((r, s)) => (r, s.parse::<usize>().unwrap_or(1).max(1)),
+            None => (item, 1),
+        };
+        // As robfig/cron reads them: `*` is 0-59, and `a/step` runs from a to 59.
+        let bounds = match (range, range.split_once('-')) {
+            ("*", _) => Some((0, 59)),
+            (_, Some((a, b))) => a.parse().ok().zip(b.parse().ok()),
+            (single, None) => single
+                .parse()
+                .ok()
+                .map(|a| (a, if item.contains('/') { 59 } else { a })),
+        };
+        let Some((first, last)) = bounds else {
+            return Err(format!("minute `{item}` is not valid"));
+        };
+        for m in (first..=last.min(59)).step_by(step) {
+            minutes[m] = true;
+        }
+    }
+    match minutes.iter().filter(|m| **m).count() {
+        0 | 1 => Ok(()),
+        n => Err(format!(
+            "runs {n} times an hour; at most hourly is allowed (e.g. `0 * * * *` or @daily)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +235,35 @@ mod tests {
         ] {
             assert!(cron(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn hourly_schedules_run_at_most_once_an_hour() {
+        for ok in [
+            "@hourly",
+            "@weekly",
+            "0 * * * *",
+            "30 */2 * * *",
+            "5-5 * * * *",
+            "0/60 * * * *",
+            "0 3 * * MON",
+        ] {
+            assert_eq!(check(ParamKind::HourlyCron, ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "* * * * *",
+            "*/5 * * * *",
+            "0,30 * * * *",
+            "0-1 * * * *",
+            "0/30 * * * *",
+            "*/59 0 1 1 *",
+        ] {
+            let err = check(ParamKind::HourlyCron, bad).unwrap_err();
+            assert!(err.contains("at most hourly"), "{bad}: {err}");
+        }
+        // Still a schedule first.
+        assert!(check(ParamKind::HourlyCron, "every day").is_err());
+        assert_eq!(check(ParamKind::Cron, "* * * * *"), Ok(()));
     }
 
     #[test]

@@ -16,13 +16,17 @@
 //! 8. node pod CIDRs come from `Environment.node_pod_cidrs` (sorted), first as in Nimbus;
 //! 9. a second rule with the same ID gets `-2` suffixed names;
 //! 10. no `status: {}`, no `creationTimestamp: null`;
-//! 11. the rbac engine / namespaceSandbox intent.
+//! 11. the rbac engine / namespaceSandbox intent (cluster bindings only; bounded roles and
+//!     groups);
+//! 12. sensitive intents (assessTLS, namespaceSandbox) are enforced only with the binding's
+//!     `intent.security.nimbus.com/allow-sensitive` opt-in, which the fixtures' policies carry;
+//! 13. k8tls CronJobs run pinned images, restricted, with resource bounds, at most hourly.
 
 // Helpers outside `#[test]` functions panic on broken fixtures too (clippy.toml only covers
 // the test functions themselves).
 #![allow(clippy::unwrap_used)]
 
-use nimbus_api::{ClusterNimbusPolicy, NimbusPolicy, condition};
+use nimbus_api::{ALLOW_SENSITIVE_ANNOTATION, ClusterNimbusPolicy, NimbusPolicy, condition};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
     EngineSet, Environment, Problem, Translation, VirtualPatches, translate, virtual_patch,
@@ -48,6 +52,8 @@ const API_VERSION: &str = "intent.security.nimbus.com/v1alpha1";
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 const KYVERNO_DESCRIPTION: &str = "policies.kyverno.io/description";
 const K8TLS_NS: &str = "nimbus-k8tls-env";
+/// The fixtures' policies carry their binding's opt-in to both sensitive intents.
+const OPTED_IN: &str = "namespaceSandbox,assessTLS";
 
 /// A rule as the operator compiles it from a SecurityIntent.
 fn rule(id: &str, action: &str, description: Option<&str>, params: Value) -> Value {
@@ -83,6 +89,7 @@ fn sib_np(selector: Value, rules: Vec<Value>) -> NimbusPolicy {
             "name": SIB_NP,
             "namespace": NS,
             "labels": {"team": "a"},
+            "annotations": {ALLOW_SENSITIVE_ANNOTATION: OPTED_IN},
             "ownerReferences": [{
                 "apiVersion": API_VERSION, "kind": "SecurityIntentBinding", "name": SIB_NP,
                 "uid": "sib-uid", "controller": true, "blockOwnerDeletion": true,
@@ -102,6 +109,7 @@ fn csib_np(selector: Value, rules: Vec<Value>) -> NimbusPolicy {
             "name": CSIB_NP,
             "namespace": NS,
             "labels": {"team": "a"},
+            "annotations": {ALLOW_SENSITIVE_ANNOTATION: OPTED_IN},
             "ownerReferences": [{
                 "apiVersion": API_VERSION, "kind": "ClusterSecurityIntentBinding", "name": CSIB,
                 "uid": "csib-uid", "controller": true, "blockOwnerDeletion": true,
@@ -124,6 +132,7 @@ fn cwnp(ns_selector: Value, workload_selector: Value, rules: Vec<Value>) -> Clus
         "metadata": {
             "name": CWNP,
             "labels": {"team": "a"},
+            "annotations": {ALLOW_SENSITIVE_ANNOTATION: OPTED_IN},
             "ownerReferences": [{
                 "apiVersion": API_VERSION, "kind": "ClusterSecurityIntentBinding", "name": CSIB,
                 "uid": "csib-uid", "controller": true, "blockOwnerDeletion": true,
@@ -1602,7 +1611,20 @@ fn k8tls_volumes(addresses: Option<&str>) -> Value {
     json!(volumes)
 }
 
-/// §4.1 (no Elasticsearch, difference 6), in `namespace`. `addresses`: the address ConfigMap.
+/// Pod Security "restricted" for both containers (difference 13).
+fn restricted() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": true,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    })
+}
+
+/// §4.1 (no Elasticsearch, difference 6; pinned, restricted and bounded, difference 13), in
+/// `namespace`. `addresses`: the address ConfigMap.
 fn cron_job(name: &str, namespace: &str, schedule: &str, addresses: Option<&str>) -> Value {
     let mut mounts = vec![
         json!({"name": "fips-config", "readOnly": true, "mountPath": "/home/k8tls/config/"}),
@@ -1636,22 +1658,30 @@ fn cron_job(name: &str, namespace: &str, schedule: &str, addresses: Option<&str>
                     "volumes": k8tls_volumes(addresses),
                     "initContainers": [{
                         "name": "k8tls",
-                        "image": "kubearmor/k8tls:latest",
+                        "image": "kubearmor/k8tls:v0.1.0",
                         "command": command,
-                        "resources": {},
+                        "resources": {
+                            "requests": {"cpu": "100m", "memory": "128Mi"},
+                            "limits": {"cpu": "500m", "memory": "512Mi"},
+                        },
                         "volumeMounts": mounts,
-                        "imagePullPolicy": "Always",
+                        "imagePullPolicy": "IfNotPresent",
+                        "securityContext": restricted(),
                     }],
                     "containers": [{
                         "name": "fluent-bit",
-                        "image": "fluent/fluent-bit:latest",
-                        "resources": {},
+                        "image": "fluent/fluent-bit:3.2.2",
+                        "resources": {
+                            "requests": {"cpu": "10m", "memory": "32Mi"},
+                            "limits": {"cpu": "100m", "memory": "128Mi"},
+                        },
                         "volumeMounts": [
                             {"name": "fluent-bit-config", "readOnly": true,
                              "mountPath": "/fluent-bit/etc/fluent-bit.conf", "subPath": "fluent-bit.conf"},
                             {"name": "k8tls-report", "mountPath": "/tmp/"},
                         ],
-                        "imagePullPolicy": "Always",
+                        "imagePullPolicy": "IfNotPresent",
+                        "securityContext": restricted(),
                     }],
                     "restartPolicy": "Never",
                     "serviceAccountName": "k8tls",
@@ -1874,6 +1904,123 @@ fn k8tls_namespaced_policies_generate_nothing() {
     no_problems(&t);
 }
 
+/// Difference 13: the scanner image is configuration.
+#[test]
+fn k8tls_configured_image() {
+    let env = Environment {
+        k8tls_image: "registry.local/k8tls:v9".into(),
+        ..Environment::default()
+    };
+    let t = run_cwnp_with(
+        &cwnp(all_namespaces(), Value::Null, vec![block("assessTLS", "a")]),
+        &env,
+    );
+    let job = &all(&t)[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    assert_eq!(job["initContainers"][0]["image"], "registry.local/k8tls:v9");
+}
+
+/// Difference 13: a scan more often than hourly is a bad parameter; the default is used.
+#[test]
+fn k8tls_schedules_more_frequent_than_hourly_fall_back_to_weekly() {
+    for schedule in ["* * * * *", "*/5 * * * *"] {
+        let t = run_cwnp(&cwnp(
+            all_namespaces(),
+            Value::Null,
+            vec![rule(
+                "assessTLS",
+                "Audit",
+                None,
+                json!({"schedule": [schedule]}),
+            )],
+        ));
+        assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
+        assert_eq!(t.problems[0].reason, condition::REASON_INVALID_PARAMETER);
+        assert!(!t.problems[0].blocking);
+        assert!(t.problems[0].message.contains("at most hourly"));
+        assert_eq!(all(&t)[0]["spec"]["schedule"], "@weekly");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sensitive intents (difference 12)
+// ---------------------------------------------------------------------------------------------
+
+fn without_opt_in<K: kube::Resource>(mut policy: K, value: Option<&str>) -> K {
+    policy.meta_mut().annotations =
+        value.map(|v| BTreeMap::from([(ALLOW_SENSITIVE_ANNOTATION.to_owned(), v.to_owned())]));
+    policy
+}
+
+fn not_allowed(intent: &str) -> Problem {
+    Problem {
+        intent: intent.into(),
+        reason: condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
+        message: format!(
+            "intent `{intent}` is sensitive and not enforced: the binding must list it in its \
+             intent.security.nimbus.com/allow-sensitive annotation"
+        ),
+        blocking: true,
+    }
+}
+
+#[test]
+fn sensitive_intents_need_the_binding_authors_opt_in() {
+    for value in [None, Some(""), Some("assessTLS"), Some("namespacesandbox")] {
+        let np = without_opt_in(
+            csib_np(selector(), vec![sandbox_rule(json!({"group": ["g"]}))]),
+            value,
+        );
+        let t = run_np(&np);
+        assert!(t.objects.is_empty(), "{value:?}");
+        assert_eq!(
+            t.problems,
+            vec![not_allowed("namespaceSandbox")],
+            "{value:?}"
+        );
+    }
+    for value in [None, Some("namespaceSandbox")] {
+        let policy = without_opt_in(
+            cwnp(all_namespaces(), Value::Null, vec![block("assessTLS", "a")]),
+            value,
+        );
+        let t = run_cwnp(&policy);
+        assert!(t.objects.is_empty(), "{value:?}");
+        assert_eq!(t.problems, vec![not_allowed("assessTLS")], "{value:?}");
+    }
+    // Listed: enforced; the other rules never needed it.
+    let np = without_opt_in(
+        csib_np(
+            selector(),
+            vec![
+                block("dnsManipulation", "d"),
+                sandbox_rule(json!({"group": ["g"]})),
+            ],
+        ),
+        Some(" namespaceSandbox "),
+    );
+    let t = run_np(&np);
+    no_problems(&t);
+    assert_eq!(of(&t, Engine::Rbac).len(), 1);
+    assert_eq!(of(&t, Engine::NetworkPolicy).len(), 1);
+}
+
+/// Only where an engine would act: assessTLS on a cluster binding's namespace policies, or a
+/// sandbox through a namespaced binding, report what they always did.
+#[test]
+fn sensitive_intents_are_reported_only_where_enforced() {
+    let t = run_np(&without_opt_in(
+        csib_np(selector(), vec![block("assessTLS", "a")]),
+        None,
+    ));
+    no_problems(&t);
+    let t = run_np(&without_opt_in(
+        sib_np(selector(), vec![sandbox_rule(json!({"group": ["g"]}))]),
+        None,
+    ));
+    assert_eq!(t.problems.len(), 1);
+    assert_eq!(t.problems[0].reason, condition::REASON_UNSUPPORTED_INTENT);
+}
+
 // ---------------------------------------------------------------------------------------------
 // rbac: namespaceSandbox
 // ---------------------------------------------------------------------------------------------
@@ -1900,17 +2047,104 @@ fn sandbox_rule(params: Value) -> Value {
     rule("namespaceSandbox", "Block", Some("Sandbox"), params)
 }
 
+/// Difference 11: a namespaced binding is anybody's with access to a namespace; granting roles
+/// is an administrator's (cluster binding's) call.
 #[test]
-fn rbac_namespaced_binding_default_role() {
+fn rbac_namespaced_binding_is_unsupported() {
     let t = run_np(&sib_np(
         selector(),
         vec![sandbox_rule(json!({"group": ["team-{namespace}"]}))],
     ));
+    assert!(t.objects.is_empty());
+    assert_eq!(
+        t.problems,
+        vec![Problem {
+            intent: "namespaceSandbox".into(),
+            reason: condition::REASON_UNSUPPORTED_INTENT,
+            message: "intent `namespaceSandbox` is enforced only through a \
+                      ClusterSecurityIntentBinding"
+                .into(),
+            blocking: true,
+        }]
+    );
+}
+
+#[test]
+fn rbac_cluster_binding_default_role() {
+    let t = run_np(&csib_np(
+        selector(),
+        vec![sandbox_rule(json!({"group": ["team-{namespace}"]}))],
+    ));
     no_problems(&t);
-    assert_objects(&all(&t), &[role_binding(SIB_NP, "edit", &["team-shop"])]);
+    assert_objects(&all(&t), &[role_binding(CSIB_NP, "edit", &["team-shop"])]);
     assert_eq!(
         entries(&t),
-        ["RoleBinding/web-binding-namespacesandbox-role-edit"]
+        ["RoleBinding/nimbus-ctlr-gen-web-csib-namespacesandbox-role-edit"]
+    );
+}
+
+/// Difference 11: only allowlisted ClusterRoles, never a `system:` or empty group; a rule
+/// asking for more gets no RoleBinding at all.
+#[test]
+fn rbac_grants_only_allowed_roles_to_ordinary_groups() {
+    for (params, needle) in [
+        (
+            json!({"group": ["a"], "clusterRole": ["cluster-admin"]}),
+            "ClusterRole `cluster-admin`",
+        ),
+        (
+            json!({"group": ["a"], "clusterRole": ["Admin"]}),
+            "ClusterRole `Admin`",
+        ),
+        (
+            json!({"group": ["a", "system:masters"]}),
+            "group `system:masters`",
+        ),
+        (
+            json!({"group": ["system:authenticated"], "clusterRole": ["view"]}),
+            "system:authenticated",
+        ),
+        (json!({"group": ["{namespace}:x"]}), "MISSING"),
+        (json!({"group": ["a", " "]}), "a group is empty"),
+    ] {
+        let mut np = csib_np(selector(), vec![sandbox_rule(params.clone())]);
+        if needle == "MISSING" {
+            // `{namespace}` substituted first: a namespace named `system` makes a system group.
+            np.metadata.namespace = Some("system".into());
+        }
+        let t = run_np(&np);
+        assert!(t.objects.is_empty(), "{params}: {:?}", all(&t));
+        let blocking: Vec<_> = t.problems.iter().filter(|p| p.blocking).collect();
+        assert_eq!(blocking.len(), 1, "{params}: {:?}", t.problems);
+        assert_eq!(blocking[0].reason, condition::REASON_INVALID_PARAMETER);
+        let needle = if needle == "MISSING" {
+            "system:x"
+        } else {
+            needle
+        };
+        assert!(
+            blocking[0].message.contains(needle),
+            "{}",
+            blocking[0].message
+        );
+    }
+    // The allowlist is configuration: without `view`, view is refused too.
+    let env = Environment {
+        sandbox_cluster_roles: BTreeSet::from(["edit".to_owned()]),
+        ..Environment::default()
+    };
+    let np = csib_np(
+        selector(),
+        vec![sandbox_rule(
+            json!({"group": ["a"], "clusterRole": ["view"]}),
+        )],
+    );
+    let t = run_np_with(&np, &env, &EngineSet::all());
+    assert!(t.objects.is_empty());
+    assert!(
+        t.problems[0].message.contains("allowed: edit;"),
+        "{:?}",
+        t.problems
     );
 }
 
@@ -1943,7 +2177,7 @@ fn rbac_cluster_nimbus_policy_generates_nothing() {
 
 #[test]
 fn rbac_group_is_required() {
-    let t = run_np(&sib_np(selector(), vec![sandbox_rule(Value::Null)]));
+    let t = run_np(&csib_np(selector(), vec![sandbox_rule(Value::Null)]));
     assert!(t.objects.is_empty());
     assert_eq!(
         t.problems,
@@ -1959,13 +2193,21 @@ fn rbac_group_is_required() {
 /// Two sandboxes whose role names and `-2` suffix line up must not share a RoleBinding.
 #[test]
 fn rbac_role_names_cannot_collide_with_rule_suffixes() {
-    let t = run_np(&sib_np(
-        selector(),
-        vec![
-            sandbox_rule(json!({"group": ["a"], "clusterRole": ["2-edit"]})),
-            sandbox_rule(json!({"group": ["b"], "clusterRole": ["edit"]})),
-        ],
-    ));
+    let env = Environment {
+        sandbox_cluster_roles: BTreeSet::from(["edit".to_owned(), "2-edit".to_owned()]),
+        ..Environment::default()
+    };
+    let t = run_np_with(
+        &csib_np(
+            selector(),
+            vec![
+                sandbox_rule(json!({"group": ["a"], "clusterRole": ["2-edit"]})),
+                sandbox_rule(json!({"group": ["b"], "clusterRole": ["edit"]})),
+            ],
+        ),
+        &env,
+        &EngineSet::all(),
+    );
     let names: BTreeSet<String> = all(&t)
         .iter()
         .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
@@ -2105,7 +2347,6 @@ fn entries_of_every_namespaced_intent() {
             block("escapeToHost", "d"),
             block("preventExecutionFromTempOrLogsFolders", "d"),
             block("cocoWorkload", "d"),
-            sandbox_rule(json!({"group": ["g"]})),
         ],
     );
     let t = run_np(&np);
@@ -2125,7 +2366,6 @@ fn entries_of_every_namespaced_intent() {
             "KubeArmorPolicy/web-binding-preventexecutionfromtemporlogsfolders",
             "KyvernoPolicy/web-binding-mutateexisting",
             "KyvernoPolicy/web-binding-mutateoncreate",
-            "RoleBinding/web-binding-namespacesandbox-role-edit",
         ]
     );
     let engines: Vec<Engine> = t.objects.iter().map(|g| g.engine).collect();
@@ -2144,7 +2384,6 @@ fn entries_of_every_namespaced_intent() {
             Engine::KubeArmor,
             Engine::Kyverno,
             Engine::Kyverno,
-            Engine::Rbac,
         ]
     );
 }
@@ -2564,14 +2803,15 @@ fn every_catalog_intent_is_clean_with_every_engine() {
         block("preventExecutionFromTempOrLogsFolders", "d"),
         block("cocoWorkload", "d"),
         vp_rule(),
-        sandbox_rule(json!({"group": ["g"]})),
     ];
     no_problems(&run_np_with(
         &sib_np(selector(), rules.clone()),
         &vp_env(),
         &EngineSet::all(),
     ));
+    // Sandboxes and TLS scans only through cluster bindings.
     let mut cluster_rules = rules;
+    cluster_rules.push(sandbox_rule(json!({"group": ["g"]})));
     cluster_rules.push(block("assessTLS", "d"));
     no_problems(&run_np_with(
         &csib_np(selector(), cluster_rules.clone()),

@@ -12,8 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use kube::ResourceExt;
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterNimbusPolicySpec, NamespaceSelector, NimbusPolicy,
-    NimbusPolicySpec, NimbusRule, NodeSelector, Rule,
+    ALLOW_SENSITIVE_ANNOTATION, ClusterNimbusPolicy, ClusterNimbusPolicySpec, NamespaceSelector,
+    NimbusPolicy, NimbusPolicySpec, NimbusRule, NodeSelector, Rule,
 };
 use nimbus_core::catalog::{self, Engine};
 use nimbus_core::engines::{
@@ -56,6 +56,8 @@ struct Input {
     rules: Vec<NimbusRule>,
     env: Environment,
     engines: EngineSet,
+    /// The policy's allow-sensitive annotation.
+    allow_sensitive: Option<String>,
 }
 
 enum Policy {
@@ -84,6 +86,7 @@ impl Input {
                 );
                 np.metadata.namespace = Some(self.namespace.clone());
                 np.metadata.labels = Some(self.labels.clone());
+                np.metadata.annotations = self.annotations();
                 np.metadata.owner_references = Some(vec![match self.origin {
                     Origin::Binding => owner("SecurityIntentBinding"),
                     _ => owner("ClusterSecurityIntentBinding"),
@@ -101,10 +104,19 @@ impl Input {
                     },
                 );
                 cwnp.metadata.labels = Some(self.labels.clone());
+                cwnp.metadata.annotations = self.annotations();
                 cwnp.metadata.owner_references = Some(vec![owner("ClusterSecurityIntentBinding")]);
                 Policy::Cluster(cwnp)
             }
         }
+    }
+}
+
+impl Input {
+    fn annotations(&self) -> Option<BTreeMap<String, String>> {
+        self.allow_sensitive
+            .clone()
+            .map(|v| BTreeMap::from([(ALLOW_SENSITIVE_ANNOTATION.to_owned(), v)]))
     }
 }
 
@@ -321,7 +333,13 @@ fn environment() -> impl Strategy<Value = Environment> {
             0..4,
         ),
         prop_oneof![3 => Just("nimbus-k8tls-env".to_owned()), 1 => dns_label()],
-        prop_oneof![4 => Just(true), 1 => Just(false)],
+        (
+            prop_oneof![4 => Just(true), 1 => Just(false)],
+            prop_oneof![
+                3 => Just(BTreeSet::from(["edit".to_owned(), "view".to_owned()])),
+                1 => btree_set(prop_oneof![Just("edit".to_owned()), garbage()], 0..3),
+            ],
+        ),
         prop_oneof![
             2 => Just(database()),
             1 => Just(VirtualPatches::NotConfigured),
@@ -329,12 +347,19 @@ fn environment() -> impl Strategy<Value = Environment> {
         ],
     )
         .prop_map(
-            |(node_pod_cidrs, k8tls_namespace, k8tls_namespace_exists, virtual_patches)| {
+            |(
+                node_pod_cidrs,
+                k8tls_namespace,
+                (k8tls_namespace_exists, sandbox_cluster_roles),
+                virtual_patches,
+            )| {
                 Environment {
                     node_pod_cidrs,
                     k8tls_namespace,
                     k8tls_namespace_exists,
                     virtual_patches,
+                    sandbox_cluster_roles,
+                    ..Environment::default()
                 }
             },
         )
@@ -366,7 +391,14 @@ fn input() -> impl Strategy<Value = Input> {
         namespace_selector(),
         vec(rule(), 0..7),
         environment(),
-        engine_set(),
+        (
+            engine_set(),
+            proptest::option::of(prop_oneof![
+                Just("namespaceSandbox,assessTLS".to_owned()),
+                Just("assessTLS".to_owned()),
+                garbage(),
+            ]),
+        ),
     )
         .prop_map(
             |(
@@ -379,7 +411,7 @@ fn input() -> impl Strategy<Value = Input> {
                 ns_selector,
                 rules,
                 env,
-                engines,
+                (engines, allow_sensitive),
             )| Input {
                 origin,
                 name,
@@ -391,6 +423,7 @@ fn input() -> impl Strategy<Value = Input> {
                 rules,
                 env,
                 engines,
+                allow_sensitive,
             },
         )
 }
@@ -439,6 +472,7 @@ fn translatable_input() -> impl Strategy<Value = Input> {
         input.engines = EngineSet::all();
         input.env.k8tls_namespace_exists = true;
         input.env.virtual_patches = database();
+        input.allow_sensitive = Some("namespaceSandbox,assessTLS".into());
         input.selector.match_expressions = None;
         input
     })
@@ -569,6 +603,32 @@ proptest! {
         if input.rules.iter().all(|r| catalog::intent(&r.id).is_none()) {
             prop_assert!(t.objects.is_empty());
             prop_assert_eq!(t.problems.len(), input.rules.len());
+        }
+    }
+
+    /// What a sandbox grants is bounded by configuration: never a ClusterRole outside the
+    /// allowlist, never a `system:` or empty group; and nothing sensitive runs without the
+    /// author's opt-in.
+    #[test]
+    fn sensitive_intents_stay_within_bounds(input in any_input()) {
+        let (t, _) = run(&input);
+        let allowed = input.annotations().map(|a| catalog::allowed_sensitive(&a)).unwrap_or_default();
+        for g in &t.objects {
+            if g.engine == Engine::Rbac {
+                prop_assert!(allowed.contains("namespaceSandbox"), "{g:?}");
+                let role = g.object.data["roleRef"]["name"].as_str().unwrap_or_default();
+                prop_assert!(input.env.sandbox_cluster_roles.contains(role), "role {role}");
+                for subject in g.object.data["subjects"].as_array().into_iter().flatten() {
+                    let name = subject["name"].as_str().unwrap_or_default();
+                    prop_assert!(
+                        !name.trim().is_empty() && !name.trim_start().to_ascii_lowercase().starts_with("system:"),
+                        "group {name:?}"
+                    );
+                }
+            }
+            if g.engine == Engine::K8tls {
+                prop_assert!(allowed.contains("assessTLS"), "{g:?}");
+            }
         }
     }
 }

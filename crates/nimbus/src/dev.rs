@@ -57,7 +57,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         health_addr: Some(([127, 0, 0, 1], 8081).into()),
         ..Default::default()
     };
-    args.engines.apply(&mut config);
+    args.engines.apply(&mut config, None);
     let operator = tokio::spawn(nimbus_operator::run(
         client.clone(),
         config,

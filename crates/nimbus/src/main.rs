@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines;
+use nimbus_core::namespaces::ProtectedNamespaces;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,7 +44,7 @@ enum Command {
     /// manifests, without a cluster.
     Translate(offline::TranslateArgs),
     /// Check manifests against the schemas and the intent catalog (exit status 1 on problems).
-    Validate(offline::Inputs),
+    Validate(offline::ValidateArgs),
     /// List the intent catalog.
     Intents,
     /// Describe one intent: what it does, which engines enforce it, its parameters.
@@ -145,16 +146,52 @@ pub struct EngineArgs {
     /// ConfigMap `<namespace>/<name>` holding the virtual-patch database (key `vp.json`).
     #[arg(long, value_parser = parse_object_key)]
     virtual_patch_db: Option<(String, String)>,
+    /// Image of the k8tls scanner in assessTLS CronJobs.
+    #[arg(long, default_value = engines::DEFAULT_K8TLS_IMAGE)]
+    k8tls_image: String,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+    /// Namespaces cluster bindings never fan out to, whatever their selector says
+    /// (comma-separated; default: kube-system, the operator's namespace from
+    /// --leader-elect-namespace or POD_NAMESPACE, and --k8tls-namespace).
+    #[arg(long, value_delimiter = ',')]
+    protected_namespaces: Option<Vec<String>>,
+}
+
+/// What namespaceSandbox intents may grant (shared with the offline commands).
+#[derive(clap::Args)]
+pub struct SandboxArgs {
+    /// The only ClusterRoles namespaceSandbox intents may grant (comma-separated); keep it
+    /// equal to the ClusterRoles the operator may `bind`.
+    #[arg(long, value_delimiter = ',', default_value = "edit,view")]
+    sandbox_cluster_roles: Vec<String>,
+}
+
+impl SandboxArgs {
+    pub fn roles(&self) -> std::collections::BTreeSet<String> {
+        self.sandbox_cluster_roles
+            .iter()
+            .map(|r| r.trim().to_owned())
+            .filter(|r| !r.is_empty())
+            .collect()
+    }
 }
 
 impl EngineArgs {
-    fn apply(&self, config: &mut nimbus_operator::Config) {
+    /// `operator_namespace`: where the operator runs, when known.
+    fn apply(&self, config: &mut nimbus_operator::Config, operator_namespace: Option<&str>) {
         config.engines = Engine::ALL
             .into_iter()
             .filter(|e| !self.disable_engines.contains(e))
             .collect();
         config.k8tls_namespace = self.k8tls_namespace.clone();
         config.virtual_patch_db = self.virtual_patch_db.clone();
+        config.k8tls_image = self.k8tls_image.clone();
+        config.sandbox_cluster_roles = self.sandbox.roles();
+        config.protected_namespaces = Some(match &self.protected_namespaces {
+            Some(names) => ProtectedNamespaces::new(names),
+            None => ProtectedNamespaces::defaults(operator_namespace, &self.k8tls_namespace),
+        });
     }
 }
 
@@ -177,7 +214,8 @@ impl RunArgs {
             instance: self.instance.clone(),
             ..Default::default()
         };
-        self.engines.apply(&mut config);
+        self.engines
+            .apply(&mut config, self.election.leader_elect_namespace.as_deref());
         Ok(config)
     }
 }
@@ -201,7 +239,7 @@ fn run_cli() -> anyhow::Result<bool> {
     init_logging(cli.log_format);
     match cli.command {
         Command::Translate(args) => offline::translate(&args),
-        Command::Validate(inputs) => offline::validate(&inputs),
+        Command::Validate(args) => offline::validate(&args),
         Command::Intents => {
             print!("{}", offline::intents());
             Ok(true)

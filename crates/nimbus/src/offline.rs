@@ -10,6 +10,7 @@ use nimbus_core::catalog::{self, BindingKind, Engine};
 use nimbus_core::engines::{
     self, EngineSet, Environment, PolicyInput, VirtualPatches, virtual_patch,
 };
+use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::{compile_binding, compile_cluster_binding, namespaces, objects};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,8 +42,26 @@ pub struct TranslateArgs {
     /// A virtual-patch database (the JSON the operator reads from its ConfigMap).
     #[arg(long)]
     virtual_patch_db: Option<PathBuf>,
+    /// Namespaces cluster bindings never fan out to (the operator's default also protects its
+    /// own namespace).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kube-system,nimbus-k8tls-env"
+    )]
+    protected_namespaces: Vec<String>,
+    #[command(flatten)]
+    sandbox: crate::SandboxArgs,
     #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
     output: Format,
+}
+
+#[derive(clap::Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    inputs: Inputs,
+    #[command(flatten)]
+    sandbox: crate::SandboxArgs,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -185,7 +204,8 @@ fn manifest(value: Value) -> Result<Manifest, String> {
 }
 
 /// Every problem the schema, the catalog and the cross-references reveal, one per line.
-fn problems(loaded: &Loaded) -> Vec<String> {
+/// `sandbox_roles`: the ClusterRoles namespaceSandbox may grant.
+fn problems(loaded: &Loaded, sandbox_roles: &BTreeSet<String>) -> Vec<String> {
     let mut out = loaded.errors.clone();
     if loaded.manifests.is_empty() && out.is_empty() {
         out.push("no manifests found in the given files".into());
@@ -213,6 +233,11 @@ fn problems(loaded: &Loaded) -> Vec<String> {
                 let rule = nimbus_core::compile::rule(intent);
                 for p in catalog::check_params(&rule) {
                     out.push(format!("{origin}: {what}: {p}"));
+                }
+                if intent.id == "namespaceSandbox" {
+                    for v in engines::sandbox_violations(&rule, sandbox_roles, None) {
+                        out.push(format!("{origin}: {what}: {v}"));
+                    }
                 }
                 continue;
             }
@@ -267,10 +292,41 @@ fn intents_by_name(loaded: &Loaded) -> BTreeMap<String, &SecurityIntent> {
         .collect()
 }
 
+/// Bindings that reference sensitive intents without listing them in their allow-sensitive
+/// annotation: valid, but those intents will not be enforced.
+fn opt_in_problems(loaded: &Loaded) -> Vec<String> {
+    let intents = intents_by_name(loaded);
+    let mut out = Vec::new();
+    for (origin, manifest) in &loaded.manifests {
+        let (what, refs, annotations) = match manifest {
+            Manifest::Intent(_) => continue,
+            Manifest::Binding(b) => (
+                format!("SecurityIntentBinding {}", b.name_any()),
+                &b.spec.intents,
+                b.annotations(),
+            ),
+            Manifest::ClusterBinding(b) => (
+                format!("ClusterSecurityIntentBinding {}", b.name_any()),
+                &b.spec.intents,
+                b.annotations(),
+            ),
+        };
+        let allowed = catalog::allowed_sensitive(annotations);
+        for si in refs.iter().filter_map(|r| intents.get(&r.name)) {
+            let rule = nimbus_core::compile::rule(&si.spec.intent);
+            if let Some(p) = engines::sensitive_problem(&rule, &allowed) {
+                out.push(format!("{origin}: {what}: {}", p.message));
+            }
+        }
+    }
+    out
+}
+
 /// `nimbus validate`: exit status 0 only when every manifest is valid.
-pub fn validate(inputs: &Inputs) -> anyhow::Result<bool> {
-    let loaded = load(inputs);
-    let problems = problems(&loaded);
+pub fn validate(args: &ValidateArgs) -> anyhow::Result<bool> {
+    let loaded = load(&args.inputs);
+    let mut problems = problems(&loaded, &args.sandbox.roles());
+    problems.extend(opt_in_problems(&loaded));
     for p in &problems {
         eprintln!("{p}");
     }
@@ -283,7 +339,7 @@ pub fn validate(inputs: &Inputs) -> anyhow::Result<bool> {
 /// `nimbus translate`: the NimbusPolicies and native policies the operator would create.
 pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
     let loaded = load(&args.inputs);
-    let problems = problems(&loaded);
+    let problems = problems(&loaded, &args.sandbox.roles());
     if !problems.is_empty() {
         for p in &problems {
             eprintln!("{p}");
@@ -300,6 +356,7 @@ pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
                 virtual_patch::from_config_map(&path.display().to_string(), Some(&data))
             }
         },
+        sandbox_cluster_roles: args.sandbox.roles(),
         ..Environment::default()
     };
     let engines = EngineSet {
@@ -329,6 +386,8 @@ fn translate_all(
     let lookup = |name: &str| intents.get(name).copied().cloned();
     let mut out = Vec::new();
     let mut warnings = Vec::new();
+    // Protected namespaces a cluster binding names (`emit` holds `warnings` meanwhile).
+    let mut skipped = Vec::new();
     let mut emit =
         |policy: Value, input: &PolicyInput, out: &mut Vec<Value>| -> anyhow::Result<()> {
             let translation = engines::translate(input, env, engines);
@@ -374,11 +433,20 @@ fn translate_all(
                     .selector
                     .as_ref()
                     .and_then(|s| s.ns_selector.as_ref());
+                let protected = ProtectedNamespaces::new(&args.protected_namespaces);
+                if let Some(selector) = selector {
+                    for ns in namespaces::protected_names(selector, &protected) {
+                        skipped.push(format!(
+                            "{}: namespace {ns} is protected; the binding gets nothing there",
+                            b.name_any()
+                        ));
+                    }
+                }
                 if let (Some(spec), Some(selector)) = (plan.namespace_policy, selector) {
                     for ns in args
                         .namespaces
                         .iter()
-                        .filter(|ns| namespaces::selects(selector, ns))
+                        .filter(|ns| namespaces::selects(selector, ns, &protected))
                     {
                         let np = objects::namespace_policy(b, ns, spec.clone());
                         emit(
@@ -391,6 +459,7 @@ fn translate_all(
             }
         }
     }
+    warnings.extend(skipped);
     Ok((out, warnings))
 }
 
@@ -465,6 +534,12 @@ pub fn explain(id: &str) -> anyhow::Result<String> {
             engines.join(", ")
         };
         out.push_str(&format!("  through a {through}: {engines}\n"));
+    }
+    if i.sensitive {
+        out.push_str(&format!(
+            "  only when the binding lists it in its {} annotation\n",
+            nimbus_api::ALLOW_SENSITIVE_ANNOTATION
+        ));
     }
     out.push_str("\nParameters:\n");
     if i.params.is_empty() {

@@ -196,3 +196,83 @@ fn catalog_commands() {
         stderr(&out)
     );
 }
+
+const SANDBOX: &str = r#"
+apiVersion: intent.security.nimbus.com/v1alpha1
+kind: SecurityIntent
+metadata: {name: sandbox}
+spec: {intent: {id: namespaceSandbox, action: Block, params: {group: [team], clusterRole: [admin]}}}
+---
+apiVersion: intent.security.nimbus.com/v1alpha1
+kind: ClusterSecurityIntentBinding
+metadata:
+  name: teams
+  annotations: {intent.security.nimbus.com/allow-sensitive: namespaceSandbox}
+spec:
+  intents: [{name: sandbox}]
+  selector: {nsSelector: {matchNames: [team-a, kube-system]}}
+"#;
+
+/// A sandbox may grant only the configured ClusterRoles, offline as in the cluster.
+#[test]
+fn sandbox_roles_follow_the_configured_allowlist() {
+    rejected(
+        SANDBOX,
+        "ClusterRole `admin` may not be granted (allowed: edit, view",
+    );
+    let allowed = nimbus(
+        &[
+            "validate",
+            "-f",
+            "in.yaml",
+            "--sandbox-cluster-roles",
+            "admin",
+        ],
+        &[("in.yaml", SANDBOX)],
+    );
+    assert_eq!(allowed.status.code(), Some(0), "{}", stderr(&allowed));
+    let out = nimbus(
+        &[
+            "translate",
+            "-f",
+            "in.yaml",
+            "--namespaces",
+            "team-a,kube-system",
+            "--sandbox-cluster-roles",
+            "admin",
+            "-o",
+            "json",
+        ],
+        &[("in.yaml", SANDBOX)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
+    let namespaces: Vec<&str> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding")
+        .filter_map(|o| o["metadata"]["namespace"].as_str())
+        .collect();
+    assert_eq!(namespaces, ["team-a"], "kube-system is protected");
+    assert!(
+        stderr(&out).contains("namespace kube-system is protected"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Without the binding's opt-in a sensitive intent is valid but not enforced: validate says so.
+#[test]
+fn sensitive_intents_without_opt_in_are_reported() {
+    let text = SANDBOX
+        .replace("clusterRole: [admin]", "clusterRole: [edit]")
+        .replace(
+            "allow-sensitive: namespaceSandbox",
+            "allow-sensitive: assessTLS",
+        );
+    rejected(
+        &text,
+        "intent `namespaceSandbox` is sensitive and not enforced",
+    );
+}

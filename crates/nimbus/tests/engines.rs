@@ -12,7 +12,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
+    ALLOW_SENSITIVE_ANNOTATION, ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy,
+    NimbusPolicyStatus,
 };
 use nimbus_core::engines::{
     CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, MANAGED_BY, ROLE_BINDING,
@@ -120,6 +121,9 @@ struct Example {
     cluster: &'static [&'static str],
     /// Where a cluster binding's NimbusPolicy is checked (`None`: the test namespace).
     csib_namespace: Option<&'static str>,
+    /// The allow-sensitive annotation the example's bindings get: a deliberate difference from
+    /// Nimbus, whose examples bind sensitive intents without one.
+    opt_in: Option<&'static str>,
 }
 
 const EXAMPLES: &[Example] = &[
@@ -130,6 +134,7 @@ const EXAMPLES: &[Example] = &[
             "KubeArmorPolicy/dns-manipulation-binding-dnsmanipulation",
         ],
         cluster: &[],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
@@ -141,6 +146,7 @@ const EXAMPLES: &[Example] = &[
             "KyvernoPolicy/escape-to-host-binding-escapetohost",
         ],
         cluster: &[],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
@@ -152,18 +158,21 @@ const EXAMPLES: &[Example] = &[
             "KyvernoPolicy/escape-to-host-binding-escapetohost",
         ],
         cluster: &[],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
         file: "namespaced/exploit-pfa-si-sib.yaml",
         policy: &["KubeArmorPolicy/exploit-pfa-binding-preventexecutionfromtemporlogsfolders"],
         cluster: &[],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
         file: "namespaced/pkg-mgr-exec-si-sib.yaml",
         policy: &["KubeArmorPolicy/pkg-mgr-execution-binding-swdeploymenttools"],
         cluster: &[],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
@@ -175,6 +184,7 @@ const EXAMPLES: &[Example] = &[
             "KubeArmorPolicy/multiple-sis-nsscoped-binding-dnsmanipulation",
         ],
         cluster: &[],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
@@ -186,6 +196,7 @@ const EXAMPLES: &[Example] = &[
             "KubeArmorPolicy/multiple-sis-nsscoped-binding-dnsmanipulation",
         ],
         cluster: &[],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
@@ -195,6 +206,7 @@ const EXAMPLES: &[Example] = &[
             "KyvernoPolicy/coco-workload-binding-mutateoncreate",
         ],
         cluster: &[],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
@@ -205,30 +217,35 @@ const EXAMPLES: &[Example] = &[
             "KyvernoPolicy/virtual-patch-binding-cve-2024-4439-netpol-1",
         ],
         cluster: &[],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
         file: "clusterscoped/assesstls-default.yaml",
         policy: &[],
         cluster: &["nimbus-k8tls-env/CronJob/assess-tls-default-assesstls"],
+        opt_in: Some("assessTLS"),
         csib_namespace: None,
     },
     Example {
         file: "clusterscoped/assesstls-with-schedule.yaml",
         policy: &[],
         cluster: &["nimbus-k8tls-env/CronJob/assess-tls-scheduled-assesstls"],
+        opt_in: Some("assessTLS"),
         csib_namespace: None,
     },
     Example {
         file: "clusterscoped/assesstls-with-external-addresses.yaml",
         policy: &[],
         cluster: &["nimbus-k8tls-env/CronJob/assess-tls-external-addresses-assesstls"],
+        opt_in: Some("assessTLS"),
         csib_namespace: None,
     },
     Example {
         file: "clusterscoped/coco-workload-si-sib.yaml",
         policy: &[],
         cluster: &["KyvernoClusterPolicy/coco-workload-binding-cocoworkload"],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
@@ -239,12 +256,14 @@ const EXAMPLES: &[Example] = &[
             "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-swdeploymenttools",
         ],
         cluster: &["KyvernoClusterPolicy/escape-to-host-binding-escapetohost"],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
         file: "clusterscoped/csib-2-match-names.yaml",
         policy: &[],
         cluster: &["KyvernoClusterPolicy/escape-to-host-binding-escapetohost"],
+        opt_in: None,
         csib_namespace: Some("none"),
     },
     Example {
@@ -255,6 +274,7 @@ const EXAMPLES: &[Example] = &[
             "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-swdeploymenttools",
         ],
         cluster: &["KyvernoClusterPolicy/escape-to-host-binding-escapetohost"],
+        opt_in: None,
         csib_namespace: None,
     },
     Example {
@@ -263,6 +283,7 @@ const EXAMPLES: &[Example] = &[
             "NetworkPolicy/nimbus-ctlr-gen-deny-ext-nw-access-foo-binding-denyexternalnetworkaccess",
         ],
         cluster: &[],
+        opt_in: None,
         csib_namespace: Some("default"),
     },
     Example {
@@ -273,6 +294,7 @@ const EXAMPLES: &[Example] = &[
             "KubeArmorPolicy/nimbus-ctlr-gen-escape-to-host-binding-escapetohost-swdeploymenttools",
         ],
         cluster: &["KyvernoClusterPolicy/escape-to-host-binding-escapetohost"],
+        opt_in: None,
         csib_namespace: Some("default"),
     },
 ];
@@ -335,15 +357,35 @@ async fn every_nimbus_example_produces_its_native_policies() {
     let csibs: Api<ClusterSecurityIntentBinding> = Api::all(e.client.clone());
     let cwnps: Api<ClusterNimbusPolicy> = Api::all(e.client.clone());
     for example in EXAMPLES {
-        let path = root.join(example.file);
+        let mut path = root.join(example.file);
         let yaml = std::fs::read_to_string(&path)
             .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-        let mut applied: Vec<(String, String)> = Vec::new();
+        let mut docs = Vec::new();
         for doc in serde_yaml_ng::Deserializer::from_str(&yaml) {
-            let value: serde_json::Value = serde::Deserialize::deserialize(doc).expect("yaml");
+            let mut value: serde_json::Value = serde::Deserialize::deserialize(doc).expect("yaml");
             if value.is_null() {
                 continue;
             }
+            if let Some(opt_in) = example.opt_in
+                && value["kind"]
+                    .as_str()
+                    .is_some_and(|k| k.ends_with("Binding"))
+            {
+                value["metadata"]["annotations"][ALLOW_SENSITIVE_ANNOTATION] = json!(opt_in);
+            }
+            docs.push(value);
+        }
+        if example.opt_in.is_some() {
+            // The CLI translates what was applied: the example with its opt-in.
+            path = std::env::temp_dir().join(unique("example") + ".yaml");
+            let yaml: String = docs
+                .iter()
+                .map(|d| format!("---\n{}", serde_yaml_ng::to_string(d).expect("yaml")))
+                .collect();
+            std::fs::write(&path, yaml).expect("write example");
+        }
+        let mut applied: Vec<(String, String)> = Vec::new();
+        for value in docs {
             let kind = value["kind"].as_str().expect("kind").to_owned();
             let name = value["metadata"]["name"].as_str().expect("name").to_owned();
             match kind.as_str() {
@@ -695,7 +737,7 @@ async fn sandbox_role_bindings_follow_new_namespaces() {
     let csib = unique("sandbox");
     apply(&csibs, &csib, &json!({
         "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
-        "metadata": {"name": csib},
+        "metadata": {"name": csib, "annotations": {ALLOW_SENSITIVE_ANNOTATION: "namespaceSandbox"}},
         "spec": {"intents": [{"name": si}], "selector": {"nsSelector": {"matchNames": [team_ns]}}}
     }))
     .await;
@@ -741,7 +783,7 @@ async fn k8tls_cron_jobs_carry_schedule_and_addresses() {
     let csib = unique("tls");
     apply(&csibs, &csib, &json!({
         "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
-        "metadata": {"name": csib, "labels": {"team": "sec"}},
+        "metadata": {"name": csib, "labels": {"team": "sec"}, "annotations": {ALLOW_SENSITIVE_ANNOTATION: "assessTLS"}},
         "spec": {"intents": [{"name": daily}, {"name": external}], "selector": {"nsSelector": {"matchNames": ["*"]}}}
     }))
     .await;

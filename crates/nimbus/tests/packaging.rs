@@ -446,6 +446,22 @@ fn default_render_grants_exactly_what_the_operator_calls() {
         flag(deployment, "--k8tls-namespace"),
         Some("nimbus-k8tls-env")
     );
+    assert_eq!(
+        flag(deployment, "--k8tls-image"),
+        Some(nimbus_core::engines::DEFAULT_K8TLS_IMAGE)
+    );
+    // The operator refuses the ClusterRoles it is not granted `bind` on, from one list.
+    let bindable: Vec<&str> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| strings(&r["verbs"]) == ["bind"])
+        .flat_map(|r| strings(&r["resourceNames"]))
+        .collect();
+    assert_eq!(
+        flag(deployment, "--sandbox-cluster-roles"),
+        Some(bindable.join(",").as_str())
+    );
     for (kind_, name_) in [
         ("Namespace", "nimbus-k8tls-env"),
         ("ServiceAccount", "k8tls"),

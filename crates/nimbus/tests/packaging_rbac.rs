@@ -168,6 +168,14 @@ fn config_from(deployment: &Value) -> nimbus_operator::Config {
         k8tls_namespace: container_flag(deployment, "--k8tls-namespace")
             .expect("k8tls namespace")
             .to_owned(),
+        k8tls_image: container_flag(deployment, "--k8tls-image")
+            .expect("k8tls image")
+            .to_owned(),
+        sandbox_cluster_roles: container_flag(deployment, "--sandbox-cluster-roles")
+            .expect("sandbox roles")
+            .split(',')
+            .map(str::to_owned)
+            .collect(),
         ..nimbus_operator::Config::default()
     }
 }
@@ -362,7 +370,7 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
     let csib = unique("pkg");
     apply(&csibs, &csib, &json!({
         "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
-        "metadata": {"name": csib},
+        "metadata": {"name": csib, "annotations": {nimbus_api::ALLOW_SENSITIVE_ANNOTATION: "assessTLS,namespaceSandbox"}},
         "spec": {
             "intents": [{"name": tls}, {"name": sandbox}],
             "selector": {"nsSelector": {"matchNames": [ns.name()]}}

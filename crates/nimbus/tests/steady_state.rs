@@ -6,7 +6,7 @@ mod common;
 use common::{apply, create_intent, eventually, unique};
 use kube::Client;
 use kube::api::Api;
-use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
+use nimbus_api::{ALLOW_SENSITIVE_ANNOTATION, ClusterSecurityIntentBinding, SecurityIntentBinding};
 use serde_json::json;
 use std::time::Duration;
 
@@ -84,7 +84,8 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
     let name = unique("all");
     apply(&csibs, &name, &json!({
         "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
-        "metadata": {"name": name}, "spec": {"intents": all, "selector": {"nsSelector": {"matchNames": ["*"]}}}
+        "metadata": {"name": name, "annotations": {ALLOW_SENSITIVE_ANNOTATION: "assessTLS,namespaceSandbox"}},
+        "spec": {"intents": all, "selector": {"nsSelector": {"matchNames": ["*"]}}}
     }))
     .await;
     eventually("both bindings converged", || async {
@@ -98,9 +99,10 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
     eventually("every engine's native policies generated", || async {
         let np = policies.get_opt("b").await.ok()??.status?;
         let cwnp = cluster_policies.get_opt(&name).await.ok()??.status?;
-        // dns: NetworkPolicy + KSP; escapeToHost: 3 KSPs + Kyverno; coco: 2 Kyverno;
-        // sandbox: RoleBinding. The cluster policy: 2 ClusterPolicies + the k8tls CronJob.
-        (np.number_of_adapter_policies == 9 && cwnp.number_of_adapter_policies == 3).then_some(())
+        // dns: NetworkPolicy + KSP; escapeToHost: 3 KSPs + Kyverno; coco: 2 Kyverno (a
+        // sandbox is refused through a namespaced binding). The cluster policy: 2
+        // ClusterPolicies + the k8tls CronJob; its namespace policies hold the RoleBindings.
+        (np.number_of_adapter_policies == 8 && cwnp.number_of_adapter_policies == 3).then_some(())
     })
     .await;
     // Let the reactions to our own writes settle, then count across several resyncs.

@@ -11,6 +11,7 @@ use nimbus_api::{
 };
 use nimbus_core::catalog::{self, Engine};
 use nimbus_core::engines::{EngineSet, Environment, VirtualPatches, virtual_patch};
+use nimbus_core::namespaces::ProtectedNamespaces;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -33,6 +34,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// Whether this replica may write (it holds the lease, or runs without election).
     pub leading: watch::Receiver<bool>,
+    /// Namespaces cluster bindings never fan out to.
+    pub protected_namespaces: ProtectedNamespaces,
 }
 
 /// What the engines need beyond the policies.
@@ -42,6 +45,9 @@ pub struct EngineContext {
     /// Nodes, for their pod CIDRs (only when the NetworkPolicy engine is enabled).
     pub nodes: Option<Store<Node>>,
     pub k8tls_namespace: String,
+    pub k8tls_image: String,
+    /// The only ClusterRoles namespaceSandbox may grant.
+    pub sandbox_cluster_roles: BTreeSet<String>,
     /// The virtual-patch database ConfigMap, when one is configured.
     pub virtual_patch_db: Option<(ObjectRef<ConfigMap>, Store<ConfigMap>)>,
 }
@@ -98,7 +104,9 @@ impl Context {
                 .get(&ObjectRef::new(&e.k8tls_namespace))
                 .is_some(),
             k8tls_namespace: e.k8tls_namespace.clone(),
+            k8tls_image: e.k8tls_image.clone(),
             virtual_patches,
+            sandbox_cluster_roles: e.sandbox_cluster_roles.clone(),
         }
     }
 }

@@ -22,8 +22,10 @@ use nimbus_api::{
     SecurityIntentBinding,
 };
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{self, DEFAULT_K8TLS_NAMESPACE, NativeKind};
-use nimbus_core::namespaces;
+use nimbus_core::engines::{
+    self, DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, NativeKind,
+};
+use nimbus_core::namespaces::{self, ProtectedNamespaces};
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::future::Future;
@@ -54,6 +56,25 @@ pub struct Config {
     pub k8tls_namespace: String,
     /// The ConfigMap (`namespace/name`) holding the virtual-patch database.
     pub virtual_patch_db: Option<(String, String)>,
+    /// Image of the k8tls scanner.
+    pub k8tls_image: String,
+    /// The only ClusterRoles namespaceSandbox may grant.
+    pub sandbox_cluster_roles: BTreeSet<String>,
+    /// Namespaces cluster bindings never fan out to; `None`: kube-system, the leader-election
+    /// namespace (the operator's own) and the k8tls namespace.
+    pub protected_namespaces: Option<ProtectedNamespaces>,
+}
+
+impl Config {
+    /// The protected namespaces in effect.
+    pub fn protected(&self) -> ProtectedNamespaces {
+        self.protected_namespaces.clone().unwrap_or_else(|| {
+            ProtectedNamespaces::defaults(
+                self.leader_election.as_ref().map(|e| e.namespace.as_str()),
+                &self.k8tls_namespace,
+            )
+        })
+    }
 }
 
 impl Default for Config {
@@ -68,6 +89,12 @@ impl Default for Config {
             engines: Engine::ALL.into(),
             k8tls_namespace: DEFAULT_K8TLS_NAMESPACE.to_owned(),
             virtual_patch_db: None,
+            k8tls_image: DEFAULT_K8TLS_IMAGE.to_owned(),
+            sandbox_cluster_roles: DEFAULT_SANDBOX_CLUSTER_ROLES
+                .iter()
+                .map(|r| (*r).to_owned())
+                .collect(),
+            protected_namespaces: None,
         }
     }
 }
@@ -172,12 +199,15 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             served: served.clone(),
             nodes: node_cache.as_ref().map(|c| c.store.clone()),
             k8tls_namespace: config.k8tls_namespace.clone(),
+            k8tls_image: config.k8tls_image.clone(),
+            sandbox_cluster_roles: config.sandbox_cluster_roles.clone(),
             virtual_patch_db: patch_db_cache
                 .as_ref()
                 .map(|(key, cache)| (key.clone(), cache.store.clone())),
         },
         metrics: metrics.clone(),
         leading: leading.clone(),
+        protected_namespaces: config.protected(),
     });
     let stopped = || {
         let token = shutdown.clone();
@@ -224,6 +254,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
 
     let csib_by_intent = ctx.cluster_bindings.clone();
     let csib_by_namespace = ctx.cluster_bindings.clone();
+    let protected = ctx.protected_namespaces.clone();
     let cluster_binding_controller =
         Controller::for_stream(cluster_bindings.subscribe(), ctx.cluster_bindings.clone())
             .owns_stream(cluster_policies.subscribe())
@@ -235,7 +266,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
                 referencing(&csib_by_intent, &si.name_any(), |b| &b.spec.intents)
             })
             .watches_stream(namespace_cache.subscribe(), move |ns: Namespace| {
-                selecting(&csib_by_namespace, &ns.name_any())
+                selecting(&csib_by_namespace, &ns.name_any(), &protected)
             })
             .reconcile_all_on(futures::stream::select(
                 availability_changes(),
@@ -356,7 +387,11 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         tokio::spawn(metrics.clone().serve(addr, shutdown.clone()).await?);
     }
 
-    tracing::info!(engines = ?config.engines, "operator started");
+    tracing::info!(
+        engines = ?config.engines,
+        protected_namespaces = ?ctx.protected_namespaces.iter().collect::<Vec<_>>(),
+        "operator started"
+    );
     let controllers = futures::future::join_all(vec![
         drain(intent_controller),
         drain(binding_controller),
@@ -475,6 +510,7 @@ where
 fn selecting(
     store: &Store<ClusterSecurityIntentBinding>,
     namespace: &str,
+    protected: &ProtectedNamespaces,
 ) -> Vec<ObjectRef<ClusterSecurityIntentBinding>> {
     store
         .state()
@@ -486,7 +522,7 @@ fn selecting(
                 .as_ref()
                 .and_then(|s| s.ns_selector.as_ref());
             namespaces::validate(selector).is_ok()
-                && selector.is_some_and(|s| namespaces::selects(s, namespace))
+                && selector.is_some_and(|s| namespaces::selects(s, namespace, protected))
         })
         .map(|b| ObjectRef::from_obj(&**b))
         .collect()

@@ -6,6 +6,9 @@
 //! Differences from Nimbus: every assessTLS rule gets its own CronJob (Nimbus stopped at the
 //! first), and the external-address list lives in a ConfigMap named after its CronJob (Nimbus
 //! shared one `external-addresses` ConfigMap between all policies, so the last writer won).
+//! The images are pinned (configurable) instead of `:latest` pulled on every run, the
+//! containers run restricted (non-root, no privilege escalation, no capabilities, the runtime's
+//! seccomp profile) with resource bounds, and schedules run at most hourly.
 
 use super::{
     CONFIG_MAP, CRON_JOB, Emitted, Environment, Output, PolicyInput, Rule, metadata, native_name,
@@ -17,6 +20,14 @@ use serde_json::json;
 
 /// Where the CronJobs run unless configured otherwise (Nimbus's fixed namespace).
 pub const DEFAULT_NAMESPACE: &str = "nimbus-k8tls-env";
+/// The scanner unless configured otherwise: Nimbus's image, at a fixed release instead of
+/// `latest`, so what runs in the cluster changes only when the operator's configuration does.
+pub const DEFAULT_IMAGE: &str = "kubearmor/k8tls:v0.1.0";
+/// The sidecar printing the report.
+const FLUENT_BIT_IMAGE: &str = "fluent/fluent-bit:3.2.2";
+/// A non-root user for both containers (the images do not all declare one, and
+/// `runAsNonRoot` alone refuses an image whose user is root or not numeric).
+const NON_ROOT_USER: u32 = 65532;
 
 /// CronJob names are limited so the Jobs they spawn (name + 11 characters) stay valid.
 const MAX_CRON_JOB_NAME_LEN: usize = 52;
@@ -81,6 +92,14 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
     for (k, v) in &policy.labels {
         labels.entry(k.clone()).or_insert_with(|| v.clone());
     }
+    let restricted = json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": true,
+        "runAsUser": NON_ROOT_USER,
+        "runAsGroup": NON_ROOT_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    });
     let spec = json!({
         "schedule": schedule,
         "jobTemplate": {"spec": {
@@ -89,22 +108,30 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 "volumes": volumes,
                 "initContainers": [{
                     "name": "k8tls",
-                    "image": "kubearmor/k8tls:latest",
+                    "image": env.k8tls_image,
                     "command": command,
-                    "resources": {},
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "128Mi"},
+                        "limits": {"cpu": "500m", "memory": "512Mi"},
+                    },
                     "volumeMounts": scanner_mounts,
-                    "imagePullPolicy": "Always",
+                    "imagePullPolicy": "IfNotPresent",
+                    "securityContext": restricted,
                 }],
                 "containers": [{
                     "name": "fluent-bit",
-                    "image": "fluent/fluent-bit:latest",
-                    "resources": {},
+                    "image": FLUENT_BIT_IMAGE,
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "32Mi"},
+                        "limits": {"cpu": "100m", "memory": "128Mi"},
+                    },
                     "volumeMounts": [
                         {"name": "fluent-bit-config", "readOnly": true,
                          "mountPath": "/fluent-bit/etc/fluent-bit.conf", "subPath": "fluent-bit.conf"},
                         {"name": "k8tls-report", "mountPath": "/tmp/"},
                     ],
-                    "imagePullPolicy": "Always",
+                    "imagePullPolicy": "IfNotPresent",
+                    "securityContext": restricted,
                 }],
                 "restartPolicy": "Never",
                 "serviceAccountName": "k8tls",

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::catalog::{Engine, param_value};
 use crate::names::MAX_NAME_LEN;
-use crate::namespaces::PROTECTED_NAMESPACE;
+use crate::namespaces::KUBE_SYSTEM;
 use kube::Resource;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
 use serde_json::{Value, json};
@@ -214,7 +214,7 @@ fn excluding(policy: &PolicyInput) -> Value {
     let Some(namespaces) = &policy.namespaces else {
         return json!({"resources": {}});
     };
-    let mut any = vec![json!({"resources": {"namespaces": [PROTECTED_NAMESPACE]}})];
+    let mut any = vec![json!({"resources": {"namespaces": [KUBE_SYSTEM]}})];
     if let Some(excluded) = namespaces.exclude_names.as_ref().filter(|e| !e.is_empty()) {
         any.push(json!({"resources": {"namespaces": excluded}}));
     }

@@ -22,7 +22,10 @@ use nimbus_api::{
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use k8tls::DEFAULT_NAMESPACE as DEFAULT_K8TLS_NAMESPACE;
+pub use k8tls::{
+    DEFAULT_IMAGE as DEFAULT_K8TLS_IMAGE, DEFAULT_NAMESPACE as DEFAULT_K8TLS_NAMESPACE,
+};
+pub use rbac::{DEFAULT_SANDBOX_CLUSTER_ROLES, sandbox_violations};
 pub use virtual_patch::VirtualPatches;
 
 /// Annotation (and label, so the operator can watch only its own objects) naming the engine
@@ -172,6 +175,9 @@ pub struct PolicyInput<'a> {
     /// Namespaces of a ClusterNimbusPolicy.
     pub namespaces: Option<NamespaceSelector>,
     pub rules: &'a [NimbusRule],
+    /// Sensitive intent IDs the binding's author accepted (its allow-sensitive annotation,
+    /// carried over to the policy); others are not enforced.
+    pub allowed_sensitive: BTreeSet<String>,
 }
 
 impl<'a> PolicyInput<'a> {
@@ -194,6 +200,7 @@ impl<'a> PolicyInput<'a> {
             selector: np.spec.selector.clone(),
             namespaces: None,
             rules: &np.spec.rules,
+            allowed_sensitive: catalog::allowed_sensitive(np.annotations()),
         }
     }
 
@@ -207,6 +214,7 @@ impl<'a> PolicyInput<'a> {
             selector: cwnp.spec.workload_selector.clone().unwrap_or_default(),
             namespaces: cwnp.spec.ns_selector.clone(),
             rules: &cwnp.spec.rules,
+            allowed_sensitive: catalog::allowed_sensitive(cwnp.annotations()),
         }
     }
 }
@@ -220,7 +228,12 @@ pub struct Environment {
     pub k8tls_namespace: String,
     /// Whether that namespace exists (k8tls needs its ServiceAccount and ConfigMaps there).
     pub k8tls_namespace_exists: bool,
+    /// Image of the k8tls scanner.
+    pub k8tls_image: String,
     pub virtual_patches: VirtualPatches,
+    /// The only ClusterRoles namespaceSandbox may grant (the operator's RBAC `bind` grant
+    /// must cover the same names).
+    pub sandbox_cluster_roles: BTreeSet<String>,
 }
 
 impl Default for Environment {
@@ -229,7 +242,12 @@ impl Default for Environment {
             node_pod_cidrs: BTreeSet::new(),
             k8tls_namespace: DEFAULT_K8TLS_NAMESPACE.to_owned(),
             k8tls_namespace_exists: true,
+            k8tls_image: DEFAULT_K8TLS_IMAGE.to_owned(),
             virtual_patches: VirtualPatches::NotConfigured,
+            sandbox_cluster_roles: DEFAULT_SANDBOX_CLUSTER_ROLES
+                .iter()
+                .map(|r| (*r).to_owned())
+                .collect(),
         }
     }
 }
@@ -328,6 +346,15 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
         let Some(spec) = catalog::intent(&rule.id) else {
             continue;
         };
+        // Reported only where an engine would act: a cluster binding's namespace policies
+        // carry assessTLS too, but only its cluster policy runs the scanner.
+        let acts = Engine::ALL
+            .into_iter()
+            .any(|e| engines.active(e) && spec.handled_by(e, policy.origin));
+        if acts && let Some(problem) = sensitive_problem(rule, &policy.allowed_sensitive) {
+            out.problems.push(problem);
+            continue;
+        }
         let mut enforced = false;
         let mut failures = Vec::new();
         for engine in Engine::ALL {
@@ -392,6 +419,25 @@ pub fn check_rule(rule: &NimbusRule, kind: BindingKind, engines: &EngineSet) -> 
         .collect();
     problems.extend(coverage(spec, rule, kind, engines));
     problems
+}
+
+/// Why `rule` is not enforced when its intent is sensitive and `allowed` (the binding's
+/// allow-sensitive annotation) does not list it. Binding controllers call this with the
+/// binding's own annotations to report it on the binding.
+pub fn sensitive_problem(rule: &NimbusRule, allowed: &BTreeSet<String>) -> Option<Problem> {
+    let spec = catalog::intent(&rule.id)?;
+    (spec.sensitive && !allowed.contains(&rule.id)).then(|| {
+        Problem::new(
+            rule,
+            condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
+            format!(
+                "intent `{}` is sensitive and not enforced: the binding must list it in its \
+                 {} annotation",
+                rule.id,
+                nimbus_api::ALLOW_SENSITIVE_ANNOTATION
+            ),
+        )
+    })
 }
 
 /// Problems with who enforces `spec` for a binding of `kind`: nobody can (wrong binding kind),

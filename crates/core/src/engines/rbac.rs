@@ -1,23 +1,108 @@
 //! RBAC engine: namespaceSandbox keeps a RoleBinding in the policy's namespace that grants
 //! groups a ClusterRole there and nowhere else. Bound through a cluster binding, every selected
 //! namespace (including ones created later) gets its own.
+//!
+//! What may be granted is bounded by configuration, not by whoever writes the intent: the
+//! ClusterRole must be in [`Environment::sandbox_cluster_roles`], and no group may be one of
+//! Kubernetes's `system:` groups (`system:authenticated` would hand the namespace to everyone).
+//! A rule breaking either gets no RoleBinding at all.
 
 use super::{
     Emitted, Environment, Output, PolicyInput, ROLE_BINDING, Rule, metadata, native_name, object,
 };
-use crate::catalog::{Engine, param_value, param_values};
+use crate::catalog::{Engine, param_value};
 use crate::names::MAX_NAME_LEN;
+use nimbus_api::{NimbusRule, condition};
 use serde_json::json;
+use std::collections::BTreeSet;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
-pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
-    let (Some(namespace), Some(role)) = (&policy.namespace, param_value(rule.spec, "clusterRole"))
-    else {
+/// ClusterRoles sandboxes may grant unless configured otherwise (the Helm chart's
+/// `engines.rbac.bindableClusterRoles`).
+pub const DEFAULT_SANDBOX_CLUSTER_ROLES: &[&str] = &["edit", "view"];
+
+/// Prefix of the groups Kubernetes itself assigns (`system:masters`, `system:authenticated`,
+/// `system:serviceaccounts`, ...).
+const SYSTEM_PREFIX: &str = "system:";
+
+/// Why a namespaceSandbox `rule` must not be granted in `namespace` (`None`: checked without
+/// one, as `nimbus validate` does, so `{namespace}` stays unsubstituted): a ClusterRole outside
+/// `roles`, an empty group, or a `system:` group. Empty when it may be granted.
+pub fn sandbox_violations(
+    rule: &NimbusRule,
+    roles: &BTreeSet<String>,
+    namespace: Option<&str>,
+) -> Vec<String> {
+    let params = rule.rule.params.as_ref();
+    let mut violations = Vec::new();
+    // The role as written, not the default an invalid value would fall back to: a sandbox
+    // grants what its author asked for, or nothing.
+    let role = params
+        .and_then(|p| p.get("clusterRole"))
+        .and_then(|v| v.first().cloned())
+        .or_else(|| param_value(rule, "clusterRole"));
+    match role {
+        Some(role) if roles.contains(&role) => {}
+        Some(role) => {
+            let allowed: Vec<&str> = roles.iter().map(String::as_str).collect();
+            violations.push(format!(
+                "ClusterRole `{role}` may not be granted (allowed: {}; --sandbox-cluster-roles)",
+                if allowed.is_empty() {
+                    "none".to_owned()
+                } else {
+                    allowed.join(", ")
+                }
+            ));
+        }
+        None => violations.push("no ClusterRole to grant".to_owned()),
+    }
+    for group in params.and_then(|p| p.get("group")).into_iter().flatten() {
+        let name = match namespace {
+            Some(ns) => group.replace("{namespace}", ns),
+            None => group.clone(),
+        };
+        if name.trim().is_empty() {
+            violations.push("a group is empty".to_owned());
+        } else if name
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with(SYSTEM_PREFIX)
+        {
+            violations.push(format!(
+                "group `{name}` is a Kubernetes system group and may not be granted"
+            ));
+        }
+    }
+    violations
+}
+
+pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    let Some(namespace) = &policy.namespace else {
         return Ok(Emitted::default());
     };
-    let subjects: Vec<_> = param_values(rule.spec, "group")
-        .iter()
+    let violations = sandbox_violations(rule.spec, &env.sandbox_cluster_roles, Some(namespace));
+    if !violations.is_empty() {
+        return Err(rule.problem(
+            condition::REASON_INVALID_PARAMETER,
+            format!(
+                "intent `{}` grants nothing in {namespace}: {}",
+                rule.spec.id,
+                violations.join("; ")
+            ),
+        ));
+    }
+    let Some(role) = param_value(rule.spec, "clusterRole") else {
+        return Ok(Emitted::default());
+    };
+    let subjects: Vec<_> = rule
+        .spec
+        .rule
+        .params
+        .as_ref()
+        .and_then(|p| p.get("group"))
+        .into_iter()
+        .flatten()
         .map(|group| {
             json!({
                 "apiGroup": RBAC_GROUP,
@@ -40,4 +125,78 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
         "subjects": subjects,
     });
     Ok(vec![object(&ROLE_BINDING, meta, body)].into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nimbus_api::Rule as ApiRule;
+
+    fn sandbox(params: &[(&str, &[&str])]) -> NimbusRule {
+        NimbusRule {
+            id: "namespaceSandbox".into(),
+            type_: None,
+            description: None,
+            rule: ApiRule {
+                action: "Block".into(),
+                params: Some(
+                    params
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+                        .collect(),
+                ),
+            },
+        }
+    }
+
+    fn roles() -> BTreeSet<String> {
+        DEFAULT_SANDBOX_CLUSTER_ROLES
+            .iter()
+            .map(|r| r.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn allowed_roles_and_ordinary_groups_pass() {
+        let ok = sandbox(&[("group", &["team-{namespace}"]), ("clusterRole", &["view"])]);
+        assert!(sandbox_violations(&ok, &roles(), Some("a")).is_empty());
+        // The default role (edit) is allowed by default.
+        let default = sandbox(&[("group", &["team-{namespace}"])]);
+        assert!(sandbox_violations(&default, &roles(), Some("a")).is_empty());
+        assert!(!sandbox_violations(&default, &BTreeSet::new(), Some("a")).is_empty());
+    }
+
+    #[test]
+    fn roles_outside_the_allowlist_are_refused_even_when_malformed() {
+        for role in ["cluster-admin", "admin", "Cluster-Admin"] {
+            let r = sandbox(&[("group", &["team"]), ("clusterRole", &[role])]);
+            let v = sandbox_violations(&r, &roles(), Some("a"));
+            assert_eq!(v.len(), 1, "{role}: {v:?}");
+            assert!(v[0].contains(role) && v[0].contains("edit, view"), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn system_and_empty_groups_are_refused_after_substitution() {
+        for (group, ns) in [
+            ("system:masters", "a"),
+            ("system:authenticated", "a"),
+            ("  System:serviceaccounts", "a"),
+            ("{namespace}:admins", "system"),
+            ("", "a"),
+            ("   ", "a"),
+        ] {
+            let r = sandbox(&[("group", &["team", group])]);
+            assert_eq!(
+                sandbox_violations(&r, &roles(), Some(ns)).len(),
+                1,
+                "{group:?} in {ns}"
+            );
+        }
+        // Offline, without a namespace, the literal group is checked.
+        let literal = sandbox(&[("group", &["system:{namespace}"])]);
+        assert_eq!(sandbox_violations(&literal, &roles(), None).len(), 1);
+        let later = sandbox(&[("group", &["{namespace}:admins"])]);
+        assert!(sandbox_violations(&later, &roles(), None).is_empty());
+    }
 }

@@ -87,7 +87,12 @@ pub async fn reconcile(
             .get(&ObjectRef::new(&policy_name).within(&ns_name));
         let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
         let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &ns_name);
-        let result = match wanted(&plan.namespace_policy, &ns_selector, &ns) {
+        let result = match wanted(
+            &plan.namespace_policy,
+            &ns_selector,
+            &ns,
+            &ctx.protected_namespaces,
+        ) {
             Some(_) if observed.is_some() && ours.is_none() => {
                 conflicts.push(format!(
                     "NimbusPolicy {ns_name}/{policy_name} exists and is not owned by this binding"
@@ -175,9 +180,10 @@ fn wanted<'a>(
     spec: &'a Option<NimbusPolicySpec>,
     selector: &NamespaceSelector,
     ns: &Namespace,
+    protected: &namespaces::ProtectedNamespaces,
 ) -> Option<&'a NimbusPolicySpec> {
     spec.as_ref()
-        .filter(|_| !is_terminating(ns) && namespaces::selects(selector, &ns.name_any()))
+        .filter(|_| !is_terminating(ns) && namespaces::selects(selector, &ns.name_any(), protected))
 }
 
 fn is_terminating(ns: &Namespace) -> bool {
