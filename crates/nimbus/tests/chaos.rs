@@ -26,7 +26,7 @@ use nimbus_core::engines::{
 };
 use nimbus_testenv::{Child, ControlPlane, free_port, http_get};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -196,7 +196,7 @@ fn random_intent(rng: &mut Rng, name: &str) -> Value {
 fn random_intents(rng: &mut Rng) -> Vec<Value> {
     let mut names = rng.subset(&INTENTS);
     if names.is_empty() {
-        names.push(rng.pick(&INTENTS));
+        names.push(*rng.pick(&INTENTS));
     }
     names.into_iter().map(|n| json!({"name": n})).collect()
 }
@@ -231,7 +231,7 @@ fn random_cluster_binding(rng: &mut Rng, name: &str) -> Value {
     } else {
         let mut names = rng.subset(&NAMESPACES);
         if names.is_empty() {
-            names.push(rng.pick(&NAMESPACES));
+            names.push(*rng.pick(&NAMESPACES));
         }
         json!({"matchNames": names})
     };
@@ -315,7 +315,7 @@ async fn churn(client: &Client, rng: &mut Rng, stats: &mut Stats) {
             let name = *rng.pick(&INTENTS);
             upsert(&intents, name, &random_intent(rng, name), stats, "intent: upsert").await;
         }
-        15..20 => remove(&intents, rng.pick(&INTENTS), stats, "intent: delete").await,
+        15..20 => remove(&intents, *rng.pick(&INTENTS), stats, "intent: delete").await,
         20..50 => {
             let ns = *rng.pick(&NAMESPACES);
             let name = *rng.pick(&["b-0", "b-1", "b-2"]);
@@ -325,13 +325,13 @@ async fn churn(client: &Client, rng: &mut Rng, stats: &mut Stats) {
         50..57 => {
             let ns = *rng.pick(&NAMESPACES);
             let api: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns);
-            remove(&api, rng.pick(&["b-0", "b-1", "b-2"]), stats, "binding: delete").await;
+            remove(&api, *rng.pick(&["b-0", "b-1", "b-2"]), stats, "binding: delete").await;
         }
         57..70 => {
             let name = *rng.pick(&["c-0", "c-1"]);
             upsert(&csibs, name, &random_cluster_binding(rng, name), stats, "cluster binding: upsert").await;
         }
-        70..74 => remove(&csibs, rng.pick(&["c-0", "c-1"]), stats, "cluster binding: delete").await,
+        70..74 => remove(&csibs, *rng.pick(&["c-0", "c-1"]), stats, "cluster binding: delete").await,
         74..79 => {
             let ns = *rng.pick(&NAMESPACES);
             if rng.chance(50) {
