@@ -10,7 +10,7 @@ use nimbus_core::catalog::{self, BindingKind, Engine};
 use nimbus_core::engines::{
     self, EngineSet, Environment, PolicyInput, VirtualPatches, virtual_patch,
 };
-use nimbus_core::{compile_binding, compile_cluster_binding, namespaces, objects};
+use nimbus_core::{compile_binding, compile_cluster_binding, namespaces, objects, validation};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -68,6 +68,40 @@ enum Manifest {
     Intent(SecurityIntent),
     Binding(SecurityIntentBinding),
     ClusterBinding(ClusterSecurityIntentBinding),
+}
+
+impl Manifest {
+    /// `<Kind> <name>`, for messages.
+    fn describe(&self) -> String {
+        match self {
+            Manifest::Intent(si) => format!("SecurityIntent {}", si.name_any()),
+            Manifest::Binding(b) => format!("SecurityIntentBinding {}", b.name_any()),
+            Manifest::ClusterBinding(b) => {
+                format!("ClusterSecurityIntentBinding {}", b.name_any())
+            }
+        }
+    }
+
+    /// What the API server checks in `metadata` before it accepts the object: a DNS-1123
+    /// subdomain name, a DNS-1123 label namespace (bindings), valid labels and annotation keys.
+    fn metadata_problems(&self) -> Vec<String> {
+        let (meta, namespaced) = match self {
+            Manifest::Intent(si) => (&si.metadata, false),
+            Manifest::Binding(b) => (&b.metadata, true),
+            Manifest::ClusterBinding(b) => (&b.metadata, false),
+        };
+        let mut out = validation::object_name(meta.name.as_deref(), "metadata.name");
+        if let (true, Some(ns)) = (namespaced, &meta.namespace) {
+            out.extend(validation::namespace_name(ns, "metadata.namespace"));
+        }
+        if let Some(labels) = &meta.labels {
+            out.extend(validation::labels(labels, "metadata.labels"));
+        }
+        if let Some(annotations) = &meta.annotations {
+            out.extend(validation::annotations(annotations, "metadata.annotations"));
+        }
+        out
+    }
 }
 
 /// The manifests that parsed, and one message per problem found on the way.
@@ -192,10 +226,13 @@ fn problems(loaded: &Loaded) -> Vec<String> {
     }
     let intents = intents_by_name(loaded);
     for (origin, manifest) in &loaded.manifests {
-        let (what, refs, kind) = match manifest {
+        let what = manifest.describe();
+        for p in manifest.metadata_problems() {
+            out.push(format!("{origin}: {what}: {p}"));
+        }
+        let (refs, kind) = match manifest {
             Manifest::Intent(si) => {
                 let intent = &si.spec.intent;
-                let what = format!("SecurityIntent {}", si.name_any());
                 if catalog::intent(&intent.id).is_none() {
                     let known: Vec<_> = catalog::INTENTS.iter().map(|i| i.id).collect();
                     out.push(format!(
@@ -217,23 +254,18 @@ fn problems(loaded: &Loaded) -> Vec<String> {
                 continue;
             }
             Manifest::Binding(b) => {
-                let what = format!("SecurityIntentBinding {}", b.name_any());
                 if let Err(e) = compile_binding(&b.spec, |_| None::<SecurityIntent>) {
                     out.push(format!("{origin}: {what}: {e}"));
                 }
-                (what, &b.spec.intents, BindingKind::Namespaced)
+                (&b.spec.intents, BindingKind::Namespaced)
             }
             Manifest::ClusterBinding(b) => {
-                let what = format!("ClusterSecurityIntentBinding {}", b.name_any());
-                let selector = b
-                    .spec
-                    .selector
-                    .as_ref()
-                    .and_then(|s| s.ns_selector.as_ref());
-                if let Err(e) = namespaces::validate(selector) {
+                // The same checks as the operator's: namespace selector, workload and node
+                // selectors.
+                if let Err(e) = compile_cluster_binding(&b.spec, |_| None::<SecurityIntent>) {
                     out.push(format!("{origin}: {what}: {e}"));
                 }
-                (what, &b.spec.intents, BindingKind::Cluster)
+                (&b.spec.intents, BindingKind::Cluster)
             }
         };
         for r in refs {
@@ -280,8 +312,24 @@ pub fn validate(inputs: &Inputs) -> anyhow::Result<bool> {
     Ok(problems.is_empty())
 }
 
+/// Namespace names among the arguments that no cluster could have (DNS-1123 labels).
+fn argument_problems(args: &TranslateArgs) -> Vec<String> {
+    let mut out = validation::namespace_name(&args.namespace, "--namespace");
+    for ns in &args.namespaces {
+        out.extend(validation::namespace_name(ns, "--namespaces"));
+    }
+    out
+}
+
 /// `nimbus translate`: the NimbusPolicies and native policies the operator would create.
 pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
+    let arguments = argument_problems(args);
+    if !arguments.is_empty() {
+        for p in &arguments {
+            eprintln!("error: {p}");
+        }
+        return Ok(false);
+    }
     let loaded = load(&args.inputs);
     let problems = problems(&loaded);
     if !problems.is_empty() {
