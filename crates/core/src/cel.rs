@@ -28,6 +28,7 @@
 //! parentheses) or takes memory in proportion (900 MiB for a 0.7 MB `&&` chain); the subset
 //! needs far less.
 
+use crate::validation;
 use cel_parser::Parser;
 use cel_parser::ast::{CallExpr, Expr, IdedExpr, operators};
 use cel_parser::reference::Val;
@@ -67,6 +68,13 @@ pub enum CelError {
         expr: String,
         message: String,
     },
+    /// The expression compiles to a label key or value the API server rejects.
+    #[error("cel[{index}] `{expr}` compiles to an invalid label selector: {}", .errors.join("; "))]
+    InvalidLabel {
+        index: usize,
+        expr: String,
+        errors: Vec<String>,
+    },
 }
 
 /// One compiled term of a selector.
@@ -84,7 +92,16 @@ pub fn compile_into(exprs: &[String], base: LabelSelector) -> Result<LabelSelect
     let mut labels = base.match_labels.unwrap_or_default();
     let mut requirements = base.match_expressions.unwrap_or_default();
     for (index, source) in exprs.iter().enumerate() {
-        for term in compile_one(source).map_err(|e| e.at(index, source))? {
+        let terms = compile_one(source).map_err(|e| e.at(index, source))?;
+        let errors: Vec<String> = terms.iter().flat_map(invalid_labels).collect();
+        if !errors.is_empty() {
+            return Err(CelError::InvalidLabel {
+                index,
+                expr: source.clone(),
+                errors,
+            });
+        }
+        for term in terms {
             match term {
                 // Two different required values for one key must both hold (an empty set), so
                 // keep the second as a requirement instead of overwriting the first.
@@ -108,6 +125,22 @@ pub fn compile_into(exprs: &[String], base: LabelSelector) -> Result<LabelSelect
         match_labels: (!labels.is_empty()).then_some(labels),
         match_expressions: (!requirements.is_empty()).then_some(requirements),
     })
+}
+
+/// What the API server would reject in a term's label key and values.
+fn invalid_labels(term: &Term) -> Vec<String> {
+    match term {
+        Term::Equals(key, value) => {
+            let mut errors = validation::label_name(key, "key");
+            errors.extend(
+                validation::is_valid_label_value(value)
+                    .into_iter()
+                    .map(|m| format!("value: Invalid value: {}: {m}", validation::quote(value))),
+            );
+            errors
+        }
+        Term::Requirement(r) => validation::label_selector_requirement(r, "requirement"),
+    }
 }
 
 /// An error before we know which expression it belongs to.
@@ -621,6 +654,59 @@ mod tests {
         // Elsewhere panics still reach the previous hook (and unwind as before).
         assert!(std::panic::catch_unwind(|| panic!("outside")).is_err());
         assert!(!CONTAINING.with(Cell::get));
+    }
+
+    #[test]
+    fn keys_and_values_the_api_server_rejects_are_errors() {
+        let long_value = format!(r#"labels["app"] == "{}""#, "x".repeat(64));
+        let cases = [
+            (
+                r#"labels["bad key"] == "v""#,
+                r#"key: Invalid value: "bad key""#,
+            ),
+            (
+                r#"labels["app"] == "a\u0001""#,
+                r#"value: Invalid value: "a\x01""#,
+            ),
+            (
+                "labels[\"ctl\u{1}\"] == \"v\"",
+                r#"key: Invalid value: "ctl\x01""#,
+            ),
+            (
+                r#"labels["a/b/c"] != "v""#,
+                r#"requirement.key: Invalid value: "a/b/c""#,
+            ),
+            (
+                r#"labels["app"] in ["ok", "-no"]"#,
+                r#"requirement.values[1]: Invalid value: "-no""#,
+            ),
+            (
+                "has(labels.App_)",
+                r#"requirement.key: Invalid value: "App_""#,
+            ),
+            (r#""/a" in labels"#, "prefix part must be non-empty"),
+            (long_value.as_str(), "must be no more than 63 characters"),
+        ];
+        for (e, needle) in cases {
+            let err = compile(&["has(labels.ok)", e]).unwrap_err();
+            let CelError::InvalidLabel { index, errors, .. } = &err else {
+                panic!("{e}: {err}");
+            };
+            assert_eq!(*index, 1);
+            assert!(errors.iter().any(|m| m.contains(needle)), "{e}: {errors:?}");
+            assert!(
+                err.to_string()
+                    .contains("compiles to an invalid label selector"),
+                "{err}"
+            );
+        }
+        // The boundaries are accepted: a 63-character name part and value, an empty value.
+        let longest = format!(
+            r#"labels["example.com/{}"] == "{}""#,
+            "k".repeat(63),
+            "v".repeat(63)
+        );
+        assert!(compile(&[&longest, r#"labels["app"] == """#]).is_ok());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Bindings + intents → engine-neutral policy specs.
 
 use crate::cel::{self, CelError};
-use crate::namespaces;
+use crate::{namespaces, validation};
 use nimbus_api::{
     ClusterNimbusPolicySpec, ClusterSecurityIntentBindingSpec, MatchIntent, NimbusPolicySpec,
     NimbusRule, Rule, SecurityIntent, SecurityIntentBindingSpec,
@@ -14,6 +14,10 @@ pub enum CompileError {
     Cel(#[from] CelError),
     #[error("invalid namespace selector: {0}")]
     NamespaceSelector(String),
+    /// Label keys, values or operators the API server rejects (each field error, with its
+    /// path); the native policies could not be applied.
+    #[error("invalid label selector: {}", .0.join("; "))]
+    InvalidSelector(Vec<String>),
 }
 
 /// What a SecurityIntentBinding compiles to.
@@ -48,6 +52,10 @@ pub fn compile_binding<I: Borrow<SecurityIntent>>(
     intent: impl Fn(&str) -> Option<I>,
 ) -> Result<BindingPlan, CompileError> {
     let base = spec.selector.workload_selector.clone().unwrap_or_default();
+    check(validation::label_selector(
+        &base,
+        "spec.selector.workloadSelector",
+    ))?;
     let selector = cel::compile_into(spec.cel.as_deref().unwrap_or_default(), base)?;
     let bound = bind(&spec.intents, intent);
     Ok(BindingPlan {
@@ -67,6 +75,22 @@ pub fn compile_cluster_binding<I: Borrow<SecurityIntent>>(
 ) -> Result<ClusterBindingPlan, CompileError> {
     let selector = spec.selector.clone().unwrap_or_default();
     namespaces::validate(selector.ns_selector.as_ref()).map_err(CompileError::NamespaceSelector)?;
+    let mut errors = selector
+        .workload_selector
+        .as_ref()
+        .map(|s| validation::label_selector(s, "spec.selector.workloadSelector"))
+        .unwrap_or_default();
+    if let Some(labels) = selector
+        .node_selector
+        .as_ref()
+        .and_then(|n| n.match_labels.as_ref())
+    {
+        errors.extend(validation::labels(
+            labels,
+            "spec.selector.nodeSelector.matchLabels",
+        ));
+    }
+    check(errors)?;
     let bound = bind(&spec.intents, intent);
     let (cluster_policy, namespace_policy) = if bound.rules.is_empty() {
         (None, None)
@@ -89,6 +113,14 @@ pub fn compile_cluster_binding<I: Borrow<SecurityIntent>>(
         bound_intents: bound.found,
         missing_intents: bound.missing,
     })
+}
+
+fn check(errors: Vec<String>) -> Result<(), CompileError> {
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(CompileError::InvalidSelector(errors))
+    }
 }
 
 struct Bound {
@@ -138,7 +170,7 @@ pub fn rule(intent: &nimbus_api::Intent) -> NimbusRule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
     use nimbus_api::{ClusterSelector, NamespaceSelector, SecurityIntentSpec, WorkloadScope};
     use serde_json::json;
     use std::collections::BTreeMap;
@@ -271,6 +303,64 @@ mod tests {
         assert!(matches!(
             compile_binding(&spec, catalog()),
             Err(CompileError::Cel(_))
+        ));
+    }
+
+    #[test]
+    fn selectors_the_api_server_rejects_are_errors_even_without_intents() {
+        let bad_key = sib(&["x"], Some(labels(&[("bad key", "v")])), None);
+        let err = compile_binding(&bad_key, catalog()).unwrap_err();
+        let CompileError::InvalidSelector(errors) = &err else {
+            panic!("{err}");
+        };
+        assert!(
+            errors[0].starts_with(
+                "spec.selector.workloadSelector.matchLabels: Invalid value: \"bad key\": name part"
+            ),
+            "{errors:?}"
+        );
+        assert!(err.to_string().starts_with("invalid label selector: "));
+
+        let no_values = LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "In".into(),
+                values: None,
+            }]),
+        };
+        let err = compile_binding(&sib(&["a"], Some(no_values), None), catalog()).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "spec.selector.workloadSelector.matchExpressions[0].values: Required value"
+            ),
+            "{err}"
+        );
+
+        // What `spec.cel` compiles to is checked as well.
+        let cel = sib(&["a"], None, Some(vec![r#"labels["app"] == "-x""#]));
+        assert!(matches!(
+            compile_binding(&cel, catalog()),
+            Err(CompileError::Cel(CelError::InvalidLabel { index: 0, .. }))
+        ));
+
+        let mut cluster = csib(&["a"], all());
+        if let Some(s) = cluster.selector.as_mut() {
+            s.workload_selector = Some(labels(&[("app", "ngin x")]));
+            s.node_selector = Some(nimbus_api::NodeSelector {
+                match_labels: Some(BTreeMap::from([(
+                    "Kubernetes.io/os".into(),
+                    "linux".into(),
+                )])),
+            });
+        }
+        let err = compile_cluster_binding(&cluster, catalog()).unwrap_err();
+        let CompileError::InvalidSelector(errors) = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[1].starts_with(
+            "spec.selector.nodeSelector.matchLabels: Invalid value: \"Kubernetes.io/os\": prefix part"
         ));
     }
 

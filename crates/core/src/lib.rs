@@ -9,6 +9,7 @@ pub mod names;
 pub mod namespaces;
 pub mod objects;
 pub mod params;
+pub mod validation;
 
 pub use compile::{
     BindingPlan, ClusterBindingPlan, CompileError, compile_binding, compile_cluster_binding,

@@ -167,6 +167,14 @@ pub struct SandboxArgs {
     sandbox_cluster_roles: Vec<String>,
 }
 
+impl Default for SandboxArgs {
+    fn default() -> Self {
+        Self {
+            sandbox_cluster_roles: vec!["edit".into(), "view".into()],
+        }
+    }
+}
+
 impl SandboxArgs {
     pub fn roles(&self) -> std::collections::BTreeSet<String> {
         self.sandbox_cluster_roles

@@ -11,7 +11,7 @@ use nimbus_core::engines::{
     self, EngineSet, Environment, PolicyInput, VirtualPatches, virtual_patch,
 };
 use nimbus_core::namespaces::ProtectedNamespaces;
-use nimbus_core::{compile_binding, compile_cluster_binding, namespaces, objects};
+use nimbus_core::{compile_binding, compile_cluster_binding, namespaces, objects, validation};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -87,6 +87,40 @@ enum Manifest {
     Intent(SecurityIntent),
     Binding(SecurityIntentBinding),
     ClusterBinding(ClusterSecurityIntentBinding),
+}
+
+impl Manifest {
+    /// `<Kind> <name>`, for messages.
+    fn describe(&self) -> String {
+        match self {
+            Manifest::Intent(si) => format!("SecurityIntent {}", si.name_any()),
+            Manifest::Binding(b) => format!("SecurityIntentBinding {}", b.name_any()),
+            Manifest::ClusterBinding(b) => {
+                format!("ClusterSecurityIntentBinding {}", b.name_any())
+            }
+        }
+    }
+
+    /// What the API server checks in `metadata` before it accepts the object: a DNS-1123
+    /// subdomain name, a DNS-1123 label namespace (bindings), valid labels and annotation keys.
+    fn metadata_problems(&self) -> Vec<String> {
+        let (meta, namespaced) = match self {
+            Manifest::Intent(si) => (&si.metadata, false),
+            Manifest::Binding(b) => (&b.metadata, true),
+            Manifest::ClusterBinding(b) => (&b.metadata, false),
+        };
+        let mut out = validation::object_name(meta.name.as_deref(), "metadata.name");
+        if let (true, Some(ns)) = (namespaced, &meta.namespace) {
+            out.extend(validation::namespace_name(ns, "metadata.namespace"));
+        }
+        if let Some(labels) = &meta.labels {
+            out.extend(validation::labels(labels, "metadata.labels"));
+        }
+        if let Some(annotations) = &meta.annotations {
+            out.extend(validation::annotations(annotations, "metadata.annotations"));
+        }
+        out
+    }
 }
 
 /// The manifests that parsed, and one message per problem found on the way.
@@ -212,10 +246,13 @@ fn problems(loaded: &Loaded, sandbox_roles: &BTreeSet<String>) -> Vec<String> {
     }
     let intents = intents_by_name(loaded);
     for (origin, manifest) in &loaded.manifests {
-        let (what, refs, kind) = match manifest {
+        let what = manifest.describe();
+        for p in manifest.metadata_problems() {
+            out.push(format!("{origin}: {what}: {p}"));
+        }
+        let (refs, kind) = match manifest {
             Manifest::Intent(si) => {
                 let intent = &si.spec.intent;
-                let what = format!("SecurityIntent {}", si.name_any());
                 if catalog::intent(&intent.id).is_none() {
                     let known: Vec<_> = catalog::INTENTS.iter().map(|i| i.id).collect();
                     out.push(format!(
@@ -242,23 +279,18 @@ fn problems(loaded: &Loaded, sandbox_roles: &BTreeSet<String>) -> Vec<String> {
                 continue;
             }
             Manifest::Binding(b) => {
-                let what = format!("SecurityIntentBinding {}", b.name_any());
                 if let Err(e) = compile_binding(&b.spec, |_| None::<SecurityIntent>) {
                     out.push(format!("{origin}: {what}: {e}"));
                 }
-                (what, &b.spec.intents, BindingKind::Namespaced)
+                (&b.spec.intents, BindingKind::Namespaced)
             }
             Manifest::ClusterBinding(b) => {
-                let what = format!("ClusterSecurityIntentBinding {}", b.name_any());
-                let selector = b
-                    .spec
-                    .selector
-                    .as_ref()
-                    .and_then(|s| s.ns_selector.as_ref());
-                if let Err(e) = namespaces::validate(selector) {
+                // The same checks as the operator's: namespace selector, workload and node
+                // selectors.
+                if let Err(e) = compile_cluster_binding(&b.spec, |_| None::<SecurityIntent>) {
                     out.push(format!("{origin}: {what}: {e}"));
                 }
-                (what, &b.spec.intents, BindingKind::Cluster)
+                (&b.spec.intents, BindingKind::Cluster)
             }
         };
         for r in refs {
@@ -336,8 +368,24 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<bool> {
     Ok(problems.is_empty())
 }
 
+/// Namespace names among the arguments that no cluster could have (DNS-1123 labels).
+fn argument_problems(args: &TranslateArgs) -> Vec<String> {
+    let mut out = validation::namespace_name(&args.namespace, "--namespace");
+    for ns in &args.namespaces {
+        out.extend(validation::namespace_name(ns, "--namespaces"));
+    }
+    out
+}
+
 /// `nimbus translate`: the NimbusPolicies and native policies the operator would create.
 pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
+    let arguments = argument_problems(args);
+    if !arguments.is_empty() {
+        for p in &arguments {
+            eprintln!("error: {p}");
+        }
+        return Ok(false);
+    }
     let loaded = load(&args.inputs);
     let problems = problems(&loaded, &args.sandbox.roles());
     if !problems.is_empty() {
@@ -359,7 +407,17 @@ pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
         sandbox_cluster_roles: args.sandbox.roles(),
         ..Environment::default()
     };
-    let engines = EngineSet {
+    let (objects, warnings) = translate_all(&loaded, args, &env, &engine_set(args))?;
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    print!("{}", render(&objects, args.output)?);
+    Ok(true)
+}
+
+/// The engines `--engines` chooses (all by default), all of them installed.
+fn engine_set(args: &TranslateArgs) -> EngineSet {
+    EngineSet {
         enabled: if args.engines.is_empty() {
             Engine::ALL.into()
         } else {
@@ -367,13 +425,7 @@ pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
         },
         installed: Engine::ALL.into(),
         ..EngineSet::default()
-    };
-    let (objects, warnings) = translate_all(&loaded, args, &env, &engines)?;
-    for w in &warnings {
-        eprintln!("warning: {w}");
     }
-    print!("{}", render(&objects, args.output)?);
-    Ok(true)
 }
 
 fn translate_all(
@@ -564,4 +616,435 @@ pub fn explain(id: &str) -> anyhow::Result<String> {
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod fuzz {
+    //! A bounded, seeded fuzz of `validate` and `translate` (the functions the CLI runs) with
+    //! random names, namespaces, labels, selectors and `spec.cel` expressions: nothing panics,
+    //! `validate` accepts a case exactly when every generated name, label key, label value and
+    //! selector requirement passes [`validation`], and what `translate` emits for accepted cases
+    //! passes it too.
+
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    use serde_json::json;
+    use validation::{
+        OPERATORS, is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_label_value,
+    };
+
+    const CASES: usize = 20_000;
+
+    /// splitmix64 (small, seeded, good enough to spread cases), with the chance in percent
+    /// that a generated piece is made invalid on purpose (chosen per case).
+    struct Rng {
+        state: u64,
+        noise: u64,
+    }
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.next() % 100 < percent
+        }
+        fn noisy(&mut self) -> bool {
+            let noise = self.noise;
+            self.chance(noise)
+        }
+        fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+            &items[self.below(items.len())]
+        }
+    }
+
+    /// Characters valid inside every kind of name, and characters some or all reject (the
+    /// qualified-name extras, upper case, separators, blanks, control characters, unicode).
+    const INNER: &[char] = &['a', 'b', 'z', 'k', '0', '7', '-'];
+    const NOISE: &[char] = &[
+        'A', 'Z', '_', '.', '/', ' ', '\u{1}', '\t', '\u{7}', '\u{e9}', '\u{3b1}', '%', '-', '.',
+    ];
+
+    /// A string of one of `lengths` (or, when noisy, empty or of a length just over
+    /// `too_long`), starting and ending alphanumeric, with a noise character when noisy.
+    fn word(rng: &mut Rng, lengths: &[usize], too_long: usize) -> String {
+        let len = if rng.noisy() {
+            *rng.pick(&[0, too_long + 1, too_long + 2])
+        } else {
+            *rng.pick(lengths)
+        };
+        let mut out: Vec<char> = (0..len).map(|_| *rng.pick(INNER)).collect();
+        if len > 0 {
+            out[0] = *rng.pick(&['a', '1', 'q']);
+            out[len - 1] = *rng.pick(&['z', '0', 'x']);
+            if rng.noisy() {
+                let at = rng.below(len);
+                out[at] = *rng.pick(NOISE);
+            }
+            if len > 2 && rng.chance(20) {
+                // Valid inside keys and values, not in DNS names: the callers' business.
+                let at = 1 + rng.below(len - 2);
+                out[at] = *rng.pick(&['_', '.', 'A']);
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// A DNS-1123 label, mostly valid.
+    fn dns_label(rng: &mut Rng) -> String {
+        let w = word(rng, &[1, 2, 5, 13, 63], 63);
+        if rng.noisy() {
+            w
+        } else {
+            w.replace(['_', '.', 'A'], "-")
+        }
+    }
+
+    /// A DNS-1123 subdomain, mostly valid: labels joined by dots, up to 253 (254) characters.
+    fn dns_name(rng: &mut Rng) -> String {
+        let mut name = match rng.below(10) {
+            0 => format!("{}.{}", dns_label(rng), dns_label(rng)),
+            1 => {
+                let last = if rng.noisy() { 62 } else { 61 };
+                let abc = ["a", "b", "c"].map(|c| c.repeat(63)).join(".");
+                format!("{abc}.{}", "d".repeat(last))
+            }
+            _ => dns_label(rng),
+        };
+        if rng.noisy() {
+            name.push_str(rng.pick::<&str>(&[".", "-", "_x", "X", "..y"]));
+        }
+        name
+    }
+
+    fn label_key(rng: &mut Rng) -> String {
+        const EDGE: &[&str] = &[
+            "/a",
+            "a/",
+            "a/b/c",
+            "Example.com/a",
+            "a..b/c",
+            "-a",
+            "a-",
+            "_a",
+            "a_",
+            ".a",
+            "a.",
+            "",
+            "a b",
+            "a\u{1}",
+        ];
+        if rng.noisy() && rng.chance(30) {
+            return rng.pick(EDGE).to_string();
+        }
+        let name = word(rng, &[1, 3, 5, 8, 62, 63], 63);
+        if rng.chance(30) {
+            format!("{}/{name}", dns_name(rng))
+        } else {
+            name
+        }
+    }
+
+    fn label_value(rng: &mut Rng) -> String {
+        if rng.chance(10) {
+            String::new()
+        } else {
+            word(rng, &[1, 2, 5, 8, 63], 63)
+        }
+    }
+
+    fn labels(rng: &mut Rng, max: usize) -> BTreeMap<String, String> {
+        (0..rng.below(max + 1))
+            .map(|_| (label_key(rng), label_value(rng)))
+            .collect()
+    }
+
+    fn requirement(rng: &mut Rng) -> LabelSelectorRequirement {
+        let noisy = rng.noisy();
+        let operator = if noisy && rng.chance(30) {
+            rng.pick(&["in", "Equals", "", "exists", "Gt"]).to_string()
+        } else {
+            rng.pick(&OPERATORS).to_string()
+        };
+        let many = match operator.as_str() {
+            _ if noisy => rng.below(3),
+            "In" | "NotIn" => 1 + rng.below(3),
+            _ => 0,
+        };
+        let values: Vec<String> = (0..many).map(|_| label_value(rng)).collect();
+        LabelSelectorRequirement {
+            key: label_key(rng),
+            operator,
+            values: (!values.is_empty() || rng.chance(10)).then_some(values),
+        }
+    }
+
+    fn selector(rng: &mut Rng) -> LabelSelector {
+        LabelSelector {
+            match_labels: rng.chance(70).then(|| labels(rng, 3)),
+            match_expressions: rng
+                .chance(40)
+                .then(|| (0..rng.below(3)).map(|_| requirement(rng)).collect()),
+        }
+    }
+
+    /// One `spec.cel` expression; the keys and values it compiles to are added to `keys` and
+    /// `values`.
+    fn cel(rng: &mut Rng, keys: &mut Vec<String>, values: &mut Vec<String>) -> String {
+        let (k, v, w) = (label_key(rng), label_value(rng), label_value(rng));
+        let (term, vs, more_keys) = match rng.below(7) {
+            0 => (format!(r#"labels["{k}"] == "{v}""#), vec![v], vec![]),
+            1 => (format!(r#"labels["{k}"] != "{v}""#), vec![v], vec![]),
+            2 => (
+                format!(r#"labels["{k}"] in ["{v}", "{w}"]"#),
+                vec![v, w],
+                vec![],
+            ),
+            3 => (format!(r#"!(labels["{k}"] in ["{v}"])"#), vec![v], vec![]),
+            4 => (format!(r#""{k}" in labels"#), vec![], vec![]),
+            5 => (format!(r#"!("{k}" in labels)"#), vec![], vec![]),
+            _ => {
+                let other = label_key(rng);
+                (
+                    format!(r#"labels["{k}"] == "{v}" && "{other}" in labels"#),
+                    vec![v],
+                    vec![other],
+                )
+            }
+        };
+        keys.push(k);
+        keys.extend(more_keys);
+        values.extend(vs);
+        term
+    }
+
+    /// Whether the API server would accept every generated piece.
+    struct Oracle(Vec<String>);
+
+    impl Oracle {
+        fn check(&mut self, what: &str, messages: Vec<String>) {
+            if !messages.is_empty() {
+                self.0.push(format!("{what}: {messages:?}"));
+            }
+        }
+        fn labels(&mut self, labels: &BTreeMap<String, String>) {
+            for (k, v) in labels {
+                self.check(k, is_qualified_name(k));
+                self.check(v, is_valid_label_value(v));
+            }
+        }
+        fn selector(&mut self, s: &LabelSelector) {
+            self.labels(s.match_labels.as_ref().unwrap_or(&BTreeMap::new()));
+            for r in s.match_expressions.iter().flatten() {
+                let values = r.values.as_deref().unwrap_or_default();
+                let count_ok = match r.operator.as_str() {
+                    "In" | "NotIn" => !values.is_empty(),
+                    "Exists" | "DoesNotExist" => values.is_empty(),
+                    _ => false,
+                };
+                if !count_ok || !OPERATORS.contains(&r.operator.as_str()) {
+                    self.0.push(format!("operator {r:?}"));
+                }
+                self.check(&r.key, is_qualified_name(&r.key));
+                for v in values {
+                    self.check(v, is_valid_label_value(v));
+                }
+            }
+        }
+    }
+
+    /// Every name, label and selector in an emitted object, checked with [`validation`].
+    fn emitted_problems(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    match (k.as_str(), v) {
+                        ("matchLabels", Value::Object(_)) => {
+                            let labels: BTreeMap<String, String> =
+                                serde_json::from_value(v.clone()).unwrap_or_default();
+                            out.extend(validation::labels(&labels, "matchLabels"));
+                        }
+                        ("matchExpressions", Value::Array(items)) => {
+                            for item in items {
+                                match serde_json::from_value(item.clone()) {
+                                    Ok(r) => out.extend(validation::label_selector_requirement(
+                                        &r,
+                                        "matchExpressions",
+                                    )),
+                                    Err(e) => out.push(format!("matchExpressions: {e}")),
+                                }
+                            }
+                        }
+                        _ => emitted_problems(v, out),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| emitted_problems(v, out)),
+            _ => {}
+        }
+    }
+
+    fn object_problems(object: &Value) -> Vec<String> {
+        let meta = &object["metadata"];
+        let mut out = validation::object_name(meta["name"].as_str(), "metadata.name");
+        if let Some(ns) = meta["namespace"].as_str() {
+            out.extend(validation::namespace_name(ns, "metadata.namespace"));
+        }
+        emitted_problems(object, &mut out);
+        out
+    }
+
+    #[test]
+    fn random_bindings_validate_exactly_when_the_api_server_would_accept_them() {
+        let mut rng = Rng {
+            state: 0x6e69_6d62_7573,
+            noise: 0,
+        };
+        let (mut accepted, mut translated, mut objects) = (0, 0, 0);
+        for case in 0..CASES {
+            rng.noise = *rng.pick(&[0, 0, 1, 2, 5, 10, 30]);
+            let mut oracle = Oracle(Vec::new());
+            let intent_name = if rng.chance(90) {
+                "dns".to_owned()
+            } else {
+                dns_name(&mut rng)
+            };
+            oracle.check("intent name", is_dns1123_subdomain(&intent_name));
+            let name = dns_name(&mut rng);
+            oracle.check("binding name", is_dns1123_subdomain(&name));
+            let binding_labels = if rng.chance(20) {
+                labels(&mut rng, 2)
+            } else {
+                BTreeMap::new()
+            };
+            oracle.labels(&binding_labels);
+            let workload = rng.chance(90).then(|| selector(&mut rng));
+            if let Some(s) = &workload {
+                oracle.selector(s);
+            }
+            let mut keys = Vec::new();
+            let mut values = Vec::new();
+            let exprs: Vec<String> = (0..rng.below(3))
+                .map(|_| cel(&mut rng, &mut keys, &mut values))
+                .collect();
+            let cluster = rng.chance(30);
+            let mut metadata = json!({"name": name, "labels": binding_labels});
+            let binding = if cluster {
+                let node = rng.chance(20).then(|| labels(&mut rng, 2));
+                if let Some(n) = &node {
+                    oracle.labels(n);
+                }
+                // spec.cel is ignored on cluster bindings: its keys do not matter.
+                json!({
+                    "apiVersion": "intent.security.nimbus.com/v1alpha1",
+                    "kind": "ClusterSecurityIntentBinding",
+                    "metadata": metadata,
+                    "spec": {"intents": [{"name": intent_name}], "cel": exprs, "selector": {
+                        "nsSelector": {"matchNames": ["*"]},
+                        "workloadSelector": workload,
+                        "nodeSelector": node.map(|n| json!({"matchLabels": n})),
+                    }},
+                })
+            } else {
+                for k in &keys {
+                    oracle.check(k, is_qualified_name(k));
+                }
+                for v in &values {
+                    oracle.check(v, is_valid_label_value(v));
+                }
+                if rng.chance(80) {
+                    let ns = dns_label(&mut rng);
+                    oracle.check("namespace", is_dns1123_label(&ns));
+                    metadata["namespace"] = json!(ns);
+                }
+                json!({
+                    "apiVersion": "intent.security.nimbus.com/v1alpha1",
+                    "kind": "SecurityIntentBinding",
+                    "metadata": metadata,
+                    "spec": {"intents": [{"name": intent_name}], "cel": exprs,
+                             "selector": {"workloadSelector": workload}},
+                })
+            };
+            let intent = json!({
+                "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+                "metadata": {"name": intent_name},
+                "spec": {"intent": {"id": "dnsManipulation", "action": "Block"}},
+            });
+            let text = format!("{intent}\n---\n{binding}\n");
+            let mut loaded = Loaded {
+                manifests: Vec::new(),
+                errors: Vec::new(),
+            };
+            parse("fuzz.yaml", &text, &mut loaded);
+            let problems = problems(&loaded, &crate::SandboxArgs::default().roles());
+            assert_eq!(
+                problems.is_empty(),
+                oracle.0.is_empty(),
+                "case {case}: validate said {problems:#?}\nthe oracle said {:#?}\nfor {text}",
+                oracle.0
+            );
+
+            let mut namespaces_ok = true;
+            let namespaces: Vec<String> = (0..rng.below(4))
+                .map(|_| {
+                    let ns = if rng.chance(90) {
+                        dns_label(&mut rng)
+                    } else {
+                        dns_name(&mut rng)
+                    };
+                    namespaces_ok &= is_dns1123_label(&ns).is_empty();
+                    ns
+                })
+                .collect();
+            let args = TranslateArgs {
+                inputs: Inputs { files: Vec::new() },
+                namespaces,
+                namespace: "default".into(),
+                engines: Vec::new(),
+                virtual_patch_db: None,
+                protected_namespaces: vec!["kube-system".into(), "nimbus-k8tls-env".into()],
+                sandbox: crate::SandboxArgs::default(),
+                output: Format::Json,
+            };
+            assert_eq!(
+                argument_problems(&args).is_empty(),
+                namespaces_ok,
+                "case {case}"
+            );
+
+            // Translation never panics; when both checks pass it succeeds and emits only what
+            // the API server accepts.
+            let env = Environment::default();
+            let result = translate_all(&loaded, &args, &env, &engine_set(&args));
+            if !problems.is_empty() || !namespaces_ok {
+                continue;
+            }
+            accepted += 1;
+            let (out, _warnings) = result.unwrap_or_else(|e| panic!("case {case}: {e:#}\n{text}"));
+            translated += 1;
+            for object in &out {
+                let bad = object_problems(object);
+                assert!(
+                    bad.is_empty(),
+                    "case {case}: emitted {bad:#?}\nin {object:#}\nfor {text}"
+                );
+            }
+            objects += out.len();
+        }
+        println!(
+            "fuzz: {CASES} cases, {accepted} accepted by validate and translated ({translated}), {objects} objects emitted and checked"
+        );
+        // The generator must exercise both outcomes.
+        assert!(
+            accepted > CASES / 10 && accepted < CASES * 9 / 10,
+            "{accepted}"
+        );
+    }
 }

@@ -106,6 +106,155 @@ fn schema_violations() {
     );
 }
 
+/// `validate` on several documents: exit status 1 and every expected message, each with its
+/// file and document number.
+fn rejected_all(text: &str, expected: &[(usize, &str)]) {
+    let out = nimbus(&["validate", "-f", "in.yaml"], &[("in.yaml", text)]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for (document, needle) in expected {
+        assert!(
+            err.lines().any(
+                |l| l.starts_with(&format!("in.yaml (document {document}): "))
+                    && l.contains(needle)
+            ),
+            "expected `{needle}` on document {document} in:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn selectors_and_names_the_api_server_rejects() {
+    let binding = |name: &str, selector: &str, cel: &str| {
+        format!(
+            "---\napiVersion: intent.security.nimbus.com/v1alpha1\nkind: SecurityIntentBinding\nmetadata: {{name: {name}, namespace: shop}}\nspec:\n  intents: [{{name: dns}}]\n  selector: {{workloadSelector: {selector}}}\n{cel}"
+        )
+    };
+    let text = [
+        INTENT.to_owned(),
+        // 2: a label key with a space, a value starting with '-'.
+        binding("b2", r#"{matchLabels: {"my app": "-web"}}"#, ""),
+        // 3: In without values, Exists with values, an unknown operator, an upper-case prefix.
+        binding(
+            "b3",
+            r#"{matchExpressions: [{key: app, operator: In}, {key: tier, operator: Exists, values: [x]}, {key: env, operator: Equals, values: [a]}, {key: Example.com/x, operator: DoesNotExist}]}"#,
+            "",
+        ),
+        // 4: a control character coming out of spec.cel.
+        binding(
+            "b4",
+            "{}",
+            "  cel: ['labels[\"app\\u0001\"] == \"web\"']\n",
+        ),
+        // 5: an invalid name; 6: an invalid intent name.
+        binding("Shop_Binding", "{}", ""),
+        "---\napiVersion: intent.security.nimbus.com/v1alpha1\nkind: SecurityIntent\nmetadata: {name: DNS.}\nspec: {intent: {id: dnsManipulation, action: Block}}\n".to_owned(),
+        // 7: a cluster binding with an over-long label value.
+        format!(
+            "---\napiVersion: intent.security.nimbus.com/v1alpha1\nkind: ClusterSecurityIntentBinding\nmetadata: {{name: c}}\nspec:\n  intents: [{{name: dns}}]\n  selector: {{nsSelector: {{matchNames: ['*']}}, workloadSelector: {{matchLabels: {{app: {}}}}}}}\n",
+            "x".repeat(64)
+        ),
+    ]
+    .concat();
+    rejected_all(
+        &text,
+        &[
+            (
+                2,
+                r#"SecurityIntentBinding b2: invalid label selector: spec.selector.workloadSelector.matchLabels: Invalid value: "my app": name part must consist of alphanumeric characters"#,
+            ),
+            (
+                2,
+                r#"spec.selector.workloadSelector.matchLabels: Invalid value: "-web": a valid label must be an empty string"#,
+            ),
+            (
+                3,
+                "spec.selector.workloadSelector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'",
+            ),
+            (
+                3,
+                "spec.selector.workloadSelector.matchExpressions[1].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            ),
+            (
+                3,
+                r#"spec.selector.workloadSelector.matchExpressions[2].operator: Invalid value: "Equals": not a valid selector operator"#,
+            ),
+            (
+                3,
+                r#"spec.selector.workloadSelector.matchExpressions[3].key: Invalid value: "Example.com/x": prefix part a lowercase RFC 1123 subdomain"#,
+            ),
+            (
+                4,
+                r#"compiles to an invalid label selector: key: Invalid value: "app\x01": name part must consist"#,
+            ),
+            (
+                5,
+                r#"SecurityIntentBinding Shop_Binding: metadata.name: Invalid value: "Shop_Binding": a lowercase RFC 1123 subdomain must consist of"#,
+            ),
+            (6, r#"metadata.name: Invalid value: "DNS.""#),
+            (
+                7,
+                "ClusterSecurityIntentBinding c: invalid label selector: spec.selector.workloadSelector.matchLabels: Invalid value: \"xxx",
+            ),
+            (7, "must be no more than 63 characters"),
+        ],
+    );
+    // The boundaries pass: a 63-character key name part and value, a prefixed key.
+    let ok = format!(
+        "{INTENT}{}",
+        binding(
+            "b.1",
+            &format!(
+                "{{matchLabels: {{example.com/{}: {}}}, matchExpressions: [{{key: tier, operator: NotIn, values: ['']}}]}}",
+                "k".repeat(63),
+                "v".repeat(63)
+            ),
+            "  cel: ['labels[\"app\"] in [\"a\", \"b\"]']\n"
+        )
+    );
+    let out = nimbus(&["validate", "-f", "in.yaml"], &[("in.yaml", &ok)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn translate_rejects_invalid_namespace_names() {
+    let long = "n".repeat(64);
+    for (args, needle) in [
+        (
+            ["--namespaces", "team-a,Team-B"],
+            r#"error: --namespaces: Invalid value: "Team-B": a lowercase RFC 1123 label must consist of"#,
+        ),
+        (
+            ["--namespaces", "a.b"],
+            r#"error: --namespaces: Invalid value: "a.b": must not contain dots"#,
+        ),
+        (
+            ["--namespaces", "ok,,x"],
+            r#"error: --namespaces: Invalid value: "": a lowercase RFC 1123 label"#,
+        ),
+        (
+            ["--namespaces", &long],
+            "must be no more than 63 characters",
+        ),
+        (
+            ["--namespace", "under_score"],
+            r#"error: --namespace: Invalid value: "under_score""#,
+        ),
+    ] {
+        let mut all = vec!["translate", "-f", "in.yaml"];
+        all.extend_from_slice(&args);
+        let out = nimbus(&all, &[("in.yaml", &format!("{INTENT}---{BINDING}"))]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(
+            err.contains(needle),
+            "{args:?}: expected `{needle}` in: {err}"
+        );
+    }
+}
+
 #[test]
 fn unreadable_files() {
     let out = nimbus(&["translate", "-f", "missing.yaml"], &[]);

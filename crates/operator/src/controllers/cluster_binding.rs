@@ -33,7 +33,9 @@ pub async fn reconcile(
             // in force stays in force meanwhile.
             let reason = match err {
                 CompileError::NamespaceSelector(_) => condition::REASON_INVALID_NAMESPACE_SELECTOR,
-                CompileError::Cel(_) => condition::REASON_INVALID_SELECTOR,
+                CompileError::Cel(_) | CompileError::InvalidSelector(_) => {
+                    condition::REASON_INVALID_SELECTOR
+                }
             };
             let mut status = csib.status.clone().unwrap_or_default();
             status.status = STATUS_VALIDATION_FAIL.to_owned();
