@@ -63,6 +63,10 @@ pub struct WorkloadScope {
 pub struct SecurityIntentBindingSpec {
     #[schemars(length(min = 1))]
     pub intents: Vec<MatchIntent>,
+    /// Which pods of the binding's namespace it applies to; empty (or `null`) selects every pod.
+    // Nullable: server-side apply stores an object whose last owned field was removed as `null`.
+    #[serde(deserialize_with = "crate::null_as_default")]
+    #[schemars(extend("nullable" = true))]
     pub selector: WorkloadScope,
     /// Label conditions written in a subset of CEL over `labels`; compiled into label-selector
     /// requirements and ANDed with `selector.workloadSelector`.

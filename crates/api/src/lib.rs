@@ -44,6 +44,17 @@ pub const VERSION: &str = "v1alpha1";
 pub type Params = std::collections::BTreeMap<String, Vec<String>>;
 
 /// Every CRD of the API, in a stable order.
+/// Reads `null` as the type's default. Server-side apply stores an object whose last owned
+/// field was removed as `null`; the schemas accept it for the fields that use this.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    use serde::Deserialize;
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         SecurityIntent::crd(),

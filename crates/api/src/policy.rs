@@ -50,6 +50,8 @@ pub struct Rule {
 )]
 pub struct NimbusPolicySpec {
     /// Pods the rules apply to; empty selects every pod in the namespace.
+    #[serde(deserialize_with = "crate::null_as_default")]
+    #[schemars(extend("nullable" = true))]
     pub selector: LabelSelector,
     pub rules: Vec<NimbusRule>,
 }
@@ -79,7 +81,8 @@ pub struct NimbusPolicySpec {
 #[serde(rename_all = "camelCase")]
 pub struct ClusterNimbusPolicySpec {
     /// Always serialized (as `{}` when empty), like Nimbus.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::null_as_default")]
+    #[schemars(extend("nullable" = true))]
     pub node_selector: NodeSelector,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ns_selector: Option<NamespaceSelector>,

@@ -33,16 +33,24 @@ fn sib(name: &str, intents: &[&str], selector: Value, cel: Option<Vec<&str>>) ->
 
 /// Waits until the binding reports `Ready=True` for its current generation, and returns it.
 async fn ready(bindings: &Api<SecurityIntentBinding>, name: &str) -> SecurityIntentBinding {
-    eventually(&format!("{name} Ready=True at its generation"), || async {
-        let b = get(bindings, name).await?;
-        let s = b.status.as_ref()?;
-        let c = s.conditions.first()?;
-        (s.observed_generation == b.metadata.generation
-            && c.status == "True"
-            && c.observed_generation == b.metadata.generation)
-            .then_some(b)
-    })
-    .await
+    let deadline = std::time::Instant::now() + common::CONVERGE;
+    loop {
+        let b = get(bindings, name).await.expect("binding");
+        let s = b.status.as_ref();
+        let c = s.and_then(|s| s.conditions.first());
+        if s.is_some_and(|s| s.observed_generation == b.metadata.generation)
+            && c.is_some_and(|c| c.status == "True" && c.observed_generation == b.metadata.generation)
+        {
+            return b;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} not Ready=True at generation {:?}: {:#?}",
+            b.metadata.generation,
+            b.status
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// The selector of the policy and of its NetworkPolicy, as JSON (absent maps as `{}`).

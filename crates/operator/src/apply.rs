@@ -10,6 +10,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use std::fmt::Debug;
 
 /// Field manager of the Nimbus objects the operator writes (engines use their own).
@@ -47,7 +48,9 @@ where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
     let context = || describe(desired);
-    let want = serde_json::to_value(desired).map_err(|source| Error::Serialize { object: context(), source })?;
+    let mut want = serde_json::to_value(desired)
+        .map_err(|source| Error::Serialize { object: context(), source })?;
+    stamp(&mut want);
     let have = observed
         .map(serde_json::to_value)
         .transpose()
@@ -56,7 +59,7 @@ where
     match drift::plan(&want, have.as_ref(), manager) {
         Write::Nothing => return Ok(false),
         Write::Apply => {
-            api.patch(&name, &PatchParams::apply(manager).force(), &Patch::Apply(desired))
+            api.patch(&name, &PatchParams::apply(manager).force(), &Patch::Apply(&want))
                 .await
                 .map_err(Error::kube("applying", context()))?;
         }
@@ -74,6 +77,22 @@ where
         }
     }
     Ok(true)
+}
+
+/// Annotation holding a hash of what we generated for an object, so that a change of it is seen
+/// even where the server cannot tell our values from defaults (see [`drift`]).
+pub const GENERATED_HASH: &str = "intent.security.nimbus.com/generated-hash";
+
+/// Adds [`GENERATED_HASH`] to `want`.
+fn stamp(want: &mut Value) {
+    let digest = Sha256::digest(want.to_string());
+    let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    if let Some(meta) = want.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(GENERATED_HASH.to_owned(), Value::String(hash));
+        }
+    }
 }
 
 /// `want` as a full replacement of `have`: our body, the observed status, our labels,

@@ -5,9 +5,13 @@
 //! longer want is still there; no other manager added anything to the object's body. Fields
 //! nobody owns are server defaults and are left alone, so a converged object needs no write.
 //!
-//! Server-side apply as our field manager fixes every difference except one: keys another
-//! manager added inside our maps (say a label in `podSelector.matchLabels`) are theirs, and
-//! apply never removes what it does not own. Those need a full replace.
+//! What we generate is recognised by a hash of it, which [`crate::apply`] stores in an
+//! annotation: inside an atomic field (a NetworkPolicy's `podSelector`) the server records only
+//! that we own the whole field, so a value we no longer generate would look like a default.
+//!
+//! Server-side apply as our field manager fixes every difference except one: what another
+//! manager changed or added is theirs, and apply never removes what it does not own. Those need
+//! a full replace.
 
 use serde_json::Value;
 
@@ -16,9 +20,9 @@ use serde_json::Value;
 pub enum Write {
     /// It already is what we want.
     Nothing,
-    /// Server-side apply (creates, changes our values, removes fields we no longer want).
+    /// Server-side apply (creates, sets our values).
     Apply,
-    /// Replace the body (another manager added fields that apply could not remove).
+    /// Replace the body: removes what we no longer generate and what others changed or added.
     Replace,
 }
 
@@ -46,15 +50,32 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
             && e.get("operation").and_then(Value::as_str) == Some("Apply")
     };
 
-    let foreign_extra = entries
+    // Another manager owning anything in the body changed or added something there (server
+    // defaults are owned by nobody). Apply cannot take back what it does not own, and inside
+    // an atomic field it cannot even tell: replace. Our own non-apply writes are such replaces;
+    // they only matter once they hold something we no longer generate.
+    let body_fields = |e: &Value| {
+        e.pointer("/fieldsV1")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| !NOT_BODY.iter().any(|n| key.strip_prefix("f:") == Some(n)))
+            .map(|(key, owned)| (key.clone(), owned.clone()))
+            .collect::<Vec<_>>()
+    };
+    let needs_replace = entries
         .iter()
         .filter(main_resource)
         .filter(|e| !is_ours(e))
-        .filter_map(|e| e.pointer("/fieldsV1").and_then(Value::as_object))
-        .flat_map(|fields| fields.iter())
-        .filter(|(key, _)| !NOT_BODY.iter().any(|n| key.strip_prefix("f:") == Some(n)))
-        .any(|(key, owned)| beyond(key, owned, desired));
-    if foreign_extra {
+        .any(|e| {
+            let fields = body_fields(e);
+            if e.get("manager").and_then(Value::as_str) == Some(manager) {
+                fields.iter().any(|(key, owned)| beyond(key, owned, desired))
+            } else {
+                !fields.is_empty()
+            }
+        });
+    if needs_replace {
         return Write::Replace;
     }
 
@@ -66,8 +87,12 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
     else {
         return Write::Apply;
     };
-    if owns_beyond(ours, desired) || !body_covered(observed, desired) || !meta_covered(observed, desired)
-    {
+    // Apply would remove what we no longer generate, but an object it empties becomes `null`,
+    // which most schemas reject (an emptied `selector`): replace instead.
+    if owns_beyond(ours, desired) {
+        return Write::Replace;
+    }
+    if !body_covered(observed, desired) || !meta_covered(observed, desired) {
         return Write::Apply;
     }
     Write::Nothing
@@ -224,13 +249,13 @@ mod tests {
     }
 
     #[test]
-    fn a_field_we_no_longer_generate_needs_apply() {
+    fn a_field_we_no_longer_generate_needs_replace() {
         let observed = stored(
             json!({"app": "web", "tier": "fe"}),
             vec![entry(US, "Apply", our_fields(&["app", "tier"]))],
         );
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
-        assert_eq!(plan(&desired(json!({})), Some(&observed), US), Write::Apply);
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Replace);
+        assert_eq!(plan(&desired(json!({})), Some(&observed), US), Write::Replace);
     }
 
     #[test]
@@ -257,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn a_foreign_change_of_our_value_needs_apply() {
+    fn a_foreign_change_of_our_value_needs_replace() {
         let foreign = entry(
             "kubectl-edit",
             "Update",
@@ -267,7 +292,40 @@ mod tests {
             json!({"app": "evil"}),
             vec![entry(US, "Apply", our_fields(&[])), foreign],
         );
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Replace);
+    }
+
+    #[test]
+    fn our_own_replace_counts_only_when_it_holds_what_we_no_longer_generate() {
+        let replaced = entry(
+            US,
+            "Update",
+            json!({"f:spec": {"f:podSelector": {"f:matchLabels": {"f:app": {}}}}}),
+        );
+        let observed = stored(
+            json!({"app": "web"}),
+            vec![entry(US, "Apply", our_fields(&[])), replaced],
+        );
+        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Nothing);
+        assert_eq!(plan(&desired(json!({})), Some(&observed), US), Write::Replace);
+    }
+
+    #[test]
+    fn a_changed_annotation_needs_apply_even_inside_an_atomic_field() {
+        // An atomic podSelector: the server records `f:podSelector` only.
+        let atomic = json!({
+            "f:metadata": {"f:annotations": {"f:hash": {}}, "f:labels": {"f:app.kubernetes.io/managed-by": {}},
+                           "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {}}},
+            "f:spec": {"f:podSelector": {}, "f:egress": {}}
+        });
+        let mut observed = stored(json!({"app": "web", "tier": "fe"}), vec![entry(US, "Apply", atomic)]);
+        observed["metadata"]["annotations"] = json!({"hash": "old"});
+        let mut want = desired(json!({"app": "web"}));
+        want["metadata"]["annotations"] = json!({"hash": "new"});
+        assert_eq!(plan(&want, Some(&observed), US), Write::Apply);
+        want["metadata"]["annotations"] = json!({"hash": "old"});
+        want["spec"]["podSelector"]["matchLabels"] = json!({"app": "web", "tier": "fe"});
+        assert_eq!(plan(&want, Some(&observed), US), Write::Nothing);
     }
 
     #[test]
