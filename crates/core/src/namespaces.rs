@@ -13,6 +13,13 @@ pub const KUBE_SYSTEM: &str = "kube-system";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProtectedNamespaces(BTreeSet<String>);
 
+impl std::fmt::Display for ProtectedNamespaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.0.iter().map(String::as_str).collect();
+        f.write_str(&names.join(", "))
+    }
+}
+
 impl ProtectedNamespaces {
     /// Exactly `names` (empty entries ignored).
     pub fn new<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Self {

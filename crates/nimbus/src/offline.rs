@@ -240,16 +240,34 @@ fn manifest(value: Value) -> Result<Manifest, String> {
 /// Every problem the schema, the catalog and the cross-references reveal, one per line.
 /// `sandbox_roles`: the ClusterRoles namespaceSandbox may grant.
 fn problems(loaded: &Loaded, sandbox_roles: &BTreeSet<String>) -> Vec<String> {
+    let mut out = fatal_problems(loaded);
+    out.extend(semantic_problems(loaded, sandbox_roles));
+    out
+}
+
+/// What keeps the manifests from reaching a cluster at all: unreadable input, objects the
+/// apiserver would reject.
+fn fatal_problems(loaded: &Loaded) -> Vec<String> {
     let mut out = loaded.errors.clone();
     if loaded.manifests.is_empty() && out.is_empty() {
         out.push("no manifests found in the given files".into());
     }
-    let intents = intents_by_name(loaded);
     for (origin, manifest) in &loaded.manifests {
         let what = manifest.describe();
         for p in manifest.metadata_problems() {
             out.push(format!("{origin}: {what}: {p}"));
         }
+    }
+    out
+}
+
+/// What the operator would report in status while enforcing the rest: unknown intents, bad
+/// parameters (defaults apply), invalid selectors, dangling references.
+fn semantic_problems(loaded: &Loaded, sandbox_roles: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let intents = intents_by_name(loaded);
+    for (origin, manifest) in &loaded.manifests {
+        let what = manifest.describe();
         let (refs, kind) = match manifest {
             Manifest::Intent(si) => {
                 let intent = &si.spec.intent;
@@ -387,12 +405,16 @@ pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
         return Ok(false);
     }
     let loaded = load(&args.inputs);
-    let problems = problems(&loaded, &args.sandbox.roles());
-    if !problems.is_empty() {
-        for p in &problems {
+    let fatal = fatal_problems(&loaded);
+    if !fatal.is_empty() {
+        for p in &fatal {
             eprintln!("{p}");
         }
         return Ok(false);
+    }
+    // The rest the operator would report while enforcing what it can: so does translate.
+    for p in semantic_problems(&loaded, &args.sandbox.roles()) {
+        eprintln!("warning: {p}");
     }
     let env = Environment {
         virtual_patches: match &args.virtual_patch_db {

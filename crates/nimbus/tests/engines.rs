@@ -921,7 +921,15 @@ async fn cli_vs_cluster(
                 "{what}: printed by the CLI, missing in the cluster"
             ));
         };
-        let live = serde_json::to_value(&live).expect("json");
+        let mut live = serde_json::to_value(&live).expect("json");
+        // The operator's bookkeeping of what it generated is the one addition.
+        let annotations = &mut live["metadata"]["annotations"];
+        if let Some(map) = annotations.as_object_mut() {
+            map.remove(nimbus_operator::apply::GENERATED_HASH);
+            if map.is_empty() {
+                *annotations = serde_json::Value::Null;
+            }
+        }
         for field in ["labels", "annotations"] {
             if live["metadata"][field] != item["metadata"][field] {
                 return Err(format!(

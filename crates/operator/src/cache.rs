@@ -1,5 +1,6 @@
 //! One watch per kind: it feeds the store reconciles read from, then fans each touched object
-//! (deletions included) out to the controllers that trigger on it. Because an event reaches a
+//! (deletions included, also those a relist discovers) out to the controllers that trigger on
+//! it. Because an event reaches a
 //! controller only after the store has applied it, a reconcile never sees an object its trigger
 //! already reported gone. (kube's shared-stream subscribers would drop deletions.)
 
@@ -154,6 +155,14 @@ where
                         vanished
                     }
                     Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) => vec![obj],
+                    // 410 Gone: the watch resumed from a version the apiserver no longer
+                    // keeps (after a restart, or when the watch cache of a just-created CRD
+                    // started after our first list). The watcher relists, and the relist
+                    // reports what vanished meanwhile: routine, not a failure.
+                    Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                        tracing::debug!(%kind, %status, "watch expired; relisting");
+                        Vec::new()
+                    }
                     Err(error) => {
                         tracing::warn!(%kind, %error, "watch failed; retrying");
                         Vec::new()

@@ -150,9 +150,11 @@ pub async fn reconcile(
     if plan.namespace_policy.is_some() && in_force.is_empty() && blockers.is_empty() {
         blockers.push(Blocker {
             reason: condition::REASON_NO_NAMESPACE_SELECTED,
-            message: "no namespace is selected (kube-system never is), so per-namespace intents \
-                      are enforced nowhere"
-                .to_owned(),
+            message: format!(
+                "no namespace is selected, so per-namespace intents are enforced nowhere \
+                 (protected namespaces never are: {})",
+                ctx.protected_namespaces
+            ),
         });
     }
     let condition = binding_ready(generation, blockers, &results);
