@@ -41,6 +41,9 @@ pub struct WorkloadScope {
     plural = "securityintentbindings",
     shortname = "sib",
     namespaced,
+    // Cluster bindings name their per-namespace policies `nimbus-ctlr-gen-<binding>`; a binding
+    // of that name would take the name first and opt its namespace out of the cluster policy.
+    validation = Rule::new("!self.metadata.name.startsWith('nimbus-ctlr-gen-')").message("names starting with nimbus-ctlr-gen- are reserved for the policies of ClusterSecurityIntentBindings"),
     status = "SecurityIntentBindingStatus",
     doc = "SecurityIntentBinding is the Schema for the securityintentbindings API",
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),

@@ -124,6 +124,12 @@ async fn nonsense_is_rejected_at_admission_with_the_reason() {
                 "metadata": {"name": "bad", "namespace": "default"}, "spec": {"intents": [], "selector": {}}}),
             "spec.intents",
         ),
+        (
+            json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+                "metadata": {"name": "nimbus-ctlr-gen-all", "namespace": "default"},
+                "spec": {"intents": [{"name": "x"}], "selector": {}}}),
+            "reserved for the policies of ClusterSecurityIntentBindings",
+        ),
     ];
     for (object, needle) in cases {
         let message = rejection(&client, object.clone()).await;

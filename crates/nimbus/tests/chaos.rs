@@ -43,6 +43,8 @@ const NATIVE_KINDS: [&NativeKind; 7] = [
 const GROUP: &str = "intent.security.nimbus.com/v1alpha1";
 const NAMESPACES: [&str; 4] = ["chaos-a", "chaos-b", "chaos-c", "chaos-d"];
 const LEASE: &str = "nimbus-chaos";
+/// The replicas' namespace (protected from fan-out, like the operator's own in a cluster).
+const OPERATOR_NAMESPACE: &str = "nimbus-system";
 
 /// splitmix64: a seeded, reproducible sequence is all the churn needs.
 struct Rng(u64);
@@ -88,7 +90,7 @@ fn start_replica(name: &'static str, cp: &ControlPlane, dir: &Path) -> Replica {
         "run",
         "--leader-elect",
         "--leader-elect-namespace",
-        "default",
+        OPERATOR_NAMESPACE,
         "--leader-elect-lease-name",
         LEASE,
         "--leader-elect-lease-duration",
@@ -113,7 +115,7 @@ fn start_replica(name: &'static str, cp: &ControlPlane, dir: &Path) -> Replica {
         &args,
         &[
             ("KUBECONFIG", cp.kubeconfig_path().as_os_str()),
-            ("NIMBUS_LOG", OsStr::new("info")),
+            ("NIMBUS_LOG", OsStr::new("info,nimbus_operator=debug,kube_runtime::controller=debug")),
         ],
         dir,
     )
@@ -126,7 +128,7 @@ fn start_replica(name: &'static str, cp: &ControlPlane, dir: &Path) -> Replica {
 }
 
 async fn leader(client: &Client) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     leases
         .get_opt(LEASE)
         .await
@@ -378,16 +380,16 @@ async fn manifests(client: &Client) -> anyhow::Result<(Vec<Value>, Vec<String>)>
 
 fn translate(docs: &[Value], namespaces: &[String], dir: &Path) -> Vec<Value> {
     let file = dir.join("manifests.json");
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
     let text = docs
         .iter()
         .map(|d| serde_json::to_string(d).expect("json"))
         .collect::<Vec<_>>()
         .join("\n---\n");
-    let _ = list;
     std::fs::write(&file, text).expect("writing manifests");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
-        .args(["translate", "-o", "json", "--namespaces", &namespaces.join(","), "-f"])
+        .args(["translate", "-o", "json", "--namespaces", &namespaces.join(",")])
+        .args(["--protected-namespaces", &format!("kube-system,nimbus-k8tls-env,{OPERATOR_NAMESPACE}")])
+        .arg("-f")
         .arg(&file)
         .output()
         .expect("running nimbus translate");
@@ -465,7 +467,9 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
     for kind in NATIVE_KINDS {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
         for o in api.list(&managed).await? {
-            let v = serde_json::to_value(o)?;
+            let mut v = serde_json::to_value(o)?;
+            // List items carry no kind of their own.
+            v["kind"] = json!(kind.kind);
             let manager = v["metadata"]["labels"]["app.kubernetes.io/managed-by"].as_str().unwrap_or_default();
             if manager.starts_with("nimbus-") && manager != "nimbus-testenv" {
                 observed.insert(key(&v), v);
@@ -499,7 +503,19 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
                 continue;
             }
             if !holds(&have[field], &want[field]) {
-                audit.stale.push((k.clone(), format!("{field} differs: {} vs {}", have[field], want[field])));
+                let writers: Vec<String> = have["metadata"]["managedFields"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|e| format!("{} {} {}", e["manager"], e["operation"], e["time"]))
+                    .collect();
+                audit.stale.push((
+                    k.clone(),
+                    format!(
+                        "{field} differs: {} vs {} (generation {}, written by {writers:?})",
+                        have[field], want[field], have["metadata"]["generation"]
+                    ),
+                ));
             }
         }
         let intruders: Vec<&str> = have["metadata"]["managedFields"]
@@ -570,7 +586,7 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
     let mut rng = Rng(seed);
     let mut stats = Stats::default();
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in NAMESPACES.iter().chain(["chaos-probe"].iter()) {
+    for ns in NAMESPACES.iter().chain(["chaos-probe", OPERATOR_NAMESPACE].iter()) {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
         upsert(&namespaces, ns, &obj, &mut stats, "namespace: upsert").await;
     }
@@ -664,7 +680,8 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
             settle.elapsed()
         ),
         None => panic!(
-            "not converged {:?} after the churn: {} expected, missing {:?}, stale {:?}, orphaned {:?}, untruthful {:?}\nleader log:\n{}",
+            "replica logs kept in {}; not converged {:?} after the churn: {} expected, missing {:?}, stale {:?}, orphaned {:?}, untruthful {:?}\nleader log:\n{}",
+            dir.keep().display(),
             settle.elapsed(),
             last.expected,
             last.missing,

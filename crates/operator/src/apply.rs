@@ -3,7 +3,7 @@
 
 use crate::error::Error;
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use crate::drift::{self, Write};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
@@ -26,6 +26,20 @@ pub fn describe<K: Resource + Serialize>(obj: &K) -> String {
         Some(ns) => format!("{kind} {ns}/{}", obj.name_any()),
         None => format!("{kind} {}", obj.name_any()),
     }
+}
+
+/// Whether `obj` is controlled by an earlier incarnation of `owner`: an object of the same kind
+/// and name, since deleted and created again (another UID). Such an object is garbage the
+/// collector has not reached yet; the new owner replaces it instead of reporting a conflict
+/// (GitOps tools delete and re-create freely, and the collector may lag behind by seconds).
+pub fn left_by_predecessor<K: Resource>(obj: &K, owner: &OwnerReference) -> bool {
+    obj.owner_references().iter().any(|o| {
+        o.controller == Some(true)
+            && o.kind == owner.kind
+            && o.api_version == owner.api_version
+            && o.name == owner.name
+            && o.uid != owner.uid
+    })
 }
 
 /// Whether `obj` is controlled by the object with `owner_uid`.

@@ -4,6 +4,7 @@
 use crate::apply::{self, is_controlled_by};
 use crate::cache::Cache;
 use crate::error::Error;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -75,7 +76,8 @@ impl Natives {
     /// Applies `generated` (as its engine's field manager) unless the cached object already
     /// matches. An object missing from the cache may still exist without our label: it is
     /// looked up once, and taken over only if the policy controls it.
-    pub async fn apply(&self, generated: &Generated, owner_uid: &str) -> Result<Outcome, Error> {
+    pub async fn apply(&self, generated: &Generated, owner: &OwnerReference) -> Result<Outcome, Error> {
+        let owner_uid = owner.uid.as_str();
         let desired = &generated.object;
         let namespace = desired.namespace();
         let api = self.api(generated.kind, namespace.as_deref());
@@ -94,11 +96,14 @@ impl Natives {
                 .map_err(Error::kube("reading", apply::describe(desired)))?
                 .map(Arc::new),
         };
-        if let Some(obj) = &observed
-            && !is_controlled_by(&**obj, owner_uid)
-        {
-            return Ok(Outcome::Conflict);
-        }
+        let observed = match observed {
+            Some(obj) if apply::left_by_predecessor(&*obj, owner) => {
+                apply::delete(&api, &*obj).await?;
+                None
+            }
+            Some(obj) if !is_controlled_by(&*obj, owner_uid) => return Ok(Outcome::Conflict),
+            observed => observed,
+        };
         let wrote = apply::apply(
             &api,
             generated.engine.manager(),

@@ -1,6 +1,6 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
 
-use super::{Blocker, Context, binding_ready, policy_result, sync_policy, update_status};
+use super::{Blocker, Context, unless_left_behind, binding_ready, policy_result, sync_policy, update_status};
 use crate::apply::{is_controlled_by, ready};
 use crate::error::Error;
 use kube::runtime::controller::Action;
@@ -24,6 +24,7 @@ pub async fn reconcile(
     let generation = sib.metadata.generation;
     let policies: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &namespace);
     let observed = ctx.policies.get(&ObjectRef::new(&name).within(&namespace));
+    let observed = unless_left_behind(&policies, &*sib, observed).await?;
     let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
     if observed.is_some() && ours.is_none() {
         let message =

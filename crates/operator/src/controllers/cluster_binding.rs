@@ -1,7 +1,7 @@
 //! ClusterSecurityIntentBinding → one ClusterNimbusPolicy plus a NimbusPolicy
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
-use super::{Blocker, Context, binding_ready, policy_result, sync_policy, update_status};
+use super::{Blocker, Context, unless_left_behind, binding_ready, policy_result, sync_policy, update_status};
 use crate::apply::{self, is_controlled_by, ready};
 use crate::error::Error;
 use k8s_openapi::api::core::v1::Namespace;
@@ -23,7 +23,9 @@ pub async fn reconcile(
     let name = csib.name_any();
     let uid = csib.uid().unwrap_or_default();
     let generation = csib.metadata.generation;
+    let cluster_api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
     let observed = ctx.cluster_policies.get(&ObjectRef::new(&name));
+    let observed = unless_left_behind(&cluster_api, &*csib, observed).await?;
     let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
 
     let plan = match compile_cluster_binding(&csib.spec, |n| ctx.intents.get(&ObjectRef::new(n))) {
@@ -60,8 +62,7 @@ pub async fn reconcile(
         }
         (spec, false) => {
             let desired = spec.map(|spec| objects::cluster_policy(&csib, spec));
-            let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
-            match sync_policy(&ctx, &*csib, &api, desired.as_ref(), ours).await {
+            match sync_policy(&ctx, &*csib, &cluster_api, desired.as_ref(), ours).await {
                 Ok(written) if desired.is_some() => results.push((
                     format!("ClusterNimbusPolicy {name}"),
                     policy_result(ours, ours.and_then(|p| p.status.as_ref()), written),
@@ -84,11 +85,19 @@ pub async fn reconcile(
     let mut in_force = Vec::new();
     for ns in ctx.namespaces.state() {
         let ns_name = ns.name_any();
+        let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &ns_name);
         let observed = ctx
             .policies
             .get(&ObjectRef::new(&policy_name).within(&ns_name));
+        let observed = match unless_left_behind(&api, &*csib, observed).await {
+            Ok(observed) => observed,
+            Err(error) => {
+                failures.push(error.to_string());
+                first_error = first_error.or(Some(error));
+                continue;
+            }
+        };
         let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
-        let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &ns_name);
         let result = match wanted(
             &plan.namespace_policy,
             &ns_selector,

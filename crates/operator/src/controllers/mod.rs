@@ -96,6 +96,29 @@ where
     Ok(true)
 }
 
+/// The cached policy `observed` unless an earlier incarnation of `binding` left it behind, in
+/// which case it is deleted (see [`crate::apply::left_by_predecessor`]) and counts as absent.
+async fn unless_left_behind<B, P>(
+    api: &kube::Api<P>,
+    binding: &B,
+    observed: Option<Arc<P>>,
+) -> Result<Option<Arc<P>>, Error>
+where
+    B: Resource<DynamicType = ()>,
+    P: Resource + serde::Serialize + serde::de::DeserializeOwned + Clone + std::fmt::Debug,
+{
+    let Some(owner) = binding.controller_owner_ref(&()) else {
+        return Ok(observed);
+    };
+    match observed {
+        Some(p) if crate::apply::left_by_predecessor(&*p, &owner) => {
+            crate::apply::delete(api, &*p).await?;
+            Ok(None)
+        }
+        observed => Ok(observed),
+    }
+}
+
 /// The `Ready` condition a generated policy reports for what it holds now; `None` while it is
 /// being (re)written or its status is older than its spec.
 fn policy_result(

@@ -140,7 +140,7 @@ where
     for generated in &translation.objects {
         keep.insert(Key::of(generated.kind, &generated.object));
         let entry = generated.entry();
-        match ctx.natives.apply(generated, uid).await {
+        match ctx.natives.apply(generated, &input.owner).await {
             Ok(outcome) => {
                 if matches!(outcome, Outcome::Written) {
                     written += 1;
