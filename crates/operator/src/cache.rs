@@ -1,8 +1,8 @@
 //! One watch per kind: it feeds the store reconciles read from, then fans each touched object
 //! (deletions included, also those a relist discovers) out to the controllers that trigger on
-//! it. Because an event reaches a
-//! controller only after the store has applied it, a reconcile never sees an object its trigger
-//! already reported gone. (kube's shared-stream subscribers would drop deletions.)
+//! it. An event reaches a controller only once the store holds it: a reconcile never reads a
+//! state older than its trigger, nor an object its trigger reported gone. (kube's
+//! shared-stream subscribers would drop deletions; and a list is stored only when complete.)
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt, future};
@@ -116,11 +116,12 @@ where
         let pending = self.pending.clone();
         let synced = self.synced.clone();
         let dyntype = self.dyntype.clone();
-        // A relist (after a watch expired, or the apiserver restarted) replaces the store at
-        // once; objects deleted in the gap would never reach a controller. They are found by
-        // comparing the store before the relist with what the relist returned.
+        // A (re)list replaces the store only when it is complete (`InitDone`): until then
+        // reconciles would read the previous contents. So what a list returns is handed to the
+        // controllers at `InitDone`, together with what vanished since the previous list
+        // (deleted while the watch was down: no event will ever say so).
         let store = self.store.clone();
-        let mut relist: Option<(Vec<Arc<K>>, HashSet<ObjectRef<K>>)> = None;
+        let mut relist: Option<(Vec<Arc<K>>, Vec<K>)> = None;
         let watch = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
             .modify(move |obj| {
@@ -132,27 +133,34 @@ where
             .for_each(move |event| {
                 let touched = match event {
                     Ok(watcher::Event::Init) => {
-                        relist = Some((store.state(), HashSet::new()));
+                        relist = Some((store.state(), Vec::new()));
                         Vec::new()
                     }
                     Ok(watcher::Event::InitApply(obj)) => {
-                        if let Some((_, seen)) = &mut relist {
-                            seen.insert(ObjectRef::from_obj_with(&obj, dyntype.clone()));
+                        if let Some((_, listed)) = &mut relist {
+                            listed.push(obj);
                         }
-                        vec![obj]
+                        Vec::new()
                     }
                     Ok(watcher::Event::InitDone) => {
                         synced.send_replace(true);
-                        let (before, seen) = relist.take().unwrap_or_default();
+                        let (before, mut listed) = relist.take().unwrap_or_default();
+                        let seen: HashSet<ObjectRef<K>> = listed
+                            .iter()
+                            .map(|o| ObjectRef::from_obj_with(o, dyntype.clone()))
+                            .collect();
                         let vanished: Vec<K> = before
                             .into_iter()
-                            .filter(|o| !seen.contains(&ObjectRef::from_obj_with(&**o, dyntype.clone())))
+                            .filter(|o| {
+                                !seen.contains(&ObjectRef::from_obj_with(&**o, dyntype.clone()))
+                            })
                             .map(|o| (*o).clone())
                             .collect();
                         if !vanished.is_empty() {
                             tracing::debug!(%kind, count = vanished.len(), "deleted while not watched");
                         }
-                        vanished
+                        listed.extend(vanished);
+                        listed
                     }
                     Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) => vec![obj],
                     // 410 Gone: the watch resumed from a version the apiserver no longer
