@@ -5,7 +5,7 @@
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools crds bench
+.PHONY: dev test control-plane tools crds bench chaos
 
 dev: control-plane
 	$(CARGO) run -- dev
@@ -37,3 +37,13 @@ crds:
 # BENCH_ARGS="--namespaces 10 --bindings-per-namespace 2 --steady 20s".
 bench: control-plane
 	$(CARGO) run --release -p nimbus-bench -- $(BENCH_ARGS)
+
+# The chaos suite at length: churn, leader kills and control-plane restarts, then an audit
+# against `nimbus translate` (see the README). One run per seed.
+CHAOS_SECONDS ?= 300
+CHAOS_SEEDS ?= 1 2 3
+chaos: control-plane
+	for seed in $(CHAOS_SEEDS); do \
+	  NIMBUS_CHAOS_SEED=$$seed NIMBUS_CHAOS_SECONDS=$(CHAOS_SECONDS) \
+	    $(CARGO) test -p nimbus --test chaos -- --nocapture || exit 1; \
+	done

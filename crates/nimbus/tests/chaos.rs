@@ -66,6 +66,9 @@ impl Rng {
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
+    fn name<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
     fn subset<'a>(&mut self, items: &[&'a str]) -> Vec<&'a str> {
         items.iter().copied().filter(|_| self.chance(50)).collect()
     }
@@ -115,7 +118,10 @@ fn start_replica(name: &'static str, cp: &ControlPlane, dir: &Path) -> Replica {
         &args,
         &[
             ("KUBECONFIG", cp.kubeconfig_path().as_os_str()),
-            ("NIMBUS_LOG", OsStr::new("info,nimbus_operator=debug,kube_runtime::controller=debug")),
+            (
+                "NIMBUS_LOG",
+                OsStr::new("info,nimbus_operator::cache=debug"),
+            ),
         ],
         dir,
     )
@@ -198,7 +204,7 @@ fn random_intent(rng: &mut Rng, name: &str) -> Value {
 fn random_intents(rng: &mut Rng) -> Vec<Value> {
     let mut names = rng.subset(&INTENTS);
     if names.is_empty() {
-        names.push(*rng.pick(&INTENTS));
+        names.push(rng.name(&INTENTS));
     }
     names.into_iter().map(|n| json!({"name": n})).collect()
 }
@@ -233,7 +239,7 @@ fn random_cluster_binding(rng: &mut Rng, name: &str) -> Value {
     } else {
         let mut names = rng.subset(&NAMESPACES);
         if names.is_empty() {
-            names.push(*rng.pick(&NAMESPACES));
+            names.push(rng.name(&NAMESPACES));
         }
         json!({"matchNames": names})
     };
@@ -247,10 +253,7 @@ async fn random_generated(client: &Client, rng: &mut Rng) -> Option<(Api<Dynamic
     let kinds = [&NETWORK_POLICY, &KUBEARMOR_POLICY, &KYVERNO_POLICY];
     let kind = *rng.pick(&kinds);
     let (resource, selector) = if rng.chance(30) {
-        let (gvk_api, _) = (
-            kube::discovery::ApiResource::erase::<NimbusPolicy>(&()),
-            (),
-        );
+        let (gvk_api, _) = (kube::discovery::ApiResource::erase::<NimbusPolicy>(&()), ());
         (gvk_api, None)
     } else {
         (kind.api_resource(), Some("app.kubernetes.io/managed-by"))
@@ -280,7 +283,12 @@ async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
         field_manager: Some("chaos-intruder".into()),
         ..Default::default()
     };
-    let kind = api.resource_url().rsplit('/').next().unwrap_or_default().to_owned();
+    let kind = api
+        .resource_url()
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     let (what, result) = match rng.below(3) {
         0 => {
             let selector_field = if kind == "networkpolicies" {
@@ -289,7 +297,12 @@ async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
                 "selector"
             };
             let patch = json!({"spec": {selector_field: {"matchLabels": {"chaos": "added"}}}});
-            ("tamper: additive edit", api.patch(&name, &intruder, &Patch::Merge(&patch)).await.map(drop))
+            (
+                "tamper: additive edit",
+                api.patch(&name, &intruder, &Patch::Merge(&patch))
+                    .await
+                    .map(drop),
+            )
         }
         1 => {
             let patch = match kind.as_str() {
@@ -297,11 +310,18 @@ async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
                 "nimbuspolicies" => json!({"spec": {"rules": []}}),
                 _ => json!({"spec": {"action": "Allow"}}),
             };
-            ("tamper: changed value", api.patch(&name, &intruder, &Patch::Merge(&patch)).await.map(drop))
+            (
+                "tamper: changed value",
+                api.patch(&name, &intruder, &Patch::Merge(&patch))
+                    .await
+                    .map(drop),
+            )
         }
         _ => (
             "tamper: delete",
-            api.delete(&name, &DeleteParams::background()).await.map(drop),
+            api.delete(&name, &DeleteParams::background())
+                .await
+                .map(drop),
         ),
     };
     stats.record(what, result.is_ok());
@@ -314,30 +334,66 @@ async fn churn(client: &Client, rng: &mut Rng, stats: &mut Stats) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     match rng.below(100) {
         0..15 => {
-            let name = *rng.pick(&INTENTS);
-            upsert(&intents, name, &random_intent(rng, name), stats, "intent: upsert").await;
+            let name = rng.name(&INTENTS);
+            upsert(
+                &intents,
+                name,
+                &random_intent(rng, name),
+                stats,
+                "intent: upsert",
+            )
+            .await;
         }
-        15..20 => remove(&intents, *rng.pick(&INTENTS), stats, "intent: delete").await,
+        15..20 => remove(&intents, rng.name(&INTENTS), stats, "intent: delete").await,
         20..50 => {
-            let ns = *rng.pick(&NAMESPACES);
-            let name = *rng.pick(&["b-0", "b-1", "b-2"]);
+            let ns = rng.name(&NAMESPACES);
+            let name = rng.name(&["b-0", "b-1", "b-2"]);
             let api: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns);
-            upsert(&api, name, &random_binding(rng, name), stats, "binding: upsert").await;
+            upsert(
+                &api,
+                name,
+                &random_binding(rng, name),
+                stats,
+                "binding: upsert",
+            )
+            .await;
         }
         50..57 => {
-            let ns = *rng.pick(&NAMESPACES);
+            let ns = rng.name(&NAMESPACES);
             let api: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns);
-            remove(&api, *rng.pick(&["b-0", "b-1", "b-2"]), stats, "binding: delete").await;
+            remove(
+                &api,
+                rng.name(&["b-0", "b-1", "b-2"]),
+                stats,
+                "binding: delete",
+            )
+            .await;
         }
         57..70 => {
-            let name = *rng.pick(&["c-0", "c-1"]);
-            upsert(&csibs, name, &random_cluster_binding(rng, name), stats, "cluster binding: upsert").await;
+            let name = rng.name(&["c-0", "c-1"]);
+            upsert(
+                &csibs,
+                name,
+                &random_cluster_binding(rng, name),
+                stats,
+                "cluster binding: upsert",
+            )
+            .await;
         }
-        70..74 => remove(&csibs, *rng.pick(&["c-0", "c-1"]), stats, "cluster binding: delete").await,
+        70..74 => {
+            remove(
+                &csibs,
+                rng.name(&["c-0", "c-1"]),
+                stats,
+                "cluster binding: delete",
+            )
+            .await
+        }
         74..79 => {
-            let ns = *rng.pick(&NAMESPACES);
+            let ns = rng.name(&NAMESPACES);
             if rng.chance(50) {
-                let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+                let obj =
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
                 upsert(&namespaces, ns, &obj, stats, "namespace: upsert").await;
             } else {
                 remove(&namespaces, ns, stats, "namespace: delete").await;
@@ -359,13 +415,22 @@ async fn manifests(client: &Client) -> anyhow::Result<(Vec<Value>, Vec<String>)>
         v
     };
     let mut docs = Vec::new();
-    for si in Api::<SecurityIntent>::all(client.clone()).list(&ListParams::default()).await? {
+    for si in Api::<SecurityIntent>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
         docs.push(strip(serde_json::to_value(si)?));
     }
-    for sib in Api::<SecurityIntentBinding>::all(client.clone()).list(&ListParams::default()).await? {
+    for sib in Api::<SecurityIntentBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
         docs.push(strip(serde_json::to_value(sib)?));
     }
-    for csib in Api::<ClusterSecurityIntentBinding>::all(client.clone()).list(&ListParams::default()).await? {
+    for csib in Api::<ClusterSecurityIntentBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
         docs.push(strip(serde_json::to_value(csib)?));
     }
     let namespaces = Api::<Namespace>::all(client.clone())
@@ -387,8 +452,17 @@ fn translate(docs: &[Value], namespaces: &[String], dir: &Path) -> Vec<Value> {
         .join("\n---\n");
     std::fs::write(&file, text).expect("writing manifests");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
-        .args(["translate", "-o", "json", "--namespaces", &namespaces.join(",")])
-        .args(["--protected-namespaces", &format!("kube-system,nimbus-k8tls-env,{OPERATOR_NAMESPACE}")])
+        .args([
+            "translate",
+            "-o",
+            "json",
+            "--namespaces",
+            &namespaces.join(","),
+        ])
+        .args([
+            "--protected-namespaces",
+            &format!("kube-system,nimbus-k8tls-env,{OPERATOR_NAMESPACE}"),
+        ])
         .arg("-f")
         .arg(&file)
         .output()
@@ -408,8 +482,14 @@ type Key = (String, String, String);
 fn key(obj: &Value) -> Key {
     (
         obj["kind"].as_str().unwrap_or_default().to_owned(),
-        obj["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(),
-        obj["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+        obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
     )
 }
 
@@ -419,9 +499,9 @@ fn holds(have: &Value, want: &Value) -> bool {
     match (have, want) {
         (_, Value::Null) => true,
         (Value::Null, Value::Object(w)) => w.is_empty(),
-        (Value::Object(h), Value::Object(w)) => {
-            w.iter().all(|(k, v)| holds(h.get(k).unwrap_or(&Value::Null), v))
-        }
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| holds(h.get(k).unwrap_or(&Value::Null), v)),
         (Value::Array(h), Value::Array(w)) => {
             h.len() == w.len() && h.iter().zip(w).all(|(h, w)| holds(h, w))
         }
@@ -432,8 +512,12 @@ fn holds(have: &Value, want: &Value) -> bool {
 /// Paths of a `fieldsV1` tree outside `metadata` and `status`: what a manager owns of the body.
 fn owns_body(fields: &Value) -> bool {
     fields.as_object().is_some_and(|f| {
-        f.keys()
-            .any(|k| !matches!(k.as_str(), "f:metadata" | "f:status" | "f:apiVersion" | "f:kind"))
+        f.keys().any(|k| {
+            !matches!(
+                k.as_str(),
+                "f:metadata" | "f:status" | "f:apiVersion" | "f:kind"
+            )
+        })
     })
 }
 
@@ -470,23 +554,34 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
             let mut v = serde_json::to_value(o)?;
             // List items carry no kind of their own.
             v["kind"] = json!(kind.kind);
-            let manager = v["metadata"]["labels"]["app.kubernetes.io/managed-by"].as_str().unwrap_or_default();
+            let manager = v["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+                .as_str()
+                .unwrap_or_default();
             if manager.starts_with("nimbus-") && manager != "nimbus-testenv" {
                 observed.insert(key(&v), v);
             }
         }
     }
-    for np in Api::<NimbusPolicy>::all(client.clone()).list(&ListParams::default()).await? {
+    for np in Api::<NimbusPolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
         let v = serde_json::to_value(np)?;
         observed.insert(key(&v), v);
     }
-    for cnp in Api::<ClusterNimbusPolicy>::all(client.clone()).list(&ListParams::default()).await? {
+    for cnp in Api::<ClusterNimbusPolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
         let v = serde_json::to_value(cnp)?;
         observed.insert(key(&v), v);
     }
     // Objects in the k8tls environment that are not generated (ConfigMaps of the chart).
     observed.retain(|k, v| {
-        expected.contains_key(k) || v["metadata"]["ownerReferences"].as_array().is_some_and(|o| !o.is_empty())
+        expected.contains_key(k)
+            || v["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|o| !o.is_empty())
     });
 
     let mut audit = Audit {
@@ -499,7 +594,10 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
             continue;
         };
         for field in want.as_object().into_iter().flatten().map(|(f, _)| f) {
-            if matches!(field.as_str(), "metadata" | "apiVersion" | "kind" | "status") {
+            if matches!(
+                field.as_str(),
+                "metadata" | "apiVersion" | "kind" | "status"
+            ) {
                 continue;
             }
             if !holds(&have[field], &want[field]) {
@@ -523,12 +621,19 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
             .into_iter()
             .flatten()
             .filter(|e| e["subresource"].as_str().is_none_or(str::is_empty))
-            .filter(|e| !e["manager"].as_str().unwrap_or_default().starts_with("nimbus-"))
+            .filter(|e| {
+                !e["manager"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("nimbus-")
+            })
             .filter(|e| owns_body(&e["fieldsV1"]))
             .filter_map(|e| e["manager"].as_str())
             .collect();
         if !intruders.is_empty() {
-            audit.stale.push((k.clone(), format!("fields owned by {intruders:?}")));
+            audit
+                .stale
+                .push((k.clone(), format!("fields owned by {intruders:?}")));
         }
     }
     audit.orphaned = observed
@@ -538,19 +643,31 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
         .collect();
 
     // Every binding's status speaks of its current generation and is decided.
-    let sibs = Api::<SecurityIntentBinding>::all(client.clone()).list(&ListParams::default()).await?;
-    let csibs = Api::<ClusterSecurityIntentBinding>::all(client.clone()).list(&ListParams::default()).await?;
+    let sibs = Api::<SecurityIntentBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let csibs = Api::<ClusterSecurityIntentBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
     let statuses = sibs
         .iter()
         .map(|b| {
             let s = b.status.as_ref();
-            (format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any()), b.metadata.generation,
-             s.and_then(|s| s.observed_generation), s.and_then(|s| s.conditions.first().cloned()))
+            (
+                format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any()),
+                b.metadata.generation,
+                s.and_then(|s| s.observed_generation),
+                s.and_then(|s| s.conditions.first().cloned()),
+            )
         })
         .chain(csibs.iter().map(|b| {
             let s = b.status.as_ref();
-            (b.name_any(), b.metadata.generation, s.and_then(|s| s.observed_generation),
-             s.and_then(|s| s.conditions.first().cloned()))
+            (
+                b.name_any(),
+                b.metadata.generation,
+                s.and_then(|s| s.observed_generation),
+                s.and_then(|s| s.conditions.first().cloned()),
+            )
         }));
     for (name, generation, observed_generation, ready) in statuses {
         match ready {
@@ -563,14 +680,27 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
     }
     // A binding that says Ready=True has its policy Ready=True too.
     for b in &sibs {
-        let says_ready = b.status.as_ref().and_then(|s| s.conditions.first()).is_some_and(|c| c.status == "True");
+        let says_ready = b
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.first())
+            .is_some_and(|c| c.status == "True");
         if !says_ready {
             continue;
         }
-        let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), &b.namespace().unwrap_or_default());
-        let np_ready = get(&nps, &b.name_any()).await.and_then(|p| p.status).and_then(|s| s.conditions.first().cloned()).is_some_and(|c| c.status == "True");
+        let nps: Api<NimbusPolicy> =
+            Api::namespaced(client.clone(), &b.namespace().unwrap_or_default());
+        let np_ready = get(&nps, &b.name_any())
+            .await
+            .and_then(|p| p.status)
+            .and_then(|s| s.conditions.first().cloned())
+            .is_some_and(|c| c.status == "True");
         if !np_ready {
-            audit.untruthful.push(format!("{}/{} Ready=True but its NimbusPolicy is not", b.namespace().unwrap_or_default(), b.name_any()));
+            audit.untruthful.push(format!(
+                "{}/{} Ready=True but its NimbusPolicy is not",
+                b.namespace().unwrap_or_default(),
+                b.name_any()
+            ));
         }
     }
     Ok(audit)
@@ -586,20 +716,35 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
     let mut rng = Rng(seed);
     let mut stats = Stats::default();
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in NAMESPACES.iter().chain(["chaos-probe", OPERATOR_NAMESPACE].iter()) {
+    for ns in NAMESPACES
+        .iter()
+        .chain(["chaos-probe", OPERATOR_NAMESPACE].iter())
+    {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
         upsert(&namespaces, ns, &obj, &mut stats, "namespace: upsert").await;
     }
     let intents: Api<SecurityIntent> = Api::all(client.clone());
     let probe_intent = json!({"apiVersion": GROUP, "kind": "SecurityIntent", "metadata": {"name": "probe"},
                               "spec": {"intent": {"id": "dnsManipulation", "action": "Block"}}});
-    upsert(&intents, "probe", &probe_intent, &mut stats, "intent: upsert").await;
+    upsert(
+        &intents,
+        "probe",
+        &probe_intent,
+        &mut stats,
+        "intent: upsert",
+    )
+    .await;
 
     let names = ["replica-0", "replica-1"];
-    let mut replicas: Vec<Replica> = names.iter().map(|n| start_replica(n, cp, dir.path())).collect();
+    let mut replicas: Vec<Replica> = names
+        .iter()
+        .map(|n| start_replica(n, cp, dir.path()))
+        .collect();
     for r in &replicas {
         eventually(&format!("{} ready", r.name), || async {
-            http_get(r.health, "/readyz").await.filter(|(code, _)| *code == 200)
+            http_get(r.health, "/readyz")
+                .await
+                .filter(|(code, _)| *code == 200)
         })
         .await;
     }
@@ -608,7 +753,11 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
     let started = Instant::now();
     let mut kills = 0u32;
     let mut recoveries = Vec::new();
-    let mut restarts: Vec<(f64, &str)> = vec![(0.3, "kube-apiserver"), (0.5, "etcd"), (0.7, "kube-apiserver")];
+    let mut restarts: Vec<(f64, &str)> = vec![
+        (0.3, "kube-apiserver"),
+        (0.5, "etcd"),
+        (0.7, "kube-apiserver"),
+    ];
     let kill_every = total / 5;
     let mut next_kill = kill_every;
     while started.elapsed() < total {
@@ -618,7 +767,9 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
             && elapsed.as_secs_f64() >= at * total.as_secs_f64()
         {
             restarts.remove(0);
-            cp.restart(component).await.unwrap_or_else(|e| panic!("restarting {component}: {e}"));
+            cp.restart(component)
+                .await
+                .unwrap_or_else(|e| panic!("restarting {component}: {e}"));
             eprintln!("chaos: restarted {component} at {elapsed:?}");
         }
         if elapsed >= next_kill {
@@ -631,17 +782,21 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
                 let killed = Instant::now();
                 // Recovery: a change made right after the kill is enforced.
                 let probe = format!("probe-{kills}");
-                let sibs: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), "chaos-probe");
+                let sibs: Api<SecurityIntentBinding> =
+                    Api::namespaced(client.clone(), "chaos-probe");
                 let obj = json!({"apiVersion": GROUP, "kind": "SecurityIntentBinding", "metadata": {"name": probe},
                                  "spec": {"intents": [{"name": "probe"}], "selector": {}}});
                 upsert(&sibs, &probe, &obj, &mut stats, "probe binding").await;
                 let name = r.name;
                 *r = start_replica(name, cp, dir.path());
                 let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), "chaos-probe");
-                eventually(&format!("{probe} enforced after killing {holder}"), || async {
-                    let s = get(&nps, &probe).await?.status?;
-                    (s.number_of_adapter_policies > 0).then_some(())
-                })
+                eventually(
+                    &format!("{probe} enforced after killing {holder}"),
+                    || async {
+                        let s = get(&nps, &probe).await?.status?;
+                        (s.number_of_adapter_policies > 0).then_some(())
+                    },
+                )
                 .await;
                 recoveries.push(killed.elapsed());
                 remove(&sibs, &probe, &mut stats, "probe binding").await;
@@ -650,7 +805,9 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         tokio::time::sleep(Duration::from_millis(rng.below(60) as u64)).await;
     }
     for (_, component) in restarts {
-        cp.restart(component).await.unwrap_or_else(|e| panic!("restarting {component}: {e}"));
+        cp.restart(component)
+            .await
+            .unwrap_or_else(|e| panic!("restarting {component}: {e}"));
     }
 
     // The churn is over: the cluster must converge to exactly the translation.
@@ -688,7 +845,11 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
             last.stale,
             last.orphaned,
             last.untruthful,
-            replicas.iter().map(|r| r.process.output()).collect::<Vec<_>>().join("\n-----\n")
+            replicas
+                .iter()
+                .map(|r| r.process.output())
+                .collect::<Vec<_>>()
+                .join("\n-----\n")
         ),
     }
     assert!(kills >= 3, "only {kills} leader kills happened");

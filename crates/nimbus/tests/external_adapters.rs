@@ -71,7 +71,11 @@ async fn with_engines_left_to_adapters_the_operator_runs_and_credits_what_they_r
     })
     .await;
     assert_eq!(before.conditions[0].status, "False");
-    assert!(before.conditions[0].message.contains("not enforced"), "{:?}", before.conditions);
+    assert!(
+        before.conditions[0].message.contains("not enforced"),
+        "{:?}",
+        before.conditions
+    );
 
     // What Nimbus's netpol adapter does: create its NetworkPolicy, then append it to the
     // policy's status with a plain update.
@@ -113,14 +117,23 @@ async fn with_engines_left_to_adapters_the_operator_runs_and_credits_what_they_r
         after.conditions
     );
     eventually("the binding Ready", || async {
-        let c = get(&bindings, "b").await?.status?.conditions.into_iter().next()?;
+        let c = get(&bindings, "b")
+            .await?
+            .status?
+            .conditions
+            .into_iter()
+            .next()?;
         (c.status == "True").then_some(())
     })
     .await;
 
     // Only a signal ends `nimbus run`.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(!operator.has_exited(), "operator exited:\n{}", operator.output());
+    assert!(
+        !operator.has_exited(),
+        "operator exited:\n{}",
+        operator.output()
+    );
     operator.terminate();
     for _ in 0..100 {
         if operator.has_exited() {
@@ -128,5 +141,8 @@ async fn with_engines_left_to_adapters_the_operator_runs_and_credits_what_they_r
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("the operator did not stop on SIGTERM:\n{}", operator.output());
+    panic!(
+        "the operator did not stop on SIGTERM:\n{}",
+        operator.output()
+    );
 }

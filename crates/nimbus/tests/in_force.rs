@@ -6,8 +6,8 @@ mod common;
 
 use common::{apply, create_intent, eventually, get, intent, native, unique};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
 use nimbus_api::{ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntentBinding};
 use nimbus_core::engines::{KUBEARMOR_POLICY, KYVERNO_POLICY};
 use serde_json::{Value, json};
@@ -39,7 +39,9 @@ async fn ready(bindings: &Api<SecurityIntentBinding>, name: &str) -> SecurityInt
         let s = b.status.as_ref();
         let c = s.and_then(|s| s.conditions.first());
         if s.is_some_and(|s| s.observed_generation == b.metadata.generation)
-            && c.is_some_and(|c| c.status == "True" && c.observed_generation == b.metadata.generation)
+            && c.is_some_and(|c| {
+                c.status == "True" && c.observed_generation == b.metadata.generation
+            })
         {
             return b;
         }
@@ -84,11 +86,31 @@ async fn narrowing_widening_and_emptying_a_selector_reach_every_generated_object
     let deny = create_intent(&e.client, "denyExternalNetworkAccess", "Block").await;
     let labels = |l: Value| json!({"workloadSelector": {"matchLabels": l}});
 
-    apply(&e.bindings, "w", &sib("w", &[&dns], labels(json!({"app": "web", "tier": "fe"})), None)).await;
-    selects_exactly(&e, "w", json!({"matchLabels": {"app": "web", "tier": "fe"}})).await;
+    apply(
+        &e.bindings,
+        "w",
+        &sib(
+            "w",
+            &[&dns],
+            labels(json!({"app": "web", "tier": "fe"})),
+            None,
+        ),
+    )
+    .await;
+    selects_exactly(
+        &e,
+        "w",
+        json!({"matchLabels": {"app": "web", "tier": "fe"}}),
+    )
+    .await;
 
     // Narrowing the label set widens the selection: the dropped label must go.
-    apply(&e.bindings, "w", &sib("w", &[&dns], labels(json!({"app": "web"})), None)).await;
+    apply(
+        &e.bindings,
+        "w",
+        &sib("w", &[&dns], labels(json!({"app": "web"})), None),
+    )
+    .await;
     selects_exactly(&e, "w", json!({"matchLabels": {"app": "web"}})).await;
 
     // Emptying the selector while adding an intent (a server-side apply of `selector: {}`
@@ -99,7 +121,10 @@ async fn narrowing_widening_and_emptying_a_selector_reach_every_generated_object
     assert_eq!(np.spec.rules.len(), 2);
 
     // A removed `cel` entry takes its requirement with it.
-    let cel = vec![r#"labels["app"] == "web""#, r#"labels["tier"] in ["fe", "be"]"#];
+    let cel = vec![
+        r#"labels["app"] == "web""#,
+        r#"labels["tier"] in ["fe", "be"]"#,
+    ];
     apply(&e.bindings, "w", &sib("w", &[&dns], json!({}), Some(cel))).await;
     selects_exactly(
         &e,
@@ -108,7 +133,17 @@ async fn narrowing_widening_and_emptying_a_selector_reach_every_generated_object
                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}]}),
     )
     .await;
-    apply(&e.bindings, "w", &sib("w", &[&dns], json!({}), Some(vec![r#"labels["app"] == "web""#]))).await;
+    apply(
+        &e.bindings,
+        "w",
+        &sib(
+            "w",
+            &[&dns],
+            json!({}),
+            Some(vec![r#"labels["app"] == "web""#]),
+        ),
+    )
+    .await;
     selects_exactly(&e, "w", json!({"matchLabels": {"app": "web"}})).await;
 }
 
@@ -121,12 +156,21 @@ async fn a_removed_parameter_takes_its_value_out_of_the_native_policy() {
     apply(&e.intents, &name, &si).await;
     apply(&e.bindings, "p", &sib("p", &[&name], json!({}), None)).await;
     let level = || async {
-        let pol = native(&e.client, &KYVERNO_POLICY, Some(e.ns.name()), "p-escapetohost").await?;
+        let pol = native(
+            &e.client,
+            &KYVERNO_POLICY,
+            Some(e.ns.name()),
+            "p-escapetohost",
+        )
+        .await?;
         pol.data["spec"]["rules"][0]["validate"]["podSecurity"]["level"]
             .as_str()
             .map(str::to_owned)
     };
-    eventually("restricted in force", || async { level().await.filter(|l| l == "restricted") }).await;
+    eventually("restricted in force", || async {
+        level().await.filter(|l| l == "restricted")
+    })
+    .await;
 
     si["spec"]["intent"]
         .as_object_mut()
@@ -165,7 +209,12 @@ async fn additive_edits_of_generated_objects_are_taken_back() {
     let extra = json!({"matchLabels": {"app": "web", "never": "matches"}});
 
     let netpols: Api<NetworkPolicy> = Api::namespaced(e.client.clone(), e.ns.name());
-    intrude(&netpols, "a-dnsmanipulation", json!({"spec": {"podSelector": extra}})).await;
+    intrude(
+        &netpols,
+        "a-dnsmanipulation",
+        json!({"spec": {"podSelector": extra}}),
+    )
+    .await;
     eventually("the NetworkPolicy's extra label removed", || async {
         let (_, netpol) = selectors(&e, "a").await;
         (netpol == json!({"matchLabels": {"app": "web"}})).then_some(())
@@ -177,9 +226,20 @@ async fn additive_edits_of_generated_objects_are_taken_back() {
         e.ns.name(),
         &KUBEARMOR_POLICY.api_resource(),
     );
-    intrude(&ksps, "a-dnsmanipulation", json!({"spec": {"selector": extra}})).await;
+    intrude(
+        &ksps,
+        "a-dnsmanipulation",
+        json!({"spec": {"selector": extra}}),
+    )
+    .await;
     eventually("the KubeArmorPolicy's extra label removed", || async {
-        let ksp = native(&e.client, &KUBEARMOR_POLICY, Some(e.ns.name()), "a-dnsmanipulation").await?;
+        let ksp = native(
+            &e.client,
+            &KUBEARMOR_POLICY,
+            Some(e.ns.name()),
+            "a-dnsmanipulation",
+        )
+        .await?;
         (ksp.data["spec"]["selector"] == json!({"matchLabels": {"app": "web"}})).then_some(())
     })
     .await;
@@ -214,7 +274,13 @@ async fn a_binding_is_not_ready_when_its_policy_is_not() {
     })
     .await;
     assert_eq!(condition.status, "False");
-    assert!(condition.message.contains("NetworkPolicy/c-dnsmanipulation"), "{}", condition.message);
+    assert!(
+        condition
+            .message
+            .contains("NetworkPolicy/c-dnsmanipulation"),
+        "{}",
+        condition.message
+    );
 }
 
 #[tokio::test]
@@ -234,11 +300,20 @@ async fn a_cluster_binding_that_selects_nothing_says_so() {
     )
     .await;
     let condition = eventually("NoNamespaceSelected", || async {
-        let c = get(&api, &name).await?.status?.conditions.into_iter().next()?;
+        let c = get(&api, &name)
+            .await?
+            .status?
+            .conditions
+            .into_iter()
+            .next()?;
         (c.reason == "NoNamespaceSelected").then_some(c)
     })
     .await;
     assert_eq!(condition.status, "False");
     let nps: Api<NimbusPolicy> = Api::namespaced(e.client.clone(), "kube-system");
-    assert!(get(&nps, &format!("nimbus-ctlr-gen-{name}")).await.is_none());
+    assert!(
+        get(&nps, &format!("nimbus-ctlr-gen-{name}"))
+            .await
+            .is_none()
+    );
 }

@@ -1,10 +1,10 @@
 //! The one write path of the operator: server-side apply of what we own, only when the cached
 //! object differs from what we want, so a steady state makes no write calls.
 
+use crate::drift::{self, Write};
 use crate::error::Error;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
-use crate::drift::{self, Write};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
@@ -62,25 +62,37 @@ where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
     let context = || describe(desired);
-    let mut want = serde_json::to_value(desired)
-        .map_err(|source| Error::Serialize { object: context(), source })?;
+    let mut want = serde_json::to_value(desired).map_err(|source| Error::Serialize {
+        object: context(),
+        source,
+    })?;
     stamp(&mut want);
     let have = observed
         .map(serde_json::to_value)
         .transpose()
-        .map_err(|source| Error::Serialize { object: context(), source })?;
+        .map_err(|source| Error::Serialize {
+            object: context(),
+            source,
+        })?;
     let name = desired.name_any();
     match drift::plan(&want, have.as_ref(), manager) {
         Write::Nothing => return Ok(false),
         Write::Apply => {
-            api.patch(&name, &PatchParams::apply(manager).force(), &Patch::Apply(&want))
-                .await
-                .map_err(Error::kube("applying", context()))?;
+            api.patch(
+                &name,
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(&want),
+            )
+            .await
+            .map_err(Error::kube("applying", context()))?;
         }
         Write::Replace => {
             let have = have.unwrap_or_default();
             let body = replacement(want, &have);
-            let body: K = serde_json::from_value(body).map_err(|source| Error::Serialize { object: context(), source })?;
+            let body: K = serde_json::from_value(body).map_err(|source| Error::Serialize {
+                object: context(),
+                source,
+            })?;
             let params = PostParams {
                 field_manager: Some(manager.to_owned()),
                 ..PostParams::default()
@@ -119,7 +131,10 @@ fn replacement(mut want: Value, have: &Value) -> Value {
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();
-        if let Some(ours) = want.pointer(&format!("/metadata/{field}")).and_then(Value::as_object) {
+        if let Some(ours) = want
+            .pointer(&format!("/metadata/{field}"))
+            .and_then(Value::as_object)
+        {
             map.extend(ours.clone());
         }
         Value::Object(map)
@@ -221,19 +236,34 @@ pub fn ready(
     message: impl Into<String>,
     generation: Option<i64>,
 ) -> Condition {
-    condition(if ok { "True" } else { "False" }, reason, message.into(), generation)
+    condition(
+        if ok { "True" } else { "False" },
+        reason,
+        message.into(),
+        generation,
+    )
 }
 
 /// `Ready=Unknown`: the outcome is not known yet.
 pub fn reconciling(message: String, generation: Option<i64>) -> Condition {
-    condition("Unknown", nimbus_api::condition::REASON_RECONCILING, message, generation)
+    condition(
+        "Unknown",
+        nimbus_api::condition::REASON_RECONCILING,
+        message,
+        generation,
+    )
 }
 
 /// Longest condition message written; longer ones are cut (an object's whole size is bounded
 /// by etcd, and a list of thousands of names helps nobody).
 const MAX_MESSAGE: usize = 4096;
 
-fn condition(status: &str, reason: &str, mut message: String, generation: Option<i64>) -> Condition {
+fn condition(
+    status: &str,
+    reason: &str,
+    mut message: String,
+    generation: Option<i64>,
+) -> Condition {
     if message.len() > MAX_MESSAGE {
         let mut cut = MAX_MESSAGE;
         while !message.is_char_boundary(cut) {
@@ -252,4 +282,3 @@ fn condition(status: &str, reason: &str, mut message: String, generation: Option
         last_transition_time: Time(Timestamp::UNIX_EPOCH),
     }
 }
-

@@ -70,7 +70,9 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
         .any(|e| {
             let fields = body_fields(e);
             if e.get("manager").and_then(Value::as_str) == Some(manager) {
-                fields.iter().any(|(key, owned)| beyond(key, owned, desired))
+                fields
+                    .iter()
+                    .any(|(key, owned)| beyond(key, owned, desired))
             } else {
                 !fields.is_empty()
             }
@@ -118,9 +120,11 @@ fn beyond(key: &str, owned: &Value, value: &Value) -> bool {
                 .as_array()
                 .and_then(|list| list.iter().find(|e| matches_key(e, &item)))
         }),
-        Some(("v:", item)) => serde_json::from_str::<Value>(item)
-            .ok()
-            .and_then(|item| value.as_array().and_then(|l| l.iter().find(|e| **e == item))),
+        Some(("v:", item)) => serde_json::from_str::<Value>(item).ok().and_then(|item| {
+            value
+                .as_array()
+                .and_then(|l| l.iter().find(|e| **e == item))
+        }),
         Some(("i:", index)) => index
             .parse::<usize>()
             .ok()
@@ -156,8 +160,12 @@ fn body_covered(observed: &Value, desired: &Value) -> bool {
 fn meta_covered(observed: &Value, desired: &Value) -> bool {
     ["labels", "annotations"].iter().all(|field| {
         covers(
-            observed.pointer(&format!("/metadata/{field}")).unwrap_or(&Value::Null),
-            desired.pointer(&format!("/metadata/{field}")).unwrap_or(&Value::Null),
+            observed
+                .pointer(&format!("/metadata/{field}"))
+                .unwrap_or(&Value::Null),
+            desired
+                .pointer(&format!("/metadata/{field}"))
+                .unwrap_or(&Value::Null),
         )
     }) && desired
         .pointer("/metadata/ownerReferences")
@@ -168,8 +176,9 @@ fn meta_covered(observed: &Value, desired: &Value) -> bool {
                 .and_then(Value::as_array);
             want.iter().all(|o| {
                 have.is_some_and(|have| {
-                    have.iter()
-                        .any(|h| h.get("uid") == o.get("uid") && h.get("controller") == o.get("controller"))
+                    have.iter().any(|h| {
+                        h.get("uid") == o.get("uid") && h.get("controller") == o.get("controller")
+                    })
                 })
             })
         })
@@ -223,8 +232,10 @@ mod tests {
     }
 
     fn our_fields(labels: &[&str]) -> Value {
-        let labels: serde_json::Map<String, Value> =
-            labels.iter().map(|l| (format!("f:{l}"), json!({}))).collect();
+        let labels: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|l| (format!("f:{l}"), json!({})))
+            .collect();
         json!({
             "f:metadata": {"f:labels": {"f:app.kubernetes.io/managed-by": {}},
                            "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {}}},
@@ -238,14 +249,20 @@ mod tests {
             json!({"app": "web"}),
             vec![entry(US, "Apply", our_fields(&["app"]))],
         );
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Nothing);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Nothing
+        );
     }
 
     #[test]
     fn absence_and_missing_ownership_need_apply() {
         assert_eq!(plan(&desired(json!({})), None, US), Write::Apply);
         let observed = stored(json!({"app": "web"}), vec![]);
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Apply
+        );
     }
 
     #[test]
@@ -254,8 +271,14 @@ mod tests {
             json!({"app": "web", "tier": "fe"}),
             vec![entry(US, "Apply", our_fields(&["app", "tier"]))],
         );
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Replace);
-        assert_eq!(plan(&desired(json!({})), Some(&observed), US), Write::Replace);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Replace
+        );
+        assert_eq!(
+            plan(&desired(json!({})), Some(&observed), US),
+            Write::Replace
+        );
     }
 
     #[test]
@@ -269,16 +292,26 @@ mod tests {
             json!({"app": "web", "evil": "x"}),
             vec![entry(US, "Apply", our_fields(&["app"])), foreign],
         );
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Replace);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Replace
+        );
 
-        let labelled = entry("kubectl-label", "Update", json!({"f:metadata": {"f:labels": {"f:team": {}}}}));
+        let labelled = entry(
+            "kubectl-label",
+            "Update",
+            json!({"f:metadata": {"f:labels": {"f:team": {}}}}),
+        );
         let status = json!({"manager": "x", "operation": "Update", "subresource": "status",
                              "fieldsV1": {"f:spec": {"f:other": {}}}});
         let observed = stored(
             json!({"app": "web"}),
             vec![entry(US, "Apply", our_fields(&["app"])), labelled, status],
         );
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Nothing);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Nothing
+        );
     }
 
     #[test]
@@ -292,7 +325,10 @@ mod tests {
             json!({"app": "evil"}),
             vec![entry(US, "Apply", our_fields(&[])), foreign],
         );
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Replace);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Replace
+        );
     }
 
     #[test]
@@ -306,8 +342,14 @@ mod tests {
             json!({"app": "web"}),
             vec![entry(US, "Apply", our_fields(&[])), replaced],
         );
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Nothing);
-        assert_eq!(plan(&desired(json!({})), Some(&observed), US), Write::Replace);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Nothing
+        );
+        assert_eq!(
+            plan(&desired(json!({})), Some(&observed), US),
+            Write::Replace
+        );
     }
 
     #[test]
@@ -318,7 +360,10 @@ mod tests {
                            "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {}}},
             "f:spec": {"f:podSelector": {}, "f:egress": {}}
         });
-        let mut observed = stored(json!({"app": "web", "tier": "fe"}), vec![entry(US, "Apply", atomic)]);
+        let mut observed = stored(
+            json!({"app": "web", "tier": "fe"}),
+            vec![entry(US, "Apply", atomic)],
+        );
         observed["metadata"]["annotations"] = json!({"hash": "old"});
         let mut want = desired(json!({"app": "web"}));
         want["metadata"]["annotations"] = json!({"hash": "new"});
@@ -330,7 +375,8 @@ mod tests {
 
     #[test]
     fn associative_and_set_list_elements_are_matched_by_key() {
-        let value = json!({"containers": [{"name": "a", "ports": [{"containerPort": 80}]}], "set": ["x"]});
+        let value =
+            json!({"containers": [{"name": "a", "ports": [{"containerPort": 80}]}], "set": ["x"]});
         let owned = json!({"f:containers": {"k:{\"name\":\"a\"}": {".": {}, "f:ports": {
             "k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {}}}}, "f:set": {"v:\"x\"": {}}});
         assert!(!owns_beyond(&owned, &value));
@@ -346,8 +392,14 @@ mod tests {
         let want = json!({"spec": {"a": [{"x": 1}], "empty": {}}});
         let defaulted = json!({"spec": {"a": [{"x": 1, "d": true}], "empty": {}, "b": 2}});
         assert!(covers(&defaulted, &want));
-        assert!(!covers(&json!({"spec": {"a": [{"x": 2}], "empty": {}}}), &want));
-        assert!(!covers(&json!({"spec": {"a": [{"x": 1}, {"x": 1}], "empty": {}}}), &want));
+        assert!(!covers(
+            &json!({"spec": {"a": [{"x": 2}], "empty": {}}}),
+            &want
+        ));
+        assert!(!covers(
+            &json!({"spec": {"a": [{"x": 1}, {"x": 1}], "empty": {}}}),
+            &want
+        ));
         assert!(!covers(&json!({"spec": {"a": [{"x": 1}]}}), &want));
         assert!(covers(&json!({}), &json!({"k": null})));
     }
@@ -359,12 +411,18 @@ mod tests {
             vec![entry(US, "Apply", our_fields(&["app"]))],
         );
         observed["metadata"]["ownerReferences"] = json!([]);
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Apply
+        );
         let mut observed = stored(
             json!({"app": "web"}),
             vec![entry(US, "Apply", our_fields(&["app"]))],
         );
         observed["metadata"]["labels"] = json!({});
-        assert_eq!(plan(&desired(json!({"app": "web"})), Some(&observed), US), Write::Apply);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Apply
+        );
     }
 }

@@ -76,7 +76,11 @@ impl Natives {
     /// Applies `generated` (as its engine's field manager) unless the cached object already
     /// matches. An object missing from the cache may still exist without our label: it is
     /// looked up once, and taken over only if the policy controls it.
-    pub async fn apply(&self, generated: &Generated, owner: &OwnerReference) -> Result<Outcome, Error> {
+    pub async fn apply(
+        &self,
+        generated: &Generated,
+        owner: &OwnerReference,
+    ) -> Result<Outcome, Error> {
         let owner_uid = owner.uid.as_str();
         let desired = &generated.object;
         let namespace = desired.namespace();

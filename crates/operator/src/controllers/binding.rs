@@ -1,6 +1,8 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
 
-use super::{Blocker, Context, unless_left_behind, binding_ready, policy_result, sync_policy, update_status};
+use super::{
+    Blocker, Context, binding_ready, policy_result, sync_policy, unless_left_behind, update_status,
+};
 use crate::apply::{is_controlled_by, ready};
 use crate::error::Error;
 use kube::runtime::controller::Action;

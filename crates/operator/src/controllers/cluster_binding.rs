@@ -1,7 +1,9 @@
 //! ClusterSecurityIntentBinding → one ClusterNimbusPolicy plus a NimbusPolicy
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
-use super::{Blocker, Context, unless_left_behind, binding_ready, policy_result, sync_policy, update_status};
+use super::{
+    Blocker, Context, binding_ready, policy_result, sync_policy, unless_left_behind, update_status,
+};
 use crate::apply::{self, is_controlled_by, ready};
 use crate::error::Error;
 use k8s_openapi::api::core::v1::Namespace;

@@ -180,7 +180,12 @@ fn binding_ready(
             format!("waiting for {} to be translated", pending.join(", ")),
             generation,
         ),
-        None => crate::apply::ready(true, nimbus_api::condition::REASON_READY, message, generation),
+        None => crate::apply::ready(
+            true,
+            nimbus_api::condition::REASON_READY,
+            message,
+            generation,
+        ),
     }
 }
 

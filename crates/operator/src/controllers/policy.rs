@@ -8,11 +8,11 @@ use crate::metrics::EngineLabels;
 use crate::natives::{Key, Outcome};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use nimbus_api::{
     ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus, STATUS_CREATED, condition,
 };
-use kube::runtime::reflector::ObjectRef;
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{self, EngineSet, PolicyInput, Problem};
 use serde::Serialize;
@@ -131,7 +131,12 @@ where
     // What external adapters reported stays listed (they own those entries).
     let mut entries: Vec<String> = reported
         .iter()
-        .filter(|e| engines.external.iter().any(|engine| is_entry_of(*engine, e)))
+        .filter(|e| {
+            engines
+                .external
+                .iter()
+                .any(|engine| is_entry_of(*engine, e))
+        })
         .cloned()
         .collect();
     let mut keep = BTreeSet::new();
