@@ -36,6 +36,8 @@ pub struct Context {
     pub leading: watch::Receiver<bool>,
     /// Namespaces cluster bindings never fan out to.
     pub protected_namespaces: ProtectedNamespaces,
+    /// Consecutive failed reconciles per object (`kind/namespace/name`), for backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 /// What the engines need beyond the policies.
@@ -53,6 +55,29 @@ pub struct EngineContext {
 }
 
 impl Context {
+    /// Counts a failed reconcile of `key`; returns how many in a row.
+    pub fn count_failure(&self, key: &str) -> u32 {
+        let mut failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Deleted objects are never reconciled again to forget theirs: bound the map (losing
+        // counts only shortens a backoff).
+        if failures.len() >= 4096 && !failures.contains_key(key) {
+            failures.clear();
+        }
+        let count = failures.entry(key.to_owned()).or_default();
+        *count = count.saturating_add(1);
+        *count
+    }
+
+    pub fn forget_failures(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+
     pub fn engine_set(&self) -> EngineSet {
         availability::engine_set(&self.engines.enabled, &self.engines.served.borrow())
     }

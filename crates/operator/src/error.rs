@@ -24,6 +24,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether retrying the same request cannot help: the apiserver found it invalid or too
+    /// large. Conflicts, throttling, timeouts and unavailability are transient.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            Self::Kube { source: kube::Error::Api(status), .. }
+                if matches!(status.code, 400 | 413 | 422)
+        )
+    }
+
     pub(crate) fn kube(action: &'static str, object: String) -> impl FnOnce(kube::Error) -> Self {
         move |source| Self::Kube {
             action,

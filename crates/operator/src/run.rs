@@ -207,6 +207,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         },
         metrics: metrics.clone(),
         leading: leading.clone(),
+        failures: Default::default(),
         protected_namespaces: config.protected(),
     });
     let stopped = || {
@@ -434,7 +435,7 @@ fn gated<K, F, Fut>(
     reconcile: F,
 ) -> impl FnMut(Arc<K>, Arc<Context>) -> futures::future::BoxFuture<'static, Result<Action, Error>>
 where
-    K: Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
 {
@@ -447,8 +448,12 @@ where
             let in_flight = ctx.metrics.in_flight.get_or_create(&labels).clone();
             in_flight.inc();
             let started = Instant::now();
+            let key = crate::controllers::failure_key(&*obj);
             let result = reconcile(obj, ctx.clone()).await;
             in_flight.dec();
+            if result.is_ok() {
+                ctx.forget_failures(&key);
+            }
             ctx.metrics
                 .reconciled(controller, started.elapsed(), result.is_err());
             result

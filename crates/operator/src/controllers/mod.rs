@@ -20,16 +20,38 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Requeue delay after a failed reconcile.
+/// Requeue delay after a first failed reconcile; it doubles with each further failure of the
+/// same object, up to the resync period.
 const RETRY: Duration = Duration::from_secs(5);
 
+/// The key failures of `obj` are counted under.
+pub(crate) fn failure_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+/// Retries with exponential backoff. A failure that cannot succeed until the input changes (the
+/// apiserver rejected what we sent as invalid or too large) waits for the resync period: a
+/// change of the input triggers a reconcile anyway.
 pub fn error_policy<K: Resource<DynamicType = ()>>(
     obj: Arc<K>,
     err: &Error,
-    _: Arc<Context>,
+    ctx: Arc<Context>,
 ) -> Action {
-    tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, "reconcile failed");
-    Action::requeue(RETRY)
+    let failures = ctx.count_failure(&failure_key(&*obj));
+    let delay = if err.is_permanent() {
+        ctx.resync
+    } else {
+        RETRY
+            .saturating_mul(1 << failures.saturating_sub(1).min(16))
+            .min(ctx.resync)
+    };
+    tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, failures, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
 /// Publishes an event on `obj`; a failure to record is logged, never fails the reconcile.
