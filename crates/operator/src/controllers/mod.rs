@@ -43,15 +43,19 @@ pub fn error_policy<K: Resource<DynamicType = ()>>(
     ctx: Arc<Context>,
 ) -> Action {
     let failures = ctx.count_failure(&failure_key(&*obj));
-    let delay = if err.is_permanent() {
-        ctx.resync
-    } else {
-        RETRY
-            .saturating_mul(1 << failures.saturating_sub(1).min(16))
-            .min(ctx.resync)
-    };
+    let delay = retry_delay(failures, err.is_permanent(), ctx.resync);
     tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, failures, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
+}
+
+/// How long to wait after the `failures`-th failure in a row.
+fn retry_delay(failures: u32, permanent: bool, resync: Duration) -> Duration {
+    if permanent {
+        return resync;
+    }
+    RETRY
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(resync)
 }
 
 /// Publishes an event on `obj`; a failure to record is logged, never fails the reconcile.
@@ -260,5 +264,21 @@ impl Status for SecurityIntentStatus {
     fn set_last_updated(&mut self, _: Option<Time>) {}
     fn conditions(&mut self) -> &mut Vec<Condition> {
         &mut self.conditions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_double_up_to_the_resync_and_permanent_failures_wait_for_it() {
+        let resync = Duration::from_secs(300);
+        let delays: Vec<u64> = (1..=8)
+            .map(|n| retry_delay(n, false, resync).as_secs())
+            .collect();
+        assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(retry_delay(u32::MAX, false, resync), resync);
+        assert_eq!(retry_delay(1, true, resync), resync);
     }
 }
