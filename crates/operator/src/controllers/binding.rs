@@ -64,18 +64,28 @@ pub async fn reconcile(
     };
 
     let policy = plan.policy.map(|spec| objects::binding_policy(&sib, spec));
-    let written = sync_policy(&ctx, &*sib, &policies, policy.as_ref(), ours).await?;
+    let synced = sync_policy(&ctx, &*sib, &policies, policy.as_ref(), ours).await;
 
-    let blockers = (!plan.missing_intents.is_empty())
-        .then(|| Blocker {
+    let mut blockers = Vec::new();
+    if !plan.missing_intents.is_empty() {
+        blockers.push(Blocker {
             reason: condition::REASON_INTENT_NOT_FOUND,
             message: format!(
                 "SecurityIntents not found: {}",
                 plan.missing_intents.join(", ")
             ),
-        })
-        .into_iter()
-        .collect();
+        });
+    }
+    let (written, failure) = match synced {
+        Ok(written) => (written, None),
+        Err(error) => {
+            blockers.push(Blocker {
+                reason: condition::REASON_APPLY_FAILED,
+                message: error.to_string(),
+            });
+            (false, Some(error))
+        }
+    };
     let results = match &policy {
         Some(_) => vec![(
             format!("NimbusPolicy {name}"),
@@ -84,12 +94,13 @@ pub async fn reconcile(
         None => Vec::new(),
     };
     let condition = binding_ready(generation, blockers, &results);
-    write_status(
+    let action = write_status(
         &ctx,
         &sib,
         status_of(policy.as_ref(), plan.bound_intents, condition),
     )
-    .await
+    .await?;
+    failure.map_or(Ok(action), Err)
 }
 
 fn status_of(
