@@ -58,7 +58,13 @@ async fn intent_first_then_binding_creates_the_policy_with_owner_labels_and_stat
     .await;
 
     let np = policy_with(&e, "b", &["dnsManipulation"]).await;
-    let sib = get(&e.bindings, "b").await.expect("binding");
+    // Ready (not Unknown) once its policy has been translated.
+    let sib = eventually("binding Ready", || async {
+        let sib = get(&e.bindings, "b").await?;
+        let ready = sib.status.as_ref()?.conditions.first()?.status == "True";
+        ready.then_some(sib)
+    })
+    .await;
     let owner = &np.owner_references()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.name.as_str()),

@@ -264,12 +264,10 @@ async fn an_invalid_binding_fixed_in_place_starts_working() {
 
     apply_csib(&client, &name, &si, json!({"matchNames": [a.name()]})).await;
     fanned_out(&client, &name, &[a.name()], &[a.name()]).await;
-    let status = get(&api, &name)
-        .await
-        .and_then(|b| b.status)
-        .expect("status");
-    assert_eq!(
-        (status.status.as_str(), status.conditions[0].status.as_str()),
-        ("Created", "True")
-    );
+    // Ready once the policies it generated are translated (Unknown until then).
+    eventually("Created and Ready", || async {
+        let status = get(&api, &name).await?.status?;
+        (status.status == "Created" && status.conditions.first()?.status == "True").then_some(())
+    })
+    .await;
 }
