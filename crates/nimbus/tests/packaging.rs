@@ -151,7 +151,7 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ),
         ("", &["namespaces"], READ, &[]),
         ("", &["nodes"], &["list", "watch"], &[]),
-        ("", &["configmaps"], OWN, &[]),
+        ("", &["configmaps"], READ, &[]),
         (
             "apiextensions.k8s.io",
             &["customresourcedefinitions"],
@@ -163,7 +163,7 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ("networking.k8s.io", &["networkpolicies"], OWN, &[]),
         ("security.kubearmor.com", &["kubearmorpolicies"], OWN, &[]),
         ("kyverno.io", &["policies", "clusterpolicies"], OWN, &[]),
-        ("batch", &["cronjobs"], OWN, &[]),
+        ("batch", &["cronjobs"], READ, &[]),
         ("rbac.authorization.k8s.io", &["rolebindings"], OWN, &[]),
         (
             "rbac.authorization.k8s.io",
@@ -171,6 +171,15 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
             &["bind"],
             &["edit", "view"],
         ),
+    ])
+}
+
+/// What the k8tls engine writes, granted only in its namespace.
+fn expected_k8tls_role() -> BTreeSet<Grant> {
+    const WRITE: &[&str] = &["create", "patch", "update", "delete"];
+    grant_set(&[
+        ("batch", &["cronjobs"], WRITE, &[]),
+        ("", &["configmaps"], WRITE, &[]),
     ])
 }
 
@@ -415,8 +424,34 @@ fn default_render_grants_exactly_what_the_operator_calls() {
         &expected_cluster_role(),
         "ClusterRole",
     );
-    // Every native kind any engine writes is covered, with every verb the apply/prune path uses.
+    let deployment = only(&objects, "Deployment", RELEASE);
+    // The k8tls engine's objects are written only in its namespace, by a Role bound to the
+    // operator's ServiceAccount there.
+    let k8tls_namespace = flag(deployment, "--k8tls-namespace").expect("k8tls namespace");
+    let k8tls_role = only(&objects, "Role", "nimbus-k8tls");
+    assert_eq!(k8tls_role["metadata"]["namespace"], k8tls_namespace);
+    assert_grants(
+        &grants(&k8tls_role["rules"]),
+        &expected_k8tls_role(),
+        "k8tls Role",
+    );
+    let k8tls_binding = only(&objects, "RoleBinding", "nimbus-k8tls");
+    assert_eq!(k8tls_binding["metadata"]["namespace"], k8tls_namespace);
+    assert_eq!(
+        k8tls_binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nimbus-k8tls"})
+    );
+    let service_account = deployment["spec"]["template"]["spec"]["serviceAccountName"].clone();
+    assert_eq!(
+        k8tls_binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": service_account, "namespace": RELEASE_NAMESPACE}])
+    );
+    // Every native kind any engine writes is covered, with every verb the apply/prune path
+    // uses: by the ClusterRole, or for the k8tls engine's kinds by the ClusterRole (reading,
+    // cluster-wide) and the k8tls Role (writing, in its namespace).
     let granted = grants(&role["rules"]);
+    let k8tls_kinds = nimbus_core::engines::kinds(nimbus_core::catalog::Engine::K8tls);
+    let in_k8tls_namespace = grants(&k8tls_role["rules"]);
     for kind_ in nimbus_core::engines::all_kinds() {
         for verb in OWN {
             let grant = (
@@ -425,10 +460,11 @@ fn default_render_grants_exactly_what_the_operator_calls() {
                 (*verb).to_owned(),
                 None,
             );
-            assert!(granted.contains(&grant), "no `{verb}` on {}", kind_.plural);
+            let covered = granted.contains(&grant)
+                || (k8tls_kinds.contains(&kind_) && in_k8tls_namespace.contains(&grant));
+            assert!(covered, "no `{verb}` on {}", kind_.plural);
         }
     }
-    let deployment = only(&objects, "Deployment", RELEASE);
     let lease = flag(deployment, "--leader-elect-lease-name").expect("a lease name");
     let election = only(&objects, "Role", "nimbus-leader-election");
     assert_grants(

@@ -134,52 +134,6 @@ where
     }
 }
 
-/// A client that authenticates only with `token` (no client certificate).
-fn token_client(admin: &kube::Config, token: &str) -> Client {
-    let mut config = kube::Config::new(admin.cluster_url.clone());
-    config.root_cert = admin.root_cert.clone();
-    config.auth_info = serde_json::from_value(json!({ "token": token })).expect("auth info");
-    Client::try_from(config).expect("token client")
-}
-
-/// The operator configuration the rendered Deployment asks for (what `nimbus run` would build
-/// from these flags and POD_NAME/POD_NAMESPACE).
-fn config_from(deployment: &Value) -> nimbus_operator::Config {
-    let duration = |f: &str| {
-        humantime::parse_duration(container_flag(deployment, f).unwrap_or_else(|| panic!("{f}")))
-            .expect("a duration")
-    };
-    let leader_elect = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-        .as_array()
-        .is_some_and(|a| a.contains(&json!("--leader-elect")));
-    assert!(leader_elect, "the chart turns leader election on");
-    nimbus_operator::Config {
-        leader_election: Some(nimbus_operator::LeaderElection {
-            namespace: RELEASE_NAMESPACE.to_owned(),
-            lease_name: container_flag(deployment, "--leader-elect-lease-name")
-                .expect("lease")
-                .to_owned(),
-            identity: LEADER.to_owned(),
-            lease_duration: duration("--leader-elect-lease-duration"),
-            renew_deadline: duration("--leader-elect-renew-deadline"),
-            retry_period: duration("--leader-elect-retry-period"),
-        }),
-        resync: duration("--resync"),
-        k8tls_namespace: container_flag(deployment, "--k8tls-namespace")
-            .expect("k8tls namespace")
-            .to_owned(),
-        k8tls_image: container_flag(deployment, "--k8tls-image")
-            .expect("k8tls image")
-            .to_owned(),
-        sandbox_cluster_roles: container_flag(deployment, "--sandbox-cluster-roles")
-            .expect("sandbox roles")
-            .split(',')
-            .map(str::to_owned)
-            .collect(),
-        ..nimbus_operator::Config::default()
-    }
-}
-
 /// Waits until a policy's status lists as many native policies of each kind as `expected`, and
 /// returns them as they exist in the cluster. Their names follow Nimbus's scheme, which
 /// engines.rs checks; what matters here is that the operator could write every kind.
@@ -301,7 +255,7 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
         .status
         .and_then(|s| s.token)
         .expect("a token in the TokenRequest's status");
-    let client = token_client(cp.config(), &token);
+    let client = common::token_client(cp.config(), &token);
     let whoami = Api::<SelfSubjectReview>::all(client.clone())
         .create(&PostParams::default(), &SelfSubjectReview::default())
         .await
@@ -319,7 +273,7 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
     let shutdown = CancellationToken::new();
     let operator = tokio::spawn(nimbus_operator::run(
         client.clone(),
-        config_from(deployment),
+        common::operator_config_from(deployment, LEADER),
         shutdown.clone(),
     ));
 

@@ -516,3 +516,86 @@ pub fn entry_object<'a>(
     let ns = kind.namespaced.then(|| entry_ns.or(namespace)).flatten();
     (kind, ns, name)
 }
+
+/// A client that authenticates only with `token` (no client certificate).
+pub fn token_client(admin: &kube::Config, token: &str) -> Client {
+    let mut config = kube::Config::new(admin.cluster_url.clone());
+    config.root_cert = admin.root_cert.clone();
+    config.auth_info =
+        serde_json::from_value(serde_json::json!({ "token": token })).expect("auth info");
+    Client::try_from(config).expect("token client")
+}
+
+/// A client of the rendered Deployment's ServiceAccount (in [`RELEASE_NAMESPACE`]),
+/// authenticated only by a token from a TokenRequest, and that ServiceAccount's name.
+pub async fn service_account_client(
+    cp: &ControlPlane,
+    deployment: &serde_json::Value,
+) -> (Client, String) {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let admin = cp.client().expect("client");
+    let service_account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("serviceAccountName");
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin, RELEASE_NAMESPACE)
+        .create_token_request(service_account, &Default::default(), &request)
+        .await
+        .expect("a ServiceAccount token (TokenRequest)")
+        .status
+        .and_then(|s| s.token)
+        .expect("a token in the TokenRequest's status");
+    (
+        token_client(cp.config(), &token),
+        service_account.to_owned(),
+    )
+}
+
+/// The operator configuration the rendered Deployment asks for (what `nimbus run` would build
+/// from these flags and POD_NAME/POD_NAMESPACE, the pod being `identity` in
+/// [`RELEASE_NAMESPACE`]).
+pub fn operator_config_from(
+    deployment: &serde_json::Value,
+    identity: &str,
+) -> nimbus_operator::Config {
+    let duration = |f: &str| {
+        humantime::parse_duration(container_flag(deployment, f).unwrap_or_else(|| panic!("{f}")))
+            .expect("a duration")
+    };
+    let leader_elect = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .is_some_and(|a| a.contains(&serde_json::json!("--leader-elect")));
+    assert!(leader_elect, "the chart turns leader election on");
+    nimbus_operator::Config {
+        leader_election: Some(nimbus_operator::LeaderElection {
+            namespace: RELEASE_NAMESPACE.to_owned(),
+            lease_name: container_flag(deployment, "--leader-elect-lease-name")
+                .expect("lease")
+                .to_owned(),
+            identity: identity.to_owned(),
+            lease_duration: duration("--leader-elect-lease-duration"),
+            renew_deadline: duration("--leader-elect-renew-deadline"),
+            retry_period: duration("--leader-elect-retry-period"),
+        }),
+        resync: duration("--resync"),
+        k8tls_namespace: container_flag(deployment, "--k8tls-namespace")
+            .expect("k8tls namespace")
+            .to_owned(),
+        k8tls_image: container_flag(deployment, "--k8tls-image")
+            .expect("k8tls image")
+            .to_owned(),
+        sandbox_cluster_roles: container_flag(deployment, "--sandbox-cluster-roles")
+            .expect("sandbox roles")
+            .split(',')
+            .map(str::to_owned)
+            .collect(),
+        ..nimbus_operator::Config::default()
+    }
+}

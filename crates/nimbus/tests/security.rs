@@ -1,0 +1,863 @@
+//! Security: what the operator's objects let people do, on the real control plane. The operator
+//! runs as the Helm chart installs it (authenticated only as the chart's ServiceAccount, under
+//! the chart's default RBAC, in the release namespace), and people are played by impersonation
+//! (the admin kubeconfig is `system:masters`, which may impersonate anyone).
+//!
+//! A binary of its own: one operator runs for every test here, and a cluster binding over `*`
+//! reaches every namespace, so the tests tell their objects apart by unique group and user
+//! names rather than by namespace.
+
+mod common;
+
+use common::{
+    CONVERGE, RELEASE_NAMESPACE, apply, apply_rendered, create_release_namespace, delete,
+    eventually, get, helm_template, object_kind, rendered, unique,
+};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use nimbus_api::{
+    ALLOW_SENSITIVE_ANNOTATION, ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy,
+    SecurityIntent, SecurityIntentBinding, condition,
+};
+use serde_json::{Value, json};
+use std::sync::OnceLock;
+
+/// The k8tls namespace of the chart's default values.
+const K8TLS_NAMESPACE: &str = "nimbus-k8tls-env";
+
+/// What the tests need to know about the running operator.
+struct Operator {
+    /// The admin (system:masters) configuration, for impersonating clients.
+    admin: kube::Config,
+    /// `system:serviceaccount:<ns>:<name>` of the operator.
+    user: String,
+    /// The operator's own ClusterRole (the chart's).
+    cluster_role: String,
+}
+
+/// Installs what `helm install` would (CRDs, ServiceAccount, RBAC, k8tls environment; not the
+/// Deployment) and starts the operator once, in-process, authenticated only by a token of the
+/// chart's ServiceAccount and configured from the rendered Deployment's flags.
+fn operator() -> &'static Operator {
+    static OPERATOR: OnceLock<Operator> = OnceLock::new();
+    OPERATOR.get_or_init(|| {
+        let cp = nimbus_testenv::shared();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
+            runtime.block_on(async move {
+                let admin = cp.client().expect("client");
+                create_release_namespace(&admin).await;
+                let objects = helm_template(&[]);
+                let setup: Vec<Value> = objects
+                    .iter()
+                    .filter(|o| {
+                        !matches!(
+                            object_kind(o),
+                            "Deployment" | "Service" | "PodDisruptionBudget" | "ServiceMonitor"
+                        )
+                    })
+                    .cloned()
+                    .collect();
+                apply_rendered(&admin, &setup, true, "chart").await;
+                let deployment = rendered(&objects, "Deployment", common::RELEASE);
+                let (client, service_account) =
+                    common::service_account_client(cp, deployment).await;
+                let config = common::operator_config_from(deployment, "nimbus-security-test");
+                let cluster_role = objects
+                    .iter()
+                    .find(|o| object_kind(o) == "ClusterRoleBinding")
+                    .map(|b| b["roleRef"]["name"].as_str().expect("roleRef").to_owned())
+                    .expect("the chart's ClusterRoleBinding");
+                ready_tx
+                    .send(Operator {
+                        admin: cp.config().clone(),
+                        user: format!(
+                            "system:serviceaccount:{RELEASE_NAMESPACE}:{service_account}"
+                        ),
+                        cluster_role,
+                    })
+                    .expect("handing over");
+                if let Err(e) = nimbus_operator::run(client, config, Default::default()).await {
+                    panic!("operator failed: {e}");
+                }
+            });
+        });
+        ready_rx
+            .recv_timeout(CONVERGE * 4)
+            .expect("installing the chart's objects and starting the operator")
+    })
+}
+
+fn admin() -> Client {
+    Client::try_from(operator().admin.clone()).expect("admin client")
+}
+
+/// A client acting as `user` in `groups` (Kubernetes adds `system:authenticated`).
+fn impersonating(user: &str, groups: &[&str]) -> Client {
+    let mut config = operator().admin.clone();
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
+    Client::try_from(config).expect("impersonating client")
+}
+
+/// `group/resource[/subresource]` as `ResourceAttributes`.
+fn attributes(verb: &str, resource: &str, namespace: Option<&str>) -> ResourceAttributes {
+    let (group, rest) = match resource.split_once(':') {
+        Some((g, r)) => (g, r),
+        None => ("", resource),
+    };
+    let (resource, subresource) = match rest.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_owned())),
+        None => (rest, None),
+    };
+    ResourceAttributes {
+        verb: Some(verb.to_owned()),
+        group: Some(group.to_owned()),
+        resource: Some(resource.to_owned()),
+        subresource,
+        namespace: namespace.map(str::to_owned),
+        ..ResourceAttributes::default()
+    }
+}
+
+/// Whether the client's own user may `verb` `resource` (`group:resource/subresource`) in
+/// `namespace` (SelfSubjectAccessReview, answered by the apiserver's authorizer).
+async fn can_i(client: &Client, verb: &str, resource: &str, namespace: Option<&str>) -> bool {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(attributes(verb, resource, namespace)),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SelfSubjectAccessReview")
+        .status
+        .expect("a review status")
+        .allowed
+}
+
+/// Whether `user` may `verb` `resource` (as in [`can_i`]) or, with `name`, that one object
+/// (SubjectAccessReview, asked by the admin).
+async fn may(
+    user: &str,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> bool {
+    let mut attributes = attributes(verb, resource, namespace);
+    attributes.name = name.map(str::to_owned);
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_owned()),
+            resource_attributes: Some(attributes),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    Api::<SubjectAccessReview>::all(admin())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview")
+        .status
+        .expect("a review status")
+        .allowed
+}
+
+/// A namespace of the test's own, removed when the test ends.
+async fn namespace(prefix: &str) -> nimbus_testenv::TestNamespace {
+    operator();
+    nimbus_testenv::shared()
+        .test_namespace(prefix)
+        .await
+        .expect("namespace")
+}
+
+/// Every RoleBinding (in `namespace`, or anywhere) with a subject named `subject`.
+async fn role_bindings_for(namespace: Option<&str>, subject: &str) -> Vec<RoleBinding> {
+    let api: Api<RoleBinding> = match namespace {
+        Some(ns) => Api::namespaced(admin(), ns),
+        None => Api::all(admin()),
+    };
+    api.list(&ListParams::default())
+        .await
+        .expect("listing RoleBindings")
+        .items
+        .into_iter()
+        .filter(|rb| {
+            rb.subjects
+                .iter()
+                .flatten()
+                .any(|s| s.name == subject || s.name.starts_with(&format!("{subject}-")))
+        })
+        .collect()
+}
+
+/// The `Ready` condition of an object's status, as JSON (`Null` without one).
+fn ready_condition<K: serde::Serialize>(obj: &K) -> Value {
+    let value = serde_json::to_value(obj).expect("json");
+    value["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until `name` reports `Ready=False` with `reason`, and returns the condition.
+async fn not_ready_because<K>(api: &Api<K>, name: &str, reason: &str) -> Value
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + serde::Serialize,
+{
+    let last = std::sync::Mutex::new(Value::Null);
+    let what = format!("{name}: Ready=False, reason {reason} (conditions seen are printed)");
+    eventually(&what, || async {
+        let ready = ready_condition(&get(api, name).await?);
+        let mut last = last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *last != ready {
+            eprintln!("{name}: {ready}");
+            last.clone_from(&ready);
+        }
+        (ready["status"] == "False" && ready["reason"] == reason).then_some(ready)
+    })
+    .await
+}
+
+fn sandbox_intent(name: &str, group: &str, cluster_role: &str) -> Value {
+    let mut intent = common::intent(name, "namespaceSandbox", "Block");
+    intent["spec"]["intent"]["params"] = json!({"group": [group], "clusterRole": [cluster_role]});
+    intent
+}
+
+fn cluster_binding(name: &str, intents: &[&str], names: &[&str], allow: Option<&str>) -> Value {
+    let mut binding = json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "intents": intents.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
+            "selector": {"nsSelector": {"matchNames": names}}
+        }
+    });
+    if let Some(allow) = allow {
+        binding["metadata"]["annotations"] = json!({ALLOW_SENSITIVE_ANNOTATION: allow});
+    }
+    binding
+}
+
+/// The RoleBinding a sandbox of cluster binding `csib` keeps in each namespace.
+fn sandbox_role_binding(csib: &str, role: &str) -> String {
+    format!("nimbus-ctlr-gen-{csib}-namespacesandbox-role-{role}")
+}
+
+/// 1. A sandbox over every namespace grants its group in ordinary namespaces, never in the
+///    operator's, the k8tls or kube-system namespace: the group cannot mint tokens for the
+///    operator's ServiceAccount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_over_every_namespace_stays_out_of_protected_namespaces() {
+    let (a, b) = (namespace("sec-team").await, namespace("sec-team").await);
+    let intents: Api<SecurityIntent> = Api::all(admin());
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    let si = unique("sandbox-all");
+    apply(
+        &intents,
+        &si,
+        &sandbox_intent(&si, "team-{namespace}", "edit"),
+    )
+    .await;
+    let csib = unique("sandbox-all");
+    apply(
+        &csibs,
+        &csib,
+        &cluster_binding(&csib, &[&si], &["*"], Some("namespaceSandbox")),
+    )
+    .await;
+
+    let rb_name = sandbox_role_binding(&csib, "edit");
+    for ns in [a.name(), b.name()] {
+        let rbs: Api<RoleBinding> = Api::namespaced(admin(), ns);
+        let rb = eventually(&format!("the sandbox RoleBinding in {ns}"), || async {
+            get(&rbs, &rb_name).await
+        })
+        .await;
+        let subjects: Vec<&str> = rb.subjects.iter().flatten().map(|s| &*s.name).collect();
+        assert_eq!(subjects, [format!("team-{ns}")]);
+        assert_eq!(rb.role_ref.name, "edit");
+    }
+    // A namespace created afterwards is reached too, so by then the fan-out has been through
+    // every namespace, the protected ones included.
+    let c = namespace("sec-team").await;
+    eventually("the sandbox RoleBinding in a new namespace", || async {
+        get(&Api::<RoleBinding>::namespaced(admin(), c.name()), &rb_name).await
+    })
+    .await;
+    for protected in [RELEASE_NAMESPACE, K8TLS_NAMESPACE, "kube-system"] {
+        let granted = role_bindings_for(Some(protected), "team").await;
+        assert!(
+            granted.is_empty(),
+            "a sandbox RoleBinding in protected namespace {protected}: {granted:#?}"
+        );
+        let policy = get(
+            &Api::<NimbusPolicy>::namespaced(admin(), protected),
+            &format!("nimbus-ctlr-gen-{csib}"),
+        )
+        .await;
+        assert!(policy.is_none(), "a policy in {protected}: {policy:#?}");
+    }
+
+    // The group of namespace `a` got `edit` there (it may mint tokens there: the check below
+    // can tell yes from no), and nothing in the operator's namespace.
+    let member = impersonating(&unique("member"), &[&format!("team-{}", a.name())]);
+    assert!(
+        can_i(&member, "create", "serviceaccounts/token", Some(a.name())).await,
+        "the sandbox grants `edit` in its own namespace"
+    );
+    for protected in [RELEASE_NAMESPACE, K8TLS_NAMESPACE, "kube-system"] {
+        for (verb, resource) in [
+            ("create", "serviceaccounts/token"),
+            ("get", "secrets"),
+            ("create", "pods"),
+            ("create", "batch:cronjobs"),
+        ] {
+            assert!(
+                !can_i(&member, verb, resource, Some(protected)).await,
+                "the sandbox group may {verb} {resource} in {protected}"
+            );
+        }
+    }
+
+    delete(&csibs, &csib).await;
+    delete(&intents, &si).await;
+}
+
+/// 2. A sandbox may grant only the allowlisted ClusterRoles, and never to a `system:` group:
+///    anything else gets no RoleBinding and is reported as an invalid parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_grants_only_allowlisted_roles_to_ordinary_groups() {
+    let ns = namespace("sec-allow").await;
+    let intents: Api<SecurityIntent> = Api::all(admin());
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    let policies: Api<NimbusPolicy> = Api::namespaced(admin(), ns.name());
+    let own_role = operator().cluster_role.clone();
+    let prefix = unique("escalate");
+    let cases = [
+        (
+            format!("{prefix}-own"),
+            own_role.as_str(),
+            "may not be granted",
+        ),
+        (
+            format!("{prefix}-admin"),
+            "cluster-admin",
+            "may not be granted",
+        ),
+        ("system:authenticated".to_owned(), "view", "system group"),
+    ];
+    for (group, role, complaint) in &cases {
+        let si = unique("escalate");
+        apply(&intents, &si, &sandbox_intent(&si, group, role)).await;
+        let csib = unique("escalate");
+        apply(
+            &csibs,
+            &csib,
+            &cluster_binding(&csib, &[&si], &[ns.name()], Some("namespaceSandbox")),
+        )
+        .await;
+        let policy = format!("nimbus-ctlr-gen-{csib}");
+        let ready =
+            not_ready_because(&policies, &policy, condition::REASON_INVALID_PARAMETER).await;
+        assert!(
+            ready["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(complaint)),
+            "{group} / {role}: {ready:#}"
+        );
+        not_ready_because(&csibs, &csib, condition::REASON_INVALID_PARAMETER).await;
+        let granted = role_bindings_for(Some(ns.name()), group).await;
+        assert!(granted.is_empty(), "{group} got {role}: {granted:#?}");
+        let to_role: Vec<String> = Api::<RoleBinding>::namespaced(admin(), ns.name())
+            .list(&ListParams::default())
+            .await
+            .expect("RoleBindings")
+            .items
+            .into_iter()
+            .filter(|rb| rb.role_ref.name == *role && rb.name_any().contains(&csib))
+            .map(|rb| rb.name_any())
+            .collect();
+        assert!(to_role.is_empty(), "RoleBindings to {role}: {to_role:?}");
+        let status = get(&policies, &policy).await.and_then(|p| p.status);
+        assert!(
+            status
+                .as_ref()
+                .is_some_and(|s| s.adapter_policies.iter().flatten().next().is_none()),
+            "{group}: the policy lists generated objects: {status:#?}"
+        );
+        delete(&csibs, &csib).await;
+        delete(&intents, &si).await;
+    }
+}
+
+/// 3. A namespace tenant who may create SecurityIntentBindings cannot bind a sandbox: a
+///    namespaced binding of namespaceSandbox is unsupported, even with the annotation, and the
+///    tenant gains nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_bind_a_sandbox() {
+    let ns = namespace("team-a").await;
+    let tenant = unique("tenant");
+    let group = unique("tenants");
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(admin(), ns.name());
+    apply(
+        &roles,
+        "binding-author",
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "binding-author"},
+            "rules": [{
+                "apiGroups": ["intent.security.nimbus.com"],
+                "resources": ["securityintentbindings"],
+                "verbs": ["create", "get", "list"]
+            }]
+        }),
+    )
+    .await;
+    apply(
+        &Api::<RoleBinding>::namespaced(admin(), ns.name()),
+        "binding-author",
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "binding-author"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "binding-author"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": tenant}]
+        }),
+    )
+    .await;
+    let intents: Api<SecurityIntent> = Api::all(admin());
+    let si = unique("admins-sandbox");
+    apply(&intents, &si, &sandbox_intent(&si, &group, "edit")).await;
+
+    let as_tenant = impersonating(&tenant, &[&group]);
+    assert!(!can_i(&as_tenant, "create", "apps:deployments", Some(ns.name())).await);
+    let binding: SecurityIntentBinding = serde_json::from_value(json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+        "metadata": {"name": "grab", "annotations": {ALLOW_SENSITIVE_ANNOTATION: "namespaceSandbox"}},
+        "spec": {"intents": [{"name": si}], "selector": {"workloadSelector": {"matchLabels": {}}}}
+    }))
+    .expect("a binding");
+    Api::<SecurityIntentBinding>::namespaced(as_tenant.clone(), ns.name())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("the tenant may create bindings in its namespace");
+
+    let policies: Api<NimbusPolicy> = Api::namespaced(admin(), ns.name());
+    not_ready_because(&policies, "grab", condition::REASON_UNSUPPORTED_INTENT).await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(admin(), ns.name());
+    not_ready_because(&bindings, "grab", condition::REASON_UNSUPPORTED_INTENT).await;
+    let granted = role_bindings_for(None, &group).await;
+    assert!(granted.is_empty(), "the tenant's group got {granted:#?}");
+    for (verb, resource) in [
+        ("create", "apps:deployments"),
+        ("create", "pods"),
+        ("create", "serviceaccounts/token"),
+        ("get", "secrets"),
+    ] {
+        assert!(
+            !can_i(&as_tenant, verb, resource, Some(ns.name())).await,
+            "the tenant may {verb} {resource}"
+        );
+    }
+    delete(&intents, &si).await;
+}
+
+/// 4. A dangling reference is not a blank cheque: an admin's cluster binding naming intents
+///    that do not exist yet, without the annotation, enforces neither a sandbox nor a scanner
+///    that someone allowed only to create intents fills in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dangling_reference_cannot_be_completed_into_a_sensitive_intent() {
+    let ns = namespace("sec-dangle").await;
+    let author = unique("intent-author");
+    let group = unique("authors");
+    let cluster_roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin());
+    let role = unique("intent-author");
+    apply(
+        &cluster_roles,
+        &role,
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [{
+                "apiGroups": ["intent.security.nimbus.com"],
+                "resources": ["securityintents"],
+                "verbs": ["create"]
+            }]
+        }),
+    )
+    .await;
+    let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin());
+    apply(
+        &crbs,
+        &role,
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": author}]
+        }),
+    )
+    .await;
+
+    let later = unique("later");
+    let later_tls = unique("later-tls");
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    let csib = unique("dangling");
+    apply(
+        &csibs,
+        &csib,
+        &cluster_binding(&csib, &[&later, &later_tls], &["*"], None),
+    )
+    .await;
+
+    let as_author = impersonating(&author, &[&group]);
+    let author_intents: Api<SecurityIntent> = Api::all(as_author.clone());
+    let mut tls = common::intent(&later_tls, "assessTLS", "Audit");
+    tls["spec"]["intent"]["params"] = json!({"schedule": ["0 * * * *"]});
+    for intent in [sandbox_intent(&later, &group, "edit"), tls] {
+        let intent: SecurityIntent = serde_json::from_value(intent).expect("an intent");
+        author_intents
+            .create(&PostParams::default(), &intent)
+            .await
+            .expect("the author may create intents");
+    }
+
+    let policies: Api<NimbusPolicy> = Api::namespaced(admin(), ns.name());
+    let policy = format!("nimbus-ctlr-gen-{csib}");
+    not_ready_because(
+        &policies,
+        &policy,
+        condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
+    )
+    .await;
+    let cluster_policies: Api<ClusterNimbusPolicy> = Api::all(admin());
+    not_ready_because(
+        &cluster_policies,
+        &csib,
+        condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
+    )
+    .await;
+    not_ready_because(
+        &csibs,
+        &csib,
+        condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
+    )
+    .await;
+
+    let granted = role_bindings_for(None, &group).await;
+    assert!(granted.is_empty(), "the author's group got {granted:#?}");
+    let cron_jobs: Vec<String> = Api::<CronJob>::namespaced(admin(), K8TLS_NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .expect("CronJobs")
+        .items
+        .iter()
+        .filter(|c| {
+            c.name_any().starts_with(&csib) || c.owner_references().iter().any(|o| o.name == csib)
+        })
+        .map(ResourceExt::name_any)
+        .collect();
+    assert!(
+        cron_jobs.is_empty(),
+        "scanners were scheduled: {cron_jobs:?}"
+    );
+    for (verb, resource, namespace) in [
+        ("create", "apps:deployments", Some(ns.name())),
+        ("create", "pods", Some(ns.name())),
+        ("update", "configmaps", Some(ns.name())),
+        ("create", "serviceaccounts/token", Some(ns.name())),
+        ("create", "batch:cronjobs", Some(K8TLS_NAMESPACE)),
+        ("get", "secrets", Some(RELEASE_NAMESPACE)),
+    ] {
+        assert!(
+            !can_i(&as_author, verb, resource, namespace).await,
+            "the intent author may {verb} {resource} in {namespace:?}"
+        );
+    }
+
+    delete(&csibs, &csib).await;
+    let intents: Api<SecurityIntent> = Api::all(admin());
+    delete(&intents, &later).await;
+    delete(&intents, &later_tls).await;
+    delete(&crbs, &role).await;
+    delete(&cluster_roles, &role).await;
+}
+
+/// 5. The names of cluster bindings' per-namespace policies cannot be taken by a namespaced
+///    binding (which would make its policy look like a cluster binding's), not even by an admin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_cannot_take_a_cluster_bindings_policy_name() {
+    let ns = namespace("sec-names").await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(admin(), ns.name());
+    let name = format!("nimbus-ctlr-gen-{}", unique("csib"));
+    let binding: SecurityIntentBinding =
+        serde_json::from_value(common::binding(&name, &["anything"], json!({"app": "x"})))
+            .expect("a binding");
+    let created = bindings.create(&PostParams::default(), &binding).await;
+    assert!(
+        matches!(&created, Err(kube::Error::Api(s))
+            if s.code == 422 && s.message.contains("reserved")),
+        "a binding named {name} must be refused at admission: {created:?}"
+    );
+    // The same binding under another name is accepted: the refusal is about the name.
+    let mut binding = binding;
+    binding.metadata.name = Some("not-reserved".to_owned());
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("an ordinary name is accepted");
+}
+
+/// A NimbusPolicy written directly (not generated from a binding) with a sandbox rule and the
+/// annotation, controlled by `owner` (`None`: no ownerReferences).
+fn direct_policy(name: &str, group: &str, owner: Option<Value>) -> NimbusPolicy {
+    let mut policy = json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "NimbusPolicy",
+        "metadata": {"name": name, "annotations": {ALLOW_SENSITIVE_ANNOTATION: "namespaceSandbox"}},
+        "spec": {
+            "selector": {},
+            "rules": [{"id": "namespaceSandbox", "rule": {
+                "action": "Block", "params": {"group": [group], "clusterRole": ["edit"]}
+            }}]
+        }
+    });
+    if let Some(owner) = owner {
+        policy["metadata"]["ownerReferences"] = json!([owner]);
+    }
+    serde_json::from_value(policy).expect("a policy")
+}
+
+/// 6. A NimbusPolicy no binding generated is not translated: without an owner, or claiming a
+///    binding that does not exist, it reports NotBound and nothing is generated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_no_binding_generated_enforces_nothing() {
+    let ns = namespace("sec-direct").await;
+    let policies: Api<NimbusPolicy> = Api::namespaced(admin(), ns.name());
+    let group = unique("direct");
+    let fake_owner = |kind: &str| {
+        json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": kind,
+            "name": unique("gone"), "uid": "0b8f2f3c-1111-4222-8333-944455556666",
+            "controller": true, "blockOwnerDeletion": true
+        })
+    };
+    let cases = [
+        ("orphan", None),
+        ("fake-binding", Some(fake_owner("SecurityIntentBinding"))),
+        (
+            "nimbus-ctlr-gen-fake",
+            Some(fake_owner("ClusterSecurityIntentBinding")),
+        ),
+    ];
+    for (name, owner) in &cases {
+        policies
+            .create(
+                &PostParams::default(),
+                &direct_policy(name, &group, owner.clone()),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    }
+    for (name, _) in &cases {
+        not_ready_because(&policies, name, condition::REASON_NOT_BOUND).await;
+    }
+    let granted = role_bindings_for(None, &group).await;
+    assert!(granted.is_empty(), "unbound policies granted {granted:#?}");
+}
+
+/// 6b. Claiming a cluster binding that exists (its name and uid are readable) does not bind a
+///     policy either: only the policies a binding generated are translated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "product bug: a NimbusPolicy whose controller ownerReference names an existing \
+            ClusterSecurityIntentBinding counts as bound, with its own rules and annotation \
+            (crates/operator/src/controllers/policy.rs, PolicyInput::namespaced)"]
+async fn a_policy_claiming_an_existing_cluster_binding_enforces_nothing() {
+    let ns = namespace("sec-claim").await;
+    let other = namespace("sec-other").await;
+    let intents: Api<SecurityIntent> = Api::all(admin());
+    let si = unique("harmless");
+    apply(
+        &intents,
+        &si,
+        &common::intent(&si, "dnsManipulation", "Block"),
+    )
+    .await;
+    // Someone else's cluster binding, selecting another namespace and naming no sensitive
+    // intent.
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    let csib = unique("someone-elses");
+    let real = apply(
+        &csibs,
+        &csib,
+        &cluster_binding(&csib, &[&si], &[other.name()], None),
+    )
+    .await;
+    let group = unique("claimer");
+    let owner = json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1",
+        "kind": "ClusterSecurityIntentBinding",
+        "name": csib, "uid": real.uid().expect("uid"),
+        "controller": true, "blockOwnerDeletion": true
+    });
+    let policies: Api<NimbusPolicy> = Api::namespaced(admin(), ns.name());
+    for name in ["claimer".to_owned(), format!("nimbus-ctlr-gen-{csib}")] {
+        policies
+            .create(
+                &PostParams::default(),
+                &direct_policy(&name, &group, Some(owner.clone())),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    }
+    // Give the operator time to act on them, then nothing may have been granted.
+    let mut reasons = Vec::new();
+    for name in ["claimer".to_owned(), format!("nimbus-ctlr-gen-{csib}")] {
+        // Removed (by the binding that does not select this namespace) or decided.
+        let found = eventually(
+            &format!("{name} removed, translated or refused"),
+            || async {
+                match get(&policies, &name).await {
+                    None => Some(json!({"reason": "removed"})),
+                    Some(policy) => {
+                        let ready = ready_condition(&policy);
+                        (!ready.is_null()).then_some(ready)
+                    }
+                }
+            },
+        )
+        .await;
+        reasons.push((name, found));
+    }
+    let granted = role_bindings_for(None, &group).await;
+    assert!(
+        granted.is_empty(),
+        "a policy claiming cluster binding {csib} granted {:?}; conditions: {reasons:#?}",
+        granted
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect::<Vec<_>>()
+    );
+    for (name, ready) in &reasons {
+        assert_eq!(
+            ready["reason"],
+            condition::REASON_NOT_BOUND,
+            "{name}: {ready:#}"
+        );
+    }
+    delete(&csibs, &csib).await;
+    delete(&intents, &si).await;
+}
+
+/// 7. The operator's ServiceAccount is no administrator: no Secrets, `bind` only on the
+///    allowlisted ClusterRoles, and native objects of the k8tls engine only in its namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_service_account_holds_only_what_it_needs() {
+    let sa = &operator().user;
+    let own_role = operator().cluster_role.clone();
+    let ns = namespace("sec-sa").await;
+    // The check can say yes: the operator writes RoleBindings and binds `edit`.
+    assert!(
+        may(
+            sa,
+            "create",
+            "rbac.authorization.k8s.io:rolebindings",
+            Some(ns.name()),
+            None
+        )
+        .await
+    );
+    for role in ["edit", "view"] {
+        assert!(
+            may(
+                sa,
+                "bind",
+                "rbac.authorization.k8s.io:clusterroles",
+                None,
+                Some(role)
+            )
+            .await,
+            "the operator may bind {role}"
+        );
+    }
+    for role in ["cluster-admin", "admin", own_role.as_str(), "system:node"] {
+        assert!(
+            !may(
+                sa,
+                "bind",
+                "rbac.authorization.k8s.io:clusterroles",
+                None,
+                Some(role)
+            )
+            .await,
+            "the operator may bind {role}"
+        );
+        assert!(
+            !may(
+                sa,
+                "escalate",
+                "rbac.authorization.k8s.io:clusterroles",
+                None,
+                Some(role)
+            )
+            .await,
+            "the operator may escalate {role}"
+        );
+    }
+    for (verb, resource, namespace) in [
+        ("get", "secrets", None),
+        ("list", "secrets", None),
+        ("get", "secrets", Some(RELEASE_NAMESPACE)),
+        ("list", "secrets", Some(K8TLS_NAMESPACE)),
+        ("create", "serviceaccounts/token", Some(RELEASE_NAMESPACE)),
+        ("create", "serviceaccounts/token", Some(K8TLS_NAMESPACE)),
+        ("create", "pods", Some(ns.name())),
+        ("create", "batch:jobs", Some(ns.name())),
+        (
+            "create",
+            "rbac.authorization.k8s.io:clusterrolebindings",
+            None,
+        ),
+        ("create", "rbac.authorization.k8s.io:roles", Some(ns.name())),
+        ("impersonate", "users", None),
+        ("impersonate", "groups", None),
+        ("impersonate", "serviceaccounts", Some(K8TLS_NAMESPACE)),
+        ("create", "apps:deployments", Some(ns.name())),
+        ("update", "rbac.authorization.k8s.io:clusterroles", None),
+    ] {
+        assert!(
+            !may(sa, verb, resource, namespace, None).await,
+            "the operator may {verb} {resource} in {namespace:?}"
+        );
+    }
+    // CronJobs run pods as any ServiceAccount of their namespace: the operator writes them,
+    // and its ConfigMaps, only in the k8tls namespace.
+    for verb in ["create", "update", "patch", "delete"] {
+        for resource in ["batch:cronjobs", "configmaps"] {
+            assert!(
+                may(sa, verb, resource, Some(K8TLS_NAMESPACE), None).await,
+                "the operator must {verb} {resource} in {K8TLS_NAMESPACE}"
+            );
+            for namespace in [ns.name(), "kube-system", RELEASE_NAMESPACE] {
+                assert!(
+                    !may(sa, verb, resource, Some(namespace), None).await,
+                    "the operator may {verb} {resource} in {namespace}"
+                );
+            }
+        }
+    }
+}
