@@ -683,9 +683,6 @@ async fn a_policy_no_binding_generated_enforces_nothing() {
 /// 6b. Claiming a cluster binding that exists (its name and uid are readable) does not bind a
 ///     policy either: only the policies a binding generated are translated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "product bug: a NimbusPolicy whose controller ownerReference names an existing \
-            ClusterSecurityIntentBinding counts as bound, with its own rules and annotation \
-            (crates/operator/src/controllers/policy.rs, PolicyInput::namespaced)"]
 async fn a_policy_claiming_an_existing_cluster_binding_enforces_nothing() {
     let ns = namespace("sec-claim").await;
     let other = namespace("sec-other").await;

@@ -14,7 +14,9 @@ use nimbus_api::{
     ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus, STATUS_CREATED, condition,
 };
 use nimbus_core::catalog::Engine;
+use nimbus_api::ClusterSecurityIntentBinding;
 use nimbus_core::engines::{self, EngineSet, PolicyInput, Problem};
+use nimbus_core::{names, namespaces};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
@@ -31,18 +33,33 @@ pub async fn reconcile_namespaced(
     let namespace = np.namespace().unwrap_or_default();
     let api = Api::namespaced(ctx.client.clone(), &namespace);
     // Only a binding's policy is translated: whoever may write NimbusPolicies must not get what
-    // a binding's author would have to be trusted with (a sandbox RoleBinding, say).
-    let bound = np.owner_references().iter().any(|o| {
-        o.controller == Some(true)
-            && match o.kind.as_str() {
-                "SecurityIntentBinding" => ctx
-                    .bindings
-                    .get(&ObjectRef::new(&o.name).within(&namespace))
-                    .is_some_and(|b| b.uid().as_deref() == Some(&o.uid)),
-                "ClusterSecurityIntentBinding" => cluster_binding_exists(&ctx, &o.name, &o.uid),
-                _ => false,
-            }
-    });
+    // a binding's author would have to be trusted with (a sandbox RoleBinding, say). So the
+    // policy must be the one its binding generates (name, and namespace for a cluster binding)
+    // and hold nothing anyone but the operator wrote.
+    let np_name = np.name_any();
+    let bound = written_by_operator(&*np)
+        && np.owner_references().iter().any(|o| {
+            o.controller == Some(true)
+                && match o.kind.as_str() {
+                    "SecurityIntentBinding" => {
+                        o.name == np_name
+                            && ctx
+                                .bindings
+                                .get(&ObjectRef::new(&o.name).within(&namespace))
+                                .is_some_and(|b| b.uid().as_deref() == Some(&o.uid))
+                    }
+                    "ClusterSecurityIntentBinding" => {
+                        np_name == names::cluster_binding_policy_name(&o.name)
+                            && cluster_binding(&ctx, &o.name, &o.uid).is_some_and(|b| {
+                                let selector = b.spec.selector.as_ref().and_then(|s| s.ns_selector.as_ref());
+                                selector.is_some_and(|s| {
+                                    namespaces::selects(s, &namespace, &ctx.protected_namespaces)
+                                })
+                            })
+                    }
+                    _ => false,
+                }
+        });
     let input = PolicyInput::namespaced(&np, &uid);
     sync(&api, &*np, np.status.as_ref(), &input, bound, &ctx).await
 }
@@ -54,10 +71,12 @@ pub async fn reconcile_cluster(
     let uid = cwnp
         .uid()
         .ok_or_else(|| Error::MissingField(cwnp.name_any(), "metadata.uid"))?;
-    let bound = cwnp.owner_references().iter().any(|o| {
-        o.controller == Some(true)
-            && o.kind == "ClusterSecurityIntentBinding"
-            && cluster_binding_exists(&ctx, &o.name, &o.uid)
+    let bound = written_by_operator(&*cwnp)
+        && cwnp.owner_references().iter().any(|o| {
+            o.controller == Some(true)
+                && o.kind == "ClusterSecurityIntentBinding"
+                && o.name == cwnp.name_any()
+                && cluster_binding(&ctx, &o.name, &o.uid).is_some()
     });
     let input = PolicyInput::cluster(&cwnp, &uid);
     sync(
@@ -71,10 +90,33 @@ pub async fn reconcile_cluster(
     .await
 }
 
-fn cluster_binding_exists(ctx: &Context, name: &str, uid: &str) -> bool {
+fn cluster_binding(
+    ctx: &Context,
+    name: &str,
+    uid: &str,
+) -> Option<Arc<ClusterSecurityIntentBinding>> {
     ctx.cluster_bindings
         .get(&ObjectRef::new(name))
-        .is_some_and(|b| b.uid().as_deref() == Some(uid))
+        .filter(|b| b.uid().as_deref() == Some(uid))
+}
+
+/// Whether every field of the policy's body was written by the operator (someone able to
+/// create NimbusPolicies could otherwise pose as a binding's).
+fn written_by_operator<K: Resource>(policy: &K) -> bool {
+    policy
+        .meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.subresource.as_deref().is_none_or(str::is_empty))
+        .filter(|e| {
+            e.fields_v1.as_ref().is_some_and(|f| {
+                f.0.as_object().is_some_and(|fields| {
+                    fields.keys().any(|k| k != "f:metadata")
+                })
+            })
+        })
+        .all(|e| e.manager.as_deref() == Some(crate::apply::FIELD_MANAGER))
 }
 
 /// Engines switched off here for which an external adapter listed objects in `entries` (the
@@ -120,8 +162,9 @@ where
         translation.problems = vec![Problem {
             intent: String::new(),
             reason: condition::REASON_NOT_BOUND,
-            message: "not controlled by an existing SecurityIntentBinding or \
-                      ClusterSecurityIntentBinding; nothing is enforced"
+            message: "not the policy an existing SecurityIntentBinding or \
+                      ClusterSecurityIntentBinding generates (or written by someone else than \
+                      the operator); nothing is enforced"
                 .to_owned(),
             blocking: true,
         }];
