@@ -10,11 +10,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
+use nimbus_api::ClusterSecurityIntentBinding;
 use nimbus_api::{
     ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus, STATUS_CREATED, condition,
 };
 use nimbus_core::catalog::Engine;
-use nimbus_api::ClusterSecurityIntentBinding;
 use nimbus_core::engines::{self, EngineSet, PolicyInput, Problem};
 use nimbus_core::{names, namespaces};
 use serde::Serialize;
@@ -51,7 +51,11 @@ pub async fn reconcile_namespaced(
                     "ClusterSecurityIntentBinding" => {
                         np_name == names::cluster_binding_policy_name(&o.name)
                             && cluster_binding(&ctx, &o.name, &o.uid).is_some_and(|b| {
-                                let selector = b.spec.selector.as_ref().and_then(|s| s.ns_selector.as_ref());
+                                let selector = b
+                                    .spec
+                                    .selector
+                                    .as_ref()
+                                    .and_then(|s| s.ns_selector.as_ref());
                                 selector.is_some_and(|s| {
                                     namespaces::selects(s, &namespace, &ctx.protected_namespaces)
                                 })
@@ -77,7 +81,7 @@ pub async fn reconcile_cluster(
                 && o.kind == "ClusterSecurityIntentBinding"
                 && o.name == cwnp.name_any()
                 && cluster_binding(&ctx, &o.name, &o.uid).is_some()
-    });
+        });
     let input = PolicyInput::cluster(&cwnp, &uid);
     sync(
         &Api::all(ctx.client.clone()),
@@ -111,9 +115,8 @@ fn written_by_operator<K: Resource>(policy: &K) -> bool {
         .filter(|e| e.subresource.as_deref().is_none_or(str::is_empty))
         .filter(|e| {
             e.fields_v1.as_ref().is_some_and(|f| {
-                f.0.as_object().is_some_and(|fields| {
-                    fields.keys().any(|k| k != "f:metadata")
-                })
+                f.0.as_object()
+                    .is_some_and(|fields| fields.keys().any(|k| k != "f:metadata"))
             })
         })
         .all(|e| e.manager.as_deref() == Some(crate::apply::FIELD_MANAGER))
