@@ -206,12 +206,34 @@ fn prescan(source: &str) -> Result<(), Rejection> {
     // Tokens chained at the current level since the last `&&`, `,` or bracket.
     let mut chain = 0usize;
     let mut in_word = false;
+    // The quote of the string literal being scanned: a literal is one term, however many
+    // dashes and dots a label key in it has.
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
     for c in source.chars() {
-        let word = c.is_alphanumeric() || c == '_' || c == '"' || c == '\'';
-        if word && !in_word {
-            chain += 1;
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None if c == '"' || c == '\'' => {
+                quote = Some(c);
+                chain += 1;
+                in_word = false;
+            }
+            None => {
+                let word = c.is_alphanumeric() || c == '_';
+                if word && !in_word {
+                    chain += 1;
+                }
+                in_word = word;
+            }
         }
-        in_word = word;
         match c {
             '(' | '[' | '{' => {
                 depth += 1;
@@ -226,7 +248,7 @@ fn prescan(source: &str) -> Result<(), Rejection> {
                 depth = depth.saturating_sub(1);
                 chain = 0;
             }
-            ',' | '&' => chain = 0,
+            ',' | '&' if quote.is_none() => chain = 0,
             _ => {}
         }
         if chain > MAX_CHAIN {
@@ -715,5 +737,12 @@ mod tests {
             compile(&["labels[\"app\" =="]),
             Err(CelError::Parse { index: 0, .. })
         ));
+    }
+
+    #[test]
+    fn a_literal_is_one_term_however_many_dashes_its_label_key_has() {
+        let key = "a-b-c-d-e-f-g-h-i-j-k-l-m-n-o-p-q-r-s-t-u-v-w-x-y-z-a-b-c-d-e-f-g-h.io/x-y";
+        let expr = format!(r#"labels["{key}"] != "v-a-l-u-e""#);
+        assert!(compile(&[&expr]).is_ok(), "{:?}", compile(&[&expr]));
     }
 }
