@@ -253,8 +253,10 @@ async fn random_generated(client: &Client, rng: &mut Rng) -> Option<(Api<Dynamic
     let kinds = [&NETWORK_POLICY, &KUBEARMOR_POLICY, &KYVERNO_POLICY];
     let kind = *rng.pick(&kinds);
     let (resource, selector) = if rng.chance(30) {
-        let (gvk_api, _) = (kube::discovery::ApiResource::erase::<NimbusPolicy>(&()), ());
-        (gvk_api, None)
+        (
+            kube::discovery::ApiResource::erase::<NimbusPolicy>(&()),
+            None,
+        )
     } else {
         (kind.api_resource(), Some("app.kubernetes.io/managed-by"))
     };
