@@ -30,7 +30,9 @@ pub const INTENTS: [(&str, &str); 4] = [
 pub const CLUSTER_INTENT: (&str, &str) = INTENTS[1];
 pub const CLUSTER_BINDING: &str = "bench-all-namespaces";
 /// Namespaces a `matchNames: ["*"]` cluster binding never selects.
-const NEVER_SELECTED: [&str; 1] = ["kube-system"];
+/// The operator's protected namespaces as the bench runs it (kube-system and the k8tls
+/// namespace; it has no namespace of its own outside a cluster).
+const NEVER_SELECTED: [&str; 2] = ["kube-system", nimbus_core::engines::DEFAULT_K8TLS_NAMESPACE];
 
 /// Whether the operator (as the bench runs it: without leader election) reads or writes this
 /// resource: the Nimbus kinds, every engine's native kinds, and what it watches or emits
