@@ -8,13 +8,12 @@
 mod common;
 
 use common::{
-    CONVERGE, ENGINE_CRDS, RELEASE, RELEASE_NAMESPACE, apply, apply_rendered, container_flag,
-    create_intent, create_release_namespace, entry_object, get, helm_template, install_engine_crd,
-    object_kind, rendered, unique,
+    CONVERGE, ENGINE_CRDS, RELEASE, RELEASE_NAMESPACE, apply, container_flag, create_intent,
+    entry_object, get, install_engine_crd, rendered, unique,
 };
-use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use nimbus_api::{
@@ -220,42 +219,13 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
     let admin = cp.client().expect("client");
 
     // What `helm install` creates, except the workload itself, which runs in-process here.
-    create_release_namespace(&admin).await;
-    let objects = helm_template(&[]);
-    let setup: Vec<Value> = objects
-        .iter()
-        .filter(|o| {
-            !matches!(
-                object_kind(o),
-                "Deployment" | "Service" | "PodDisruptionBudget" | "ServiceMonitor"
-            )
-        })
-        .cloned()
-        .collect();
-    apply_rendered(&admin, &setup, true, "chart RBAC").await;
+    let objects = common::install_chart_without_workload(&admin).await;
     for file in ENGINE_CRDS {
         install_engine_crd(&admin, file).await;
     }
 
     let deployment = rendered(&objects, "Deployment", RELEASE);
-    let service_account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-        .as_str()
-        .expect("serviceAccountName");
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(admin.clone(), RELEASE_NAMESPACE)
-        .create_token_request(service_account, &PostParams::default(), &request)
-        .await
-        .expect("a ServiceAccount token (TokenRequest)")
-        .status
-        .and_then(|s| s.token)
-        .expect("a token in the TokenRequest's status");
-    let client = common::token_client(cp.config(), &token);
+    let (client, service_account) = common::service_account_client(cp, deployment).await;
     let whoami = Api::<SelfSubjectReview>::all(client.clone())
         .create(&PostParams::default(), &SelfSubjectReview::default())
         .await

@@ -10,8 +10,7 @@
 mod common;
 
 use common::{
-    CONVERGE, RELEASE_NAMESPACE, apply, apply_rendered, create_release_namespace, delete,
-    eventually, get, helm_template, object_kind, rendered, unique,
+    CONVERGE, RELEASE_NAMESPACE, apply, delete, eventually, get, object_kind, rendered, unique,
 };
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
@@ -53,19 +52,7 @@ fn operator() -> &'static Operator {
             let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
             runtime.block_on(async move {
                 let admin = cp.client().expect("client");
-                create_release_namespace(&admin).await;
-                let objects = helm_template(&[]);
-                let setup: Vec<Value> = objects
-                    .iter()
-                    .filter(|o| {
-                        !matches!(
-                            object_kind(o),
-                            "Deployment" | "Service" | "PodDisruptionBudget" | "ServiceMonitor"
-                        )
-                    })
-                    .cloned()
-                    .collect();
-                apply_rendered(&admin, &setup, true, "chart").await;
+                let objects = common::install_chart_without_workload(&admin).await;
                 let deployment = rendered(&objects, "Deployment", common::RELEASE);
                 let (client, service_account) =
                     common::service_account_client(cp, deployment).await;

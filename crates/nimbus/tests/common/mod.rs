@@ -526,6 +526,25 @@ pub fn token_client(admin: &kube::Config, token: &str) -> Client {
     Client::try_from(config).expect("token client")
 }
 
+/// What `helm install` of the default chart creates, except the workload itself (tests run the
+/// operator in-process): applies it and returns every rendered object.
+pub async fn install_chart_without_workload(admin: &Client) -> Vec<serde_json::Value> {
+    create_release_namespace(admin).await;
+    let objects = helm_template(&[]);
+    let setup: Vec<serde_json::Value> = objects
+        .iter()
+        .filter(|o| {
+            !matches!(
+                object_kind(o),
+                "Deployment" | "Service" | "PodDisruptionBudget" | "ServiceMonitor"
+            )
+        })
+        .cloned()
+        .collect();
+    apply_rendered(admin, &setup, true, "chart").await;
+    objects
+}
+
 /// A client of the rendered Deployment's ServiceAccount (in [`RELEASE_NAMESPACE`]),
 /// authenticated only by a token from a TokenRequest, and that ServiceAccount's name.
 pub async fn service_account_client(
