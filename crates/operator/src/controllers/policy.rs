@@ -167,7 +167,7 @@ where
             reason: condition::REASON_NOT_BOUND,
             message: "not the policy an existing SecurityIntentBinding or \
                       ClusterSecurityIntentBinding generates (or written by someone else than \
-                      the operator); nothing is enforced"
+                      the operator); not translated"
                 .to_owned(),
             blocking: true,
         }];
@@ -224,7 +224,13 @@ where
             }
         }
     }
-    let pruned = ctx.natives.prune(uid, &keep).await?;
+    // An unbound policy prunes nothing either: one its binding's operator-written content was
+    // tampered with is restored by the binding controller, and what is in force meanwhile stays.
+    let pruned = if bound {
+        ctx.natives.prune(uid, &keep).await?
+    } else {
+        Vec::new()
+    };
     for engine in &pruned {
         ctx.metrics
             .pruned
