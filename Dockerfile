@@ -18,11 +18,12 @@ WORKDIR /src
 COPY . .
 # The cache mounts keep the registry and compiled dependencies across `docker build`s; the
 # binary is copied out of them because they are not part of the image. Symbols are stripped:
-# a smaller image, and panics still print their message.
+# a smaller image, and panics still print their message. Without default features: the image
+# has no `nimbus dev` (a local test control plane has no place in production).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     target="$(uname -m)-unknown-linux-musl" \
- && CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked -p nimbus --target "$target" \
+ && CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked -p nimbus --no-default-features --target "$target" \
  && cp "target/$target/release/nimbus" /nimbus
 
 FROM gcr.io/distroless/static-debian12:nonroot

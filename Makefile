@@ -5,7 +5,7 @@
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools crds bench chaos
+.PHONY: dev test control-plane tools crds upstream-kyverno bench chaos
 
 dev: control-plane
 	$(CARGO) run -- dev
@@ -31,6 +31,14 @@ crds:
 	$(CARGO) run -q -- crds > config/crd/nimbus.yaml.tmp
 	mv config/crd/nimbus.yaml.tmp config/crd/nimbus.yaml
 	cp config/crd/nimbus.yaml charts/nimbus/files/crds.yaml
+
+# Refreshes upstream/kyverno/ from the Kyverno Go module pinned in tools/kyverno (checksummed by
+# its go.sum); bump the version there, then run this.
+upstream-kyverno:
+	cd tools/kyverno && dir="$$(GOFLAGS=-mod=readonly go mod download -json github.com/kyverno/kyverno \
+	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')" && test -n "$$dir" && \
+	  install -m 644 "$$dir"/config/crds/kyverno/kyverno.io_policies.yaml \
+	    "$$dir"/config/crds/kyverno/kyverno.io_clusterpolicies.yaml ../../upstream/kyverno/
 
 # Operator benchmark on a real local control plane: cold convergence, steady state, churn.
 # Prints a table and writes target/bench-results.json; resize with e.g.

@@ -18,6 +18,7 @@ pub const ALLOW_SENSITIVE_ANNOTATION: &str = "intent.security.nimbus.com/allow-s
 /// A reference to a cluster-scoped SecurityIntent by name.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 pub struct MatchIntent {
+    /// Name of the SecurityIntent.
     #[x_kube(validation = Rule::new("self != ''").message("intent name must not be empty"))]
     pub name: String,
 }
@@ -64,6 +65,7 @@ pub struct WorkloadScope {
     )
 )]
 pub struct SecurityIntentBindingSpec {
+    /// The SecurityIntents to enforce, by name; at least one.
     #[schemars(length(min = 1))]
     pub intents: Vec<MatchIntent>,
     /// Which pods of the binding's namespace it applies to; empty (or `null`) selects every pod.
@@ -80,18 +82,28 @@ pub struct SecurityIntentBindingSpec {
     pub cel: Option<Vec<String>>,
 }
 
+/// What the operator made of a SecurityIntentBinding.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecurityIntentBindingStatus {
+    /// `Created` once processed, `ValidationFail` when the binding cannot be compiled (as Nimbus
+    /// reports it); see `conditions` for whether it is in force.
     pub status: String,
+    /// When Nimbus last wrote this status; kept for compatibility, not written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
+    /// How many of the referenced intents exist and were bound.
     pub number_of_bound_intents: i32,
+    /// The names of the bound intents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound_intents: Option<Vec<String>>,
+    /// The name of the NimbusPolicy generated for this binding (empty when none).
     pub nimbus_policy: String,
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The latest observations: `Ready` says whether the current generation is in force, and
+    /// if not, why (`reason`, `message`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -101,8 +113,10 @@ pub struct SecurityIntentBindingStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSelector {
+    /// Node labels; accepted for compatibility with Nimbus, no engine acts on them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<NodeSelector>,
+    /// Namespaces: `matchNames` (`["*"]` for all), or `matchNames: ["*"]` with `excludeNames`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(
         validation = Rule::new("has(self.matchNames) || has(self.excludeNames)").message("nsSelector needs matchNames or excludeNames"),
@@ -110,6 +124,7 @@ pub struct ClusterSelector {
         validation = Rule::new("!has(self.matchNames) || !has(self.excludeNames) || self.matchNames == ['*']").message("excludeNames can only be combined with matchNames: ['*']"),
     )]
     pub ns_selector: Option<NamespaceSelector>,
+    /// Pods within the selected namespaces; absent or empty selects every pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_selector: Option<LabelSelector>,
 }
@@ -148,8 +163,11 @@ pub struct ClusterSelector {
 )]
 #[x_kube(validation = Rule::new("has(self.selector) && has(self.selector.nsSelector)").message("selector.nsSelector is required"))]
 pub struct ClusterSecurityIntentBindingSpec {
+    /// The SecurityIntents to enforce, by name; at least one.
     #[schemars(length(min = 1))]
     pub intents: Vec<MatchIntent>,
+    /// Where the intents apply: `nsSelector` (required) picks namespaces, `workloadSelector`
+    /// pods within them, `nodeSelector` nodes for node-level intents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<ClusterSelector>,
     /// Accepted for compatibility with Nimbus, which ignores it on cluster bindings too; use
@@ -159,21 +177,33 @@ pub struct ClusterSecurityIntentBindingSpec {
     pub cel: Option<Vec<String>>,
 }
 
+/// What the operator made of a ClusterSecurityIntentBinding.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSecurityIntentBindingStatus {
+    /// `Created` once processed, `ValidationFail` when the binding cannot be compiled (as Nimbus
+    /// reports it); see `conditions` for whether it is in force.
     pub status: String,
+    /// When Nimbus last wrote this status; kept for compatibility, not written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
+    /// How many of the referenced intents exist and were bound.
     pub number_of_bound_intents: i32,
+    /// The names of the bound intents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound_intents: Option<Vec<String>>,
+    /// The name of the ClusterNimbusPolicy generated for this binding (empty when none).
     pub cluster_nimbus_policy: String,
+    /// How many namespaces have this binding's NimbusPolicy in force.
     pub number_of_nimbus_policies: i32,
+    /// The namespaces that have this binding's NimbusPolicy in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nimbus_policy_namespaces: Option<Vec<String>>,
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The latest observations: `Ready` says whether the current generation is in force, and
+    /// if not, why (`reason`, `message`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -13,26 +13,17 @@ use serde::{Deserialize, Serialize};
     shortname = "si",
     status = "SecurityIntentStatus",
     doc = "SecurityIntent is the Schema for the securityintents API",
+    printcolumn(name = "ID", type_ = "string", json_path = ".spec.intent.id"),
+    printcolumn(name = "Action", type_ = "string", json_path = ".spec.intent.action"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
     printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "ID",
-        type_ = "string",
-        json_path = ".spec.intent.id",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Action",
-        type_ = "string",
-        json_path = ".spec.intent.action",
-        priority = 1
     )
 )]
 pub struct SecurityIntentSpec {
+    /// What to secure: an intent of the catalog, how to enforce it, and its parameters.
     pub intent: Intent,
 }
 
@@ -64,14 +55,21 @@ fn default_severity() -> String {
     "Low".to_owned()
 }
 
+/// What the operator observed of a SecurityIntent.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecurityIntentStatus {
+    /// The intent ID, as in `spec.intent.id`.
     pub id: String,
+    /// The action, as in `spec.intent.action`.
     pub action: String,
+    /// `Created` once the operator has seen the intent (as Nimbus reports it).
     pub status: String,
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The latest observations: `Ready` says whether the current generation is in force, and
+    /// if not, why (`reason`, `message`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

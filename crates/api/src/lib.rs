@@ -74,3 +74,43 @@ pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    /// `kubectl explain` shows every field with a description.
+    #[test]
+    fn every_field_is_described() {
+        fn undescribed(path: &str, schema: &Value, named: bool, out: &mut Vec<String>) {
+            if named && schema.get("description").is_none() {
+                out.push(path.to_owned());
+            }
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (name, property) in properties {
+                    undescribed(&format!("{path}.{name}"), property, true, out);
+                }
+            }
+            // Items and map values are described by the field holding them.
+            for nested in ["items", "additionalProperties"] {
+                if let Some(inner) = schema.get(nested) {
+                    undescribed(&format!("{path}[]"), inner, false, out);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        for crd in super::crds() {
+            let schema = serde_json::to_value(&crd.spec.versions[0].schema).expect("schema");
+            undescribed(
+                &crd.spec.names.kind,
+                &schema["openAPIV3Schema"],
+                false,
+                &mut missing,
+            );
+        }
+        assert!(
+            missing.is_empty(),
+            "fields without a description: {missing:#?}"
+        );
+    }
+}

@@ -7,19 +7,25 @@ use serde::{Deserialize, Serialize};
 /// One compiled intent: what an engine translates.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct NimbusRule {
+    /// The intent ID from the catalog.
     pub id: String,
     /// Rule scope ("Namespaced", "System", "Cluster"). Never set by the operator; kept for
     /// compatibility.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<String>,
+    /// The intent's description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// How to enforce it.
     pub rule: Rule,
 }
 
+/// The enforcement of one rule.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct Rule {
+    /// `Block` prevents, `Audit` only reports.
     pub action: String,
+    /// The intent's parameters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Params>,
 }
@@ -53,6 +59,7 @@ pub struct NimbusPolicySpec {
     #[serde(deserialize_with = "crate::null_as_default")]
     #[schemars(extend("nullable" = true))]
     pub selector: LabelSelector,
+    /// One rule per bound intent.
     pub rules: Vec<NimbusRule>,
 }
 
@@ -80,14 +87,18 @@ pub struct NimbusPolicySpec {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterNimbusPolicySpec {
-    /// Always serialized (as `{}` when empty), like Nimbus.
+    /// Node labels from the binding (no engine acts on them). Always serialized (as `{}` when empty), like
+    /// Nimbus.
     #[serde(default, deserialize_with = "crate::null_as_default")]
     #[schemars(extend("nullable" = true))]
     pub node_selector: NodeSelector,
+    /// The namespaces of the binding, as in its `selector.nsSelector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ns_selector: Option<NamespaceSelector>,
+    /// The pods of the binding, as in its `selector.workloadSelector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_selector: Option<LabelSelector>,
+    /// One rule per bound intent enforced cluster-wide.
     pub rules: Vec<NimbusRule>,
 }
 
@@ -95,15 +106,22 @@ pub struct ClusterNimbusPolicySpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NimbusPolicyStatus {
+    /// `Created` once translated (as Nimbus reports it); see `conditions` for whether every
+    /// rule is enforced.
     pub status: String,
+    /// When Nimbus last wrote this status; kept for compatibility, not written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
+    /// How many native policies were generated.
     pub number_of_adapter_policies: i32,
     /// Generated native policies as `Kind/name` (CronJobs as `namespace/CronJob/name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter_policies: Option<Vec<String>>,
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The latest observations: `Ready` says whether every rule is enforced, and if not, why
+    /// (`reason`, `message`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

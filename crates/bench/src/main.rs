@@ -17,7 +17,7 @@ use clap::Parser;
 use nimbus_testenv::{Child, ControlPlane, Options, apply_yaml, free_port, http_get};
 use report::{Attributed, Results, Scenario, mib};
 use requests::{Counts, Own};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -87,7 +87,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.namespaces > 0, "--namespaces must be at least 1");
     procfs::check_available()?;
     let root = workspace_root();
-    let engine_crds = engine_crd_files(&root)?;
     let k8tls_env = root.join("charts/nimbus/files/k8tls/environment.yaml");
     let k8tls_env = std::fs::read_to_string(&k8tls_env)
         .with_context(|| format!("reading {}", k8tls_env.display()))?;
@@ -119,13 +118,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     apply_yaml(&client, &nimbus_crds)
         .await
         .context("installing the Nimbus CRDs")?;
-    for file in &engine_crds {
-        let yaml =
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        apply_yaml(&client, &yaml)
-            .await
-            .with_context(|| format!("installing {}", file.display()))?;
-    }
+    nimbus_testenv::upstream::install_engine_crds(&client)
+        .await
+        .context("installing the engine CRDs")?;
     apply_yaml(&client, &k8tls_env)
         .await
         .context("installing charts/nimbus/files/k8tls/environment.yaml")?;
@@ -320,30 +315,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     drop(operator);
     drop(cp);
     Ok(())
-}
-
-/// The upstream engine CRDs beside the repository.
-fn engine_crd_files(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let dir = root.join("../shared/reference/engine-crds");
-    if !dir.is_dir() {
-        bail!(
-            "engine CRDs not found: {} is missing. The bench installs the upstream KubeArmor and \
-             Kyverno CRDs from ../shared/reference/engine-crds beside the repository, so that \
-             generated objects are validated by the real schemas",
-            dir.display()
-        );
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .map(|entry| entry.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("reading {}", dir.display()))?;
-    files.retain(|p| p.extension() == Some(OsStr::new("yaml")));
-    files.sort();
-    if files.is_empty() {
-        bail!("no *.yaml engine CRDs in {}", dir.display());
-    }
-    Ok(files)
 }
 
 /// Builds `nimbus` in release mode (a no-op when it is up to date) and returns the path cargo
@@ -645,37 +616,5 @@ impl Meter<'_> {
             },
             operator_rss_mib: mib(end.process.rss_kib),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn missing_engine_crds_are_explained() -> anyhow::Result<()> {
-        let root = std::env::temp_dir().join(format!("nimbus-bench-{}/repo", std::process::id()));
-        std::fs::create_dir_all(&root)?;
-        let error = engine_crd_files(&root).map(drop).err();
-        std::fs::remove_dir_all(root.parent().unwrap_or(&root))?;
-        let message = format!("{:#}", error.context("missing CRDs must be an error")?);
-        assert!(message.contains("engine CRDs not found"), "{message}");
-        assert!(
-            message.contains("shared/reference/engine-crds"),
-            "{message}"
-        );
-        Ok(())
-    }
-
-    #[test]
-    fn the_repository_has_its_engine_crds() -> anyhow::Result<()> {
-        // Beside the repository, as the integration tests expect.
-        let files = engine_crd_files(&workspace_root())?;
-        assert!(
-            files
-                .iter()
-                .all(|f| f.extension() == Some(OsStr::new("yaml")))
-        );
-        Ok(())
     }
 }

@@ -1,21 +1,60 @@
 //! `nimbus dev`: the whole product on a throwaway local control plane.
+//!
+//! Everything it installs is compiled in (the examples, the engines' CRDs, the k8tls
+//! environment), so an installed binary works from any directory.
 
 use anyhow::Context as _;
-use kube::ResourceExt;
-use kube::api::{Api, DynamicObject};
-use kube::discovery::Discovery;
-use nimbus_testenv::{ControlPlane, Options, apply_yaml};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, ListParams};
+use kube::{Resource, ResourceExt};
+use nimbus_api::{
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntentBinding,
+    condition,
+};
+use nimbus_testenv::{ControlPlane, Options, apply_yaml, upstream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The repository's `examples/`, applied in this order.
+const EXAMPLES: [(&str, &str); 6] = [
+    (
+        "00-namespaces.yaml",
+        include_str!("../../../examples/00-namespaces.yaml"),
+    ),
+    (
+        "10-intents.yaml",
+        include_str!("../../../examples/10-intents.yaml"),
+    ),
+    (
+        "20-namespaced-binding.yaml",
+        include_str!("../../../examples/20-namespaced-binding.yaml"),
+    ),
+    (
+        "30-cel-binding.yaml",
+        include_str!("../../../examples/30-cel-binding.yaml"),
+    ),
+    (
+        "40-cluster-binding.yaml",
+        include_str!("../../../examples/40-cluster-binding.yaml"),
+    ),
+    (
+        "50-team-sandboxes.yaml",
+        include_str!("../../../examples/50-team-sandboxes.yaml"),
+    ),
+];
+
+/// What the Helm chart installs beside the operator for the k8tls engine.
+const K8TLS_ENVIRONMENT: &str = include_str!("../../../charts/nimbus/files/k8tls/environment.yaml");
+
+/// How long to wait for every binding to report on its current generation before printing.
+const SETTLE: Duration = Duration::from_secs(60);
 
 #[derive(clap::Args)]
 pub struct DevArgs {
-    /// Manifests to apply once the operator runs (a file or a directory of *.yaml).
-    #[arg(long, default_value_os_t = crate::repo_root().join("examples"))]
-    examples: PathBuf,
-    /// Engine CRDs to install (KubeArmor, Kyverno), when the directory exists.
-    #[arg(long, default_value_os_t = crate::repo_root().join("../shared/reference/engine-crds"))]
-    engine_crds: PathBuf,
+    /// Manifests to apply once the operator runs (a file or a directory of *.yaml) instead of
+    /// the built-in examples.
+    #[arg(long)]
+    examples: Option<PathBuf>,
     /// Also copy the admin kubeconfig here, for `KUBECONFIG=<path> kubectl ...`.
     #[arg(long, default_value = "nimbus-dev.kubeconfig")]
     kubeconfig: PathBuf,
@@ -40,17 +79,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     apply_yaml(&client, &nimbus_api::crds_yaml()?)
         .await
         .context("installing the Nimbus CRDs")?;
-    for file in yaml_files(&args.engine_crds)? {
-        apply_yaml(&client, &read(&file)?)
-            .await
-            .with_context(|| format!("installing engine CRDs from {}", file.display()))?;
-    }
-
-    // What the Helm chart installs beside the operator for the k8tls engine.
-    let k8tls = crate::repo_root().join("charts/nimbus/files/k8tls/environment.yaml");
-    apply_yaml(&client, &read(&k8tls)?)
+    upstream::install_engine_crds(&client)
         .await
-        .with_context(|| format!("applying {}", k8tls.display()))?;
+        .context("installing the KubeArmor and Kyverno CRDs")?;
+    apply_yaml(&client, K8TLS_ENVIRONMENT)
+        .await
+        .context("installing the k8tls environment")?;
 
     let shutdown = crate::shutdown_on_signal();
     let mut config = nimbus_operator::Config {
@@ -64,15 +98,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
-    for file in yaml_files(&args.examples)? {
-        apply_yaml(&client, &read(&file)?)
+    for (name, yaml) in examples(args.examples.as_deref())? {
+        apply_yaml(&client, &yaml)
             .await
-            .with_context(|| format!("applying {}", file.display()))?;
-        tracing::info!(file = %file.display(), "applied");
+            .with_context(|| format!("applying {name}"))?;
+        tracing::info!(file = %name, "applied");
     }
-    // Give the controllers a moment to converge before showing the result.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    print_objects(&client).await?;
+    settle(&client).await?;
+    print!("{}", summary(&client).await?);
     println!(
         "\nThe control plane is up. Try:\n  KUBECONFIG={} kubectl get si,sib,csib,np,cwnp -A\n",
         args.kubeconfig.display()
@@ -89,40 +122,213 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn print_objects(client: &kube::Client) -> anyhow::Result<()> {
-    let discovery = Discovery::new(client.clone())
-        .filter(&[nimbus_api::GROUP])
-        .run()
+/// The manifests to apply, as (name, YAML): the built-in examples or the files at `path`.
+fn examples(path: Option<&std::path::Path>) -> anyhow::Result<Vec<(String, String)>> {
+    let Some(path) = path else {
+        return Ok(EXAMPLES
+            .iter()
+            .map(|(name, yaml)| (format!("examples/{name}"), (*yaml).to_owned()))
+            .collect());
+    };
+    crate::offline::manifest_files(path)?
+        .into_iter()
+        .map(|file| {
+            let yaml = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            Ok((file.display().to_string(), yaml))
+        })
+        .collect()
+}
+
+/// Waits until every binding has reported on its current generation, or [`SETTLE`] passed.
+async fn settle(client: &kube::Client) -> anyhow::Result<()> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let (sibs, csibs) = bindings(client).await?;
+        let settled = sibs.iter().all(|b| {
+            reported(
+                b.meta().generation,
+                b.status.as_ref().map(|s| &s.conditions),
+            )
+        }) && csibs.iter().all(|b| {
+            reported(
+                b.meta().generation,
+                b.status.as_ref().map(|s| &s.conditions),
+            )
+        });
+        if settled || Instant::now() > deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Whether the Ready condition is about `generation` and no longer in progress.
+fn reported(generation: Option<i64>, conditions: Option<&Vec<Condition>>) -> bool {
+    ready(conditions).is_some_and(|c| {
+        c.observed_generation == generation && c.reason != condition::REASON_RECONCILING
+    })
+}
+
+fn ready(conditions: Option<&Vec<Condition>>) -> Option<&Condition> {
+    conditions?.iter().find(|c| c.type_ == condition::READY)
+}
+
+async fn bindings(
+    client: &kube::Client,
+) -> anyhow::Result<(
+    Vec<SecurityIntentBinding>,
+    Vec<ClusterSecurityIntentBinding>,
+)> {
+    let sibs = Api::<SecurityIntentBinding>::all(client.clone())
+        .list(&ListParams::default())
         .await
-        .context("discovering the Nimbus API")?;
-    for group in discovery.groups() {
-        for (resource, _) in group.recommended_resources() {
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-            let objects = api.list(&Default::default()).await?;
-            println!("{} ({}):", resource.plural, objects.items.len());
-            for obj in objects {
-                let status = obj.data.get("status").cloned().unwrap_or_default();
-                let ns = obj.namespace().map(|n| format!("{n}/")).unwrap_or_default();
-                println!(
-                    "  {ns}{}  status={}",
-                    obj.name_any(),
-                    serde_json::to_string(&status)?
-                );
-            }
+        .context("listing SecurityIntentBindings")?;
+    let csibs = Api::<ClusterSecurityIntentBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing ClusterSecurityIntentBindings")?;
+    Ok((sibs.items, csibs.items))
+}
+
+/// Bindings, their policies and the native objects of each, as `kubectl get`-style tables.
+async fn summary(client: &kube::Client) -> anyhow::Result<String> {
+    let (sibs, csibs) = bindings(client).await?;
+    let nps = Api::<NimbusPolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing NimbusPolicies")?;
+    let cnps = Api::<ClusterNimbusPolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing ClusterNimbusPolicies")?;
+
+    let mut binding_rows = Vec::new();
+    for b in &sibs {
+        let status = b.status.as_ref();
+        binding_rows.push(row(
+            format!("SecurityIntentBinding {}/{}", namespace(b), b.name_any()),
+            status.map_or(0, |s| s.number_of_bound_intents).to_string(),
+            ready(status.map(|s| &s.conditions)),
+        ));
+    }
+    for b in &csibs {
+        let status = b.status.as_ref();
+        binding_rows.push(row(
+            format!("ClusterSecurityIntentBinding {}", b.name_any()),
+            status.map_or(0, |s| s.number_of_bound_intents).to_string(),
+            ready(status.map(|s| &s.conditions)),
+        ));
+    }
+
+    let mut policy_rows = Vec::new();
+    let mut native_rows = Vec::new();
+    let policies = nps
+        .items
+        .iter()
+        .map(|p| {
+            (
+                format!("NimbusPolicy {}/{}", namespace(p), p.name_any()),
+                p.spec.rules.len(),
+                p.status.as_ref(),
+            )
+        })
+        .chain(cnps.items.iter().map(|p| {
+            (
+                format!("ClusterNimbusPolicy {}", p.name_any()),
+                p.spec.rules.len(),
+                p.status.as_ref(),
+            )
+        }));
+    for (policy, rules, status) in policies {
+        let natives = status
+            .and_then(|s| s.adapter_policies.clone())
+            .unwrap_or_default();
+        policy_rows.push(row(
+            policy.clone(),
+            rules.to_string(),
+            ready(status.map(|s| &s.conditions)),
+        ));
+        native_rows.extend(
+            natives
+                .into_iter()
+                .map(|native| vec![native, policy.clone()]),
+        );
+    }
+    native_rows.sort();
+
+    let mut out = String::new();
+    out += &table(&["BINDING", "INTENTS", "READY", "REASON"], &binding_rows);
+    out += "\n";
+    out += &table(&["POLICY", "RULES", "READY", "REASON"], &policy_rows);
+    out += "\n";
+    out += &table(&["NATIVE OBJECT", "GENERATED FOR"], &native_rows);
+    Ok(out)
+}
+
+fn namespace<K: Resource>(obj: &K) -> String {
+    obj.meta().namespace.clone().unwrap_or_default()
+}
+
+fn row(name: String, count: String, ready: Option<&Condition>) -> Vec<String> {
+    let (status, reason) = ready.map_or(("Unknown".to_owned(), String::new()), |c| {
+        (c.status.clone(), c.reason.clone())
+    });
+    vec![name, count, status, reason]
+}
+
+/// Left-aligned columns separated by three spaces, as `kubectl get` prints them.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
         }
     }
-    Ok(())
-}
-
-/// The manifests at `path`; none when it does not exist (the engine CRDs are optional).
-fn yaml_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if !path.exists() {
-        tracing::info!(path = %path.display(), "not found; skipped");
-        return Ok(Vec::new());
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:width$}"))
+            .collect();
+        padded.join("   ").trim_end().to_owned() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    if rows.is_empty() {
+        out += "(none)\n";
     }
-    crate::offline::manifest_files(path)
+    for row in rows {
+        out += &line(row.iter().map(String::as_str).collect());
+    }
+    out
 }
 
-fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_example_is_compiled_in() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .expect("examples/")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        let embedded: Vec<String> = EXAMPLES.iter().map(|(n, _)| (*n).to_owned()).collect();
+        assert_eq!(embedded, on_disk);
+    }
+
+    #[test]
+    fn tables_align_their_columns() {
+        let rows = vec![
+            vec!["a-long-name".to_owned(), "1".to_owned()],
+            vec!["b".to_owned(), "22".to_owned()],
+        ];
+        assert_eq!(
+            table(&["NAME", "N"], &rows),
+            "NAME          N\na-long-name   1\nb             22\n"
+        );
+        assert_eq!(table(&["NAME"], &[]), "NAME\n(none)\n");
+    }
 }

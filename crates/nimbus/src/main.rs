@@ -1,5 +1,6 @@
 //! `nimbus`: the operator and its tools in one binary.
 
+#[cfg(feature = "dev")]
 mod dev;
 mod offline;
 
@@ -10,7 +11,6 @@ use nimbus_core::engines;
 use nimbus_core::namespaces::ProtectedNamespaces;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -39,6 +39,7 @@ enum Command {
     Crds,
     /// Start a local control plane, install the CRDs, run the operator on it and apply the
     /// examples; runs until Ctrl-C.
+    #[cfg(feature = "dev")]
     Dev(dev::DevArgs),
     /// Print the NimbusPolicies and native policies the operator would create for the given
     /// manifests, without a cluster.
@@ -268,6 +269,7 @@ fn run_cli() -> anyhow::Result<bool> {
             nimbus_operator::run(client, config, shutdown_on_signal()).await?;
             Ok(true)
         }),
+        #[cfg(feature = "dev")]
         Command::Dev(args) => block_on(async { dev::run(args).await.map(|()| true) }),
     }
 }
@@ -314,9 +316,4 @@ pub fn shutdown_on_signal() -> CancellationToken {
         cancel.cancel();
     });
     token
-}
-
-/// The repository root, for `dev` defaults (examples, engine CRDs).
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

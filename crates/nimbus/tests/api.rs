@@ -11,10 +11,7 @@ use serde_json::json;
 use std::path::PathBuf;
 
 fn nimbus_examples() -> Vec<PathBuf> {
-    let root = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/reference/nimbus-examples"
-    ));
+    let root = common::original_nimbus("examples");
     let mut files = Vec::new();
     for dir in ["namespaced", "clusterscoped"] {
         let dir = root.join(dir);

@@ -40,11 +40,10 @@ fn crds_print_every_kind_with_its_short_name_and_scope() {
 /// Names, scope, printer columns and required status fields match the original Nimbus CRDs.
 #[test]
 fn crds_are_compatible_with_the_original_nimbus_crds() {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let dir = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/reference/nimbus-crds"
-    );
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        CustomResourceColumnDefinition, CustomResourceDefinition,
+    };
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../upstream/nimbus/crds");
     for ours in nimbus_api::crds() {
         let name = ours.metadata.name.clone().expect("named");
         let path = format!("{dir}/{name}.yaml").replacen(
@@ -53,9 +52,7 @@ fn crds_are_compatible_with_the_original_nimbus_crds() {
             1,
         );
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!(
-                "the original CRD {path} is needed for this test (../shared beside the repo): {e}"
-            )
+            panic!("the original CRD {path} is vendored in the repository: {e}")
         });
         let original: CustomResourceDefinition =
             serde_yaml_ng::from_str(&text).expect("original CRD parses");
@@ -72,7 +69,16 @@ fn crds_are_compatible_with_the_original_nimbus_crds() {
             (&v.name, v.served, v.storage),
             (&o.name, o.served, o.storage)
         );
-        let columns = |c: &Option<Vec<_>>| serde_json::to_value(c).expect("json");
+        // The same columns; ours may show by default what the original kept for `-o wide`.
+        let columns = |c: &Option<Vec<CustomResourceColumnDefinition>>| {
+            let mut c: Vec<_> = c
+                .iter()
+                .flatten()
+                .map(|c| (c.name.clone(), c.json_path.clone(), c.type_.clone()))
+                .collect();
+            c.sort();
+            c
+        };
         assert_eq!(
             columns(&v.additional_printer_columns),
             columns(&o.additional_printer_columns),
@@ -86,5 +92,28 @@ fn crds_are_compatible_with_the_original_nimbus_crds() {
             r
         };
         assert_eq!(required(v), required(o), "{name}: required status fields");
+    }
+}
+
+/// `kubectl get si` answers "which intent, enforced how" without `-o wide`.
+#[test]
+fn security_intents_list_their_id_and_action() {
+    let crd = nimbus_api::crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == "SecurityIntent")
+        .expect("SecurityIntent CRD");
+    let columns: Vec<(String, Option<i32>)> = crd.spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| (c.name.clone(), c.priority))
+        .collect();
+    for wanted in ["ID", "Action"] {
+        assert!(
+            columns
+                .iter()
+                .any(|(name, priority)| name == wanted && priority.unwrap_or(0) == 0),
+            "{wanted} is not a default column: {columns:?}"
+        );
     }
 }

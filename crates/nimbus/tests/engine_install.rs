@@ -55,7 +55,7 @@ async fn a_missing_engine_is_reported_until_its_crd_is_installed() {
         .is_none()
     );
 
-    install_engine_crd(&client, "kubearmor_KubeArmorPolicy.yaml").await;
+    install_engine_crd(&client, nimbus_testenv::upstream::KUBEARMOR_POLICY).await;
     eventually("the KubeArmorPolicy once the CRD is installed", || async {
         native(
             &client,

@@ -352,8 +352,7 @@ async fn install_virtual_patch_db(client: &Client) {
 async fn every_nimbus_example_produces_its_native_policies() {
     let e = env("examples").await;
     install_virtual_patch_db(&e.client).await;
-    let root =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference/nimbus-examples");
+    let root = common::original_nimbus("examples");
     let csibs: Api<ClusterSecurityIntentBinding> = Api::all(e.client.clone());
     let cwnps: Api<ClusterNimbusPolicy> = Api::all(e.client.clone());
     for example in EXAMPLES {

@@ -220,8 +220,8 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
 
     // What `helm install` creates, except the workload itself, which runs in-process here.
     let objects = common::install_chart_without_workload(&admin).await;
-    for file in ENGINE_CRDS {
-        install_engine_crd(&admin, file).await;
+    for crd in ENGINE_CRDS {
+        install_engine_crd(&admin, crd).await;
     }
 
     let deployment = rendered(&objects, "Deployment", RELEASE);

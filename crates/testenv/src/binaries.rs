@@ -48,13 +48,55 @@ pub(crate) fn locate(fake_nodes: bool) -> Result<PathBuf, Error> {
     }
 }
 
+/// The build script and the pinned modules it builds from, compiled in so that a binary built
+/// from this crate (`nimbus dev`) needs no source tree. The script keys its cache by this
+/// content, so a copy finds what `make control-plane` built from the repository, and vice versa.
+const BUILD_INPUTS: [(&str, &str); 7] = [
+    (
+        "hack/build-control-plane.sh",
+        include_str!("../../../hack/build-control-plane.sh"),
+    ),
+    (
+        "tools/etcd/go.mod",
+        include_str!("../../../tools/etcd/go.mod"),
+    ),
+    (
+        "tools/etcd/go.sum",
+        include_str!("../../../tools/etcd/go.sum"),
+    ),
+    (
+        "tools/k8s/go.mod",
+        include_str!("../../../tools/k8s/go.mod"),
+    ),
+    (
+        "tools/k8s/go.sum",
+        include_str!("../../../tools/k8s/go.sum"),
+    ),
+    (
+        "tools/kwok/go.mod",
+        include_str!("../../../tools/kwok/go.mod"),
+    ),
+    (
+        "tools/kwok/go.sum",
+        include_str!("../../../tools/kwok/go.sum"),
+    ),
+];
+
 fn run_build_script() -> Result<PathBuf, Error> {
-    // Tests run with the crate as working directory and `CARGO_MANIFEST_DIR` may be absent at
-    // run time, so the workspace is located from the compile-time path.
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/build-control-plane.sh");
-    let script = script.canonicalize().unwrap_or(script);
+    let inputs = tempfile::Builder::new()
+        .prefix("nimbus-control-plane-build-")
+        .tempdir()
+        .map_err(|e| Error::io("creating", &std::env::temp_dir(), e))?;
+    for (path, content) in BUILD_INPUTS {
+        let path = inputs.path().join(path);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
+        }
+        std::fs::write(&path, content).map_err(|e| Error::io("writing", &path, e))?;
+    }
+    let script = inputs.path().join(BUILD_INPUTS[0].0);
     let failed = |reason: String| Error::BuildScript {
-        script: script.clone(),
+        script: PathBuf::from(BUILD_INPUTS[0].0),
         reason,
     };
     tracing::info!(script = %script.display(), "locating control-plane binaries");

@@ -48,6 +48,7 @@ mod manifests;
 mod net;
 mod process;
 mod shared;
+pub mod upstream;
 mod workdir;
 
 pub use certs::{ServingCert, serving_cert};

@@ -4,6 +4,9 @@
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
+use nimbus_testenv::upstream::{
+    EngineCrd, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY,
+};
 use nimbus_testenv::{ControlPlane, apply_yaml};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -44,6 +47,13 @@ pub fn operator(resync: Duration) -> &'static ControlPlane {
     static OPERATOR: OnceLock<()> = OnceLock::new();
     let cp = cluster();
     OPERATOR.get_or_init(|| {
+        // `NIMBUS_TEST_LOG=nimbus_operator=debug` shows what the operator did, for a failing test.
+        if let Ok(filter) = std::env::var("NIMBUS_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+        }
         let config = cp.config().clone();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
@@ -195,34 +205,22 @@ pub fn binding(name: &str, intents: &[&str], labels: serde_json::Value) -> serde
     })
 }
 
-/// The upstream KubeArmor and Kyverno CRDs (`../shared/reference/engine-crds`).
-pub fn engine_crds_dir() -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/reference/engine-crds");
-    assert!(
-        dir.is_dir(),
-        "engine CRDs not found at {} (the repository expects ../shared beside it)",
-        dir.display()
-    );
-    dir
-}
+/// The CRDs of every engine the operator writes to.
+pub const ENGINE_CRDS: [EngineCrd; 3] = [KUBEARMOR_POLICY, KYVERNO_POLICY, KYVERNO_CLUSTER_POLICY];
 
-/// Installs the engine CRD in `file` (a file name in [`engine_crds_dir`]).
-pub async fn install_engine_crd(client: &Client, file: &str) {
-    let path = engine_crds_dir().join(file);
-    let yaml = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    apply_yaml(client, &yaml)
+/// Installs `crd`.
+pub async fn install_engine_crd(client: &Client, crd: EngineCrd) {
+    crd.install(client)
         .await
-        .unwrap_or_else(|e| panic!("installing {}: {e}", path.display()));
+        .unwrap_or_else(|e| panic!("installing {}: {e}", crd.file));
 }
 
-/// The CRDs of every engine, and what the k8tls engine needs in its namespace.
-pub const ENGINE_CRDS: [&str; 3] = [
-    "kubearmor_KubeArmorPolicy.yaml",
-    "kyverno.io_policies.yaml",
-    "kyverno.io_clusterpolicies.yaml",
-];
+/// Where the original Nimbus project's files are vendored (`upstream/nimbus`).
+pub fn original_nimbus(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../upstream/nimbus")
+        .join(path)
+}
 
 /// [`cluster`] with every engine installed (before any operator starts).
 pub fn cluster_with_engines() -> &'static ControlPlane {
@@ -231,8 +229,8 @@ pub fn cluster_with_engines() -> &'static ControlPlane {
     ENGINES.get_or_init(|| {
         on_own_runtime(async {
             let client = cp.client().expect("client");
-            for file in ENGINE_CRDS {
-                install_engine_crd(&client, file).await;
+            for crd in ENGINE_CRDS {
+                install_engine_crd(&client, crd).await;
             }
             let k8tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../../charts/nimbus/files/k8tls/environment.yaml");
