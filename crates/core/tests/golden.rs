@@ -32,6 +32,7 @@ use nimbus_core::engines::{
     EngineSet, Environment, Problem, Translation, VirtualPatches, translate, virtual_patch,
 };
 use nimbus_core::engines::{Generated, PolicyInput};
+use nimbus_core::namespaces::ProtectedNamespaces;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -533,9 +534,10 @@ fn kyverno_match(kind: &str, namespaces: Option<Value>, selector: Option<Value>)
     json!({"any": [{"resources": resources}], "resources": {}})
 }
 
-/// §3.2 exclude of a cluster policy: kube-system first, then the excluded names.
+/// Exclude of a cluster policy: the protected namespaces (by default kube-system and k8tls's;
+/// Nimbus excluded only kube-system), then the excluded names.
 fn cluster_exclude(exclude_names: Option<Value>) -> Value {
-    let mut any = vec![json!({"resources": {"namespaces": ["kube-system"]}})];
+    let mut any = vec![json!({"resources": {"namespaces": ["kube-system", "nimbus-k8tls-env"]}})];
     if let Some(names) = exclude_names {
         any.push(json!({"resources": {"namespaces": names}}));
     }
@@ -987,6 +989,29 @@ fn kyverno_escape_to_host_cluster_match_names() {
         )],
     );
     assert_eq!(entries(&t), ["KyvernoClusterPolicy/web-csib-escapetohost"]);
+}
+
+/// The operator's own namespace, when protected, is exempt from cluster-wide admission rules
+/// like kube-system: a cluster binding must not be able to stop the operator's pods.
+#[test]
+fn kyverno_cluster_policies_exclude_every_protected_namespace() {
+    let env = Environment {
+        protected_namespaces: ProtectedNamespaces::defaults(Some("nimbus-system"), "scans"),
+        ..Environment::default()
+    };
+    let t = run_cwnp_with(
+        &cwnp(
+            json!({"matchNames": ["*"]}),
+            Value::Null,
+            vec![block("escapeToHost", "No breakouts")],
+        ),
+        &env,
+    );
+    let policy = &all(&t)[0];
+    assert_eq!(
+        policy["spec"]["rules"][0]["exclude"]["any"][0],
+        json!({"resources": {"namespaces": ["kube-system", "nimbus-system", "scans"]}})
+    );
 }
 
 #[test]

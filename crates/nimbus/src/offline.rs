@@ -427,6 +427,7 @@ pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
             }
         },
         sandbox_cluster_roles: args.sandbox.roles(),
+        protected_namespaces: ProtectedNamespaces::new(&args.protected_namespaces),
         ..Environment::default()
     };
     let (objects, warnings) = translate_all(&loaded, args, &env, &engine_set(args))?;

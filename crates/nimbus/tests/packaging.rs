@@ -151,7 +151,6 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ),
         ("", &["namespaces"], READ, &[]),
         ("", &["nodes"], &["list", "watch"], &[]),
-        ("", &["configmaps"], READ, &[]),
         (
             "apiextensions.k8s.io",
             &["customresourcedefinitions"],
@@ -163,7 +162,6 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ("networking.k8s.io", &["networkpolicies"], OWN, &[]),
         ("security.kubearmor.com", &["kubearmorpolicies"], OWN, &[]),
         ("kyverno.io", &["policies", "clusterpolicies"], OWN, &[]),
-        ("batch", &["cronjobs"], READ, &[]),
         ("rbac.authorization.k8s.io", &["rolebindings"], OWN, &[]),
         (
             "rbac.authorization.k8s.io",
@@ -174,12 +172,11 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
     ])
 }
 
-/// What the k8tls engine writes, granted only in its namespace.
+/// What the k8tls engine reads and writes, granted only in its namespace.
 fn expected_k8tls_role() -> BTreeSet<Grant> {
-    const WRITE: &[&str] = &["create", "patch", "update", "delete"];
     grant_set(&[
-        ("batch", &["cronjobs"], WRITE, &[]),
-        ("", &["configmaps"], WRITE, &[]),
+        ("batch", &["cronjobs"], OWN, &[]),
+        ("", &["configmaps"], OWN, &[]),
     ])
 }
 

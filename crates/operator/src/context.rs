@@ -132,6 +132,7 @@ impl Context {
             k8tls_image: e.k8tls_image.clone(),
             virtual_patches,
             sandbox_cluster_roles: e.sandbox_cluster_roles.clone(),
+            protected_namespaces: self.protected_namespaces.clone(),
         }
     }
 }

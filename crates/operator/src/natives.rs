@@ -20,9 +20,17 @@ pub fn managed_selector() -> String {
     format!("{MANAGED_BY} in ({})", managers.join(","))
 }
 
-pub fn cache(client: &Client, kind: &'static NativeKind) -> Cache<DynamicObject> {
+/// The cache of one native kind, watched in `namespace` only when given.
+pub fn cache(
+    client: &Client,
+    kind: &'static NativeKind,
+    namespace: Option<&str>,
+) -> Cache<DynamicObject> {
     let resource = kind.api_resource();
-    let api = Api::all_with(client.clone(), &resource);
+    let api = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
     let config = watcher::Config::default().labels(&managed_selector());
     // managedFields stay: they tell our fields from server defaults and others' additions.
     Cache::with(api, resource, config)

@@ -26,7 +26,7 @@ use nimbus_core::engines::{
     self, DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, NativeKind,
 };
 use nimbus_core::namespaces::{self, ProtectedNamespaces};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -127,14 +127,24 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     // Engines: which kinds are served, one cache per native kind, and the cluster facts the
     // translations read.
     let (served, availability_driver) = availability::track(client.clone(), &config.engines);
-    let native_kinds: BTreeSet<&'static NativeKind> = config
+    // k8tls writes only into its own namespace, so its kinds are watched only there: the
+    // operator needs no cluster-wide read of CronJobs and ConfigMaps.
+    let native_kinds: BTreeMap<&'static NativeKind, Option<&str>> = config
         .engines
         .iter()
-        .flat_map(|e| engines::kinds(*e).iter().copied())
+        .flat_map(|e| {
+            let namespace = (*e == Engine::K8tls).then_some(config.k8tls_namespace.as_str());
+            engines::kinds(*e)
+                .iter()
+                .map(move |kind| (*kind, namespace))
+        })
         .collect();
     let mut native_caches: Vec<(&'static NativeKind, Cache<DynamicObject>)> = native_kinds
         .into_iter()
-        .map(|kind| (kind, counted(natives::cache(&client, kind), &metrics)))
+        .map(|(kind, namespace)| {
+            let cache = natives::cache(&client, kind, namespace);
+            (kind, counted(cache, &metrics))
+        })
         .collect();
     let mut node_cache = config.engines.contains(&Engine::NetworkPolicy).then(|| {
         let cache = Cache::<Node>::new(Api::all(client.clone())).strip(|n| {

@@ -13,7 +13,6 @@ use super::{
 };
 use crate::catalog::{Engine, param_value};
 use crate::names::MAX_NAME_LEN;
-use crate::namespaces::KUBE_SYSTEM;
 use kube::Resource;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
 use serde_json::{Value, json};
@@ -30,7 +29,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
             let body = json!({
                 "name": "pod-security-standard",
                 "match": matching(policy, POD),
-                "exclude": excluding(policy),
+                "exclude": excluding(policy, env),
                 "mutate": {},
                 "validate": {"podSecurity": {"level": level, "version": "latest"}},
                 "generate": no_generate(),
@@ -94,7 +93,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
             let body = json!({
                 "name": "add-runtime-class-to-pods",
                 "match": matching(policy, DEPLOYMENT),
-                "exclude": excluding(policy),
+                "exclude": excluding(policy, env),
                 "mutate": {
                     "targets": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
                     "patchStrategicMerge": runtime_class_patch(rule),
@@ -208,13 +207,15 @@ fn matching(policy: &PolicyInput, kind: &str) -> Value {
     json!({"any": [{"resources": resources}], "resources": {}})
 }
 
-/// `exclude`: nothing for a namespaced policy; kube-system and the excluded namespaces for a
-/// cluster policy.
-fn excluding(policy: &PolicyInput) -> Value {
+/// `exclude`: nothing for a namespaced policy; the protected and the excluded namespaces for a
+/// cluster policy (Nimbus excluded only kube-system: a cluster binding's admission rules then
+/// also held pods of the operator's and k8tls's namespaces).
+fn excluding(policy: &PolicyInput, env: &Environment) -> Value {
     let Some(namespaces) = &policy.namespaces else {
         return json!({"resources": {}});
     };
-    let mut any = vec![json!({"resources": {"namespaces": [KUBE_SYSTEM]}})];
+    let protected: Vec<&str> = env.protected_namespaces.iter().collect();
+    let mut any = vec![json!({"resources": {"namespaces": protected}})];
     if let Some(excluded) = namespaces.exclude_names.as_ref().filter(|e| !e.is_empty()) {
         any.push(json!({"resources": {"namespaces": excluded}}));
     }

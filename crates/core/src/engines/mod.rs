@@ -11,6 +11,7 @@ pub mod virtual_patch;
 
 use crate::catalog::{self, BindingKind, Engine, Origin};
 use crate::names;
+use crate::namespaces::ProtectedNamespaces;
 use crate::objects::controller_reference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::core::{ApiResource, DynamicObject, TypeMeta};
@@ -234,6 +235,8 @@ pub struct Environment {
     /// The only ClusterRoles namespaceSandbox may grant (the operator's RBAC `bind` grant
     /// must cover the same names).
     pub sandbox_cluster_roles: BTreeSet<String>,
+    /// Namespaces cluster bindings never reach; cluster-wide admission rules exclude them.
+    pub protected_namespaces: ProtectedNamespaces,
 }
 
 impl Default for Environment {
@@ -248,6 +251,7 @@ impl Default for Environment {
                 .iter()
                 .map(|r| (*r).to_owned())
                 .collect(),
+            protected_namespaces: ProtectedNamespaces::default(),
         }
     }
 }
