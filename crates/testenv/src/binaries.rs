@@ -86,7 +86,7 @@ fn run_build_script() -> Result<PathBuf, Error> {
     let inputs = tempfile::Builder::new()
         .prefix("nimbus-control-plane-build-")
         .tempdir()
-        .map_err(|e| Error::io("creating", &std::env::temp_dir(), e))?;
+        .map_err(|e| Error::io("creating", std::env::temp_dir(), e))?;
     for (path, content) in BUILD_INPUTS {
         let path = inputs.path().join(path);
         if let Some(dir) = path.parent() {
