@@ -30,6 +30,7 @@ pub struct WorkloadScope {
     /// Pods whose labels match. An absent or empty selector selects every pod in scope, as in
     /// Kubernetes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::selector::nullable_label_selector")]
     pub workload_selector: Option<LabelSelector>,
 }
 
@@ -126,6 +127,7 @@ pub struct ClusterSelector {
     pub ns_selector: Option<NamespaceSelector>,
     /// Pods within the selected namespaces; absent or empty selects every pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::selector::nullable_label_selector")]
     pub workload_selector: Option<LabelSelector>,
 }
 

@@ -1,8 +1,31 @@
 //! Selectors shared by bindings and policies.
 
-use schemars::JsonSchema;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// The schema of an optional label selector whose fields also accept `null`: server-side apply
+/// stores a field that a later apply empties (`matchLabels: {}` over an earlier
+/// `{app: web}`) as `null`, which a plain schema rejects, so `kubectl apply --server-side`
+/// of the emptied selector would fail.
+pub(crate) fn nullable_label_selector(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = <Option<LabelSelector>>::json_schema(generator);
+    if let Some(properties) = schema
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for field in ["matchLabels", "matchExpressions"] {
+            if let Some(property) = properties
+                .get_mut(field)
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                property.insert("nullable".into(), true.into());
+            }
+        }
+    }
+    schema
+}
 
 /// `matchNames` value that selects every namespace (except the protected ones).
 pub const WORKLOAD_ALL_NAMESPACES: &str = "*";

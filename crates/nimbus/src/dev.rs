@@ -255,7 +255,7 @@ async fn summary(client: &kube::Client) -> anyhow::Result<String> {
                 .map(|native| vec![native, policy.clone()]),
         );
     }
-    native_rows.sort();
+    native_rows.sort_by(|a, b| (&a[1], &a[0]).cmp(&(&b[1], &b[0])));
 
     let mut out = String::new();
     out += &table(&["BINDING", "INTENTS", "READY", "REASON"], &binding_rows);

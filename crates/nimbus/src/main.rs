@@ -4,6 +4,11 @@
 mod dev;
 mod offline;
 
+/// The fuzz tests' case generator, shared with the integration tests.
+#[cfg(test)]
+#[path = "../tests/common/cases.rs"]
+mod cases;
+
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use nimbus_core::catalog::Engine;

@@ -150,3 +150,39 @@ async fn severity_defaults_to_low_as_in_nimbus() {
     .await;
     assert_eq!(si.spec.intent.severity, "Low");
 }
+
+/// `kubectl apply --server-side` of a binding whose selector was emptied: server-side apply
+/// stores the emptied field as `null`, which the schema must accept.
+#[tokio::test]
+async fn an_emptied_selector_can_be_applied_server_side() {
+    use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
+    let cp = common::cluster();
+    let ns = cp.test_namespace("emptied").await.expect("namespace");
+    let client = cp.client().expect("client");
+    let sibs: kube::Api<SecurityIntentBinding> = kube::Api::namespaced(client.clone(), ns.name());
+    let csibs: kube::Api<ClusterSecurityIntentBinding> = kube::Api::all(client);
+    let name = common::unique("emptied");
+    let sib = |selector: serde_json::Value| {
+        json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+               "metadata": {"name": name},
+               "spec": {"intents": [{"name": "dns"}], "selector": {"workloadSelector": selector}}})
+    };
+    let csib = |selector: serde_json::Value| {
+        json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+               "metadata": {"name": name},
+               "spec": {"intents": [{"name": "dns"}],
+                        "selector": {"nsSelector": {"matchNames": ["*"]}, "workloadSelector": selector}}})
+    };
+    for selector in [
+        json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "Exists"}]}),
+        json!({"matchLabels": {}, "matchExpressions": []}),
+    ] {
+        common::apply(&sibs, &name, &sib(selector.clone())).await;
+        common::apply(&csibs, &name, &csib(selector)).await;
+    }
+    let stored = common::get(&sibs, &name).await.expect("binding");
+    let selector = stored.spec.selector.workload_selector.unwrap_or_default();
+    assert!(selector.match_labels.unwrap_or_default().is_empty());
+    assert!(selector.match_expressions.unwrap_or_default().is_empty());
+    common::delete(&csibs, &name).await;
+}

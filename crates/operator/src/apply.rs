@@ -75,7 +75,9 @@ where
             source,
         })?;
     let name = desired.name_any();
-    match drift::plan(&want, have.as_ref(), manager) {
+    let write = drift::plan(&want, have.as_ref(), manager);
+    tracing::debug!(object = %context(), ?write, "sync");
+    match write {
         Write::Nothing => return Ok(false),
         Write::Apply => {
             api.patch(
@@ -88,7 +90,7 @@ where
         }
         Write::Replace => {
             let have = have.unwrap_or_default();
-            let body = replacement(want, &have);
+            let body = replacement(want, &have, manager);
             let body: K = serde_json::from_value(body).map_err(|source| Error::Serialize {
                 object: context(),
                 source,
@@ -122,19 +124,41 @@ fn stamp(want: &mut Value) {
 }
 
 /// `want` as a full replacement of `have`: our body, the observed status, our labels,
-/// annotations and owners over the observed ones, and the observed resourceVersion so that a
-/// concurrent change makes it fail rather than be overwritten.
-fn replacement(mut want: Value, have: &Value) -> Value {
+/// annotations and owners over the observed ones (less those we applied and no longer want),
+/// and the observed resourceVersion so that a concurrent change makes it fail rather than be
+/// overwritten.
+fn replacement(mut want: Value, have: &Value, manager: &str) -> Value {
+    // What we applied before, to tell our stale labels and annotations from others'.
+    let applied = have
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|e| {
+            e.get("manager").and_then(Value::as_str) == Some(manager)
+                && e.get("operation").and_then(Value::as_str) == Some("Apply")
+                && e.get("subresource").is_none_or(|s| s.as_str() == Some(""))
+        });
     let merged = |field: &str| {
         let mut map = have
             .pointer(&format!("/metadata/{field}"))
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();
-        if let Some(ours) = want
+        let ours = want
             .pointer(&format!("/metadata/{field}"))
+            .and_then(Value::as_object);
+        let stale = applied
+            .and_then(|a| a.pointer(&format!("/fieldsV1/f:metadata/f:{field}")))
             .and_then(Value::as_object)
-        {
+            .into_iter()
+            .flat_map(|owned| owned.keys())
+            .filter_map(|key| key.strip_prefix("f:"))
+            .filter(|key| ours.is_none_or(|ours| !ours.contains_key(*key)));
+        for key in stale.collect::<Vec<_>>() {
+            map.remove(key);
+        }
+        if let Some(ours) = ours {
             map.extend(ours.clone());
         }
         Value::Object(map)
@@ -254,25 +278,29 @@ pub fn reconciling(message: String, generation: Option<i64>) -> Condition {
     )
 }
 
+/// `text` cut at a character boundary so that, with the `… (N more bytes)` it then ends in, it
+/// is at most `max` bytes long.
+pub(crate) fn bounded(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    // Room for the suffix: the ellipsis (3 bytes), up to 20 digits and the words.
+    let mut cut = max.saturating_sub(40);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let dropped = text.len() - cut;
+    text.truncate(cut);
+    text.push_str(&format!("… ({dropped} more bytes)"));
+    text
+}
+
 /// Longest condition message written; longer ones are cut (an object's whole size is bounded
 /// by etcd, and a list of thousands of names helps nobody).
 const MAX_MESSAGE: usize = 4096;
 
-fn condition(
-    status: &str,
-    reason: &str,
-    mut message: String,
-    generation: Option<i64>,
-) -> Condition {
-    if message.len() > MAX_MESSAGE {
-        let mut cut = MAX_MESSAGE;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let dropped = message.len() - cut;
-        message.truncate(cut);
-        message.push_str(&format!("… ({dropped} more bytes)"));
-    }
+fn condition(status: &str, reason: &str, message: String, generation: Option<i64>) -> Condition {
+    let message = bounded(message, MAX_MESSAGE);
     Condition {
         type_: nimbus_api::condition::READY.to_owned(),
         status: status.to_owned(),
@@ -280,5 +308,38 @@ fn condition(
         message,
         observed_generation: generation,
         last_transition_time: Time(Timestamp::UNIX_EPOCH),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replacement_drops_our_stale_labels_and_keeps_others() {
+        let have = json!({
+            "metadata": {
+                "name": "p", "resourceVersion": "7",
+                "labels": {"ours": "x", "stale": "y", "theirs": "z"},
+                "managedFields": [
+                    {"manager": FIELD_MANAGER, "operation": "Apply",
+                     "fieldsV1": {"f:metadata": {"f:labels": {"f:ours": {}, "f:stale": {}}}}},
+                    {"manager": "kubectl", "operation": "Update",
+                     "fieldsV1": {"f:metadata": {"f:labels": {"f:theirs": {}}}}},
+                ],
+            },
+            "spec": {"old": true},
+            "status": {"s": 1},
+        });
+        let want =
+            json!({"metadata": {"name": "p", "labels": {"ours": "x2"}}, "spec": {"new": true}});
+        let body = replacement(want, &have, FIELD_MANAGER);
+        assert_eq!(
+            body["metadata"]["labels"],
+            json!({"ours": "x2", "theirs": "z"})
+        );
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
+        assert_eq!(body["spec"], json!({"new": true}));
+        assert_eq!(body["status"], json!({"s": 1}));
     }
 }

@@ -68,14 +68,10 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
         .filter(main_resource)
         .filter(|e| !is_ours(e))
         .any(|e| {
-            let fields = body_fields(e);
-            if e.get("manager").and_then(Value::as_str) == Some(manager) {
-                fields
-                    .iter()
-                    .any(|(key, owned)| beyond(key, owned, desired))
-            } else {
-                !fields.is_empty()
-            }
+            let fields = serde_json::Value::Object(body_fields(e).into_iter().collect());
+            let wanted =
+                (e.get("manager").and_then(Value::as_str) == Some(manager)).then_some(desired);
+            holds_beyond(&fields, observed, wanted)
         });
     if needs_replace {
         return Write::Replace;
@@ -91,7 +87,7 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
     };
     // Apply would remove what we no longer generate, but an object it empties becomes `null`,
     // which most schemas reject (an emptied `selector`): replace instead.
-    if owns_beyond(ours, desired) {
+    if holds_beyond(ours, observed, Some(desired)) {
         return Write::Replace;
     }
     if !body_covered(observed, desired) || !meta_covered(observed, desired) {
@@ -100,42 +96,64 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
     Write::Nothing
 }
 
-/// Whether the field set `owned` (a `fieldsV1` tree) holds a field that `value` does not have.
-pub fn owns_beyond(owned: &Value, value: &Value) -> bool {
-    owned
-        .as_object()
-        .is_some_and(|fields| fields.iter().any(|(key, sub)| beyond(key, sub, value)))
+/// Whether the field set `owned` (a `fieldsV1` tree) names a field that `observed` has and
+/// `desired` does not (with `desired` `None`: any field `observed` has). Fields the object no
+/// longer has do not count: a replace removes a field without taking it out of our applied
+/// field set, and replacing again would change nothing, forever.
+pub fn holds_beyond(owned: &Value, observed: &Value, desired: Option<&Value>) -> bool {
+    owned.as_object().is_some_and(|fields| {
+        fields.iter().any(|(key, sub)| {
+            if key == "." {
+                return false;
+            }
+            let Some(have) = child(key, observed) else {
+                // A path element this code does not know: assume the worst.
+                return true;
+            };
+            let Some(have) = have.filter(|v| !v.is_null()) else {
+                return false;
+            };
+            let want = match desired.map(|d| child(key, d)) {
+                None => None,
+                Some(None) => return true,
+                Some(Some(want)) => want.filter(|v| !v.is_null()),
+            };
+            match want {
+                Some(want) => holds_beyond(sub, have, Some(want)),
+                // Present and unwanted: it counts if it is owned itself or by parts it has.
+                None => owns_itself(sub) || holds_beyond(sub, have, None),
+            }
+        })
+    })
 }
 
-/// Whether the `fieldsV1` entry `key` (with subtree `owned`) names something missing from
-/// `value`, at that entry or below it.
-fn beyond(key: &str, owned: &Value, value: &Value) -> bool {
-    if key == "." {
-        return false;
-    }
-    let child = match key.split_at_checked(2) {
-        Some(("f:", name)) => value.get(name),
-        Some(("k:", item)) => serde_json::from_str::<Value>(item).ok().and_then(|item| {
+/// Whether a `fieldsV1` subtree owns the field it is under (not only parts of it).
+fn owns_itself(sub: &Value) -> bool {
+    sub.as_object()
+        .is_none_or(|fields| fields.is_empty() || fields.contains_key("."))
+}
+
+/// The element the `fieldsV1` entry `key` names in `value`: `Some(None)` when absent, `None`
+/// when the key is of a kind this code does not know.
+fn child<'a>(key: &str, value: &'a Value) -> Option<Option<&'a Value>> {
+    Some(match key.split_at_checked(2)? {
+        ("f:", name) => value.get(name),
+        ("k:", item) => serde_json::from_str::<Value>(item).ok().and_then(|item| {
             value
                 .as_array()
                 .and_then(|list| list.iter().find(|e| matches_key(e, &item)))
         }),
-        Some(("v:", item)) => serde_json::from_str::<Value>(item).ok().and_then(|item| {
+        ("v:", item) => serde_json::from_str::<Value>(item).ok().and_then(|item| {
             value
                 .as_array()
                 .and_then(|l| l.iter().find(|e| **e == item))
         }),
-        Some(("i:", index)) => index
+        ("i:", index) => index
             .parse::<usize>()
             .ok()
             .and_then(|i| value.as_array().and_then(|l| l.get(i))),
-        // A path element this code does not know: assume the worst, a write sorts it out.
-        _ => return true,
-    };
-    match child {
-        None | Some(Value::Null) => true,
-        Some(child) => owns_beyond(owned, child),
-    }
+        _ => return None,
+    })
 }
 
 /// Whether list element `e` is the one an associative-list key designates. A key field the
@@ -186,10 +204,14 @@ fn meta_covered(observed: &Value, desired: &Value) -> bool {
 
 /// Whether `have` holds everything `want` says: objects may carry extra keys (server defaults;
 /// extra keys someone owns are caught by [`plan`]), lists must have the same length with each
-/// element covered, scalars must be equal. A `null` we want is the same as a field left out.
+/// element covered, scalars must be equal. A `null` we want is the same as a field left out,
+/// and so is an empty list or object: built-in kinds drop those (`values: []` of an `Exists`
+/// requirement), and wanting them back would rewrite the object forever.
 pub fn covers(have: &Value, want: &Value) -> bool {
     match (have, want) {
         (_, Value::Null) => true,
+        (Value::Null, Value::Array(want)) if want.is_empty() => true,
+        (Value::Null, Value::Object(want)) if want.is_empty() => true,
         (Value::Object(have), Value::Object(want)) => want
             .iter()
             .all(|(k, v)| covers(have.get(k).unwrap_or(&Value::Null), v)),
@@ -252,6 +274,31 @@ mod tests {
         assert_eq!(
             plan(&desired(json!({"app": "web"})), Some(&observed), US),
             Write::Nothing
+        );
+    }
+
+    /// After our replace removed `tier`, our applied field set still names it (only an apply
+    /// updates it): that is no reason to replace again, which would change nothing forever.
+    #[test]
+    fn fields_we_once_applied_and_the_object_no_longer_has_need_nothing() {
+        let observed = stored(
+            json!({"app": "web"}),
+            vec![
+                entry(US, "Apply", our_fields(&["app", "tier"])),
+                entry(US, "Update", our_fields(&["app"])),
+            ],
+        );
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::Nothing
+        );
+        let with_tier = stored(
+            json!({"app": "web", "tier": "fe"}),
+            vec![entry(US, "Apply", our_fields(&["app", "tier"]))],
+        );
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&with_tier), US),
+            Write::Replace
         );
     }
 
@@ -379,12 +426,20 @@ mod tests {
             json!({"containers": [{"name": "a", "ports": [{"containerPort": 80}]}], "set": ["x"]});
         let owned = json!({"f:containers": {"k:{\"name\":\"a\"}": {".": {}, "f:ports": {
             "k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {}}}}, "f:set": {"v:\"x\"": {}}});
-        assert!(!owns_beyond(&owned, &value));
+        let wants = |owned: &Value, desired: &Value| holds_beyond(owned, &value, Some(desired));
+        assert!(!wants(&owned, &value));
+        // The object has container a and set element x; we no longer want them.
+        let fewer = json!({"containers": [], "set": []});
+        assert!(wants(&owned, &fewer));
+        // Owned elements the object does not have need no replace.
         let gone = json!({"f:containers": {"k:{\"name\":\"b\"}": {}}});
-        assert!(owns_beyond(&gone, &value));
-        assert!(owns_beyond(&json!({"f:set": {"v:\"y\"": {}}}), &value));
-        assert!(owns_beyond(&json!({"f:containers": {"i:3": {}}}), &value));
-        assert!(owns_beyond(&json!({"x:unknown": {}}), &value));
+        assert!(!wants(&gone, &value));
+        assert!(!wants(&json!({"f:set": {"v:\"y\"": {}}}), &value));
+        assert!(!wants(&json!({"f:containers": {"i:3": {}}}), &value));
+        assert!(wants(&json!({"x:unknown": {}}), &value));
+        // Without a desired value: whether the object has anything of it.
+        assert!(holds_beyond(&owned, &value, None));
+        assert!(!holds_beyond(&gone, &value, None));
     }
 
     #[test]
@@ -400,7 +455,9 @@ mod tests {
             &json!({"spec": {"a": [{"x": 1}, {"x": 1}], "empty": {}}}),
             &want
         ));
-        assert!(!covers(&json!({"spec": {"a": [{"x": 1}]}}), &want));
+        assert!(!covers(&json!({"spec": {"empty": {}}}), &want));
+        // Left out is the same as null or empty: the server drops those.
+        assert!(covers(&json!({"spec": {"a": [{"x": 1}]}}), &want));
         assert!(covers(&json!({}), &json!({"k": null})));
     }
 
@@ -424,5 +481,18 @@ mod tests {
             plan(&desired(json!({"app": "web"})), Some(&observed), US),
             Write::Apply
         );
+    }
+
+    #[test]
+    fn empty_lists_the_server_drops_are_no_difference() {
+        let mut want = desired(json!({"app": "web"}));
+        want["spec"]["podSelector"]["matchExpressions"] =
+            json!([{"key": "tier", "operator": "Exists", "values": []}]);
+        let mut have = stored(json!({"app": "web"}), vec![]);
+        have["spec"]["podSelector"]["matchExpressions"] =
+            json!([{"key": "tier", "operator": "Exists"}]);
+        assert!(body_covered(&have, &want));
+        want["spec"]["podSelector"]["matchExpressions"][0]["values"] = json!(["x"]);
+        assert!(!body_covered(&have, &want));
     }
 }

@@ -459,7 +459,9 @@ where
             in_flight.inc();
             let started = Instant::now();
             let key = crate::controllers::failure_key(&*obj);
+            let (name, namespace) = (obj.name_any(), obj.namespace());
             let result = reconcile(obj, ctx.clone()).await;
+            tracing::debug!(controller, %name, ?namespace, ?result, "reconciled");
             in_flight.dec();
             if result.is_ok() {
                 ctx.forget_failures(&key);

@@ -2,6 +2,8 @@
 //! own namespace(s) and with uniquely named cluster-scoped objects.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod cases;
+
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use nimbus_testenv::upstream::{

@@ -58,6 +58,11 @@ fn retry_delay(failures: u32, permanent: bool, resync: Duration) -> Duration {
         .min(resync)
 }
 
+/// Longest object name an event can be recorded for (253 minus `.<16 hex digits>`).
+const MAX_EVENT_SUBJECT_NAME: usize = 253 - 17;
+/// Longest event note the API server accepts, in bytes.
+const MAX_EVENT_NOTE: usize = 1024;
+
 /// Publishes an event on `obj`; a failure to record is logged, never fails the reconcile.
 async fn publish<K: Resource<DynamicType = ()>>(
     ctx: &Context,
@@ -66,10 +71,15 @@ async fn publish<K: Resource<DynamicType = ()>>(
     reason: &str,
     note: String,
 ) {
+    // The recorder names an event `<object>.<16 hex digits>`, which must stay a valid name.
+    if obj.name_any().len() > MAX_EVENT_SUBJECT_NAME {
+        tracing::debug!(name = %obj.name_any(), reason, "name too long for an event; not recorded");
+        return;
+    }
     let event = Event {
         type_,
         reason: reason.to_owned(),
-        note: Some(note),
+        note: Some(crate::apply::bounded(note, MAX_EVENT_NOTE)),
         action: "Reconcile".to_owned(),
         secondary: None,
     };

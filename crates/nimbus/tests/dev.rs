@@ -1,0 +1,70 @@
+//! `nimbus dev` as a new user runs it: the built binary, from a directory that is not the
+//! repository, on its own control plane.
+
+use std::process::Command;
+
+#[test]
+fn nimbus_dev_runs_from_anywhere_and_ends_with_a_readable_summary() {
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["dev", "--once"])
+        .current_dir(elsewhere.path())
+        .env("NIMBUS_LOG", "info")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running nimbus dev");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+
+    // Every example binding and its policies, in force.
+    let table = |header: &str| -> Vec<&str> {
+        stdout
+            .split("\n\n")
+            .find(|t| t.starts_with(header))
+            .unwrap_or_else(|| panic!("no {header} table in:\n{stdout}"))
+            .lines()
+            .skip(1)
+            .collect()
+    };
+    let bindings = table("BINDING");
+    for binding in [
+        "SecurityIntentBinding default/web-hardening",
+        "SecurityIntentBinding default/backend-dns",
+        "ClusterSecurityIntentBinding no-exfiltration",
+        "ClusterSecurityIntentBinding team-sandboxes",
+    ] {
+        let row = bindings
+            .iter()
+            .find(|row| row.starts_with(binding))
+            .unwrap_or_else(|| panic!("{binding} missing from:\n{stdout}"));
+        assert!(
+            row.split_whitespace().any(|cell| cell == "True"),
+            "{binding} is not Ready: {row}"
+        );
+    }
+    let policies = table("POLICY");
+    assert!(policies.len() >= bindings.len(), "{stdout}");
+    assert!(
+        policies
+            .iter()
+            .all(|row| row.split_whitespace().any(|cell| cell == "True")),
+        "a policy is not Ready:\n{stdout}"
+    );
+    let natives = table("NATIVE OBJECT");
+    for kind in ["NetworkPolicy/", "KubeArmorPolicy/", "KyvernoPolicy/"] {
+        assert!(
+            natives.iter().any(|row| row.contains(kind)),
+            "no {kind} in:\n{stdout}"
+        );
+    }
+
+    // A healthy start says nothing alarming.
+    let alarming: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("panicked"))
+        .collect();
+    assert!(alarming.is_empty(), "{alarming:#?}");
+    // The kubeconfig it offers is removed when it stops.
+    assert!(!elsewhere.path().join("nimbus-dev.kubeconfig").exists());
+}
