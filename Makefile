@@ -25,12 +25,15 @@ control-plane:
 tools:
 	bash hack/build-tools.sh
 
-# The committed CRDs and the Helm chart's copy (Helm reads only files inside the chart); tests
-# fail when either is stale.
+# The committed CRDs and intent-catalog admission policy, and the Helm chart's copies (Helm
+# reads only files inside the chart); tests fail when any is stale.
 crds:
 	$(CARGO) run -q -- crds > config/crd/nimbus.yaml.tmp
 	mv config/crd/nimbus.yaml.tmp config/crd/nimbus.yaml
 	cp config/crd/nimbus.yaml charts/nimbus/files/crds.yaml
+	$(CARGO) run -q -- admission-policy > config/admission/intent-catalog.yaml.tmp
+	mv config/admission/intent-catalog.yaml.tmp config/admission/intent-catalog.yaml
+	cp config/admission/intent-catalog.yaml charts/nimbus/files/admission.yaml
 
 # Refreshes upstream/kyverno/ from the Kyverno Go module pinned in tools/kyverno (checksummed by
 # its go.sum); bump the version there, then run this.

@@ -1,6 +1,7 @@
 //! The sans-IO core of the operator: every decision about *what* should exist is a plain
 //! function of already-fetched objects. Controllers fetch, call into this crate, and apply.
 
+pub mod admission;
 pub mod catalog;
 pub mod cel;
 pub mod compile;

@@ -1,7 +1,8 @@
 //! `nimbus dev`: the whole product on a throwaway local control plane.
 //!
 //! Everything it installs is compiled in (the examples, the engines' CRDs, the k8tls
-//! environment), so an installed binary works from any directory.
+//! environment, the intent-catalog admission policy), so an installed binary works from any
+//! directory.
 
 use anyhow::Context as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -85,6 +86,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     apply_yaml(&client, K8TLS_ENVIRONMENT)
         .await
         .context("installing the k8tls environment")?;
+    apply_yaml(&client, &crate::admission_policy_yaml()?)
+        .await
+        .context("installing the intent-catalog admission policy")?;
 
     let shutdown = crate::shutdown_on_signal();
     let mut config = nimbus_operator::Config {

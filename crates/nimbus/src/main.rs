@@ -42,6 +42,9 @@ enum Command {
     Run(RunArgs),
     /// Print the CustomResourceDefinitions as multi-document YAML.
     Crds,
+    /// Print the ValidatingAdmissionPolicy that warns, at `kubectl apply`, about intent IDs and
+    /// parameters the catalog does not know.
+    AdmissionPolicy,
     /// Start a local control plane, install the CRDs, run the operator on it and apply the
     /// examples; runs until Ctrl-C.
     #[cfg(feature = "dev")]
@@ -266,6 +269,10 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", nimbus_api::crds_yaml().context("rendering CRDs")?);
             Ok(true)
         }
+        Command::AdmissionPolicy => {
+            print!("{}", admission_policy_yaml()?);
+            Ok(true)
+        }
         Command::Run(args) => block_on(async {
             let client = kube::Client::try_default()
                 .await
@@ -321,4 +328,14 @@ pub fn shutdown_on_signal() -> CancellationToken {
         cancel.cancel();
     });
     token
+}
+
+/// The catalog's ValidatingAdmissionPolicy and its binding, as multi-document YAML.
+fn admission_policy_yaml() -> anyhow::Result<String> {
+    let mut out = String::new();
+    for object in nimbus_core::admission::intent_catalog_policy() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&object).context("rendering the admission policy")?);
+    }
+    Ok(out)
 }

@@ -186,3 +186,66 @@ async fn an_emptied_selector_can_be_applied_server_side() {
     assert!(selector.match_expressions.unwrap_or_default().is_empty());
     common::delete(&csibs, &name).await;
 }
+
+/// The catalog's admission policy: `kubectl apply` of an unknown intent ID or parameter warns
+/// with what is known, and is still accepted (Nimbus accepted it).
+#[tokio::test]
+async fn unknown_intent_ids_and_parameters_are_admitted_with_a_warning() {
+    let cp = common::cluster();
+    let client = cp.client().expect("client");
+    for object in nimbus_core::admission::intent_catalog_policy() {
+        let yaml = serde_yaml_ng::to_string(&object).expect("yaml");
+        apply_yaml(&client, &yaml).await.expect("admission policy");
+    }
+    // What `kubectl apply` prints comes from the response's Warning headers.
+    let warnings = |intent: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let request = http::Request::post(
+                "/apis/intent.security.nimbus.com/v1alpha1/securityintents?dryRun=All",
+            )
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&intent).expect("json").into())
+            .expect("request");
+            let response = client.send(request).await.expect("create (dry run)");
+            assert!(response.status().is_success(), "{}", response.status());
+            response
+                .headers()
+                .get_all("warning")
+                .iter()
+                .map(|w| w.to_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    };
+    let intent = |id: &str, params: serde_json::Value| {
+        json!({"apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+               "metadata": {"name": common::unique("warned")},
+               "spec": {"intent": {"id": id, "action": "Block", "params": params}}})
+    };
+    // The policy takes effect once the API server has compiled it.
+    let warning = common::eventually("a warning for an unknown intent ID", || async {
+        let w = warnings(intent("dnsManipulaton", json!({}))).await;
+        (!w.is_empty()).then_some(w)
+    })
+    .await;
+    assert!(
+        warning.contains(r#"unknown intent ID \"dnsManipulaton\""#),
+        "{warning}"
+    );
+    assert!(
+        warning.contains("dnsManipulation, denyExternalNetworkAccess"),
+        "{warning}"
+    );
+    println!("{warning}");
+
+    let warning = warnings(intent("escapeToHost", json!({"psaLevels": ["baseline"]}))).await;
+    assert!(
+        warning.contains("unknown parameters of escapeToHost: psaLevels"),
+        "{warning}"
+    );
+    assert!(warning.contains("(it takes: psaLevel)"), "{warning}");
+
+    let known = warnings(intent("escapeToHost", json!({"psaLevel": ["baseline"]}))).await;
+    assert!(known.is_empty(), "{known}");
+}

@@ -11,6 +11,30 @@ fn committed_crds_match_the_generated_ones() {
     );
 }
 
+/// The committed admission policy (and the chart's copy) is what the catalog generates.
+#[test]
+fn committed_admission_policy_matches_the_catalog() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .arg("admission-policy")
+        .output()
+        .expect("running nimbus admission-policy");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = String::from_utf8(out.stdout).expect("UTF-8");
+    for path in [
+        "config/admission/intent-catalog.yaml",
+        "charts/nimbus/files/admission.yaml",
+    ] {
+        let full = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
+        let committed =
+            std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+        assert!(committed == generated, "{path} is stale: run `make crds`");
+    }
+}
+
 #[test]
 fn crds_print_every_kind_with_its_short_name_and_scope() {
     let crds = nimbus_api::crds();
