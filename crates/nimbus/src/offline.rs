@@ -698,10 +698,7 @@ mod fuzz {
 
     #[test]
     fn random_bindings_validate_exactly_when_the_api_server_would_accept_them() {
-        let mut rng = Rng {
-            state: 0x6e69_6d62_7573,
-            noise: 0,
-        };
+        let mut rng = Rng::new(0x6e69_6d62_7573);
         let (mut accepted, mut translated, mut objects) = (0, 0, 0);
         for case in 0..CASES {
             let generated = binding_case(&mut rng, None);

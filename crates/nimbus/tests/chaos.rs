@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::cases::Rng;
 use common::{eventually, get};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -45,34 +46,6 @@ const NAMESPACES: [&str; 4] = ["chaos-a", "chaos-b", "chaos-c", "chaos-d"];
 const LEASE: &str = "nimbus-chaos";
 /// The replicas' namespace (protected from fan-out, like the operator's own in a cluster).
 const OPERATOR_NAMESPACE: &str = "nimbus-system";
-
-/// splitmix64: a seeded, reproducible sequence is all the churn needs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-    fn name<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-    fn subset<'a>(&mut self, items: &[&'a str]) -> Vec<&'a str> {
-        items.iter().copied().filter(|_| self.chance(50)).collect()
-    }
-}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -204,7 +177,7 @@ fn random_intent(rng: &mut Rng, name: &str) -> Value {
 fn random_intents(rng: &mut Rng) -> Vec<Value> {
     let mut names = rng.subset(&INTENTS);
     if names.is_empty() {
-        names.push(rng.name(&INTENTS));
+        names.push(*rng.pick(&INTENTS));
     }
     names.into_iter().map(|n| json!({"name": n})).collect()
 }
@@ -239,7 +212,7 @@ fn random_cluster_binding(rng: &mut Rng, name: &str) -> Value {
     } else {
         let mut names = rng.subset(&NAMESPACES);
         if names.is_empty() {
-            names.push(rng.name(&NAMESPACES));
+            names.push(*rng.pick(&NAMESPACES));
         }
         json!({"matchNames": names})
     };
@@ -336,7 +309,7 @@ async fn churn(client: &Client, rng: &mut Rng, stats: &mut Stats) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     match rng.below(100) {
         0..15 => {
-            let name = rng.name(&INTENTS);
+            let name = *rng.pick(&INTENTS);
             upsert(
                 &intents,
                 name,
@@ -346,10 +319,18 @@ async fn churn(client: &Client, rng: &mut Rng, stats: &mut Stats) {
             )
             .await;
         }
-        15..20 => remove(&intents, rng.name(&INTENTS), stats, "intent: delete").await,
+        15..20 => {
+            remove(
+                &intents,
+                rng.pick::<&str>(&INTENTS),
+                stats,
+                "intent: delete",
+            )
+            .await
+        }
         20..50 => {
-            let ns = rng.name(&NAMESPACES);
-            let name = rng.name(&["b-0", "b-1", "b-2"]);
+            let ns = *rng.pick(&NAMESPACES);
+            let name = *rng.pick(&["b-0", "b-1", "b-2"]);
             let api: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns);
             upsert(
                 &api,
@@ -361,18 +342,18 @@ async fn churn(client: &Client, rng: &mut Rng, stats: &mut Stats) {
             .await;
         }
         50..57 => {
-            let ns = rng.name(&NAMESPACES);
+            let ns = *rng.pick(&NAMESPACES);
             let api: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns);
             remove(
                 &api,
-                rng.name(&["b-0", "b-1", "b-2"]),
+                rng.pick::<&str>(&["b-0", "b-1", "b-2"]),
                 stats,
                 "binding: delete",
             )
             .await;
         }
         57..70 => {
-            let name = rng.name(&["c-0", "c-1"]);
+            let name = *rng.pick(&["c-0", "c-1"]);
             upsert(
                 &csibs,
                 name,
@@ -385,14 +366,14 @@ async fn churn(client: &Client, rng: &mut Rng, stats: &mut Stats) {
         70..74 => {
             remove(
                 &csibs,
-                rng.name(&["c-0", "c-1"]),
+                rng.pick::<&str>(&["c-0", "c-1"]),
                 stats,
                 "cluster binding: delete",
             )
             .await
         }
         74..79 => {
-            let ns = rng.name(&NAMESPACES);
+            let ns = *rng.pick(&NAMESPACES);
             if rng.chance(50) {
                 let obj =
                     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
@@ -754,7 +735,7 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
     let cp = common::cluster_with_engines();
     let client = cp.client().expect("client");
     let dir = tempfile::tempdir().expect("dir");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut stats = Stats::default();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in NAMESPACES

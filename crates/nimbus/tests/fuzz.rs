@@ -177,10 +177,7 @@ async fn random_bindings_are_rejected_reported_or_enforced_and_never_crash_the_o
     let intent = ApiResource::erase::<SecurityIntent>(&());
     let sib = ApiResource::erase::<SecurityIntentBinding>(&());
     let csib = ApiResource::erase::<ClusterSecurityIntentBinding>(&());
-    let mut rng = Rng {
-        state: 0x6c69_7665,
-        noise: 0,
-    };
+    let mut rng = Rng::new(0x6c69_7665);
     let total = cases();
     let (mut admitted, mut reported_invalid) = (0, 0);
     let mut mismatches = Vec::new();

@@ -19,6 +19,12 @@ pub struct Rng {
 }
 
 impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self {
+            state: seed,
+            noise: 0,
+        }
+    }
     pub fn next(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.state;
@@ -38,6 +44,10 @@ impl Rng {
     }
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
+    }
+    /// Each of `items` with even chance.
+    pub fn subset<'a>(&mut self, items: &[&'a str]) -> Vec<&'a str> {
+        items.iter().copied().filter(|_| self.chance(50)).collect()
     }
 }
 
