@@ -20,7 +20,8 @@
 //!     groups);
 //! 12. sensitive intents (assessTLS, namespaceSandbox) are enforced only with the binding's
 //!     `intent.security.nimbus.com/allow-sensitive` opt-in, which the fixtures' policies carry;
-//! 13. k8tls CronJobs run pinned images, restricted, with resource bounds, at most hourly.
+//! 13. k8tls CronJobs run pinned images, restricted, with resource bounds, at most hourly;
+//! 14. Kyverno ClusterPolicies exclude every protected namespace, not only kube-system.
 
 // Helpers outside `#[test]` functions panic on broken fixtures too (clippy.toml only covers
 // the test functions themselves).
@@ -331,7 +332,7 @@ fn deployment_tool_paths() -> Value {
     json!({ "matchPaths": paths })
 }
 
-/// A KubeArmorPolicy (§1.1): every section present, `{}` when empty; `message` and `action`
+/// A KubeArmorPolicy as Nimbus writes it: every section present, `{}` when empty; `message` and `action`
 /// omitted when empty; `selector: {}` without labels.
 struct Ksp<'a> {
     np: &'a str,
@@ -465,7 +466,7 @@ fn netpol(np: &str, suffix: &str, pod_selector: Value, spec: Value) -> Value {
     })
 }
 
-/// §2.1: node pod CIDRs first, then the kube-dns peer.
+/// dnsManipulation's NetworkPolicy: node pod CIDRs first, then the kube-dns peer.
 fn dns_netpol(np: &str, pod_selector: Value, cidrs: &[&str]) -> Value {
     let mut to: Vec<Value> = cidrs.iter().map(|c| ip_block(c)).collect();
     to.push(kube_dns_peer());
@@ -480,7 +481,7 @@ fn dns_netpol(np: &str, pod_selector: Value, cidrs: &[&str]) -> Value {
     )
 }
 
-/// §2.2: ingress from node CIDRs + RFC 1918; egress to kube-dns, node CIDRs, RFC 1918.
+/// denyExternalNetworkAccess's NetworkPolicy: ingress from node CIDRs + RFC 1918; egress to kube-dns, node CIDRs, RFC 1918.
 fn deny_external_netpol(np: &str, pod_selector: Value, cidrs: &[&str]) -> Value {
     let private = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"];
     let from: Vec<Value> = cidrs.iter().chain(&private).map(|c| ip_block(c)).collect();
@@ -559,7 +560,7 @@ fn runtime_patch(class: &str) -> Value {
     json!({"spec": {"template": {"spec": {"runtimeClassName": class}}}})
 }
 
-/// §3.3 with difference 5: `<np>-mutateexisting` (always) then `<np>-mutateoncreate`.
+/// cocoWorkload's namespaced Kyverno policies, with difference 5: `<np>-mutateexisting` (always) then `<np>-mutateoncreate`.
 fn coco_policies(
     np: &str,
     description: &str,
@@ -617,7 +618,7 @@ fn coco_policies(
     ]
 }
 
-/// §3.4 with difference 4 (runtimeClass honoured).
+/// cocoWorkload's cluster Kyverno policy, with difference 4 (runtimeClass honoured).
 fn cluster_coco_policy(
     description: &str,
     r#match: Value,
@@ -735,7 +736,7 @@ fn kubearmor_without_labels_or_description_and_with_audit_action() {
     assert_objects(&of(&run_np(&np), Engine::KubeArmor), &[ksp.dns()]);
 }
 
-/// §1.1: `action` is `omitempty` in KubeArmor's Go types.
+/// `action` is `omitempty` in KubeArmor's Go types.
 #[test]
 fn kubearmor_omits_an_empty_action() {
     let np = sib_np(
@@ -1288,7 +1289,7 @@ fn kyverno_params_come_from_the_matching_rule() {
 // Kyverno: virtualPatch
 // ---------------------------------------------------------------------------------------------
 
-/// The database of §5.1 (Nimbus's vp.json), with a simple netpol patch.
+/// Nimbus's virtual-patch database (vp.json) format, with a simple netpol patch.
 fn vp_database() -> Value {
     json!([{
         "image": "nginx:latest",
@@ -1364,7 +1365,7 @@ fn pod_name_context() -> Value {
     json!({"name": "podName", "variable": {"jmesPath": "request.object.metadata.name"}})
 }
 
-/// §5.3: a generator Policy `<np>-cve-2024-4439-<engine>-1`.
+/// A virtual patch's generator Policy `<np>-cve-2024-4439-<engine>-1`.
 fn vp_generator(np: &str, engine: &str, rule: Value) -> Value {
     kyverno_policy(
         np,
@@ -1536,7 +1537,7 @@ fn virtual_patch_netpol_generator() {
     assert_objects(&all(&t)[2..], &[vp_netpol(SIB_NP)]);
 }
 
-/// Nimbus's cluster path produced an empty ClusterPolicy (a bug, §6.3); here every selected
+/// Nimbus's cluster path produced an empty ClusterPolicy (a bug); here every selected
 /// namespace gets the generators, through its per-namespace NimbusPolicy.
 #[test]
 fn virtual_patch_cluster_binding_patches_each_namespace() {
@@ -1559,7 +1560,7 @@ fn virtual_patch_cluster_binding_patches_each_namespace() {
     );
 }
 
-/// Nimbus wrote an empty, rule-less ClusterPolicy `<cwnp>-virtualpatch` (a bug, spec §6.3).
+/// Nimbus wrote an empty, rule-less ClusterPolicy `<cwnp>-virtualpatch` (a bug).
 #[test]
 fn virtual_patch_cluster_nimbus_policy_generates_nothing() {
     let t = run_cwnp_with(
@@ -1648,7 +1649,7 @@ fn restricted() -> Value {
     })
 }
 
-/// §4.1 (no Elasticsearch, difference 6; pinned, restricted and bounded, difference 13), in
+/// assessTLS's CronJob (no Elasticsearch, difference 6; pinned, restricted and bounded, difference 13), in
 /// `namespace`. `addresses`: the address ConfigMap.
 fn cron_job(name: &str, namespace: &str, schedule: &str, addresses: Option<&str>) -> Value {
     let mut mounts = vec![
@@ -1716,7 +1717,7 @@ fn cron_job(name: &str, namespace: &str, schedule: &str, addresses: Option<&str>
     })
 }
 
-/// §4.2 under its own name (difference 6), with the managed-by annotation and label.
+/// assessTLS's address ConfigMap under its own name (difference 6), with the managed-by annotation and label.
 fn addresses_config_map(name: &str, namespace: &str, addresses: &str) -> Value {
     json!({
         "apiVersion": "v1",

@@ -1,5 +1,5 @@
-//! SecurityIntentBinding → NimbusPolicy reactions (nimbus-spec §3.2, §3.7) on a real control
-//! plane with garbage collection, against the operator running in-process.
+//! SecurityIntentBinding → NimbusPolicy reactions, as Nimbus's controllers have them, on a
+//! real control plane with garbage collection, against the operator running in-process.
 
 mod common;
 

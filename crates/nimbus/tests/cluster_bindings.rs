@@ -1,5 +1,5 @@
 //! ClusterSecurityIntentBinding → ClusterNimbusPolicy + per-namespace NimbusPolicies
-//! (nimbus-spec §3.4, §3.7 and the fixed §6.3 bugs) on a real control plane.
+//! (as Nimbus's controllers have them, minus their bugs) on a real control plane.
 
 mod common;
 

@@ -353,6 +353,7 @@ async fn every_nimbus_example_produces_its_native_policies() {
     let e = env("examples").await;
     install_virtual_patch_db(&e.client).await;
     let root = common::original_nimbus("examples");
+    let scratch = tempfile::tempdir().expect("tempdir");
     let csibs: Api<ClusterSecurityIntentBinding> = Api::all(e.client.clone());
     let cwnps: Api<ClusterNimbusPolicy> = Api::all(e.client.clone());
     for example in EXAMPLES {
@@ -376,7 +377,7 @@ async fn every_nimbus_example_produces_its_native_policies() {
         }
         if example.opt_in.is_some() {
             // The CLI translates what was applied: the example with its opt-in.
-            path = std::env::temp_dir().join(unique("example") + ".yaml");
+            path = scratch.path().join(example.file.replace('/', "-"));
             let yaml: String = docs
                 .iter()
                 .map(|d| format!("---\n{}", serde_yaml_ng::to_string(d).expect("yaml")))

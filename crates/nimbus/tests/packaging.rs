@@ -528,13 +528,14 @@ fn disabled_engines_lose_their_permissions_and_objects() {
         "{groups:?}"
     );
     assert!(!groups.contains("rbac.authorization.k8s.io"), "{groups:?}");
-    // The virtual-patch database is still read.
-    let config_maps: BTreeSet<&str> = granted
-        .iter()
-        .filter(|g| g.1 == "configmaps")
-        .map(|g| g.2.as_str())
-        .collect();
-    assert_eq!(config_maps, BTreeSet::from(["get", "list", "watch"]));
+    // The virtual-patch database is still read: that ConfigMap only, in its namespace.
+    assert!(!granted.iter().any(|g| g.1 == "configmaps"), "{granted:?}");
+    let role = only(&objects, "Role", &format!("{RELEASE}-virtual-patch-db"));
+    assert_eq!(role["metadata"]["namespace"], "kube-public");
+    assert_eq!(
+        grants(&role["rules"]),
+        grant_set(&[("", &["configmaps"], READ, &["nimbus-virtual-patches"])])
+    );
     assert!(
         !objects
             .iter()

@@ -846,3 +846,49 @@ async fn the_operators_service_account_holds_only_what_it_needs() {
         }
     }
 }
+
+/// With a virtual-patch database configured, the chart lets the operator watch that one
+/// ConfigMap by name, and read no other ConfigMap anywhere.
+#[tokio::test]
+async fn the_virtual_patch_database_is_the_only_config_map_the_operator_reads() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let user = &operator().user;
+    let admin = admin();
+    let objects = common::helm_template(&[
+        "engines.kyverno.virtualPatchDb=kube-public/nimbus-virtual-patches",
+    ]);
+    let grants: Vec<Value> = objects
+        .iter()
+        .filter(|o| o["metadata"]["name"] == "nimbus-virtual-patch-db")
+        .cloned()
+        .collect();
+    assert_eq!(grants.len(), 2, "the Role and its RoleBinding");
+    common::apply_rendered(&admin, &grants, true, "virtual-patch-db RBAC").await;
+
+    let operator = impersonating(user, &["system:serviceaccounts"]);
+    let config_maps: Api<ConfigMap> = Api::namespaced(operator.clone(), "kube-public");
+    let by_name = ListParams::default().fields("metadata.name=nimbus-virtual-patches");
+    config_maps
+        .list(&by_name)
+        .await
+        .expect("listing the database by name");
+    let _events = config_maps
+        .watch(
+            &kube::api::WatchParams::default().fields("metadata.name=nimbus-virtual-patches"),
+            "0",
+        )
+        .await
+        .expect("watching the database by name");
+    let refused = |result: Result<_, kube::Error>| matches!(result, Err(kube::Error::Api(s)) if s.code == 403);
+    assert!(refused(
+        config_maps.list(&ListParams::default()).await.map(drop)
+    ));
+    assert!(refused(config_maps.get("cluster-info").await.map(drop)));
+    let elsewhere: Api<ConfigMap> = Api::all(operator);
+    assert!(refused(elsewhere.list(&by_name).await.map(drop)));
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> =
+        Api::namespaced(admin.clone(), "kube-public");
+    let bindings: Api<RoleBinding> = Api::namespaced(admin, "kube-public");
+    delete(&bindings, "nimbus-virtual-patch-db").await;
+    delete(&roles, "nimbus-virtual-patch-db").await;
+}
