@@ -2876,3 +2876,56 @@ fn no_objects_for_inactive_engines() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The catalog and the translators agree
+// ---------------------------------------------------------------------------------------------
+
+/// Every (intent, engine, binding origin) the catalog lists yields objects of that engine, so a
+/// catalog entry whose engine has no translation for it cannot pass for enforced.
+#[test]
+fn every_catalog_entry_has_a_translation() {
+    use nimbus_core::catalog::{INTENTS, Origin};
+    let env = vp_env();
+    for intent in INTENTS {
+        let params = match intent.id {
+            "virtualPatch" => json!({"cveList": ["CVE-2024-4439"]}),
+            "namespaceSandbox" => json!({"group": ["g"], "clusterRole": ["view"]}),
+            _ => json!({}),
+        };
+        let rules = vec![rule(intent.id, "Block", Some("d"), params)];
+        for support in intent.support {
+            let only = BTreeSet::from([support.engine]);
+            let engines = EngineSet {
+                enabled: only.clone(),
+                installed: only,
+                external: BTreeSet::new(),
+            };
+            for origin in support.origins {
+                let t = match origin {
+                    Origin::Binding => {
+                        run_np_with(&sib_np(selector(), rules.clone()), &env, &engines)
+                    }
+                    Origin::ClusterBindingNamespace => {
+                        run_np_with(&csib_np(selector(), rules.clone()), &env, &engines)
+                    }
+                    Origin::Cluster => translate(
+                        &PolicyInput::cluster(
+                            &cwnp(json!({"matchNames": ["*"]}), selector(), rules.clone()),
+                            UID,
+                        ),
+                        &env,
+                        &engines,
+                    ),
+                };
+                assert!(
+                    !of(&t, support.engine).is_empty(),
+                    "{} through {:?} from {origin:?} generated nothing: {:?}",
+                    intent.id,
+                    support.engine,
+                    t.problems
+                );
+            }
+        }
+    }
+}
