@@ -27,7 +27,7 @@ impl Engine {
         Engine::Rbac,
     ];
 
-    /// Short name used on the command line (`--disable-engine kubearmor`).
+    /// Short name used on the command line (`--disable-engines kubearmor`).
     pub fn name(self) -> &'static str {
         match self {
             Engine::NetworkPolicy => "netpol",

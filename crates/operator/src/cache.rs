@@ -33,6 +33,8 @@ where
     /// Drops fields the operator never reads before an object is stored (memory).
     strip: Option<fn(&mut K)>,
     subscribers: Vec<mpsc::UnboundedSender<K>>,
+    /// Told of every relist after the first list.
+    relist_subscribers: Vec<mpsc::UnboundedSender<()>>,
     /// Events sent to subscribers and not yet taken.
     pending: Gauge,
     /// Whether the first list has been stored. (Not `Store::wait_until_ready`: its one-shot
@@ -67,6 +69,7 @@ where
             config,
             strip: None,
             subscribers: Vec::new(),
+            relist_subscribers: Vec::new(),
             pending: Gauge::default(),
             synced: watch::channel(false).0,
         }
@@ -107,10 +110,20 @@ where
         })
     }
 
+    /// Emits after every relist but the first list. An object created and deleted while the
+    /// watch was down (between a 410 and the relist) leaves no trace in the store, so nothing
+    /// tells whoever created it that it is gone: its creators must look again.
+    pub fn relisted(&mut self) -> futures::stream::BoxStream<'static, ()> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.relist_subscribers.push(tx);
+        UnboundedReceiverStream::new(rx).boxed()
+    }
+
     /// The watch, started once `gate` resolves (e.g. once the kind's CRD is installed).
     pub fn driver_after(&mut self, gate: impl Future<Output = ()> + Send + 'static) -> Driver {
         let writer = self.writer.take().expect("each cache is started once");
         let subscribers = std::mem::take(&mut self.subscribers);
+        let relist_subscribers = std::mem::take(&mut self.relist_subscribers);
         let strip = self.strip;
         let kind = self.kind.clone();
         let pending = self.pending.clone();
@@ -143,7 +156,11 @@ where
                         Vec::new()
                     }
                     Ok(watcher::Event::InitDone) => {
-                        synced.send_replace(true);
+                        if synced.send_replace(true) {
+                            for subscriber in &relist_subscribers {
+                                let _ = subscriber.send(());
+                            }
+                        }
                         let (before, mut listed) = relist.take().unwrap_or_default();
                         let seen: HashSet<ObjectRef<K>> = listed
                             .iter()

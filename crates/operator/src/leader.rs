@@ -25,19 +25,6 @@ pub struct LeaderElection {
     pub retry_period: Duration,
 }
 
-impl LeaderElection {
-    pub fn new(namespace: String, identity: String) -> Self {
-        Self {
-            namespace,
-            lease_name: "nimbus-operator".into(),
-            identity,
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-        }
-    }
-}
-
 /// What a candidate should do about a Lease it has just read.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decision {

@@ -252,10 +252,11 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         .watches_stream(intents.subscribe(), move |si: SecurityIntent| {
             referencing(&sib_index, &si.name_any(), |b| &b.spec.intents)
         })
-        .reconcile_all_on(futures::stream::select(
+        .reconcile_all_on(futures::stream::select_all([
             availability_changes(),
             leadership_gained(),
-        ))
+            policies.relisted(),
+        ]))
         .graceful_shutdown_on(stopped())
         .run(
             gated("binding", binding::reconcile),
@@ -279,10 +280,12 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             .watches_stream(namespace_cache.subscribe(), move |ns: Namespace| {
                 selecting(&csib_by_namespace, &ns.name_any(), &protected)
             })
-            .reconcile_all_on(futures::stream::select(
+            .reconcile_all_on(futures::stream::select_all([
                 availability_changes(),
                 leadership_gained(),
-            ))
+                policies.relisted(),
+                cluster_policies.relisted(),
+            ]))
             .graceful_shutdown_on(stopped())
             .run(
                 gated("cluster_binding", cluster_binding::reconcile),
@@ -291,8 +294,10 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             );
 
     // Policies re-translate when what their translation reads changes: engine availability,
-    // node pod CIDRs, the virtual-patch database, the k8tls namespace.
+    // node pod CIDRs, the virtual-patch database, the k8tls namespace; and after a relist of a
+    // native kind.
     let mut environment_changes = vec![availability_changes(), leadership_gained()];
+    let mut cluster_environment_changes = vec![availability_changes(), leadership_gained()];
     if let Some(nodes) = &mut node_cache {
         let cidrs = {
             let ctx = ctx.clone();
@@ -312,10 +317,14 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         .map(|_| ())
         .boxed();
 
+    cluster_environment_changes.push(k8tls_namespace_changes);
     let mut policy_controller = Controller::for_stream(policies.subscribe(), ctx.policies.clone());
     let mut cluster_policy_controller =
         Controller::for_stream(cluster_policies.subscribe(), ctx.cluster_policies.clone());
     for (kind, cache) in &mut native_caches {
+        // What a policy created may have come and gone while this kind's watch was down.
+        environment_changes.push(cache.relisted());
+        cluster_environment_changes.push(cache.relisted());
         let resource = kind.api_resource();
         policy_controller = policy_controller.watches_stream_with(
             cache.subscribe(),
@@ -337,11 +346,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
             ctx.clone(),
         );
     let cluster_policy_controller = cluster_policy_controller
-        .reconcile_all_on(futures::stream::select_all([
-            availability_changes(),
-            leadership_gained(),
-            k8tls_namespace_changes,
-        ]))
+        .reconcile_all_on(futures::stream::select_all(cluster_environment_changes))
         .graceful_shutdown_on(stopped())
         .run(
             gated("cluster_policy", policy::reconcile_cluster),
