@@ -61,14 +61,14 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
             .flatten()
             .filter(|(key, _)| !NOT_BODY.iter().any(|n| key.strip_prefix("f:") == Some(n)))
             .map(|(key, owned)| (key.clone(), owned.clone()))
-            .collect::<Vec<_>>()
+            .collect::<serde_json::Map<_, _>>()
     };
     let needs_replace = entries
         .iter()
         .filter(main_resource)
         .filter(|e| !is_ours(e))
         .any(|e| {
-            let fields = serde_json::Value::Object(body_fields(e).into_iter().collect());
+            let fields = Value::Object(body_fields(e));
             let wanted =
                 (e.get("manager").and_then(Value::as_str) == Some(manager)).then_some(desired);
             holds_beyond(&fields, observed, wanted)
