@@ -94,9 +94,17 @@ async fn resolve(
         Ok(found) => Ok(found),
         Err(_) if !applied_crds.is_empty() => {
             wait_crds_established(client, applied_crds, CRD_TIMEOUT).await?;
-            discovery::pinned_kind(client, gvk)
-                .await
-                .map_err(|e| Error::kube(context(), e))
+            // Established can precede the group's discovery document by a moment (a 404).
+            let started = Instant::now();
+            loop {
+                match discovery::pinned_kind(client, gvk).await {
+                    Ok(found) => return Ok(found),
+                    Err(e) if started.elapsed() >= CRD_TIMEOUT => {
+                        return Err(Error::kube(context(), e));
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
         }
         Err(e) => Err(Error::kube(context(), e)),
     }
