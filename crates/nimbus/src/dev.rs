@@ -148,17 +148,10 @@ fn examples(path: Option<&std::path::Path>) -> anyhow::Result<Vec<(String, Strin
 async fn settle(client: &kube::Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + SETTLE;
     loop {
-        let (sibs, csibs) = bindings(client).await?;
-        let settled = sibs.iter().all(|b| {
-            reported(
-                b.meta().generation,
-                b.status.as_ref().map(|s| &s.conditions),
-            )
-        }) && csibs.iter().all(|b| {
-            reported(
-                b.meta().generation,
-                b.status.as_ref().map(|s| &s.conditions),
-            )
+        let settled = bindings(client).await?.iter().all(|b| {
+            ready(&b.conditions).is_some_and(|c| {
+                c.observed_generation == b.generation && c.reason != condition::REASON_RECONCILING
+            })
         });
         if settled || Instant::now() > deadline {
             return Ok(());
@@ -167,118 +160,135 @@ async fn settle(client: &kube::Client) -> anyhow::Result<()> {
     }
 }
 
-/// Whether the Ready condition is about `generation` and no longer in progress.
-fn reported(generation: Option<i64>, conditions: Option<&Vec<Condition>>) -> bool {
-    ready(conditions).is_some_and(|c| {
-        c.observed_generation == generation && c.reason != condition::REASON_RECONCILING
-    })
+fn ready(conditions: &[Condition]) -> Option<&Condition> {
+    conditions.iter().find(|c| c.type_ == condition::READY)
 }
 
-fn ready(conditions: Option<&Vec<Condition>>) -> Option<&Condition> {
-    conditions?.iter().find(|c| c.type_ == condition::READY)
+/// What the summary shows of a binding or a policy.
+struct Row {
+    /// `Kind namespace/name`, or `Kind name`.
+    label: String,
+    generation: Option<i64>,
+    /// Bound intents of a binding, rules of a policy.
+    count: usize,
+    conditions: Vec<Condition>,
+    /// A policy's native objects (`status.adapterPolicies`).
+    natives: Vec<String>,
 }
 
-async fn bindings(
-    client: &kube::Client,
-) -> anyhow::Result<(
-    Vec<SecurityIntentBinding>,
-    Vec<ClusterSecurityIntentBinding>,
-)> {
-    let sibs = Api::<SecurityIntentBinding>::all(client.clone())
+async fn list<K>(client: &kube::Client) -> anyhow::Result<Vec<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(Api::<K>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .context("listing SecurityIntentBindings")?;
-    let csibs = Api::<ClusterSecurityIntentBinding>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing ClusterSecurityIntentBindings")?;
-    Ok((sibs.items, csibs.items))
+        .with_context(|| format!("listing {}", K::kind(&())))?
+        .items)
+}
+
+fn label<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    match &obj.meta().namespace {
+        Some(ns) => format!("{} {ns}/{}", K::kind(&()), obj.name_any()),
+        None => format!("{} {}", K::kind(&()), obj.name_any()),
+    }
+}
+
+async fn bindings(client: &kube::Client) -> anyhow::Result<Vec<Row>> {
+    let sibs = list::<SecurityIntentBinding>(client)
+        .await?
+        .into_iter()
+        .map(|b| {
+            let status = b.status.clone().unwrap_or_default();
+            (
+                label(&b),
+                b.metadata.generation,
+                status.number_of_bound_intents,
+                status.conditions,
+            )
+        });
+    let csibs = list::<ClusterSecurityIntentBinding>(client)
+        .await?
+        .into_iter()
+        .map(|b| {
+            let status = b.status.clone().unwrap_or_default();
+            (
+                label(&b),
+                b.metadata.generation,
+                status.number_of_bound_intents,
+                status.conditions,
+            )
+        });
+    Ok(sibs
+        .chain(csibs)
+        .map(|(label, generation, count, conditions)| Row {
+            label,
+            generation,
+            count: usize::try_from(count).unwrap_or_default(),
+            conditions,
+            natives: Vec::new(),
+        })
+        .collect())
+}
+
+async fn policies(client: &kube::Client) -> anyhow::Result<Vec<Row>> {
+    let row = |label, generation, count, status: Option<nimbus_api::NimbusPolicyStatus>| {
+        let status = status.unwrap_or_default();
+        Row {
+            label,
+            generation,
+            count,
+            conditions: status.conditions,
+            natives: status.adapter_policies.unwrap_or_default(),
+        }
+    };
+    let nps = list::<NimbusPolicy>(client).await?.into_iter().map(|p| {
+        row(
+            label(&p),
+            p.metadata.generation,
+            p.spec.rules.len(),
+            p.status,
+        )
+    });
+    let cnps = list::<ClusterNimbusPolicy>(client)
+        .await?
+        .into_iter()
+        .map(|p| {
+            row(
+                label(&p),
+                p.metadata.generation,
+                p.spec.rules.len(),
+                p.status,
+            )
+        });
+    Ok(nps.chain(cnps).collect())
 }
 
 /// Bindings, their policies and the native objects of each, as `kubectl get`-style tables.
 async fn summary(client: &kube::Client) -> anyhow::Result<String> {
-    let (sibs, csibs) = bindings(client).await?;
-    let nps = Api::<NimbusPolicy>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing NimbusPolicies")?;
-    let cnps = Api::<ClusterNimbusPolicy>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing ClusterNimbusPolicies")?;
-
-    let mut binding_rows = Vec::new();
-    for b in &sibs {
-        let status = b.status.as_ref();
-        binding_rows.push(row(
-            format!("SecurityIntentBinding {}/{}", namespace(b), b.name_any()),
-            status.map_or(0, |s| s.number_of_bound_intents).to_string(),
-            ready(status.map(|s| &s.conditions)),
-        ));
-    }
-    for b in &csibs {
-        let status = b.status.as_ref();
-        binding_rows.push(row(
-            format!("ClusterSecurityIntentBinding {}", b.name_any()),
-            status.map_or(0, |s| s.number_of_bound_intents).to_string(),
-            ready(status.map(|s| &s.conditions)),
-        ));
-    }
-
-    let mut policy_rows = Vec::new();
-    let mut native_rows = Vec::new();
-    let policies = nps
-        .items
+    let columns = |r: &Row| {
+        let (status, reason) = ready(&r.conditions)
+            .map_or(("Unknown".to_owned(), String::new()), |c| {
+                (c.status.clone(), c.reason.clone())
+            });
+        vec![r.label.clone(), r.count.to_string(), status, reason]
+    };
+    let bindings: Vec<Vec<String>> = bindings(client).await?.iter().map(columns).collect();
+    let policies = policies(client).await?;
+    let mut natives: Vec<Vec<String>> = policies
         .iter()
-        .map(|p| {
-            (
-                format!("NimbusPolicy {}/{}", namespace(p), p.name_any()),
-                p.spec.rules.len(),
-                p.status.as_ref(),
-            )
-        })
-        .chain(cnps.items.iter().map(|p| {
-            (
-                format!("ClusterNimbusPolicy {}", p.name_any()),
-                p.spec.rules.len(),
-                p.status.as_ref(),
-            )
-        }));
-    for (policy, rules, status) in policies {
-        let natives = status
-            .and_then(|s| s.adapter_policies.clone())
-            .unwrap_or_default();
-        policy_rows.push(row(
-            policy.clone(),
-            rules.to_string(),
-            ready(status.map(|s| &s.conditions)),
-        ));
-        native_rows.extend(
-            natives
-                .into_iter()
-                .map(|native| vec![native, policy.clone()]),
-        );
-    }
-    native_rows.sort_by(|a, b| (&a[1], &a[0]).cmp(&(&b[1], &b[0])));
+        .flat_map(|p| p.natives.iter().map(|n| vec![n.clone(), p.label.clone()]))
+        .collect();
+    natives.sort_by(|a, b| (&a[1], &a[0]).cmp(&(&b[1], &b[0])));
+    let policies: Vec<Vec<String>> = policies.iter().map(columns).collect();
 
     let mut out = String::new();
-    out += &table(&["BINDING", "INTENTS", "READY", "REASON"], &binding_rows);
+    out += &table(&["BINDING", "INTENTS", "READY", "REASON"], &bindings);
     out += "\n";
-    out += &table(&["POLICY", "RULES", "READY", "REASON"], &policy_rows);
+    out += &table(&["POLICY", "RULES", "READY", "REASON"], &policies);
     out += "\n";
-    out += &table(&["NATIVE OBJECT", "GENERATED FOR"], &native_rows);
+    out += &table(&["NATIVE OBJECT", "GENERATED FOR"], &natives);
     Ok(out)
-}
-
-fn namespace<K: Resource>(obj: &K) -> String {
-    obj.meta().namespace.clone().unwrap_or_default()
-}
-
-fn row(name: String, count: String, ready: Option<&Condition>) -> Vec<String> {
-    let (status, reason) = ready.map_or(("Unknown".to_owned(), String::new()), |c| {
-        (c.status.clone(), c.reason.clone())
-    });
-    vec![name, count, status, reason]
 }
 
 /// Left-aligned columns separated by three spaces, as `kubectl get` prints them.

@@ -129,16 +129,7 @@ fn stamp(want: &mut Value) {
 /// overwritten.
 fn replacement(mut want: Value, have: &Value, manager: &str) -> Value {
     // What we applied before, to tell our stale labels and annotations from others'.
-    let applied = have
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|e| {
-            e.get("manager").and_then(Value::as_str) == Some(manager)
-                && e.get("operation").and_then(Value::as_str) == Some("Apply")
-                && e.get("subresource").is_none_or(|s| s.as_str() == Some(""))
-        });
+    let applied = drift::applied_fields(have, manager);
     let merged = |field: &str| {
         let mut map = have
             .pointer(&format!("/metadata/{field}"))
@@ -149,7 +140,7 @@ fn replacement(mut want: Value, have: &Value, manager: &str) -> Value {
             .pointer(&format!("/metadata/{field}"))
             .and_then(Value::as_object);
         let stale = applied
-            .and_then(|a| a.pointer(&format!("/fieldsV1/f:metadata/f:{field}")))
+            .and_then(|a| a.pointer(&format!("/f:metadata/f:{field}")))
             .and_then(Value::as_object)
             .into_iter()
             .flat_map(|owned| owned.keys())

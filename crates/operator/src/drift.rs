@@ -40,15 +40,6 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
-    let main_resource = |e: &&Value| {
-        e.get("subresource")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-    };
-    let is_ours = |e: &Value| {
-        e.get("manager").and_then(Value::as_str) == Some(manager)
-            && e.get("operation").and_then(Value::as_str) == Some("Apply")
-    };
 
     // Another manager owning anything in the body changed or added something there (server
     // defaults are owned by nobody). Apply cannot take back what it does not own, and inside
@@ -65,8 +56,7 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
     };
     let needs_replace = entries
         .iter()
-        .filter(main_resource)
-        .filter(|e| !is_ours(e))
+        .filter(|e| is_main_resource(e) && !is_applied_by(e, manager))
         .any(|e| {
             let fields = Value::Object(body_fields(e));
             let wanted =
@@ -77,12 +67,7 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
         return Write::Replace;
     }
 
-    let Some(ours) = entries
-        .iter()
-        .filter(main_resource)
-        .find(|e| is_ours(e))
-        .and_then(|e| e.pointer("/fieldsV1"))
-    else {
+    let Some(ours) = applied_fields(observed, manager) else {
         return Write::Apply;
     };
     // Apply would remove what we no longer generate, but an object it empties becomes `null`,
@@ -94,6 +79,30 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
         return Write::Apply;
     }
     Write::Nothing
+}
+
+/// The `fieldsV1` set `manager` last server-side applied to `observed`'s main resource.
+pub fn applied_fields<'a>(observed: &'a Value, manager: &str) -> Option<&'a Value> {
+    observed
+        .pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .find(|e| is_applied_by(e, manager))?
+        .pointer("/fieldsV1")
+}
+
+/// Whether a `managedFields` entry is `manager`'s server-side apply of the main resource.
+fn is_applied_by(entry: &Value, manager: &str) -> bool {
+    entry.get("manager").and_then(Value::as_str) == Some(manager)
+        && entry.get("operation").and_then(Value::as_str) == Some("Apply")
+        && is_main_resource(entry)
+}
+
+fn is_main_resource(entry: &Value) -> bool {
+    entry
+        .get("subresource")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
 }
 
 /// Whether the field set `owned` (a `fieldsV1` tree) names a field that `observed` has and
