@@ -2,72 +2,36 @@
 //! parameters, and which engines enforce it from which kind of policy. The operator's status
 //! conditions, the translators and the CLI all read this one table.
 
+pub use crate::engines::Engine;
 use crate::params::{self, ParamKind};
 use nimbus_api::{ALLOW_SENSITIVE_ANNOTATION, NimbusRule};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::str::FromStr;
 
-/// A built-in engine: one translator module and the native kinds it writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Engine {
-    NetworkPolicy,
-    KubeArmor,
-    Kyverno,
-    K8tls,
-    Rbac,
+/// Intent IDs, exactly as users write them in `SecurityIntent.spec.intent.id`.
+pub mod id {
+    pub const DNS_MANIPULATION: &str = "dnsManipulation";
+    pub const DENY_EXTERNAL_NETWORK_ACCESS: &str = "denyExternalNetworkAccess";
+    pub const SW_DEPLOYMENT_TOOLS: &str = "swDeploymentTools";
+    pub const UNAUTHORIZED_SA_TOKEN_ACCESS: &str = "unAuthorizedSaTokenAccess";
+    pub const PREVENT_EXECUTION_FROM_TEMP_OR_LOGS_FOLDERS: &str =
+        "preventExecutionFromTempOrLogsFolders";
+    pub const ESCAPE_TO_HOST: &str = "escapeToHost";
+    pub const COCO_WORKLOAD: &str = "cocoWorkload";
+    pub const ASSESS_TLS: &str = "assessTLS";
+    pub const VIRTUAL_PATCH: &str = "virtualPatch";
+    pub const NAMESPACE_SANDBOX: &str = "namespaceSandbox";
 }
 
-impl Engine {
-    pub const ALL: [Engine; 5] = [
-        Engine::NetworkPolicy,
-        Engine::KubeArmor,
-        Engine::Kyverno,
-        Engine::K8tls,
-        Engine::Rbac,
-    ];
-
-    /// Short name used on the command line (`--disable-engines kubearmor`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::NetworkPolicy => "netpol",
-            Engine::KubeArmor => "kubearmor",
-            Engine::Kyverno => "kyverno",
-            Engine::K8tls => "k8tls",
-            Engine::Rbac => "rbac",
-        }
-    }
-
-    /// `nimbus-<engine>`: the `app.kubernetes.io/managed-by` value on everything the engine
-    /// generates (as Nimbus's adapters set it) and its server-side-apply field manager.
-    pub fn manager(self) -> &'static str {
-        match self {
-            Engine::NetworkPolicy => "nimbus-netpol",
-            Engine::KubeArmor => "nimbus-kubearmor",
-            Engine::Kyverno => "nimbus-kyverno",
-            Engine::K8tls => "nimbus-k8tls",
-            Engine::Rbac => "nimbus-rbac",
-        }
-    }
-}
-
-impl fmt::Display for Engine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Engine {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Engine::ALL
-            .into_iter()
-            .find(|e| e.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Engine::ALL.iter().map(|e| e.name()).collect();
-                format!("unknown engine `{s}` (known: {})", names.join(", "))
-            })
-    }
+/// Parameter names, exactly as users write them in `spec.intent.params`.
+pub mod param {
+    pub const PSA_LEVEL: &str = "psaLevel";
+    pub const RUNTIME_CLASS: &str = "runtimeClass";
+    pub const SCHEDULE: &str = "schedule";
+    pub const EXTERNAL_ADDRESSES: &str = "external_addresses";
+    pub const CVE_LIST: &str = "cveList";
+    pub const GROUP: &str = "group";
+    pub const CLUSTER_ROLE: &str = "clusterRole";
 }
 
 /// Where an engine acts on an intent: on the NimbusPolicy of a namespaced binding, on the
@@ -104,18 +68,6 @@ impl Origin {
     }
 }
 
-const NAMESPACED: &[Origin] = &[Origin::Binding, Origin::ClusterBindingNamespace];
-const BINDING_OR_CLUSTER: &[Origin] = &[Origin::Binding, Origin::Cluster];
-const CLUSTER: &[Origin] = &[Origin::Cluster];
-const CLUSTER_BINDING_NAMESPACES: &[Origin] = &[Origin::ClusterBindingNamespace];
-
-/// An engine's support for an intent, from the given origins.
-#[derive(Debug)]
-pub struct Support {
-    pub engine: Engine,
-    pub origins: &'static [Origin],
-}
-
 #[derive(Debug)]
 pub struct Param {
     pub name: &'static str,
@@ -133,7 +85,6 @@ pub struct IntentSpec {
     pub id: &'static str,
     pub summary: &'static str,
     pub params: &'static [Param],
-    pub support: &'static [Support],
     /// Grants access or runs workloads: enforced only when the binding's author opts in with
     /// the `intent.security.nimbus.com/allow-sensitive` annotation.
     pub sensitive: bool,
@@ -144,109 +95,104 @@ impl IntentSpec {
         self.params.iter().find(|p| p.name == name)
     }
 
+    /// The engines that enforce this intent (each engine declares its intents).
+    pub fn engines(&self) -> BTreeSet<Engine> {
+        Engine::ALL
+            .into_iter()
+            .filter(|e| e.spec().origins(self.id).is_some())
+            .collect()
+    }
+
     /// Engines that enforce this intent when bound by a binding of `kind`.
     pub fn engines_for(&self, kind: BindingKind) -> BTreeSet<Engine> {
-        self.support
-            .iter()
-            .filter(|s| s.origins.iter().any(|o| kind.origins().contains(o)))
-            .map(|s| s.engine)
+        Engine::ALL
+            .into_iter()
+            .filter(|e| {
+                e.spec()
+                    .origins(self.id)
+                    .is_some_and(|o| o.iter().any(|o| kind.origins().contains(o)))
+            })
             .collect()
     }
 
     /// Whether `engine` acts on this intent in a policy of `origin`.
     pub fn handled_by(&self, engine: Engine, origin: Origin) -> bool {
-        self.support
-            .iter()
-            .any(|s| s.engine == engine && s.origins.contains(&origin))
+        engine
+            .spec()
+            .origins(self.id)
+            .is_some_and(|o| o.contains(&origin))
     }
-}
-
-const fn support(engine: Engine, origins: &'static [Origin]) -> Support {
-    Support { engine, origins }
 }
 
 /// Every intent, in the order `nimbus intents` lists them.
 pub static INTENTS: &[IntentSpec] = &[
     IntentSpec {
-        id: "dnsManipulation",
+        id: id::DNS_MANIPULATION,
         summary: "Keep DNS honest: /etc/resolv.conf is read-only and pods may resolve names only \
                   through the cluster DNS.",
         params: &[],
-        support: &[
-            support(Engine::KubeArmor, NAMESPACED),
-            support(Engine::NetworkPolicy, NAMESPACED),
-        ],
         sensitive: false,
     },
     IntentSpec {
-        id: "denyExternalNetworkAccess",
+        id: id::DENY_EXTERNAL_NETWORK_ACCESS,
         summary: "Pods talk only to private (RFC 1918) and pod networks, and only over DNS \
                   ports outward.",
         params: &[],
-        support: &[support(Engine::NetworkPolicy, NAMESPACED)],
         sensitive: false,
     },
     IntentSpec {
-        id: "swDeploymentTools",
+        id: id::SW_DEPLOYMENT_TOOLS,
         summary: "Block package managers, build tools and downloaders (apt, yum, make, curl, \
                   wget, ...) inside containers.",
         params: &[],
-        support: &[support(Engine::KubeArmor, NAMESPACED)],
         sensitive: false,
     },
     IntentSpec {
-        id: "unAuthorizedSaTokenAccess",
+        id: id::UNAUTHORIZED_SA_TOKEN_ACCESS,
         summary: "Deny processes access to the mounted service-account token.",
         params: &[],
-        support: &[support(Engine::KubeArmor, NAMESPACED)],
         sensitive: false,
     },
     IntentSpec {
-        id: "preventExecutionFromTempOrLogsFolders",
+        id: id::PREVENT_EXECUTION_FROM_TEMP_OR_LOGS_FOLDERS,
         summary: "Block executing binaries from /tmp, /var/tmp, log folders and /etc.",
         params: &[],
-        support: &[support(Engine::KubeArmor, NAMESPACED)],
         sensitive: false,
     },
     IntentSpec {
-        id: "escapeToHost",
+        id: id::ESCAPE_TO_HOST,
         summary: "Stop container breakouts: Pod Security admission level, no chroot, no \
                   dangerous capabilities, no package managers.",
         params: &[Param {
-            name: "psaLevel",
+            name: param::PSA_LEVEL,
             kind: ParamKind::OneOf(&["baseline", "restricted"]),
             default: Some("baseline"),
             multiple: false,
             required: false,
             description: "Pod Security Standard enforced by Kyverno.",
         }],
-        support: &[
-            support(Engine::KubeArmor, NAMESPACED),
-            support(Engine::Kyverno, BINDING_OR_CLUSTER),
-        ],
         sensitive: false,
     },
     IntentSpec {
-        id: "cocoWorkload",
+        id: id::COCO_WORKLOAD,
         summary: "Run Deployments as confidential containers by setting their runtime class.",
         params: &[Param {
-            name: "runtimeClass",
+            name: param::RUNTIME_CLASS,
             kind: ParamKind::DnsSubdomain,
             default: Some("kata-clh"),
             multiple: false,
             required: false,
             description: "RuntimeClass given to the selected Deployments' pods.",
         }],
-        support: &[support(Engine::Kyverno, BINDING_OR_CLUSTER)],
         sensitive: false,
     },
     IntentSpec {
-        id: "assessTLS",
+        id: id::ASSESS_TLS,
         summary: "Scan the TLS configuration of the cluster's services (and given external \
                   addresses) on a schedule with k8tls.",
         params: &[
             Param {
-                name: "schedule",
+                name: param::SCHEDULE,
                 kind: ParamKind::HourlyCron,
                 default: Some("@weekly"),
                 multiple: false,
@@ -254,7 +200,7 @@ pub static INTENTS: &[IntentSpec] = &[
                 description: "When the scan runs (CronJob schedule, at most hourly).",
             },
             Param {
-                name: "external_addresses",
+                name: param::EXTERNAL_ADDRESSES,
                 kind: ParamKind::HostPort,
                 default: None,
                 multiple: true,
@@ -263,15 +209,14 @@ pub static INTENTS: &[IntentSpec] = &[
                               services.",
             },
         ],
-        support: &[support(Engine::K8tls, CLUSTER)],
         sensitive: true,
     },
     IntentSpec {
-        id: "virtualPatch",
+        id: id::VIRTUAL_PATCH,
         summary: "Apply the virtual patches the configured CVE database lists for the given CVEs.",
         params: &[
             Param {
-                name: "cveList",
+                name: param::CVE_LIST,
                 kind: ParamKind::Cve,
                 default: None,
                 multiple: true,
@@ -279,7 +224,7 @@ pub static INTENTS: &[IntentSpec] = &[
                 description: "CVE IDs to patch.",
             },
             Param {
-                name: "schedule",
+                name: param::SCHEDULE,
                 kind: ParamKind::Cron,
                 default: Some("0 0 * * *"),
                 multiple: false,
@@ -288,16 +233,15 @@ pub static INTENTS: &[IntentSpec] = &[
                               once.",
             },
         ],
-        support: &[support(Engine::Kyverno, NAMESPACED)],
         sensitive: false,
     },
     IntentSpec {
-        id: "namespaceSandbox",
+        id: id::NAMESPACE_SANDBOX,
         summary: "Give a group a ClusterRole inside each selected namespace only (a RoleBinding \
                   per namespace), so every team plays in its own namespace.",
         params: &[
             Param {
-                name: "group",
+                name: param::GROUP,
                 kind: ParamKind::SubjectName,
                 default: None,
                 multiple: true,
@@ -306,7 +250,7 @@ pub static INTENTS: &[IntentSpec] = &[
                               the namespace name.",
             },
             Param {
-                name: "clusterRole",
+                name: param::CLUSTER_ROLE,
                 kind: ParamKind::DnsSubdomain,
                 default: Some("edit"),
                 multiple: false,
@@ -314,9 +258,6 @@ pub static INTENTS: &[IntentSpec] = &[
                 description: "ClusterRole granted within the namespace.",
             },
         ],
-        // Only from cluster bindings, an administrator's object: a namespaced binding would let
-        // anyone who may create one grant roles in their namespace.
-        support: &[support(Engine::Rbac, CLUSTER_BINDING_NAMESPACES)],
         sensitive: true,
     },
 ];

@@ -10,6 +10,7 @@ pub mod names;
 pub mod namespaces;
 pub mod objects;
 pub mod params;
+pub mod plan;
 pub mod validation;
 
 pub use compile::{

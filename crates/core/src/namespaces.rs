@@ -1,5 +1,6 @@
 //! Which namespaces a cluster binding fans out to.
 
+use k8s_openapi::api::core::v1::Namespace;
 use nimbus_api::{NamespaceSelector, WORKLOAD_ALL_NAMESPACES};
 use std::collections::BTreeSet;
 
@@ -102,6 +103,12 @@ pub fn selects(
             .iter()
             .any(|n| n == WORKLOAD_ALL_NAMESPACES || n == namespace),
     }
+}
+
+/// Whether a namespace is being deleted (it takes its policies with it).
+pub fn is_terminating(ns: &Namespace) -> bool {
+    ns.metadata.deletion_timestamp.is_some()
+        || ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
 }
 
 /// The namespaces `selector` names explicitly in `matchNames` that are protected, so get

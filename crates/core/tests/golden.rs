@@ -2885,23 +2885,26 @@ fn no_objects_for_inactive_engines() {
 /// catalog entry whose engine has no translation for it cannot pass for enforced.
 #[test]
 fn every_catalog_entry_has_a_translation() {
-    use nimbus_core::catalog::{INTENTS, Origin};
+    use nimbus_core::catalog::Origin;
     let env = vp_env();
-    for intent in INTENTS {
-        let params = match intent.id {
+    for (engine, enforced) in Engine::ALL
+        .into_iter()
+        .flat_map(|e| e.spec().enforces.iter().map(move |enforced| (e, enforced)))
+    {
+        let params = match enforced.intent {
             "virtualPatch" => json!({"cveList": ["CVE-2024-4439"]}),
             "namespaceSandbox" => json!({"group": ["g"], "clusterRole": ["view"]}),
             _ => json!({}),
         };
-        let rules = vec![rule(intent.id, "Block", Some("d"), params)];
-        for support in intent.support {
-            let only = BTreeSet::from([support.engine]);
+        let rules = vec![rule(enforced.intent, "Block", Some("d"), params)];
+        {
+            let only = BTreeSet::from([engine]);
             let engines = EngineSet {
                 enabled: only.clone(),
                 installed: only,
                 external: BTreeSet::new(),
             };
-            for origin in support.origins {
+            for origin in enforced.origins {
                 let t = match origin {
                     Origin::Binding => {
                         run_np_with(&sib_np(selector(), rules.clone()), &env, &engines)
@@ -2919,10 +2922,9 @@ fn every_catalog_entry_has_a_translation() {
                     ),
                 };
                 assert!(
-                    !of(&t, support.engine).is_empty(),
-                    "{} through {:?} from {origin:?} generated nothing: {:?}",
-                    intent.id,
-                    support.engine,
+                    !of(&t, engine).is_empty(),
+                    "{} through {engine} from {origin:?} generated nothing: {:?}",
+                    enforced.intent,
                     t.problems
                 );
             }

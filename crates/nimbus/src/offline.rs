@@ -2,6 +2,8 @@
 //! operator runs, fed from manifest files instead of a cluster.
 
 use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use nimbus_api::{
     ClusterSecurityIntentBinding, GROUP, SecurityIntent, SecurityIntentBinding, VERSION,
@@ -11,7 +13,7 @@ use nimbus_core::engines::{
     self, EngineSet, Environment, PolicyInput, VirtualPatches, virtual_patch,
 };
 use nimbus_core::namespaces::ProtectedNamespaces;
-use nimbus_core::{compile_binding, compile_cluster_binding, namespaces, objects, validation};
+use nimbus_core::{compile_binding, compile_cluster_binding, plan, validation};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -475,6 +477,18 @@ fn translate_all(
             }
             Ok(())
         };
+    let protected = ProtectedNamespaces::new(&args.protected_namespaces);
+    let namespaces: Vec<Namespace> = args
+        .namespaces
+        .iter()
+        .map(|name| Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        })
+        .collect();
     for (_, manifest) in &loaded.manifests {
         match manifest {
             Manifest::Intent(_) => {}
@@ -483,53 +497,26 @@ fn translate_all(
                 b.metadata
                     .namespace
                     .get_or_insert_with(|| args.namespace.clone());
-                let plan = compile_binding(&b.spec, lookup)?;
-                if let Some(spec) = plan.policy {
-                    let np = objects::binding_policy(&b, spec);
-                    emit(
-                        serde_json::to_value(&np)?,
-                        &PolicyInput::namespaced(&np, ""),
-                        &mut out,
-                    )?;
+                if let Some(np) = plan::binding(&b, lookup)?.policy {
+                    let input = PolicyInput::namespaced(&np, "");
+                    emit(serde_json::to_value(&np)?, &input, &mut out)?;
                 }
             }
             Manifest::ClusterBinding(b) => {
-                let plan = compile_cluster_binding(&b.spec, lookup)?;
-                if let Some(spec) = plan.cluster_policy {
-                    let cwnp = objects::cluster_policy(b, spec);
-                    emit(
-                        serde_json::to_value(&cwnp)?,
-                        &PolicyInput::cluster(&cwnp, ""),
-                        &mut out,
-                    )?;
+                let plan = plan::cluster_binding(b, lookup, &namespaces, &protected)?;
+                if let Some(cwnp) = &plan.cluster_policy {
+                    let input = PolicyInput::cluster(cwnp, "");
+                    emit(serde_json::to_value(cwnp)?, &input, &mut out)?;
                 }
-                let selector = b
-                    .spec
-                    .selector
-                    .as_ref()
-                    .and_then(|s| s.ns_selector.as_ref());
-                let protected = ProtectedNamespaces::new(&args.protected_namespaces);
-                if let Some(selector) = selector {
-                    for ns in namespaces::protected_names(selector, &protected) {
-                        skipped.push(format!(
-                            "{}: namespace {ns} is protected; the binding gets nothing there",
-                            b.name_any()
-                        ));
-                    }
+                for ns in &plan.protected {
+                    skipped.push(format!(
+                        "{}: namespace {ns} is protected; the binding gets nothing there",
+                        b.name_any()
+                    ));
                 }
-                if let (Some(spec), Some(selector)) = (plan.namespace_policy, selector) {
-                    for ns in args
-                        .namespaces
-                        .iter()
-                        .filter(|ns| namespaces::selects(selector, ns, &protected))
-                    {
-                        let np = objects::namespace_policy(b, ns, spec.clone());
-                        emit(
-                            serde_json::to_value(&np)?,
-                            &PolicyInput::namespaced(&np, ""),
-                            &mut out,
-                        )?;
-                    }
+                for np in plan.namespace_policies() {
+                    let input = PolicyInput::namespaced(np, "");
+                    emit(serde_json::to_value(np)?, &input, &mut out)?;
                 }
             }
         }
@@ -563,7 +550,7 @@ pub fn intents() -> String {
         "PARAMETERS".to_owned(),
     ]];
     for i in catalog::INTENTS {
-        let engines: BTreeSet<&str> = i.support.iter().map(|s| s.engine.name()).collect();
+        let engines: BTreeSet<&str> = i.engines().iter().map(|e| e.name()).collect();
         let params: Vec<String> = i
             .params
             .iter()

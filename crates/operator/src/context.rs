@@ -9,8 +9,8 @@ use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusRule, SecurityIntent,
     SecurityIntentBinding,
 };
-use nimbus_core::catalog::{self, Engine};
-use nimbus_core::engines::{EngineSet, Environment, VirtualPatches, virtual_patch};
+use nimbus_core::catalog::Engine;
+use nimbus_core::engines::{self, EngineSet, Environment, Fact, VirtualPatches, virtual_patch};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -103,11 +103,7 @@ impl Context {
     /// ones only when a rule needs them).
     pub fn environment(&self, rules: &[NimbusRule]) -> Environment {
         let e = &self.engines;
-        let uses_network_policies = rules.iter().any(|r| {
-            catalog::intent(&r.id)
-                .is_some_and(|i| i.support.iter().any(|s| s.engine == Engine::NetworkPolicy))
-        });
-        let virtual_patches = if rules.iter().any(|r| r.id == virtual_patch::INTENT) {
+        let virtual_patches = if engines::rules_read(rules, Fact::VirtualPatchDb) {
             match &e.virtual_patch_db {
                 None => VirtualPatches::NotConfigured,
                 Some((key, store)) => virtual_patch::from_config_map(
@@ -119,7 +115,7 @@ impl Context {
             VirtualPatches::NotConfigured
         };
         Environment {
-            node_pod_cidrs: if uses_network_policies {
+            node_pod_cidrs: if engines::rules_read(rules, Fact::NodePodCidrs) {
                 self.node_pod_cidrs()
             } else {
                 BTreeSet::new()

@@ -1,6 +1,7 @@
-//! Wiring: one shared cache per kind, every controller fed from those caches.
+//! Wiring, top to bottom: one shared cache per kind, leadership, the context reconciles read,
+//! the five controllers fed from those caches, and the watches driven until shutdown.
 
-use crate::availability;
+use crate::availability::{self, Served};
 use crate::cache::{Cache, Driver};
 use crate::context::{Context, EngineContext};
 use crate::controllers::{binding, cluster_binding, error_policy, intent, policy};
@@ -9,6 +10,7 @@ use crate::health;
 use crate::leader::{self, LeaderElection};
 use crate::metrics::{ControllerLabels, KindLabels, Metrics};
 use crate::natives::{self, Natives};
+use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::DynamicObject;
@@ -23,7 +25,7 @@ use nimbus_api::{
 };
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
-    self, DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, NativeKind,
+    DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, Fact, NativeKind,
 };
 use nimbus_core::namespaces::{self, ProtectedNamespaces};
 use std::collections::{BTreeMap, BTreeSet};
@@ -102,302 +104,36 @@ impl Default for Config {
 /// Runs every controller until `shutdown` is cancelled.
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let metrics = Metrics::default();
-    let mut intents = counted(
-        Cache::<SecurityIntent>::new(Api::all(client.clone())),
+    let mut caches = Caches::new(&client, &config, &metrics);
+    let (served, availability) = availability::track(client.clone(), &config.engines);
+    let leadership = Leadership::start(&client, &config, &metrics);
+    let ctx = Arc::new(context(
+        &client,
+        &config,
+        &caches,
+        &served,
+        &leadership,
         &metrics,
-    );
-    let mut bindings = counted(
-        Cache::<SecurityIntentBinding>::new(Api::all(client.clone())),
-        &metrics,
-    );
-    let mut cluster_bindings = counted(
-        Cache::<ClusterSecurityIntentBinding>::new(Api::all(client.clone())),
-        &metrics,
-    );
-    let mut policies = counted(
-        Cache::<NimbusPolicy>::new(Api::all(client.clone())),
-        &metrics,
-    );
-    let mut cluster_policies = counted(
-        Cache::<ClusterNimbusPolicy>::new(Api::all(client.clone())),
-        &metrics,
-    );
-    let mut namespace_cache = counted(Cache::<Namespace>::new(Api::all(client.clone())), &metrics);
-
-    // Engines: which kinds are served, one cache per native kind, and the cluster facts the
-    // translations read.
-    let (served, availability_driver) = availability::track(client.clone(), &config.engines);
-    // k8tls writes only into its own namespace, so its kinds are watched only there: the
-    // operator needs no cluster-wide read of CronJobs and ConfigMaps.
-    let native_kinds: BTreeMap<&'static NativeKind, Option<&str>> = config
-        .engines
-        .iter()
-        .flat_map(|e| {
-            let namespace = (*e == Engine::K8tls).then_some(config.k8tls_namespace.as_str());
-            engines::kinds(*e)
-                .iter()
-                .map(move |kind| (*kind, namespace))
-        })
-        .collect();
-    let mut native_caches: Vec<(&'static NativeKind, Cache<DynamicObject>)> = native_kinds
-        .into_iter()
-        .map(|(kind, namespace)| {
-            let cache = natives::cache(&client, kind, namespace);
-            (kind, counted(cache, &metrics))
-        })
-        .collect();
-    let mut node_cache = config.engines.contains(&Engine::NetworkPolicy).then(|| {
-        let cache = Cache::<Node>::new(Api::all(client.clone())).strip(|n| {
-            n.status = None;
-            n.metadata.managed_fields = None;
-        });
-        counted(cache, &metrics)
-    });
-    let mut patch_db_cache = config.virtual_patch_db.as_ref().map(|(ns, name)| {
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let cache = Cache::<ConfigMap>::with(Api::namespaced(client.clone(), ns), (), config);
-        (ObjectRef::new(name).within(ns), counted(cache, &metrics))
-    });
-
-    // Leadership: without election this replica always leads.
-    let (leading_tx, leading) = watch::channel(config.leader_election.is_none());
-    let election_stop = CancellationToken::new();
-    let election = config.leader_election.clone().map(|election| {
-        tokio::spawn(leader::run(
-            client.clone(),
-            election,
-            leading_tx,
-            election_stop.clone(),
-        ))
-    });
-    tokio::spawn({
-        let mut leading = leading.clone();
-        let gauge = metrics.leader.clone();
-        async move {
-            loop {
-                gauge.set(i64::from(*leading.borrow_and_update()));
-                if leading.changed().await.is_err() {
-                    break;
-                }
-            }
-        }
-    });
-
-    let reporter = Reporter {
-        controller: config.reporter.clone(),
-        instance: config.instance.clone(),
-    };
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        resync: config.resync,
-        intents: intents.store.clone(),
-        bindings: bindings.store.clone(),
-        cluster_bindings: cluster_bindings.store.clone(),
-        policies: policies.store.clone(),
-        cluster_policies: cluster_policies.store.clone(),
-        namespaces: namespace_cache.store.clone(),
-        natives: Natives::new(
-            client.clone(),
-            native_caches
-                .iter()
-                .map(|(kind, cache)| (*kind, cache.store.clone()))
-                .collect(),
-        ),
-        engines: EngineContext {
-            enabled: config.engines.clone(),
-            served: served.clone(),
-            nodes: node_cache.as_ref().map(|c| c.store.clone()),
-            k8tls_namespace: config.k8tls_namespace.clone(),
-            k8tls_image: config.k8tls_image.clone(),
-            sandbox_cluster_roles: config.sandbox_cluster_roles.clone(),
-            virtual_patch_db: patch_db_cache
-                .as_ref()
-                .map(|(key, cache)| (key.clone(), cache.store.clone())),
-        },
-        metrics: metrics.clone(),
-        leading: leading.clone(),
-        failures: Default::default(),
-        protected_namespaces: config.protected(),
-    });
-    let stopped = || {
-        let token = shutdown.clone();
-        async move { token.cancelled().await }
-    };
-    let availability_changes = || {
-        WatchStream::from_changes(served.clone())
-            .map(|_| ())
-            .boxed()
-    };
-    // A replica that becomes leader reconciles everything: as a standby it skipped all work.
-    let leadership_gained = || {
-        WatchStream::from_changes(leading.clone())
-            .filter(|leads| future::ready(*leads))
-            .map(|_| ())
-            .boxed()
+    ));
+    let triggers = Triggers {
+        served: served.clone(),
+        leading: leadership.leading.clone(),
+        shutdown: shutdown.clone(),
     };
 
-    let intent_controller = Controller::for_stream(intents.subscribe(), ctx.intents.clone())
-        .reconcile_all_on(leadership_gained())
-        .graceful_shutdown_on(stopped())
-        .run(
-            gated("intent", intent::reconcile),
-            error_policy,
-            ctx.clone(),
-        );
-
-    let sib_index = ctx.bindings.clone();
-    let binding_controller = Controller::for_stream(bindings.subscribe(), ctx.bindings.clone())
-        .owns_stream(policies.subscribe())
-        .watches_stream(intents.subscribe(), move |si: SecurityIntent| {
-            referencing(&sib_index, &si.name_any(), |b| &b.spec.intents)
-        })
-        .reconcile_all_on(futures::stream::select_all([
-            availability_changes(),
-            leadership_gained(),
-            policies.relisted(),
-        ]))
-        .graceful_shutdown_on(stopped())
-        .run(
-            gated("binding", binding::reconcile),
-            error_policy,
-            ctx.clone(),
-        );
-
-    let csib_by_intent = ctx.cluster_bindings.clone();
-    let csib_by_namespace = ctx.cluster_bindings.clone();
-    let protected = ctx.protected_namespaces.clone();
-    let cluster_binding_controller =
-        Controller::for_stream(cluster_bindings.subscribe(), ctx.cluster_bindings.clone())
-            .owns_stream(cluster_policies.subscribe())
-            // `owns` would look the cluster-scoped owner up inside the child's namespace.
-            .watches_stream(policies.subscribe(), |np: NimbusPolicy| {
-                owner::<ClusterSecurityIntentBinding, _>(&np, None)
-            })
-            .watches_stream(intents.subscribe(), move |si: SecurityIntent| {
-                referencing(&csib_by_intent, &si.name_any(), |b| &b.spec.intents)
-            })
-            .watches_stream(namespace_cache.subscribe(), move |ns: Namespace| {
-                selecting(&csib_by_namespace, &ns.name_any(), &protected)
-            })
-            .reconcile_all_on(futures::stream::select_all([
-                availability_changes(),
-                leadership_gained(),
-                policies.relisted(),
-                cluster_policies.relisted(),
-            ]))
-            .graceful_shutdown_on(stopped())
-            .run(
-                gated("cluster_binding", cluster_binding::reconcile),
-                error_policy,
-                ctx.clone(),
-            );
-
-    // Policies re-translate when what their translation reads changes: engine availability,
-    // node pod CIDRs, the virtual-patch database, the k8tls namespace; and after a relist of a
-    // native kind.
-    let mut environment_changes = vec![availability_changes(), leadership_gained()];
-    let mut cluster_environment_changes = vec![availability_changes(), leadership_gained()];
-    if let Some(nodes) = &mut node_cache {
-        let cidrs = {
-            let ctx = ctx.clone();
-            move || ctx.node_pod_cidrs()
-        };
-        environment_changes.push(changes(nodes.subscribe(), cidrs));
-    }
-    if let Some((_, db)) = &mut patch_db_cache {
-        environment_changes.push(db.subscribe().map(|_| ()).boxed());
-    }
-    let k8tls_namespace = config.k8tls_namespace.clone();
-    let k8tls_namespace_changes = namespace_cache
-        .subscribe()
-        .filter(move |ns| {
-            future::ready(ns.as_ref().is_ok_and(|ns| ns.name_any() == k8tls_namespace))
-        })
-        .map(|_| ())
-        .boxed();
-
-    cluster_environment_changes.push(k8tls_namespace_changes);
-    let mut policy_controller = Controller::for_stream(policies.subscribe(), ctx.policies.clone());
-    let mut cluster_policy_controller =
-        Controller::for_stream(cluster_policies.subscribe(), ctx.cluster_policies.clone());
-    for (kind, cache) in &mut native_caches {
-        // What a policy created may have come and gone while this kind's watch was down.
-        environment_changes.push(cache.relisted());
-        cluster_environment_changes.push(cache.relisted());
-        let resource = kind.api_resource();
-        policy_controller = policy_controller.watches_stream_with(
-            cache.subscribe(),
-            |obj: DynamicObject| owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref()),
-            resource.clone(),
-        );
-        cluster_policy_controller = cluster_policy_controller.watches_stream_with(
-            cache.subscribe(),
-            |obj: DynamicObject| owner::<ClusterNimbusPolicy, _>(&obj, None),
-            resource,
-        );
-    }
-    let policy_controller = policy_controller
-        .reconcile_all_on(futures::stream::select_all(environment_changes))
-        .graceful_shutdown_on(stopped())
-        .run(
-            gated("policy", policy::reconcile_namespaced),
-            error_policy,
-            ctx.clone(),
-        );
-    let cluster_policy_controller = cluster_policy_controller
-        .reconcile_all_on(futures::stream::select_all(cluster_environment_changes))
-        .graceful_shutdown_on(stopped())
-        .run(
-            gated("cluster_policy", policy::reconcile_cluster),
-            error_policy,
-            ctx.clone(),
-        );
-
-    let mut caches: Vec<Driver> = vec![
-        intents.driver(),
-        bindings.driver(),
-        cluster_bindings.driver(),
-        policies.driver(),
-        cluster_policies.driver(),
-        namespace_cache.driver(),
-        availability_driver,
-    ];
-    caches.extend(node_cache.as_mut().map(Cache::driver));
-    caches.extend(patch_db_cache.as_mut().map(|(_, c)| c.driver()));
-    for (kind, cache) in &mut native_caches {
-        // A CRD-backed kind is watched once its CRD is served.
-        let mut served = served.clone();
-        let kind: &'static NativeKind = kind;
-        caches.push(cache.driver_after(async move {
-            let _ = served.wait_for(|s| s.contains(kind)).await;
-        }));
-    }
-    let ready = futures::future::join_all([
-        intents.synced().boxed(),
-        bindings.synced().boxed(),
-        cluster_bindings.synced().boxed(),
-        policies.synced().boxed(),
-        cluster_policies.synced().boxed(),
-        namespace_cache.synced().boxed(),
-    ])
-    .map(drop);
-    // Watches run until the process stops. One that ends anyway is a bug: say so, and stop
-    // reporting ready, but keep serving (only a signal ends `nimbus run`).
-    let broken = CancellationToken::new();
-    let caches = future::join_all(caches.into_iter().map(|driver| {
-        let (broken, shutdown) = (broken.clone(), shutdown.clone());
-        driver.then(move |()| async move {
-            if !shutdown.is_cancelled() {
-                tracing::error!("a cache driver ended unexpectedly; reporting not ready");
-                broken.cancel();
-            }
-            future::pending::<()>().await
-        })
-    }));
+    let controllers = futures::future::join_all([
+        intent_controller(&ctx, &mut caches, &triggers),
+        binding_controller(&ctx, &mut caches, &triggers),
+        cluster_binding_controller(&ctx, &mut caches, &triggers),
+        policy_controller(&ctx, &mut caches, &triggers, &config),
+        cluster_policy_controller(&ctx, &mut caches, &triggers, &config),
+    ]);
+    let ready = caches.synced();
+    let watches = caches.drive(availability, served, &shutdown);
     if let Some(addr) = config.health_addr {
         // Its own task: its graceful stop must not cut the controllers' in-flight reconciles.
-        tokio::spawn(health::serve(addr, ready, broken.clone(), shutdown.clone()).await?);
+        let server = health::serve(addr, ready, watches.broken.clone(), shutdown.clone()).await?;
+        tokio::spawn(server);
     }
     if let Some(addr) = config.metrics_addr {
         tokio::spawn(metrics.clone().serve(addr, shutdown.clone()).await?);
@@ -408,25 +144,434 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         protected_namespaces = ?ctx.protected_namespaces.iter().collect::<Vec<_>>(),
         "operator started"
     );
-    let controllers = futures::future::join_all(vec![
-        drain(intent_controller),
-        drain(binding_controller),
-        drain(cluster_binding_controller),
-        drain(policy_controller),
-        drain(cluster_policy_controller),
-    ]);
     // Caches run until shutdown; controllers finish their in-flight reconciles first.
     tokio::select! {
         _ = controllers => {}
-        _ = caches => {}
+        _ = watches.driver => {}
     }
     // Only now, with no reconcile in flight, hand the lease over.
-    election_stop.cancel();
-    if let Some(election) = election {
-        let _ = election.await;
-    }
+    leadership.hand_over().await;
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// One shared cache per kind: every controller and every reconcile reads from these.
+struct Caches {
+    intents: Cache<SecurityIntent>,
+    bindings: Cache<SecurityIntentBinding>,
+    cluster_bindings: Cache<ClusterSecurityIntentBinding>,
+    policies: Cache<NimbusPolicy>,
+    cluster_policies: Cache<ClusterNimbusPolicy>,
+    namespaces: Cache<Namespace>,
+    /// The kinds the enabled engines write.
+    natives: Vec<(&'static NativeKind, Cache<DynamicObject>)>,
+    /// Cluster facts the enabled engines read.
+    nodes: Option<Cache<Node>>,
+    patch_db: Option<(ObjectRef<ConfigMap>, Cache<ConfigMap>)>,
+}
+
+impl Caches {
+    fn new(client: &Client, config: &Config, metrics: &Metrics) -> Self {
+        let reads = |fact| config.engines.iter().any(|e| e.spec().reads(fact));
+        // An engine confined to the k8tls namespace has its kinds watched only there: the
+        // operator needs no cluster-wide read of CronJobs and ConfigMaps.
+        let native_kinds: BTreeMap<&'static NativeKind, Option<&str>> = config
+            .engines
+            .iter()
+            .flat_map(|e| {
+                let spec = e.spec();
+                let namespace = spec
+                    .confined_to_k8tls_namespace
+                    .then_some(config.k8tls_namespace.as_str());
+                spec.kinds.iter().map(move |kind| (*kind, namespace))
+            })
+            .collect();
+        Self {
+            intents: cluster_wide(client, metrics),
+            bindings: cluster_wide(client, metrics),
+            cluster_bindings: cluster_wide(client, metrics),
+            policies: cluster_wide(client, metrics),
+            cluster_policies: cluster_wide(client, metrics),
+            namespaces: cluster_wide(client, metrics),
+            natives: native_kinds
+                .into_iter()
+                .map(|(kind, namespace)| {
+                    let cache = natives::cache(client, kind, namespace);
+                    (kind, counted(cache, metrics))
+                })
+                .collect(),
+            nodes: reads(Fact::NodePodCidrs).then(|| {
+                let cache = Cache::<Node>::new(Api::all(client.clone())).strip(|n| {
+                    n.status = None;
+                    n.metadata.managed_fields = None;
+                });
+                counted(cache, metrics)
+            }),
+            patch_db: config
+                .virtual_patch_db
+                .as_ref()
+                .filter(|_| reads(Fact::VirtualPatchDb))
+                .map(|(ns, name)| {
+                    let watch = watcher::Config::default().fields(&format!("metadata.name={name}"));
+                    let cache = Cache::with(Api::namespaced(client.clone(), ns), (), watch);
+                    (ObjectRef::new(name).within(ns), counted(cache, metrics))
+                }),
+        }
+    }
+
+    /// Resolves once the caches every controller reads have listed.
+    fn synced(&self) -> impl Future<Output = ()> + Send + 'static {
+        futures::future::join_all([
+            self.intents.synced().boxed(),
+            self.bindings.synced().boxed(),
+            self.cluster_bindings.synced().boxed(),
+            self.policies.synced().boxed(),
+            self.cluster_policies.synced().boxed(),
+            self.namespaces.synced().boxed(),
+        ])
+        .map(drop)
+    }
+
+    /// Drives every watch (a CRD-backed kind once its CRD is served) until the process stops.
+    fn drive(
+        mut self,
+        availability: Driver,
+        served: watch::Receiver<Served>,
+        shutdown: &CancellationToken,
+    ) -> Watches {
+        let mut drivers: Vec<Driver> = vec![
+            self.intents.driver(),
+            self.bindings.driver(),
+            self.cluster_bindings.driver(),
+            self.policies.driver(),
+            self.cluster_policies.driver(),
+            self.namespaces.driver(),
+            availability,
+        ];
+        drivers.extend(self.nodes.as_mut().map(Cache::driver));
+        drivers.extend(self.patch_db.as_mut().map(|(_, c)| c.driver()));
+        for (kind, cache) in &mut self.natives {
+            let mut served = served.clone();
+            let kind: &'static NativeKind = kind;
+            drivers.push(cache.driver_after(async move {
+                let _ = served.wait_for(|s| s.contains(kind)).await;
+            }));
+        }
+        // Watches run until the process stops. One that ends anyway is a bug: say so, and stop
+        // reporting ready, but keep serving (only a signal ends `nimbus run`).
+        let broken = CancellationToken::new();
+        let driver = future::join_all(drivers.into_iter().map(|driver| {
+            let (broken, shutdown) = (broken.clone(), shutdown.clone());
+            driver.then(move |()| async move {
+                if !shutdown.is_cancelled() {
+                    tracing::error!("a cache driver ended unexpectedly; reporting not ready");
+                    broken.cancel();
+                }
+                future::pending::<()>().await
+            })
+        }))
+        .map(drop)
+        .boxed();
+        Watches { driver, broken }
+    }
+}
+
+struct Watches {
+    driver: Driver,
+    /// Cancelled when a watch ended before shutdown.
+    broken: CancellationToken,
+}
+
+/// Whether this replica leads: always without election, else while it holds the lease.
+struct Leadership {
+    leading: watch::Receiver<bool>,
+    election: Option<(tokio::task::JoinHandle<()>, CancellationToken)>,
+}
+
+impl Leadership {
+    fn start(client: &Client, config: &Config, metrics: &Metrics) -> Self {
+        let (leading_tx, leading) = watch::channel(config.leader_election.is_none());
+        let election = config.leader_election.clone().map(|election| {
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(leader::run(
+                client.clone(),
+                election,
+                leading_tx,
+                stop.clone(),
+            ));
+            (task, stop)
+        });
+        tokio::spawn({
+            let mut leading = leading.clone();
+            let gauge = metrics.leader.clone();
+            async move {
+                loop {
+                    gauge.set(i64::from(*leading.borrow_and_update()));
+                    if leading.changed().await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Self { leading, election }
+    }
+
+    /// Releases the lease (call with no reconcile in flight).
+    async fn hand_over(self) {
+        if let Some((task, stop)) = self.election {
+            stop.cancel();
+            let _ = task.await;
+        }
+    }
+}
+
+fn context(
+    client: &Client,
+    config: &Config,
+    caches: &Caches,
+    served: &watch::Receiver<Served>,
+    leadership: &Leadership,
+    metrics: &Metrics,
+) -> Context {
+    let reporter = Reporter {
+        controller: config.reporter.clone(),
+        instance: config.instance.clone(),
+    };
+    Context {
+        client: client.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        resync: config.resync,
+        intents: caches.intents.store.clone(),
+        bindings: caches.bindings.store.clone(),
+        cluster_bindings: caches.cluster_bindings.store.clone(),
+        policies: caches.policies.store.clone(),
+        cluster_policies: caches.cluster_policies.store.clone(),
+        namespaces: caches.namespaces.store.clone(),
+        natives: Natives::new(
+            client.clone(),
+            caches
+                .natives
+                .iter()
+                .map(|(kind, cache)| (*kind, cache.store.clone()))
+                .collect(),
+        ),
+        engines: EngineContext {
+            enabled: config.engines.clone(),
+            served: served.clone(),
+            nodes: caches.nodes.as_ref().map(|c| c.store.clone()),
+            k8tls_namespace: config.k8tls_namespace.clone(),
+            k8tls_image: config.k8tls_image.clone(),
+            sandbox_cluster_roles: config.sandbox_cluster_roles.clone(),
+            virtual_patch_db: caches
+                .patch_db
+                .as_ref()
+                .map(|(key, cache)| (key.clone(), cache.store.clone())),
+        },
+        metrics: metrics.clone(),
+        leading: leadership.leading.clone(),
+        failures: Default::default(),
+        protected_namespaces: config.protected(),
+    }
+}
+
+/// Events that make a controller reconcile everything, or stop.
+struct Triggers {
+    served: watch::Receiver<Served>,
+    leading: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+}
+
+impl Triggers {
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let token = self.shutdown.clone();
+        async move { token.cancelled().await }
+    }
+
+    /// An engine's kinds became served, or stopped being.
+    fn availability_changed(&self) -> BoxStream<'static, ()> {
+        WatchStream::from_changes(self.served.clone())
+            .map(|_| ())
+            .boxed()
+    }
+
+    /// This replica became leader: as a standby it skipped all work.
+    fn leadership_gained(&self) -> BoxStream<'static, ()> {
+        WatchStream::from_changes(self.leading.clone())
+            .filter(|leads| future::ready(*leads))
+            .map(|_| ())
+            .boxed()
+    }
+}
+
+fn intent_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> Driver {
+    let controller = Controller::for_stream(caches.intents.subscribe(), ctx.intents.clone())
+        .reconcile_all_on(t.leadership_gained())
+        .graceful_shutdown_on(t.stopped())
+        .run(
+            gated("intent", intent::reconcile),
+            error_policy,
+            ctx.clone(),
+        );
+    drain(controller)
+}
+
+fn binding_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> Driver {
+    let by_intent = ctx.bindings.clone();
+    let controller = Controller::for_stream(caches.bindings.subscribe(), ctx.bindings.clone())
+        .owns_stream(caches.policies.subscribe())
+        .watches_stream(caches.intents.subscribe(), move |si: SecurityIntent| {
+            referencing(&by_intent, &si.name_any(), |b| &b.spec.intents)
+        })
+        .reconcile_all_on(futures::stream::select_all([
+            t.availability_changed(),
+            t.leadership_gained(),
+            // What it created may have come and gone while the watch was down.
+            caches.policies.relisted(),
+        ]))
+        .graceful_shutdown_on(t.stopped())
+        .run(
+            gated("binding", binding::reconcile),
+            error_policy,
+            ctx.clone(),
+        );
+    drain(controller)
+}
+
+fn cluster_binding_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> Driver {
+    let by_intent = ctx.cluster_bindings.clone();
+    let by_namespace = ctx.cluster_bindings.clone();
+    let protected = ctx.protected_namespaces.clone();
+    let controller = Controller::for_stream(
+        caches.cluster_bindings.subscribe(),
+        ctx.cluster_bindings.clone(),
+    )
+    .owns_stream(caches.cluster_policies.subscribe())
+    // `owns` would look the cluster-scoped owner up inside the child's namespace.
+    .watches_stream(caches.policies.subscribe(), |np: NimbusPolicy| {
+        owner::<ClusterSecurityIntentBinding, _>(&np, None)
+    })
+    .watches_stream(caches.intents.subscribe(), move |si: SecurityIntent| {
+        referencing(&by_intent, &si.name_any(), |b| &b.spec.intents)
+    })
+    .watches_stream(caches.namespaces.subscribe(), move |ns: Namespace| {
+        selecting(&by_namespace, &ns.name_any(), &protected)
+    })
+    .reconcile_all_on(futures::stream::select_all([
+        t.availability_changed(),
+        t.leadership_gained(),
+        caches.policies.relisted(),
+        caches.cluster_policies.relisted(),
+    ]))
+    .graceful_shutdown_on(t.stopped())
+    .run(
+        gated("cluster_binding", cluster_binding::reconcile),
+        error_policy,
+        ctx.clone(),
+    );
+    drain(controller)
+}
+
+fn policy_controller(
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+    config: &Config,
+) -> Driver {
+    let mut controller = Controller::for_stream(caches.policies.subscribe(), ctx.policies.clone());
+    for (kind, cache) in &mut caches.natives {
+        controller = controller.watches_stream_with(
+            cache.subscribe(),
+            |obj: DynamicObject| owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref()),
+            kind.api_resource(),
+        );
+    }
+    let controller = controller
+        .reconcile_all_on(translation_inputs_changed(ctx, caches, t, config))
+        .graceful_shutdown_on(t.stopped())
+        .run(
+            gated("policy", policy::reconcile_namespaced),
+            error_policy,
+            ctx.clone(),
+        );
+    drain(controller)
+}
+
+fn cluster_policy_controller(
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+    config: &Config,
+) -> Driver {
+    let mut controller = Controller::for_stream(
+        caches.cluster_policies.subscribe(),
+        ctx.cluster_policies.clone(),
+    );
+    for (kind, cache) in &mut caches.natives {
+        controller = controller.watches_stream_with(
+            cache.subscribe(),
+            |obj: DynamicObject| owner::<ClusterNimbusPolicy, _>(&obj, None),
+            kind.api_resource(),
+        );
+    }
+    let controller = controller
+        .reconcile_all_on(translation_inputs_changed(ctx, caches, t, config))
+        .graceful_shutdown_on(t.stopped())
+        .run(
+            gated("cluster_policy", policy::reconcile_cluster),
+            error_policy,
+            ctx.clone(),
+        );
+    drain(controller)
+}
+
+/// When every policy is re-translated: what a translation reads changed (engine availability,
+/// the cluster facts engines read), leadership was gained, or a native kind was relisted (what a
+/// policy created may have come and gone while that watch was down).
+fn translation_inputs_changed(
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+    config: &Config,
+) -> BoxStream<'static, ()> {
+    let mut streams = vec![t.availability_changed(), t.leadership_gained()];
+    if let Some(nodes) = &mut caches.nodes {
+        let ctx = ctx.clone();
+        streams.push(changes(nodes.subscribe(), move || ctx.node_pod_cidrs()));
+    }
+    if let Some((_, db)) = &mut caches.patch_db {
+        streams.push(db.subscribe().map(|_| ()).boxed());
+    }
+    if config
+        .engines
+        .iter()
+        .any(|e| e.spec().reads(Fact::K8tlsNamespace))
+    {
+        let k8tls_namespace = config.k8tls_namespace.clone();
+        let namespace_changed = caches
+            .namespaces
+            .subscribe()
+            .filter(move |ns| {
+                future::ready(ns.as_ref().is_ok_and(|ns| ns.name_any() == k8tls_namespace))
+            })
+            .map(|_| ());
+        streams.push(namespace_changed.boxed());
+    }
+    streams.extend(caches.natives.iter_mut().map(|(_, c)| c.relisted()));
+    futures::stream::select_all(streams).boxed()
+}
+
+/// A cache of every `K` in the cluster.
+fn cluster_wide<K>(client: &Client, metrics: &Metrics) -> Cache<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    counted(Cache::new(Api::all(client.clone())), metrics)
 }
 
 fn counted<K>(cache: Cache<K>, metrics: &Metrics) -> Cache<K>
@@ -498,6 +643,7 @@ where
         .boxed()
 }
 
+/// Runs a controller, logging what it reports.
 fn drain<T: Debug, E: std::fmt::Display>(
     stream: impl Stream<Item = Result<T, E>> + Send + 'static,
 ) -> Driver {

@@ -11,10 +11,10 @@
 //! seccomp profile) with resource bounds, and schedules run at most hourly.
 
 use super::{
-    CONFIG_MAP, CRON_JOB, Emitted, Environment, Output, PolicyInput, Rule, metadata, native_name,
-    object,
+    CLUSTER, CONFIG_MAP, CRON_JOB, Enforces, EngineSpec, Environment, Fact, Output, PolicyInput,
+    Rule, metadata, native_name, object,
 };
-use crate::catalog::{Engine, param_value, param_values};
+use crate::catalog::{Engine, id, param, param_value, param_values};
 use nimbus_api::condition;
 use serde_json::json;
 
@@ -33,9 +33,23 @@ const NON_ROOT_USER: u32 = 65532;
 const MAX_CRON_JOB_NAME_LEN: usize = 52;
 const ADDRESSES_DIR: &str = "/var/k8tls/";
 
-pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
-    if rule.spec.id != "assessTLS" {
-        return Ok(Emitted::default());
+pub(super) const SPEC: EngineSpec = EngineSpec {
+    engine: Engine::K8tls,
+    name: "k8tls",
+    manager: "nimbus-k8tls",
+    enforces: &[Enforces {
+        intent: id::ASSESS_TLS,
+        origins: CLUSTER,
+        reads: &[Fact::K8tlsNamespace],
+    }],
+    kinds: &[&CRON_JOB, &CONFIG_MAP],
+    confined_to_k8tls_namespace: true,
+    translate,
+};
+
+fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    if rule.spec.id != id::ASSESS_TLS {
+        return rule.untranslated(Engine::K8tls);
     }
     let namespace = &env.k8tls_namespace;
     if !env.k8tls_namespace_exists {
@@ -45,8 +59,8 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
         ));
     }
     let name = native_name(policy, rule.key, MAX_CRON_JOB_NAME_LEN);
-    let schedule = param_value(rule.spec, "schedule").unwrap_or_else(|| "@weekly".into());
-    let addresses = param_values(rule.spec, "external_addresses");
+    let schedule = param_value(rule.spec, param::SCHEDULE).unwrap_or_default();
+    let addresses = param_values(rule.spec, param::EXTERNAL_ADDRESSES);
 
     let mut volumes = vec![
         json!({"name": "fips-config", "configMap": {"name": "fips-config"}}),

@@ -2,10 +2,10 @@
 //! Nimbus's adapter writes, empty sections included.
 
 use super::{
-    Environment, KUBEARMOR_POLICY, Output, PolicyInput, Rule, labels_only, metadata, native_name,
-    object,
+    Enforces, EngineSpec, Environment, KUBEARMOR_POLICY, NAMESPACED, Output, PolicyInput, Rule,
+    labels_only, metadata, native_name, object,
 };
-use crate::catalog::Engine;
+use crate::catalog::{Engine, id};
 use crate::names::MAX_NAME_LEN;
 use serde_json::{Map, Value, json};
 
@@ -75,11 +75,47 @@ struct Body {
     capabilities: Option<Value>,
 }
 
-pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
+pub(super) const SPEC: EngineSpec = EngineSpec {
+    engine: Engine::KubeArmor,
+    name: "kubearmor",
+    manager: "nimbus-kubearmor",
+    enforces: &[
+        Enforces {
+            intent: id::DNS_MANIPULATION,
+            origins: NAMESPACED,
+            reads: &[],
+        },
+        Enforces {
+            intent: id::SW_DEPLOYMENT_TOOLS,
+            origins: NAMESPACED,
+            reads: &[],
+        },
+        Enforces {
+            intent: id::UNAUTHORIZED_SA_TOKEN_ACCESS,
+            origins: NAMESPACED,
+            reads: &[],
+        },
+        Enforces {
+            intent: id::PREVENT_EXECUTION_FROM_TEMP_OR_LOGS_FOLDERS,
+            origins: NAMESPACED,
+            reads: &[],
+        },
+        Enforces {
+            intent: id::ESCAPE_TO_HOST,
+            origins: NAMESPACED,
+            reads: &[],
+        },
+    ],
+    kinds: &[&KUBEARMOR_POLICY],
+    confined_to_k8tls_namespace: false,
+    translate,
+};
+
+fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
     let labels = labels_only(&policy.selector, rule, Engine::KubeArmor)?;
     let bodies: Vec<(String, Body)> = match rule.spec.id.as_str() {
-        "swDeploymentTools" => vec![(rule.key.to_owned(), deployment_tools())],
-        "unAuthorizedSaTokenAccess" => vec![(
+        id::SW_DEPLOYMENT_TOOLS => vec![(rule.key.to_owned(), deployment_tools())],
+        id::UNAUTHORIZED_SA_TOKEN_ACCESS => vec![(
             rule.key.to_owned(),
             Body {
                 file: Some(json!({"matchDirectories": [
@@ -88,14 +124,14 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
                 ..Body::default()
             },
         )],
-        "dnsManipulation" => vec![(
+        id::DNS_MANIPULATION => vec![(
             rule.key.to_owned(),
             Body {
                 file: Some(json!({"matchPaths": [{"path": "/etc/resolv.conf", "readOnly": true}]})),
                 ..Body::default()
             },
         )],
-        "escapeToHost" => vec![
+        id::ESCAPE_TO_HOST => vec![
             (
                 format!("{}-disallowchroot", rule.key),
                 Body {
@@ -118,7 +154,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
                 deployment_tools(),
             ),
         ],
-        "preventExecutionFromTempOrLogsFolders" => vec![(
+        id::PREVENT_EXECUTION_FROM_TEMP_OR_LOGS_FOLDERS => vec![(
             rule.key.to_owned(),
             Body {
                 process: Some(json!({
@@ -128,7 +164,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> O
                 ..Body::default()
             },
         )],
-        _ => Vec::new(),
+        _ => return rule.untranslated(Engine::KubeArmor),
     };
     let selector = if labels.is_empty() {
         json!({})

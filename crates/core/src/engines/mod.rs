@@ -7,9 +7,8 @@ mod kubearmor;
 mod kyverno;
 mod netpol;
 mod rbac;
-pub mod virtual_patch;
 
-use crate::catalog::{self, BindingKind, Engine, Origin};
+use crate::catalog::{self, BindingKind, Origin};
 use crate::names;
 use crate::namespaces::ProtectedNamespaces;
 use crate::objects::controller_reference;
@@ -22,12 +21,152 @@ use nimbus_api::{
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
 
 pub use k8tls::{
     DEFAULT_IMAGE as DEFAULT_K8TLS_IMAGE, DEFAULT_NAMESPACE as DEFAULT_K8TLS_NAMESPACE,
 };
+pub use kyverno::virtual_patch::{self, VirtualPatches};
 pub use rbac::{DEFAULT_SANDBOX_CLUSTER_ROLES, sandbox_violations};
-pub use virtual_patch::VirtualPatches;
+
+/// A built-in engine. Everything about it is in its [`EngineSpec`] ([`Engine::spec`]), declared
+/// by its module: adding an engine is a module with a `SPEC`, a variant here and its entry in
+/// [`ENGINES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Engine {
+    NetworkPolicy,
+    KubeArmor,
+    Kyverno,
+    K8tls,
+    Rbac,
+}
+
+/// Every engine's registration, in [`Engine`] order (translation order within a rule).
+static ENGINES: [&EngineSpec; 5] = [
+    &netpol::SPEC,
+    &kubearmor::SPEC,
+    &kyverno::SPEC,
+    &k8tls::SPEC,
+    &rbac::SPEC,
+];
+
+impl Engine {
+    pub const ALL: [Engine; 5] = [
+        Engine::NetworkPolicy,
+        Engine::KubeArmor,
+        Engine::Kyverno,
+        Engine::K8tls,
+        Engine::Rbac,
+    ];
+
+    pub fn spec(self) -> &'static EngineSpec {
+        ENGINES[self as usize]
+    }
+
+    /// Short name used on the command line (`--disable-engines kubearmor`) and in the Helm
+    /// values (`engines.kubearmor`).
+    pub fn name(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// `nimbus-<engine>`: the `app.kubernetes.io/managed-by` value on everything the engine
+    /// generates (as Nimbus's adapters set it) and its server-side-apply field manager.
+    pub fn manager(self) -> &'static str {
+        self.spec().manager
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Engine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Engine::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Engine::ALL.iter().map(|e| e.name()).collect();
+                format!("unknown engine `{s}` (known: {})", names.join(", "))
+            })
+    }
+}
+
+/// An engine as one unit: the intents it enforces, the kinds it writes, what else it reads
+/// from the cluster, and its translator. The catalog's "who enforces what", the operator's
+/// watches, availability tracking and status, and the chart's RBAC all derive from these.
+pub struct EngineSpec {
+    pub engine: Engine,
+    pub name: &'static str,
+    pub manager: &'static str,
+    /// The intents it enforces.
+    pub enforces: &'static [Enforces],
+    /// What it writes; it is installed when all of these are served.
+    pub kinds: &'static [&'static NativeKind],
+    /// Writes only into the k8tls namespace, so its kinds are watched (and writable) only there.
+    pub confined_to_k8tls_namespace: bool,
+    /// Objects (and problems) for one rule of an intent in `enforces`.
+    translate: fn(&PolicyInput, &Rule, &Environment) -> Output,
+}
+
+/// An intent an engine enforces.
+pub struct Enforces {
+    pub intent: &'static str,
+    /// The kinds of policy it acts on.
+    pub origins: &'static [Origin],
+    /// What its translation reads besides the policy: the operator watches a fact only while an
+    /// engine reading it is enabled, reads it only for rules that need it, and re-translates
+    /// when it changes.
+    pub reads: &'static [Fact],
+}
+
+impl EngineSpec {
+    /// The origins it enforces `intent` from; `None` when it does not enforce it.
+    pub fn origins(&self, intent: &str) -> Option<&'static [Origin]> {
+        self.enforcing(intent).map(|e| e.origins)
+    }
+
+    fn enforcing(&self, intent: &str) -> Option<&'static Enforces> {
+        self.enforces.iter().find(|e| e.intent == intent)
+    }
+
+    /// Whether any of its translations reads `fact`.
+    pub fn reads(&self, fact: Fact) -> bool {
+        self.enforces.iter().any(|e| e.reads.contains(&fact))
+    }
+}
+
+/// Whether translating `rules` with any engine reads `fact`.
+pub fn rules_read(rules: &[NimbusRule], fact: Fact) -> bool {
+    rules.iter().any(|rule| {
+        Engine::ALL.into_iter().any(|e| {
+            e.spec()
+                .enforcing(&rule.id)
+                .is_some_and(|e| e.reads.contains(&fact))
+        })
+    })
+}
+
+/// A cluster fact an engine's translation reads (see [`Environment`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fact {
+    /// `spec.podCIDRs` of the nodes.
+    NodePodCidrs,
+    /// Whether the k8tls namespace exists.
+    K8tlsNamespace,
+    /// The virtual-patch database ConfigMap.
+    VirtualPatchDb,
+}
+
+/// Origins, as engines declare them.
+const NAMESPACED: &[Origin] = &[Origin::Binding, Origin::ClusterBindingNamespace];
+const BINDING_OR_CLUSTER: &[Origin] = &[Origin::Binding, Origin::Cluster];
+const CLUSTER: &[Origin] = &[Origin::Cluster];
+const CLUSTER_BINDING_NAMESPACES: &[Origin] = &[Origin::ClusterBindingNamespace];
 
 /// Annotation (and label, so the operator can watch only its own objects) naming the engine
 /// that generated an object.
@@ -143,13 +282,7 @@ pub const ROLE_BINDING: NativeKind = NativeKind {
 
 /// The native kinds `engine` writes.
 pub fn kinds(engine: Engine) -> &'static [&'static NativeKind] {
-    match engine {
-        Engine::NetworkPolicy => &[&NETWORK_POLICY],
-        Engine::KubeArmor => &[&KUBEARMOR_POLICY],
-        Engine::Kyverno => &[&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY],
-        Engine::K8tls => &[&CRON_JOB, &CONFIG_MAP],
-        Engine::Rbac => &[&ROLE_BINDING],
-    }
+    engine.spec().kinds
 }
 
 /// Every native kind of every engine, each once.
@@ -369,14 +502,7 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                 spec: rule,
                 key: &key,
             };
-            let result = match engine {
-                Engine::NetworkPolicy => netpol::translate(policy, &rule, env),
-                Engine::KubeArmor => kubearmor::translate(policy, &rule, env),
-                Engine::Kyverno => kyverno::translate(policy, &rule, env),
-                Engine::K8tls => k8tls::translate(policy, &rule, env),
-                Engine::Rbac => rbac::translate(policy, &rule, env),
-            };
-            match result {
+            match (engine.spec().translate)(policy, &rule, env) {
                 Ok(emitted) => {
                     enforced |= !emitted.objects.is_empty();
                     out.problems.extend(emitted.warnings);
@@ -536,6 +662,18 @@ impl Rule<'_> {
     fn problem(&self, reason: &'static str, message: impl Into<String>) -> Problem {
         Problem::new(self.spec, reason, message)
     }
+
+    /// The result of an engine asked for an intent it declares but has no translation of: the
+    /// intent is reported unenforced instead of silently producing nothing.
+    fn untranslated(&self, engine: Engine) -> Output {
+        Err(self.problem(
+            condition::REASON_UNSUPPORTED_INTENT,
+            format!(
+                "{engine} has no translation of intent `{}` in this kind of policy",
+                self.spec.id
+            ),
+        ))
+    }
 }
 
 /// `<policy>-<suffix>`, shortened deterministically when longer than `max`.
@@ -645,4 +783,43 @@ fn labels_only(
         ));
     }
     Ok(selector.match_labels.clone().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_engine_is_registered_once_in_its_place() {
+        for engine in Engine::ALL {
+            assert_eq!(engine.spec().engine, engine);
+            assert_eq!(engine.manager(), format!("nimbus-{}", engine.name()));
+        }
+    }
+
+    #[test]
+    fn engines_enforce_exactly_the_catalog_intents() {
+        for engine in Engine::ALL {
+            for Enforces {
+                intent, origins, ..
+            } in engine.spec().enforces
+            {
+                assert!(
+                    catalog::intent(intent).is_some(),
+                    "{engine}: unknown `{intent}`"
+                );
+                assert!(
+                    !origins.is_empty(),
+                    "{engine} enforces `{intent}` from nowhere"
+                );
+            }
+        }
+        for intent in catalog::INTENTS {
+            assert!(
+                !intent.engines().is_empty(),
+                "nobody enforces {}",
+                intent.id
+            );
+        }
+    }
 }

@@ -1,24 +1,45 @@
 //! Kubernetes NetworkPolicy engine: dnsManipulation and denyExternalNetworkAccess.
 
 use super::{
-    Emitted, Environment, NETWORK_POLICY, Output, PolicyInput, Rule, metadata, native_name, object,
-    selector_json,
+    Enforces, EngineSpec, Environment, Fact, NAMESPACED, NETWORK_POLICY, Output, PolicyInput, Rule,
+    metadata, native_name, object, selector_json,
 };
-use crate::catalog::Engine;
+use crate::catalog::{Engine, id};
 use crate::names::MAX_NAME_LEN;
 use serde_json::{Value, json};
 
 /// The private address ranges (RFC 1918) denyExternalNetworkAccess keeps reachable.
 const PRIVATE_RANGES: [&str; 3] = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"];
 
-pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+pub(super) const SPEC: EngineSpec = EngineSpec {
+    engine: Engine::NetworkPolicy,
+    name: "netpol",
+    manager: "nimbus-netpol",
+    enforces: &[
+        Enforces {
+            intent: id::DNS_MANIPULATION,
+            origins: NAMESPACED,
+            reads: &[Fact::NodePodCidrs],
+        },
+        Enforces {
+            intent: id::DENY_EXTERNAL_NETWORK_ACCESS,
+            origins: NAMESPACED,
+            reads: &[Fact::NodePodCidrs],
+        },
+    ],
+    kinds: &[&NETWORK_POLICY],
+    confined_to_k8tls_namespace: false,
+    translate,
+};
+
+fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     let node_cidrs = env
         .node_pod_cidrs
         .iter()
         .map(|cidr| json!({"ipBlock": {"cidr": cidr}}));
     let dns_ports = json!([{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]);
     let spec = match rule.spec.id.as_str() {
-        "dnsManipulation" => {
+        id::DNS_MANIPULATION => {
             let to: Vec<Value> = node_cidrs.chain([kube_dns()]).collect();
             json!({
                 "podSelector": selector_json(&policy.selector),
@@ -26,7 +47,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 "egress": [{"to": to, "ports": dns_ports}],
             })
         }
-        "denyExternalNetworkAccess" => {
+        id::DENY_EXTERNAL_NETWORK_ACCESS => {
             let private = PRIVATE_RANGES.map(|cidr| json!({"ipBlock": {"cidr": cidr}}));
             let from: Vec<Value> = node_cidrs.clone().chain(private.clone()).collect();
             let to: Vec<Value> = [kube_dns()]
@@ -41,7 +62,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 "egress": [{"to": to, "ports": dns_ports}],
             })
         }
-        _ => return Ok(Emitted::default()),
+        _ => return rule.untranslated(Engine::NetworkPolicy),
     };
     let name = native_name(policy, rule.key, MAX_NAME_LEN);
     let meta = metadata(

@@ -8,9 +8,10 @@
 //! A rule breaking either gets no RoleBinding at all.
 
 use super::{
-    Emitted, Environment, Output, PolicyInput, ROLE_BINDING, Rule, metadata, native_name, object,
+    CLUSTER_BINDING_NAMESPACES, Emitted, Enforces, EngineSpec, Environment, Output, PolicyInput,
+    ROLE_BINDING, Rule, metadata, native_name, object,
 };
-use crate::catalog::{Engine, param_value};
+use crate::catalog::{Engine, id, param, param_value};
 use crate::names::MAX_NAME_LEN;
 use nimbus_api::{NimbusRule, condition};
 use serde_json::json;
@@ -39,9 +40,9 @@ pub fn sandbox_violations(
     // The role as written, not the default an invalid value would fall back to: a sandbox
     // grants what its author asked for, or nothing.
     let role = params
-        .and_then(|p| p.get("clusterRole"))
+        .and_then(|p| p.get(param::CLUSTER_ROLE))
         .and_then(|v| v.first().cloned())
-        .or_else(|| param_value(rule, "clusterRole"));
+        .or_else(|| param_value(rule, param::CLUSTER_ROLE));
     match role {
         Some(role) if roles.contains(&role) => {}
         Some(role) => {
@@ -57,7 +58,11 @@ pub fn sandbox_violations(
         }
         None => violations.push("no ClusterRole to grant".to_owned()),
     }
-    for group in params.and_then(|p| p.get("group")).into_iter().flatten() {
+    for group in params
+        .and_then(|p| p.get(param::GROUP))
+        .into_iter()
+        .flatten()
+    {
         let name = match namespace {
             Some(ns) => group.replace("{namespace}", ns),
             None => group.clone(),
@@ -77,9 +82,26 @@ pub fn sandbox_violations(
     violations
 }
 
-pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
-    let Some(namespace) = &policy.namespace else {
-        return Ok(Emitted::default());
+pub(super) const SPEC: EngineSpec = EngineSpec {
+    engine: Engine::Rbac,
+    name: "rbac",
+    manager: "nimbus-rbac",
+    // Only from cluster bindings, an administrator's object: a namespaced binding would let
+    // anyone who may create one grant roles in their namespace.
+    enforces: &[Enforces {
+        intent: id::NAMESPACE_SANDBOX,
+        origins: CLUSTER_BINDING_NAMESPACES,
+        reads: &[],
+    }],
+    kinds: &[&ROLE_BINDING],
+    confined_to_k8tls_namespace: false,
+    translate,
+};
+
+fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    let (id::NAMESPACE_SANDBOX, Some(namespace)) = (rule.spec.id.as_str(), &policy.namespace)
+    else {
+        return rule.untranslated(Engine::Rbac);
     };
     let violations = sandbox_violations(rule.spec, &env.sandbox_cluster_roles, Some(namespace));
     if !violations.is_empty() {
@@ -92,7 +114,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
             ),
         ));
     }
-    let Some(role) = param_value(rule.spec, "clusterRole") else {
+    let Some(role) = param_value(rule.spec, param::CLUSTER_ROLE) else {
         return Ok(Emitted::default());
     };
     let subjects: Vec<_> = rule
@@ -100,7 +122,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
         .rule
         .params
         .as_ref()
-        .and_then(|p| p.get("group"))
+        .and_then(|p| p.get(param::GROUP))
         .into_iter()
         .flatten()
         .map(|group| {

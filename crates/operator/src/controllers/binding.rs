@@ -1,7 +1,8 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace.
 
 use super::{
-    Blocker, Context, binding_ready, policy_result, sync_policy, unless_left_behind, update_status,
+    Blocker, Context, binding_ready, policy_result, publish_changes, unless_left_behind,
+    update_status, write_policy,
 };
 use crate::apply::{is_controlled_by, ready};
 use crate::error::Error;
@@ -11,7 +12,7 @@ use kube::{Api, ResourceExt};
 use nimbus_api::{
     NimbusPolicy, STATUS_CREATED, SecurityIntentBinding, SecurityIntentBindingStatus, condition,
 };
-use nimbus_core::{compile_binding, objects};
+use nimbus_core::plan;
 use std::sync::Arc;
 
 pub async fn reconcile(
@@ -44,7 +45,7 @@ pub async fn reconcile(
         return write_status(&ctx, &sib, status).await;
     }
 
-    let plan = match compile_binding(&sib.spec, |n| ctx.intents.get(&ObjectRef::new(n))) {
+    let plan = match plan::binding(&sib, |n| ctx.intents.get(&ObjectRef::new(n))) {
         Ok(plan) => plan,
         Err(err) => {
             // Keep the policy in force: a typo in the selector must not drop protection.
@@ -63,8 +64,11 @@ pub async fn reconcile(
         }
     };
 
-    let policy = plan.policy.map(|spec| objects::binding_policy(&sib, spec));
-    let synced = sync_policy(&ctx, &*sib, &policies, policy.as_ref(), ours).await;
+    let policy = plan.policy;
+    let synced = write_policy(&policies, policy.as_ref(), ours).await;
+    if let Ok(Some(change)) = synced {
+        publish_changes::<_, NimbusPolicy>(&ctx, &*sib, &name, &[(None, change)]).await;
+    }
 
     let mut blockers = Vec::new();
     if !plan.missing_intents.is_empty() {
@@ -77,7 +81,7 @@ pub async fn reconcile(
         });
     }
     let (written, failure) = match synced {
-        Ok(written) => (written, None),
+        Ok(change) => (change.is_some(), None),
         Err(error) => {
             blockers.push(Blocker {
                 reason: condition::REASON_APPLY_FAILED,

@@ -2,20 +2,19 @@
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
 use super::{
-    Blocker, Context, binding_ready, policy_result, sync_policy, unless_left_behind, update_status,
+    Blocker, Context, binding_ready, policy_result, publish_changes, unless_left_behind,
+    update_status, write_policy,
 };
-use crate::apply::{self, is_controlled_by, ready};
+use crate::apply::{is_controlled_by, ready};
 use crate::error::Error;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, ClusterSecurityIntentBindingStatus,
-    NamespaceSelector, NimbusPolicy, NimbusPolicySpec, STATUS_CREATED, STATUS_VALIDATION_FAIL,
-    condition,
+    NimbusPolicy, STATUS_CREATED, STATUS_VALIDATION_FAIL, condition,
 };
-use nimbus_core::{CompileError, compile_cluster_binding, names, namespaces, objects};
+use nimbus_core::{CompileError, names, plan};
 use std::sync::Arc;
 
 pub async fn reconcile(
@@ -30,7 +29,13 @@ pub async fn reconcile(
     let observed = unless_left_behind(&cluster_api, &*csib, observed).await?;
     let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
 
-    let plan = match compile_cluster_binding(&csib.spec, |n| ctx.intents.get(&ObjectRef::new(n))) {
+    let namespaces = ctx.namespaces.state();
+    let plan = match plan::cluster_binding(
+        &csib,
+        |n| ctx.intents.get(&ObjectRef::new(n)),
+        namespaces.iter().map(|ns| &**ns),
+        &ctx.protected_namespaces,
+    ) {
         Ok(plan) => plan,
         Err(err) => {
             // Re-evaluated on every change, so fixing the binding in place recovers it. What is
@@ -55,42 +60,39 @@ pub async fn reconcile(
     let mut first_error = None;
 
     // The cluster-wide policy.
-    let cluster_policy = match (plan.cluster_policy, observed.is_some() && ours.is_none()) {
-        (_, true) => {
-            conflicts.push(format!(
-                "ClusterNimbusPolicy {name} exists and is not owned by this binding"
-            ));
-            None
-        }
-        (spec, false) => {
-            let desired = spec.map(|spec| objects::cluster_policy(&csib, spec));
-            match sync_policy(&ctx, &*csib, &cluster_api, desired.as_ref(), ours).await {
-                Ok(written) if desired.is_some() => results.push((
-                    format!("ClusterNimbusPolicy {name}"),
-                    policy_result(ours, ours.and_then(|p| p.status.as_ref()), written),
-                )),
-                Ok(_) => {}
-                Err(e) => first_error = first_error.or(Some(e)),
+    let cluster_policy = if observed.is_some() && ours.is_none() {
+        conflicts.push(format!(
+            "ClusterNimbusPolicy {name} exists and is not owned by this binding"
+        ));
+        None
+    } else {
+        let desired = plan.cluster_policy.as_ref();
+        match write_policy(&cluster_api, desired, ours).await {
+            Ok(change) => {
+                if let Some(change) = change {
+                    let changes = [(None, change)];
+                    publish_changes::<_, ClusterNimbusPolicy>(&ctx, &*csib, &name, &changes).await;
+                }
+                if desired.is_some() {
+                    let status = ours.and_then(|p| p.status.as_ref());
+                    let result = policy_result(ours, status, change.is_some());
+                    results.push((format!("ClusterNimbusPolicy {name}"), result));
+                }
             }
-            desired
+            Err(e) => first_error = first_error.or(Some(e)),
         }
+        desired
     };
 
-    // One NimbusPolicy per selected namespace; every namespace is converged in this pass.
-    let ns_selector = csib
-        .spec
-        .selector
-        .as_ref()
-        .and_then(|s| s.ns_selector.clone())
-        .unwrap_or_default();
+    // The NimbusPolicy of every namespace; all of them are converged in this pass.
     let policy_name = names::cluster_binding_policy_name(&name);
     let mut in_force = Vec::new();
-    for ns in ctx.namespaces.state() {
-        let ns_name = ns.name_any();
-        let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &ns_name);
+    let mut changes = Vec::new();
+    for (ns_name, desired) in &plan.namespaces {
+        let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), ns_name);
         let observed = ctx
             .policies
-            .get(&ObjectRef::new(&policy_name).within(&ns_name));
+            .get(&ObjectRef::new(&policy_name).within(ns_name));
         let observed = match unless_left_behind(&api, &*csib, observed).await {
             Ok(observed) => observed,
             Err(error) => {
@@ -100,40 +102,31 @@ pub async fn reconcile(
             }
         };
         let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
-        let result = match wanted(
-            &plan.namespace_policy,
-            &ns_selector,
-            &ns,
-            &ctx.protected_namespaces,
-        ) {
-            Some(_) if observed.is_some() && ours.is_none() => {
-                conflicts.push(format!(
-                    "NimbusPolicy {ns_name}/{policy_name} exists and is not owned by this binding"
-                ));
-                continue;
-            }
-            Some(spec) => {
-                let desired = objects::namespace_policy(&csib, &ns_name, spec.clone());
-                let result = apply::apply(&api, apply::FIELD_MANAGER, &desired, ours).await;
-                if let Ok(written) = result {
-                    let status = ours.and_then(|p| p.status.as_ref());
-                    results.push((ns_name.clone(), policy_result(ours, status, written)));
-                    in_force.push(ns_name);
+        if desired.is_some() && observed.is_some() && ours.is_none() {
+            conflicts.push(format!(
+                "NimbusPolicy {ns_name}/{policy_name} exists and is not owned by this binding"
+            ));
+            continue;
+        }
+        match write_policy(&api, desired.as_ref(), ours).await {
+            Ok(change) => {
+                if let Some(change) = change {
+                    changes.push((Some(ns_name.clone()), change));
                 }
-                result
+                if desired.is_some() {
+                    let status = ours.and_then(|p| p.status.as_ref());
+                    let result = policy_result(ours, status, change.is_some());
+                    results.push((ns_name.clone(), result));
+                    in_force.push(ns_name.clone());
+                }
             }
-            // A terminating namespace takes its policies with it.
-            None if is_terminating(&ns) => continue,
-            None => match ours {
-                Some(stale) => apply::delete(&api, stale).await,
-                None => continue,
-            },
-        };
-        if let Err(error) = result {
-            failures.push(error.to_string());
-            first_error = first_error.or(Some(error));
+            Err(error) => {
+                failures.push(error.to_string());
+                first_error = first_error.or(Some(error));
+            }
         }
     }
+    publish_changes::<_, NimbusPolicy>(&ctx, &*csib, &policy_name, &changes).await;
     in_force.sort();
 
     let mut blockers = Vec::new();
@@ -158,7 +151,7 @@ pub async fn reconcile(
             message: failures.join("; "),
         });
     }
-    if plan.namespace_policy.is_some() && in_force.is_empty() && blockers.is_empty() {
+    if plan.has_namespace_policies && in_force.is_empty() && blockers.is_empty() {
         blockers.push(Blocker {
             reason: condition::REASON_NO_NAMESPACE_SELECTED,
             message: format!(
@@ -173,9 +166,7 @@ pub async fn reconcile(
     let status = ClusterSecurityIntentBindingStatus {
         status: STATUS_CREATED.to_owned(),
         last_updated: None,
-        number_of_bound_intents: cluster_policy
-            .as_ref()
-            .map_or(0, |p| p.spec.rules.len() as i32),
+        number_of_bound_intents: cluster_policy.map_or(0, |p| p.spec.rules.len() as i32),
         bound_intents: (cluster_policy.is_some() && !bound.is_empty()).then_some(bound),
         cluster_nimbus_policy: cluster_policy.map(|p| p.name_any()).unwrap_or_default(),
         number_of_nimbus_policies: in_force.len() as i32,
@@ -188,22 +179,6 @@ pub async fn reconcile(
         Some(e) => Err(e),
         None => Ok(action),
     }
-}
-
-/// The policy spec a namespace should have, if any.
-fn wanted<'a>(
-    spec: &'a Option<NimbusPolicySpec>,
-    selector: &NamespaceSelector,
-    ns: &Namespace,
-    protected: &namespaces::ProtectedNamespaces,
-) -> Option<&'a NimbusPolicySpec> {
-    spec.as_ref()
-        .filter(|_| !is_terminating(ns) && namespaces::selects(selector, &ns.name_any(), protected))
-}
-
-fn is_terminating(ns: &Namespace) -> bool {
-    ns.metadata.deletion_timestamp.is_some()
-        || ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
 }
 
 async fn write_status(

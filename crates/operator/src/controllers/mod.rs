@@ -88,48 +88,78 @@ async fn publish<K: Resource<DynamicType = ()>>(
     }
 }
 
-/// Keeps the policy a binding generates: applies `desired`, or deletes the one the binding owns
-/// when nothing is desired, with an event on the binding when that changed something. Returns
-/// whether it wrote.
-async fn sync_policy<B, P>(
-    ctx: &Context,
-    binding: &B,
+/// What writing one generated policy changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum PolicyChange {
+    Created,
+    Updated,
+    Deleted,
+}
+
+/// Keeps one policy a binding generates: applies `desired`, or deletes the one the binding owns
+/// (`ours`) when nothing is desired. Returns what changed, if anything.
+async fn write_policy<P>(
     api: &kube::Api<P>,
     desired: Option<&P>,
     ours: Option<&P>,
-) -> Result<bool, Error>
+) -> Result<Option<PolicyChange>, Error>
 where
-    B: Resource<DynamicType = ()>,
     P: Resource<DynamicType = ()>
         + serde::Serialize
         + serde::de::DeserializeOwned
         + Clone
         + std::fmt::Debug,
 {
+    Ok(match (desired, ours) {
+        (Some(desired), _) => crate::apply::apply(api, crate::apply::FIELD_MANAGER, desired, ours)
+            .await?
+            .then_some(if ours.is_some() {
+                PolicyChange::Updated
+            } else {
+                PolicyChange::Created
+            }),
+        (None, Some(stale)) => crate::apply::delete(api, stale)
+            .await?
+            .then_some(PolicyChange::Deleted),
+        (None, None) => None,
+    })
+}
+
+/// One Normal event on `binding` per kind of change to its `P` policies named `name`: where
+/// (namespaces, for a cluster binding's per-namespace policies) is listed in the note, so a
+/// fan-out over many namespaces makes at most three events.
+async fn publish_changes<B, P>(
+    ctx: &Context,
+    binding: &B,
+    name: &str,
+    changes: &[(Option<String>, PolicyChange)],
+) where
+    B: Resource<DynamicType = ()>,
+    P: Resource<DynamicType = ()>,
+{
     let kind = P::kind(&());
-    let (reason, note) = match (desired, ours) {
-        (Some(desired), _) => {
-            if !crate::apply::apply(api, crate::apply::FIELD_MANAGER, desired, ours).await? {
-                return Ok(false);
-            }
-            let name = desired.name_any();
-            match ours {
-                Some(_) => ("PolicyUpdated", format!("{kind} {name} updated")),
-                None => ("PolicyCreated", format!("{kind} {name} created")),
-            }
+    let mut by_change: BTreeMap<PolicyChange, Vec<&str>> = BTreeMap::new();
+    for (namespace, change) in changes {
+        by_change
+            .entry(*change)
+            .or_default()
+            .extend(namespace.as_deref());
+    }
+    for (change, namespaces) in by_change {
+        let (reason, verb) = match change {
+            PolicyChange::Created => ("PolicyCreated", "created"),
+            PolicyChange::Updated => ("PolicyUpdated", "updated"),
+            PolicyChange::Deleted => ("PolicyDeleted", "deleted"),
+        };
+        let mut note = format!("{kind} {name} {verb}");
+        if !namespaces.is_empty() {
+            note += &format!(" in {}", namespaces.join(", "));
         }
-        (None, Some(stale)) => {
-            if !crate::apply::delete(api, stale).await? {
-                return Ok(false);
-            }
-            let name = stale.name_any();
-            let note = format!("{kind} {name} deleted: no referenced intent exists");
-            ("PolicyDeleted", note)
+        if change == PolicyChange::Deleted {
+            note += ": the binding no longer wants it";
         }
-        (None, None) => return Ok(false),
-    };
-    publish(ctx, binding, EventType::Normal, reason, note).await;
-    Ok(true)
+        publish(ctx, binding, EventType::Normal, reason, note).await;
+    }
 }
 
 /// The cached policy `observed` unless an earlier incarnation of `binding` left it behind, in

@@ -7,11 +7,14 @@
 //! made one match entry per label, OR-ing them), and parameters come from the rule being
 //! translated (Nimbus read the first rule's).
 
+pub mod virtual_patch;
+
 use super::{
-    Environment, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, NativeKind, Output, PolicyInput, Rule,
-    metadata, native_name, object, selector_json, virtual_patch,
+    BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact, KYVERNO_CLUSTER_POLICY,
+    KYVERNO_POLICY, NAMESPACED, NativeKind, Output, PolicyInput, Rule, metadata, native_name,
+    object, selector_json,
 };
-use crate::catalog::{Engine, param_value};
+use crate::catalog::{Engine, id, param, param_value};
 use crate::names::MAX_NAME_LEN;
 use kube::Resource;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
@@ -21,11 +24,37 @@ const DESCRIPTION: &str = "policies.kyverno.io/description";
 const POD: &str = "v1/Pod";
 const DEPLOYMENT: &str = "apps/v1/Deployment";
 
-pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+pub(super) const SPEC: EngineSpec = EngineSpec {
+    engine: Engine::Kyverno,
+    name: "kyverno",
+    manager: "nimbus-kyverno",
+    enforces: &[
+        Enforces {
+            intent: id::ESCAPE_TO_HOST,
+            origins: BINDING_OR_CLUSTER,
+            reads: &[],
+        },
+        Enforces {
+            intent: id::COCO_WORKLOAD,
+            origins: BINDING_OR_CLUSTER,
+            reads: &[],
+        },
+        Enforces {
+            intent: id::VIRTUAL_PATCH,
+            origins: NAMESPACED,
+            reads: &[Fact::VirtualPatchDb],
+        },
+    ],
+    kinds: &[&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY],
+    confined_to_k8tls_namespace: false,
+    translate,
+};
+
+fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     let cluster = policy.namespace.is_none();
     let policies = match (rule.spec.id.as_str(), cluster) {
-        ("escapeToHost", _) => {
-            let level = param_value(rule.spec, "psaLevel").unwrap_or_else(|| "baseline".into());
+        (id::ESCAPE_TO_HOST, _) => {
+            let level = param_value(rule.spec, param::PSA_LEVEL).unwrap_or_default();
             let body = json!({
                 "name": "pod-security-standard",
                 "match": matching(policy, POD),
@@ -36,7 +65,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
             });
             vec![build(policy, rule, rule.key, body, Extra::Background)]
         }
-        ("cocoWorkload", false) => {
+        (id::COCO_WORKLOAD, false) => {
             let patch = runtime_class_patch(rule);
             // Existing Deployments are mutated when the policy changes; the NimbusPolicy is
             // the trigger resource (as in Nimbus). Targets are selected by labels, not by the
@@ -89,7 +118,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 ),
             ]
         }
-        ("cocoWorkload", true) => {
+        (id::COCO_WORKLOAD, true) => {
             let body = json!({
                 "name": "add-runtime-class-to-pods",
                 "match": matching(policy, DEPLOYMENT),
@@ -109,14 +138,14 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                 Extra::MutateExistingOnly,
             )]
         }
-        (virtual_patch::INTENT, false) => return virtual_patch::translate(policy, rule, env),
-        _ => Vec::new(),
+        (id::VIRTUAL_PATCH, false) => return virtual_patch::translate(policy, rule, env),
+        _ => return rule.untranslated(Engine::Kyverno),
     };
     Ok(policies.into())
 }
 
 /// Spec fields beyond rules and the failure action, as Nimbus set them per policy.
-pub(super) enum Extra {
+enum Extra {
     Background,
     MutateExisting,
     /// The cluster coco policy: Nimbus left `background` unset there.
@@ -127,7 +156,7 @@ pub(super) enum Extra {
 
 /// A Kyverno `Policy` (for a NimbusPolicy) or `ClusterPolicy` (for a ClusterNimbusPolicy)
 /// named `<policy>-<suffix>` with one rule, as Nimbus's Kyverno adapter wrote them.
-pub(super) fn build(
+fn build(
     policy: &PolicyInput,
     rule: &Rule,
     suffix: &str,
@@ -227,6 +256,6 @@ fn no_generate() -> Value {
 }
 
 fn runtime_class_patch(rule: &Rule) -> Value {
-    let class = param_value(rule.spec, "runtimeClass").unwrap_or_else(|| "kata-clh".into());
+    let class = param_value(rule.spec, param::RUNTIME_CLASS).unwrap_or_default();
     json!({"spec": {"template": {"spec": {"runtimeClassName": class}}}})
 }

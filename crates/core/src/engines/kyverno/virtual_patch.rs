@@ -77,19 +77,18 @@
 //! `preconditions.all` (the image condition is prepended) and may have none; every Kyverno
 //! rule is rewritten, not only the first; malformed entries are reported instead of crashing.
 
-use super::kyverno::{Extra, build};
-use super::{
+use super::{Extra, build};
+use crate::catalog::{id, param, param_values};
+use crate::engines::{
     Emitted, Environment, KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, NativeKind, Output,
     PolicyInput, Problem, Rule,
 };
-use crate::catalog::param_values;
 use kube::core::DynamicObject;
 use nimbus_api::condition::REASON_ENGINE_NOT_READY;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
-pub const INTENT: &str = "virtualPatch";
 /// ConfigMap key holding the database (same JSON format as Nimbus's vp.json).
 pub const DATABASE_KEY: &str = "vp.json";
 
@@ -241,7 +240,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
         policy,
         rule,
         namespace,
-        prefix: if rule.key == INTENT.to_lowercase() {
+        prefix: if rule.key == id::VIRTUAL_PATCH.to_lowercase() {
             String::new()
         } else {
             format!("{}-", rule.key)
@@ -251,7 +250,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
     };
 
     let mut cves: Vec<String> = Vec::new();
-    for cve in param_values(rule.spec, "cveList") {
+    for cve in param_values(rule.spec, param::CVE_LIST) {
         if !cves.iter().any(|c| c.eq_ignore_ascii_case(&cve)) {
             cves.push(cve);
         }
@@ -471,6 +470,7 @@ fn prepend_precondition(rule: &mut Map<String, Value>, condition: Value) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::id::VIRTUAL_PATCH as INTENT;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nimbus_api::{NimbusPolicy, NimbusPolicySpec, NimbusRule, Rule as ApiRule};
 
