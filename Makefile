@@ -25,8 +25,9 @@ control-plane:
 tools:
 	bash hack/build-tools.sh
 
-# The committed CRDs and intent-catalog admission policy, and the Helm chart's copies (Helm
-# reads only files inside the chart); tests fail when any is stale.
+# The committed CRDs and intent-catalog admission policy, the Helm chart's copies (Helm reads
+# only files inside the chart), and the engines' RBAC rules the chart grants; tests fail when
+# any is stale.
 crds:
 	$(CARGO) run -q -- crds > config/crd/nimbus.yaml.tmp
 	mv config/crd/nimbus.yaml.tmp config/crd/nimbus.yaml
@@ -34,6 +35,8 @@ crds:
 	$(CARGO) run -q -- admission-policy > config/admission/intent-catalog.yaml.tmp
 	mv config/admission/intent-catalog.yaml.tmp config/admission/intent-catalog.yaml
 	cp config/admission/intent-catalog.yaml charts/nimbus/files/admission.yaml
+	$(CARGO) run -q -- engine-rbac > charts/nimbus/files/engine-rbac.yaml.tmp
+	mv charts/nimbus/files/engine-rbac.yaml.tmp charts/nimbus/files/engine-rbac.yaml
 
 # Refreshes upstream/kyverno/ from the Kyverno Go module pinned in tools/kyverno (checksummed by
 # its go.sum); bump the version there, then run this.

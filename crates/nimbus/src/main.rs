@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines;
 use nimbus_core::namespaces::ProtectedNamespaces;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -45,6 +46,10 @@ enum Command {
     /// Print the ValidatingAdmissionPolicy that warns, at `kubectl apply`, about intent IDs and
     /// parameters the catalog does not know.
     AdmissionPolicy,
+    /// Print every engine's RBAC rules, derived from its registration (the Helm chart's
+    /// files/engine-rbac.yaml).
+    #[command(hide = true)]
+    EngineRbac,
     /// Start a local control plane, install the CRDs, run the operator on it and apply the
     /// examples; runs until Ctrl-C.
     #[cfg(feature = "dev")]
@@ -273,6 +278,10 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", admission_policy_yaml()?);
             Ok(true)
         }
+        Command::EngineRbac => {
+            print!("{}", engine_rbac_yaml()?);
+            Ok(true)
+        }
         Command::Run(args) => block_on(async {
             let client = kube::Client::try_default()
                 .await
@@ -328,6 +337,19 @@ pub fn shutdown_on_signal() -> CancellationToken {
         cancel.cancel();
     });
     token
+}
+
+/// Every engine's RBAC rules by engine name, as the Helm chart reads them.
+fn engine_rbac_yaml() -> anyhow::Result<String> {
+    let permissions: BTreeMap<&str, _> = Engine::ALL
+        .into_iter()
+        .map(|e| (e.name(), e.spec().permissions()))
+        .collect();
+    let yaml = serde_yaml_ng::to_string(&permissions).context("rendering the engines' RBAC")?;
+    Ok(format!(
+        "# Generated from the engines' registration (nimbus_core::engines) by `make crds`; do \
+         not edit.\n{yaml}"
+    ))
 }
 
 /// The catalog's ValidatingAdmissionPolicy and its binding, as multi-document YAML.

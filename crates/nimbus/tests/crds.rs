@@ -35,6 +35,28 @@ fn committed_admission_policy_matches_the_catalog() {
     }
 }
 
+/// The chart grants each engine exactly the rules its registration implies.
+#[test]
+fn committed_engine_rbac_matches_the_registration() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .arg("engine-rbac")
+        .output()
+        .expect("running nimbus engine-rbac");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = "charts/nimbus/files/engine-rbac.yaml";
+    let full = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
+    let committed =
+        std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    assert!(
+        committed.as_bytes() == out.stdout.as_slice(),
+        "{path} is stale: run `make crds`"
+    );
+}
+
 #[test]
 fn crds_print_every_kind_with_its_short_name_and_scope() {
     let crds = nimbus_api::crds();

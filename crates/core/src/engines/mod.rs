@@ -12,6 +12,7 @@ use crate::catalog::{self, BindingKind, Origin};
 use crate::names;
 use crate::namespaces::ProtectedNamespaces;
 use crate::objects::controller_reference;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::core::{ApiResource, DynamicObject, TypeMeta};
 use kube::{Resource, ResourceExt};
@@ -137,6 +138,57 @@ impl EngineSpec {
     /// Whether any of its translations reads `fact`.
     pub fn reads(&self, fact: Fact) -> bool {
         self.enforces.iter().any(|e| e.reads.contains(&fact))
+    }
+
+    /// The RBAC rules its registration implies: full access to the kinds it writes (watched,
+    /// applied, pruned), cluster-wide or only in the k8tls namespace, and reading the cluster
+    /// facts it reads. Grants that depend on configuration (which ClusterRoles namespaceSandbox
+    /// may bind, the virtual-patch database's name) are the Helm chart's.
+    pub fn permissions(&self) -> Permissions {
+        let mut by_group: Vec<(&str, Vec<String>)> = Vec::new();
+        for kind in self.kinds {
+            match by_group.iter_mut().find(|(g, _)| *g == kind.group) {
+                Some((_, resources)) => resources.push(kind.plural.to_owned()),
+                None => by_group.push((kind.group, vec![kind.plural.to_owned()])),
+            }
+        }
+        let writes = by_group
+            .into_iter()
+            .map(|(group, resources)| rule(group, resources, &WRITE_VERBS));
+        let mut permissions = Permissions::default();
+        if self.confined_to_k8tls_namespace {
+            permissions.k8tls_namespace.extend(writes);
+        } else {
+            permissions.cluster.extend(writes);
+        }
+        if self.reads(Fact::NodePodCidrs) {
+            let nodes = rule("", vec!["nodes".to_owned()], &["list", "watch"]);
+            permissions.cluster.insert(0, nodes);
+        }
+        permissions
+    }
+}
+
+/// What the operator does with a kind it writes.
+const WRITE_VERBS: [&str; 7] = [
+    "get", "list", "watch", "create", "patch", "update", "delete",
+];
+
+/// RBAC rules an engine needs (see [`EngineSpec::permissions`]).
+#[derive(Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Permissions {
+    pub cluster: Vec<PolicyRule>,
+    /// Granted by a Role in the k8tls namespace.
+    pub k8tls_namespace: Vec<PolicyRule>,
+}
+
+fn rule(group: &str, resources: Vec<String>, verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(resources),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..PolicyRule::default()
     }
 }
 
