@@ -244,64 +244,6 @@ where
     Ok(true)
 }
 
-/// A `Ready` condition (the transition time is filled in by [`status`]).
-pub fn ready(
-    ok: bool,
-    reason: &str,
-    message: impl Into<String>,
-    generation: Option<i64>,
-) -> Condition {
-    condition(
-        if ok { "True" } else { "False" },
-        reason,
-        message.into(),
-        generation,
-    )
-}
-
-/// `Ready=Unknown`: the outcome is not known yet.
-pub fn reconciling(message: String, generation: Option<i64>) -> Condition {
-    condition(
-        "Unknown",
-        nimbus_api::condition::REASON_RECONCILING,
-        message,
-        generation,
-    )
-}
-
-/// `text` cut at a character boundary so that, with the `… (N more bytes)` it then ends in, it
-/// is at most `max` bytes long.
-pub(crate) fn bounded(mut text: String, max: usize) -> String {
-    if text.len() <= max {
-        return text;
-    }
-    // Room for the suffix: the ellipsis (3 bytes), up to 20 digits and the words.
-    let mut cut = max.saturating_sub(40);
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let dropped = text.len() - cut;
-    text.truncate(cut);
-    text.push_str(&format!("… ({dropped} more bytes)"));
-    text
-}
-
-/// Longest condition message written; longer ones are cut (an object's whole size is bounded
-/// by etcd, and a list of thousands of names helps nobody).
-const MAX_MESSAGE: usize = 4096;
-
-fn condition(status: &str, reason: &str, message: String, generation: Option<i64>) -> Condition {
-    let message = bounded(message, MAX_MESSAGE);
-    Condition {
-        type_: nimbus_api::condition::READY.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
-        message,
-        observed_generation: generation,
-        last_transition_time: Time(Timestamp::UNIX_EPOCH),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

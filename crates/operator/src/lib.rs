@@ -4,6 +4,7 @@
 pub mod apply;
 mod availability;
 mod cache;
+mod conditions;
 mod context;
 mod controllers;
 pub mod drift;

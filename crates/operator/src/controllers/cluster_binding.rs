@@ -1,11 +1,9 @@
 //! ClusterSecurityIntentBinding → one ClusterNimbusPolicy plus a NimbusPolicy
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
-use super::{
-    Blocker, Context, binding_ready, policy_result, publish_changes, unless_left_behind,
-    update_status, write_policy,
-};
-use crate::apply::{is_controlled_by, ready};
+use super::{Context, publish_changes, unless_left_behind, update_status, write_policy};
+use crate::apply::is_controlled_by;
+use crate::conditions::{Blocker, binding_ready, policy_result, ready};
 use crate::error::Error;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;

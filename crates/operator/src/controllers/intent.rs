@@ -1,7 +1,8 @@
 //! SecurityIntent: status `{id, action, status: Created}` plus conditions.
 
 use super::Context;
-use crate::apply::{self, ready};
+use crate::apply;
+use crate::conditions::ready;
 use crate::error::Error;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};

@@ -79,7 +79,7 @@ async fn publish<K: Resource<DynamicType = ()>>(
     let event = Event {
         type_,
         reason: reason.to_owned(),
-        note: Some(crate::apply::bounded(note, MAX_EVENT_NOTE)),
+        note: Some(crate::conditions::bounded(note, MAX_EVENT_NOTE)),
         action: "Reconcile".to_owned(),
         secondary: None,
     };
@@ -182,76 +182,6 @@ where
             Ok(None)
         }
         observed => Ok(observed),
-    }
-}
-
-/// The `Ready` condition a generated policy reports for what it holds now; `None` while it is
-/// being (re)written or its status is older than its spec.
-fn policy_result(
-    policy: Option<&(impl Resource + ?Sized)>,
-    status: Option<&NimbusPolicyStatus>,
-    just_written: bool,
-) -> Option<nimbus_api::Condition> {
-    let generation = policy?.meta().generation;
-    let status = status.filter(|s| !just_written && s.observed_generation == generation)?;
-    status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == nimbus_api::condition::READY)
-        .cloned()
-}
-
-/// What keeps a binding from being in force besides its policies' own results.
-pub(super) struct Blocker {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// A binding's `Ready`, from what its generated policies report (so it never claims more than
-/// is in force): false when something blocks it or a policy is not ready, unknown while a
-/// policy has not been translated at its current generation, true otherwise with the policies'
-/// notes (partial enforcement). `policies` pairs each policy's name with its result.
-fn binding_ready(
-    generation: Option<i64>,
-    blockers: Vec<Blocker>,
-    policies: &[(String, Option<nimbus_api::Condition>)],
-) -> nimbus_api::Condition {
-    let mut failed = blockers.first().map(|b| b.reason.to_owned());
-    let mut notes: Vec<String> = blockers.into_iter().map(|b| b.message).collect();
-    // Cluster bindings repeat one message over many namespaces: group them.
-    let mut by_message: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    let mut pending = Vec::new();
-    for (name, result) in policies {
-        match result {
-            None => pending.push(name.as_str()),
-            Some(c) => {
-                if c.status != "True" {
-                    failed.get_or_insert_with(|| c.reason.clone());
-                }
-                if !c.message.is_empty() {
-                    by_message.entry(&c.message).or_default().push(name);
-                }
-            }
-        }
-    }
-    notes.extend(
-        by_message
-            .into_iter()
-            .map(|(message, names)| format!("{}: {message}", names.join(", "))),
-    );
-    let message = notes.join("; ");
-    match failed {
-        Some(reason) => crate::apply::ready(false, &reason, message, generation),
-        None if !pending.is_empty() => crate::apply::reconciling(
-            format!("waiting for {} to be translated", pending.join(", ")),
-            generation,
-        ),
-        None => crate::apply::ready(
-            true,
-            nimbus_api::condition::REASON_READY,
-            message,
-            generation,
-        ),
     }
 }
 

@@ -2,7 +2,7 @@
 //! translate (pure) → apply what differs → prune what is no longer wanted → write status once.
 
 use super::{Context, publish, update_status};
-use crate::apply::ready;
+use crate::conditions::policy_ready;
 use crate::error::Error;
 use crate::metrics::EngineLabels;
 use crate::natives::{Key, Outcome};
@@ -256,24 +256,10 @@ where
         number_of_adapter_policies: entries.len() as i32,
         adapter_policies: (!entries.is_empty()).then_some(entries),
         observed_generation: generation,
-        conditions: vec![readiness(&problems, generation)],
+        conditions: vec![policy_ready(&problems, generation)],
     };
     let action = update_status(ctx, api, policy, current, status).await?;
     failure.map_or(Ok(action), Err)
-}
-
-/// `Ready` from the problems of a translation: false with the first blocking problem's reason
-/// when an intent is not enforced at all; true otherwise, with partial problems in the message.
-pub fn readiness(problems: &[Problem], generation: Option<i64>) -> nimbus_api::Condition {
-    let message = problems
-        .iter()
-        .map(|p| p.message.as_str())
-        .collect::<Vec<_>>()
-        .join("; ");
-    match problems.iter().find(|p| p.blocking) {
-        Some(p) => ready(false, p.reason, message, generation),
-        None => ready(true, condition::REASON_READY, message, generation),
-    }
 }
 
 /// `1 native policy`, `2 native policies`.
