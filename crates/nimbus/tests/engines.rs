@@ -299,39 +299,11 @@ const EXAMPLES: &[Example] = &[
     },
 ];
 
-/// A database with one virtual patch per engine for CVE-2024-4439 (the example's second CVE
-/// is deliberately unknown).
-fn virtual_patch_db() -> serde_json::Value {
-    json!([{
-        "image": "nginx:latest",
-        "cves": [{
-            "cve": "CVE-2024-4439",
-            "virtual_patch": [
-                {"karmor": {
-                    "apiVersion": "security.kubearmor.com/v1", "kind": "KubeArmorPolicy",
-                    "metadata": {"name": "block-pkg-mgmt-tools-exec"},
-                    "spec": {"selector": {"matchLabels": {"app": "nginx"}},
-                             "process": {"matchPaths": [{"path": "/usr/bin/apt"}]},
-                             "action": "Block"}}},
-                {"kyverno": {
-                    "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
-                    "metadata": {"name": "disallow-latest-tag"},
-                    "spec": {"validationFailureAction": "Enforce", "background": true,
-                             "rules": [{"name": "validate-image-tag",
-                                        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-                                        "validate": {"message": "no latest tag",
-                                                     "pattern": {"spec": {"containers": [{"image": "!*:latest"}]}}}}]}}},
-                {"netpol": {
-                    "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                    "metadata": {"name": "deny-ingress"},
-                    "spec": {"podSelector": {"matchLabels": {"role": "db"}}, "policyTypes": ["Ingress"]}}}
-            ]
-        }]
-    }])
-}
+/// The virtual-patch database of every test in the workspace: patches of each engine for
+/// CVE-2024-4439 (the example's second CVE is deliberately unknown).
+const VIRTUAL_PATCHES: &str = include_str!("../../core/tests/fixtures/virtual-patch-db.json");
 
 async fn install_virtual_patch_db(client: &Client) {
-    let db = virtual_patch_db();
     let (ns, name) = VIRTUAL_PATCH_DB;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     apply(
@@ -339,7 +311,7 @@ async fn install_virtual_patch_db(client: &Client) {
         name,
         &json!({
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-            "data": {"vp.json": db.to_string()}
+            "data": {"vp.json": VIRTUAL_PATCHES}
         }),
     )
     .await;
@@ -863,7 +835,7 @@ async fn cli_vs_cluster(
     namespaces: &str,
 ) -> Result<(), String> {
     let db = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(db.path(), virtual_patch_db().to_string()).expect("writing the database");
+    std::fs::write(db.path(), VIRTUAL_PATCHES).expect("writing the database");
     let example = files[0];
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"));
     cmd.arg("translate");
