@@ -8,13 +8,14 @@
 mod common;
 
 use common::cases::{Rng, binding_case};
-use common::{CONVERGE, eventually, get, unique};
+use common::{CONVERGE, get, unique};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use nimbus_api::{
     ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent, SecurityIntentBinding, condition,
 };
+use nimbus_testenv::eventually;
 use nimbus_testenv::{Child, free_port, http_get};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -255,7 +256,7 @@ async fn random_bindings_are_rejected_reported_or_enforced_and_never_crash_the_o
         .await
         .expect("canary binding");
     let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
-    eventually("the canary's policy in force", || async {
+    eventually("the canary's policy in force", CONVERGE, async |_| {
         let ready = get(&sibs, &canary)
             .await?
             .status?
