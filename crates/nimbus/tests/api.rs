@@ -224,10 +224,14 @@ async fn unknown_intent_ids_and_parameters_are_admitted_with_a_warning() {
                "spec": {"intent": {"id": id, "action": "Block", "params": params}}})
     };
     // The policy takes effect once the API server has compiled it.
-    let warning = common::eventually("a warning for an unknown intent ID", || async {
-        let w = warnings(intent("dnsManipulaton", json!({}))).await;
-        (!w.is_empty()).then_some(w)
-    })
+    let warning = nimbus_testenv::eventually(
+        "a warning for an unknown intent ID",
+        common::CONVERGE,
+        async |_| {
+            let w = warnings(intent("dnsManipulaton", json!({}))).await;
+            (!w.is_empty()).then_some(w)
+        },
+    )
     .await;
     assert!(
         warning.contains(r#"unknown intent ID \"dnsManipulaton\""#),

@@ -3,18 +3,20 @@
 
 mod common;
 
-use common::{Env, apply, binding, create_intent, delete, env, eventually, get, intent, unique};
+use common::{CONVERGE, Env, apply, binding, create_intent, delete, env, get, intent, unique};
 use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use nimbus_api::NimbusPolicy;
+use nimbus_testenv::eventually;
 use serde_json::json;
 
 /// Waits until the policy's rule ids are `ids` (and the binding's status agrees).
 async fn policy_with(e: &Env, name: &str, ids: &[&str]) -> NimbusPolicy {
     let np = eventually(
         &format!("NimbusPolicy {name} with rules {ids:?}"),
-        || async {
+        CONVERGE,
+        async |_| {
             get(&e.policies, name).await.filter(|np| {
                 np.spec
                     .rules
@@ -26,7 +28,7 @@ async fn policy_with(e: &Env, name: &str, ids: &[&str]) -> NimbusPolicy {
         },
     )
     .await;
-    eventually("binding status to count the rules", || async {
+    eventually("binding status to count the rules", CONVERGE, async |_| {
         let s = get(&e.bindings, name).await?.status?;
         (s.number_of_bound_intents == ids.len() as i32 && s.nimbus_policy == name).then_some(())
     })
@@ -37,7 +39,8 @@ async fn policy_with(e: &Env, name: &str, ids: &[&str]) -> NimbusPolicy {
 async fn no_policy(e: &Env, name: &str) {
     eventually(
         &format!("NimbusPolicy {name} gone and binding status zeroed"),
-        || async {
+        CONVERGE,
+        async |_| {
             let gone = get(&e.policies, name).await.is_none();
             let s = get(&e.bindings, name).await?.status?;
             (gone && s.nimbus_policy.is_empty() && s.number_of_bound_intents == 0).then_some(())
@@ -59,7 +62,7 @@ async fn intent_first_then_binding_creates_the_policy_with_owner_labels_and_stat
 
     let np = policy_with(&e, "b", &["dnsManipulation"]).await;
     // Ready (not Unknown) once its policy has been translated.
-    let sib = eventually("binding Ready", || async {
+    let sib = eventually("binding Ready", CONVERGE, async |_| {
         let sib = get(&e.bindings, "b").await?;
         let ready = sib.status.as_ref()?.conditions.first()?.status == "True";
         ready.then_some(sib)
@@ -91,7 +94,7 @@ async fn intent_first_then_binding_creates_the_policy_with_owner_labels_and_stat
     assert_eq!(status.conditions[0].type_, "Ready");
     assert_eq!(status.conditions[0].status, "True");
 
-    let np_status = eventually("NimbusPolicy status", || async {
+    let np_status = eventually("NimbusPolicy status", CONVERGE, async |_| {
         get(&e.policies, "b").await?.status
     })
     .await;
@@ -108,7 +111,7 @@ async fn intent_first_then_binding_creates_the_policy_with_owner_labels_and_stat
             Some(vec!["NetworkPolicy/b-dnsmanipulation".to_owned()])
         )
     );
-    let si_status = eventually("intent status", || async {
+    let si_status = eventually("intent status", CONVERGE, async |_| {
         get(&e.intents, &si).await?.status
     })
     .await;
@@ -122,16 +125,20 @@ async fn intent_first_then_binding_creates_the_policy_with_owner_labels_and_stat
     );
 
     let events: Api<Event> = Api::namespaced(e.client.clone(), e.ns.name());
-    let reasons = eventually("a PolicyCreated event on the binding", || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        list.items
-            .iter()
-            .any(|ev| {
-                ev.reason.as_deref() == Some("PolicyCreated")
-                    && ev.involved_object.name.as_deref() == Some("b")
-            })
-            .then_some(())
-    });
+    let reasons = eventually(
+        "a PolicyCreated event on the binding",
+        CONVERGE,
+        async |_| {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|ev| {
+                    ev.reason.as_deref() == Some("PolicyCreated")
+                        && ev.involved_object.name.as_deref() == Some("b")
+                })
+                .then_some(())
+        },
+    );
     reasons.await;
 }
 
@@ -145,7 +152,7 @@ async fn binding_first_waits_for_its_intent_and_reports_it_missing() {
         &binding("b", &[&si], json!({"app": "web"})),
     )
     .await;
-    let condition = eventually("IntentNotFound on the binding", || async {
+    let condition = eventually("IntentNotFound on the binding", CONVERGE, async |_| {
         let s = get(&e.bindings, "b").await?.status?;
         s.conditions
             .into_iter()
@@ -187,7 +194,7 @@ async fn intent_update_and_delete_propagate_to_the_policy() {
 
     // Updated intent → rule follows.
     apply(&e.intents, &a, &intent(&a, "dnsManipulation", "Audit")).await;
-    eventually("rule action updated to Audit", || async {
+    eventually("rule action updated to Audit", CONVERGE, async |_| {
         let np = get(&e.policies, "x").await?;
         (np.spec.rules[0].rule.action == "Audit").then_some(())
     })
@@ -222,7 +229,7 @@ async fn binding_updates_change_the_policy_and_deletion_cascades() {
     )
     .await;
     policy_with(&e, "x", &["unAuthorizedSaTokenAccess", "dnsManipulation"]).await;
-    let np = eventually("selector updated", || async {
+    let np = eventually("selector updated", CONVERGE, async |_| {
         get(&e.policies, "x")
             .await
             .filter(|np| app_label(np) == Some("two"))
@@ -231,9 +238,11 @@ async fn binding_updates_change_the_policy_and_deletion_cascades() {
     assert_eq!(np.spec.rules.len(), 2);
 
     delete(&e.bindings, "x").await;
-    eventually("policy garbage-collected with its binding", || async {
-        get(&e.policies, "x").await.is_none().then_some(())
-    })
+    eventually(
+        "policy garbage-collected with its binding",
+        CONVERGE,
+        async |_| get(&e.policies, "x").await.is_none().then_some(()),
+    )
     .await;
 }
 
@@ -254,14 +263,14 @@ async fn hand_edits_are_reverted_and_hand_deletes_recreated() {
         .patch("x", &PatchParams::default(), &Patch::Merge(&edit))
         .await
         .expect("hand edit");
-    eventually("hand edit reverted", || async {
+    eventually("hand edit reverted", CONVERGE, async |_| {
         let np = get(&e.policies, "x").await?;
         (np.spec == original.spec).then_some(())
     })
     .await;
 
     delete(&e.policies, "x").await;
-    let recreated = eventually("deleted policy re-created", || async {
+    let recreated = eventually("deleted policy re-created", CONVERGE, async |_| {
         get(&e.policies, "x")
             .await
             .filter(|np| np.uid() != original.uid())
@@ -303,7 +312,7 @@ async fn cel_subset_compiles_into_the_selector_and_unsupported_is_reported() {
         &with_cel(r#"labels["app"].startsWith("ng")"#),
     )
     .await;
-    let condition = eventually("InvalidSelector on the binding", || async {
+    let condition = eventually("InvalidSelector on the binding", CONVERGE, async |_| {
         let s = get(&e.bindings, "c").await?.status?;
         s.conditions
             .into_iter()

@@ -12,7 +12,7 @@
 mod common;
 
 use common::cases::Rng;
-use common::{eventually, get};
+use common::{CONVERGE, get};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
@@ -25,6 +25,7 @@ use nimbus_core::engines::{
     CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, NETWORK_POLICY,
     NativeKind, ROLE_BINDING,
 };
+use nimbus_testenv::eventually;
 use nimbus_testenv::{Child, ControlPlane, free_port, http_get};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -763,7 +764,7 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         .map(|n| start_replica(n, cp, dir.path()))
         .collect();
     for r in &replicas {
-        eventually(&format!("{} ready", r.name), || async {
+        eventually(&format!("{} ready", r.name), CONVERGE, async |_| {
             http_get(r.health, "/readyz")
                 .await
                 .filter(|(code, _)| *code == 200)
@@ -814,7 +815,8 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
                 let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), "chaos-probe");
                 eventually(
                     &format!("{probe} enforced after killing {holder}"),
-                    || async {
+                    CONVERGE,
+                    async |_| {
                         let s = get(&nps, &probe).await?.status?;
                         (s.number_of_adapter_policies > 0).then_some(())
                     },

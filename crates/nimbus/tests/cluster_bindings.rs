@@ -3,10 +3,11 @@
 
 mod common;
 
-use common::{apply, create_intent, delete, eventually, get, unique};
+use common::{CONVERGE, apply, create_intent, delete, get, unique};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use nimbus_api::{ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent};
+use nimbus_testenv::eventually;
 use serde_json::json;
 use std::time::Duration;
 
@@ -49,7 +50,8 @@ async fn fanned_out(client: &Client, name: &str, watched: &[&str], want: &[&str]
     let bindings: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
     eventually(
         &format!("{name} policies exactly in {want:?} of {watched:?}"),
-        || async {
+        CONVERGE,
+        async |_| {
             for ns in watched {
                 if has_policy(client, ns, name).await != want.contains(ns) {
                     return None;
@@ -83,7 +85,7 @@ async fn all_namespaces_fan_out_follows_namespace_creation_and_deletion() {
     )
     .await;
 
-    let cwnp = eventually("cluster policy", || async {
+    let cwnp = eventually("cluster policy", CONVERGE, async |_| {
         get(&Api::<ClusterNimbusPolicy>::all(client.clone()), &name).await
     })
     .await;
@@ -108,14 +110,18 @@ async fn all_namespaces_fan_out_follows_namespace_creation_and_deletion() {
     let b_name = b.name().to_owned();
     drop(b); // deletes the namespace
     let bindings: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
-    eventually("deleted namespace leaves the status", || async {
-        let listed = get(&bindings, &name)
-            .await?
-            .status?
-            .nimbus_policy_namespaces
-            .unwrap_or_default();
-        (!listed.contains(&b_name) && listed.contains(&a.name().to_owned())).then_some(())
-    })
+    eventually(
+        "deleted namespace leaves the status",
+        CONVERGE,
+        async |_| {
+            let listed = get(&bindings, &name)
+                .await?
+                .status?
+                .nimbus_policy_namespaces
+                .unwrap_or_default();
+            (!listed.contains(&b_name) && listed.contains(&a.name().to_owned())).then_some(())
+        },
+    )
     .await;
 }
 
@@ -184,7 +190,8 @@ async fn removing_every_intent_removes_cluster_and_namespace_policies() {
     let bindings: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
     eventually(
         "cluster and namespace policies removed, status zeroed",
-        || async {
+        CONVERGE,
+        async |_| {
             let status = get(&bindings, &name).await?.status?;
             let gone =
                 get(&cwnps, &name).await.is_none() && !has_policy(&client, a.name(), &name).await;
@@ -211,7 +218,7 @@ async fn cluster_and_namespace_policies_are_restored_after_hand_edits_and_delete
     let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), a.name());
     let np = get(&nps, &policy_name(&name)).await.expect("np");
     delete(&nps, &policy_name(&name)).await;
-    eventually("per-namespace policy re-created", || async {
+    eventually("per-namespace policy re-created", CONVERGE, async |_| {
         get(&nps, &policy_name(&name))
             .await
             .filter(|p| p.uid() != np.uid())
@@ -225,12 +232,12 @@ async fn cluster_and_namespace_policies_are_restored_after_hand_edits_and_delete
         .patch(&name, &PatchParams::default(), &Patch::Merge(&edit))
         .await
         .expect("edit");
-    eventually("cluster policy edit reverted", || async {
+    eventually("cluster policy edit reverted", CONVERGE, async |_| {
         get(&cwnps, &name).await.filter(|p| p.spec == original.spec)
     })
     .await;
     delete(&cwnps, &name).await;
-    eventually("cluster policy re-created", || async {
+    eventually("cluster policy re-created", CONVERGE, async |_| {
         get(&cwnps, &name)
             .await
             .filter(|p| p.uid() != original.uid())
@@ -248,7 +255,7 @@ async fn an_invalid_binding_fixed_in_place_starts_working() {
     let api: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
     // An empty matchNames passes the schema but selects nothing meaningful: reported, not guessed.
     apply_csib(&client, &name, &si, json!({"matchNames": []})).await;
-    let status = eventually("ValidationFail with a reason", || async {
+    let status = eventually("ValidationFail with a reason", CONVERGE, async |_| {
         get(&api, &name)
             .await?
             .status
@@ -265,7 +272,7 @@ async fn an_invalid_binding_fixed_in_place_starts_working() {
     apply_csib(&client, &name, &si, json!({"matchNames": [a.name()]})).await;
     fanned_out(&client, &name, &[a.name()], &[a.name()]).await;
     // Ready once the policies it generated are translated (Unknown until then).
-    eventually("Created and Ready", || async {
+    eventually("Created and Ready", CONVERGE, async |_| {
         let status = get(&api, &name).await?.status?;
         (status.status == "Created" && status.conditions.first()?.status == "True").then_some(())
     })

@@ -3,8 +3,9 @@
 
 mod common;
 
-use common::{apply, binding, create_intent, eventually, get, install_engine_crd, native};
+use common::{CONVERGE, apply, binding, create_intent, get, install_engine_crd, native};
 use nimbus_core::engines::KUBEARMOR_POLICY;
+use nimbus_testenv::eventually;
 use serde_json::json;
 
 #[tokio::test]
@@ -22,7 +23,7 @@ async fn a_missing_engine_is_reported_until_its_crd_is_installed() {
     for (what, conditions) in [
         (
             "binding",
-            eventually("EngineNotInstalled on the binding", || async {
+            eventually("EngineNotInstalled on the binding", CONVERGE, async |_| {
                 let c = get(&bindings, "b").await?.status?.conditions;
                 (c.first()?.reason == "EngineNotInstalled").then_some(c)
             })
@@ -30,7 +31,7 @@ async fn a_missing_engine_is_reported_until_its_crd_is_installed() {
         ),
         (
             "policy",
-            eventually("EngineNotInstalled on the policy", || async {
+            eventually("EngineNotInstalled on the policy", CONVERGE, async |_| {
                 let c = get(&policies, "b").await?.status?.conditions;
                 (c.first()?.reason == "EngineNotInstalled").then_some(c)
             })
@@ -56,17 +57,21 @@ async fn a_missing_engine_is_reported_until_its_crd_is_installed() {
     );
 
     install_engine_crd(&client, nimbus_testenv::upstream::KUBEARMOR_POLICY).await;
-    eventually("the KubeArmorPolicy once the CRD is installed", || async {
-        native(
-            &client,
-            &KUBEARMOR_POLICY,
-            Some(ns.name()),
-            "b-swdeploymenttools",
-        )
-        .await
-    })
+    eventually(
+        "the KubeArmorPolicy once the CRD is installed",
+        CONVERGE,
+        async |_| {
+            native(
+                &client,
+                &KUBEARMOR_POLICY,
+                Some(ns.name()),
+                "b-swdeploymenttools",
+            )
+            .await
+        },
+    )
     .await;
-    let status = eventually("the policy ready with its entry", || async {
+    let status = eventually("the policy ready with its entry", CONVERGE, async |_| {
         let s = get(&policies, "b").await?.status?;
         (s.conditions.first()?.status == "True").then_some(s)
     })
@@ -75,7 +80,7 @@ async fn a_missing_engine_is_reported_until_its_crd_is_installed() {
         status.adapter_policies,
         Some(vec!["KubeArmorPolicy/b-swdeploymenttools".to_owned()])
     );
-    eventually("the binding ready", || async {
+    eventually("the binding ready", CONVERGE, async |_| {
         let c = get(&bindings, "b").await?.status?.conditions;
         (c.first()?.status == "True").then_some(())
     })

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{
-    CONVERGE, VIRTUAL_PATCH_DB, apply, binding, create_intent, delete, entry_object, eventually,
-    get, intent, native, unique,
+    CONVERGE, VIRTUAL_PATCH_DB, apply, binding, create_intent, delete, entry_object, get, intent,
+    native, unique,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -18,9 +18,9 @@ use nimbus_api::{
 use nimbus_core::engines::{
     CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, MANAGED_BY, ROLE_BINDING,
 };
+use nimbus_testenv::eventually;
 use serde_json::json;
 use std::path::Path;
-use std::time::Duration;
 
 async fn env(prefix: &str) -> common::Env {
     common::cluster_with_engines();
@@ -32,23 +32,21 @@ async fn entries<K>(api: &Api<K>, name: &str, entries: &[String]) -> NimbusPolic
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + HasStatus,
 {
-    let mut last = None;
-    let found = tokio::time::timeout(CONVERGE, async {
-        loop {
+    eventually(
+        &format!("{name}: adapter policies to become {entries:?}"),
+        CONVERGE,
+        async |seen| {
             let status = get(api, name).await.and_then(|p| p.status());
             if let Some(status) = &status
                 && status.adapter_policies.clone().unwrap_or_default() == entries
             {
-                return status.clone();
+                return Some(status.clone());
             }
-            last = status;
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| {
-        panic!("{name}: adapter policies never became {entries:?}; last status: {last:#?}")
-    })
+            *seen = format!("status {status:#?}");
+            None
+        },
+    )
+    .await
 }
 
 trait HasStatus {
@@ -100,9 +98,11 @@ async fn assert_natives(
 async fn wait_gone(client: &Client, namespace: Option<&str>, entries: &[String]) {
     for entry in entries {
         let (kind, ns, name) = entry_object(entry, namespace);
-        eventually(&format!("{entry} garbage-collected"), || async {
-            native(client, kind, ns, name).await.is_none().then_some(())
-        })
+        eventually(
+            &format!("{entry} garbage-collected"),
+            CONVERGE,
+            async |_| native(client, kind, ns, name).await.is_none().then_some(()),
+        )
         .await;
     }
 }
@@ -299,39 +299,11 @@ const EXAMPLES: &[Example] = &[
     },
 ];
 
-/// A database with one virtual patch per engine for CVE-2024-4439 (the example's second CVE
-/// is deliberately unknown).
-fn virtual_patch_db() -> serde_json::Value {
-    json!([{
-        "image": "nginx:latest",
-        "cves": [{
-            "cve": "CVE-2024-4439",
-            "virtual_patch": [
-                {"karmor": {
-                    "apiVersion": "security.kubearmor.com/v1", "kind": "KubeArmorPolicy",
-                    "metadata": {"name": "block-pkg-mgmt-tools-exec"},
-                    "spec": {"selector": {"matchLabels": {"app": "nginx"}},
-                             "process": {"matchPaths": [{"path": "/usr/bin/apt"}]},
-                             "action": "Block"}}},
-                {"kyverno": {
-                    "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
-                    "metadata": {"name": "disallow-latest-tag"},
-                    "spec": {"validationFailureAction": "Enforce", "background": true,
-                             "rules": [{"name": "validate-image-tag",
-                                        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-                                        "validate": {"message": "no latest tag",
-                                                     "pattern": {"spec": {"containers": [{"image": "!*:latest"}]}}}}]}}},
-                {"netpol": {
-                    "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                    "metadata": {"name": "deny-ingress"},
-                    "spec": {"podSelector": {"matchLabels": {"role": "db"}}, "policyTypes": ["Ingress"]}}}
-            ]
-        }]
-    }])
-}
+/// The virtual-patch database of every test in the workspace: patches of each engine for
+/// CVE-2024-4439 (the example's second CVE is deliberately unknown).
+const VIRTUAL_PATCHES: &str = include_str!("../../core/tests/fixtures/virtual-patch-db.json");
 
 async fn install_virtual_patch_db(client: &Client) {
-    let db = virtual_patch_db();
     let (ns, name) = VIRTUAL_PATCH_DB;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     apply(
@@ -339,7 +311,7 @@ async fn install_virtual_patch_db(client: &Client) {
         name,
         &json!({
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-            "data": {"vp.json": db.to_string()}
+            "data": {"vp.json": VIRTUAL_PATCHES}
         }),
     )
     .await;
@@ -473,7 +445,7 @@ async fn every_nimbus_example_produces_its_native_policies() {
         }
         for (kind, name) in &applied {
             if kind == "SecurityIntent" {
-                eventually(&format!("{name} deleted"), || async {
+                eventually(&format!("{name} deleted"), CONVERGE, async |_| {
                     get(&e.intents, name).await.is_none().then_some(())
                 })
                 .await;
@@ -517,7 +489,7 @@ async fn native_policies_are_kept_in_sync() {
         )
         .await
         .expect("user edit");
-    eventually("the edit reverted", || async {
+    eventually("the edit reverted", CONVERGE, async |_| {
         let ksp = native(&e.client, &KUBEARMOR_POLICY, ns, "d-dnsmanipulation").await?;
         (ksp.data["spec"]["action"] == "Block").then_some(())
     })
@@ -530,7 +502,7 @@ async fn native_policies_are_kept_in_sync() {
         .expect("netpol")
         .uid();
     delete(&netpols, "d-dnsmanipulation").await;
-    eventually("the NetworkPolicy re-created", || async {
+    eventually("the NetworkPolicy re-created", CONVERGE, async |_| {
         let now = get(&netpols, "d-dnsmanipulation").await?;
         (now.uid() != before).then_some(())
     })
@@ -622,7 +594,7 @@ async fn unenforceable_intents_are_reported_on_binding_and_policy() {
         &binding("u", &[&unknown, &tls], json!({})),
     )
     .await;
-    let condition = eventually("UnsupportedIntent on the binding", || async {
+    let condition = eventually("UnsupportedIntent on the binding", CONVERGE, async |_| {
         let c = get(&e.bindings, "u")
             .await?
             .status?
@@ -643,7 +615,7 @@ async fn unenforceable_intents_are_reported_on_binding_and_policy() {
         "{}",
         condition.message
     );
-    let np = eventually("UnsupportedIntent on the policy", || async {
+    let np = eventually("UnsupportedIntent on the policy", CONVERGE, async |_| {
         let s = get(&e.policies, "u").await?.status?;
         (s.conditions.first()?.reason == "UnsupportedIntent").then_some(s)
     })
@@ -703,7 +675,7 @@ async fn objects_we_do_not_own_are_never_taken_over() {
     .await;
     let dns = create_intent(&e.client, "dnsManipulation", "Block").await;
     apply(&e.bindings, "c", &binding("c", &[&dns], json!({}))).await;
-    let status = eventually("PolicyConflict on the policy", || async {
+    let status = eventually("PolicyConflict on the policy", CONVERGE, async |_| {
         let s = get(&e.policies, "c").await?.status?;
         (s.conditions.first()?.reason == "PolicyConflict").then_some(s)
     })
@@ -749,9 +721,11 @@ async fn sandbox_role_bindings_follow_new_namespaces() {
     )
     .await;
     let name = format!("nimbus-ctlr-gen-{csib}-namespacesandbox-role-view");
-    let rb = eventually("the sandbox RoleBinding in the new namespace", || async {
-        native(&e.client, &ROLE_BINDING, Some(&team_ns), &name).await
-    })
+    let rb = eventually(
+        "the sandbox RoleBinding in the new namespace",
+        CONVERGE,
+        async |_| native(&e.client, &ROLE_BINDING, Some(&team_ns), &name).await,
+    )
     .await;
     assert_eq!(
         rb.data["roleRef"],
@@ -863,7 +837,7 @@ async fn cli_vs_cluster(
     namespaces: &str,
 ) -> Result<(), String> {
     let db = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(db.path(), virtual_patch_db().to_string()).expect("writing the database");
+    std::fs::write(db.path(), VIRTUAL_PATCHES).expect("writing the database");
     let example = files[0];
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"));
     cmd.arg("translate");

@@ -5,10 +5,11 @@
 
 mod common;
 
-use common::{apply, create_intent, eventually, get};
+use common::{CONVERGE, apply, create_intent, get};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, PostParams};
 use nimbus_api::{NimbusPolicy, SecurityIntentBinding};
+use nimbus_testenv::eventually;
 use nimbus_testenv::{Child, free_port, http_get};
 use serde_json::json;
 use std::ffi::OsStr;
@@ -44,7 +45,7 @@ async fn with_engines_left_to_adapters_the_operator_runs_and_credits_what_they_r
         dir.path(),
     )
     .expect("starting the operator");
-    eventually("/readyz", || async {
+    eventually("/readyz", CONVERGE, async |_| {
         http_get(health, "/readyz")
             .await
             .filter(|(code, _)| *code == 200)
@@ -65,7 +66,7 @@ async fn with_engines_left_to_adapters_the_operator_runs_and_credits_what_they_r
         }),
     )
     .await;
-    let before = eventually("EngineDisabled on the policy", || async {
+    let before = eventually("EngineDisabled on the policy", CONVERGE, async |_| {
         let s = get(&policies, "b").await?.status?;
         (s.conditions.first()?.reason == "EngineDisabled").then_some(s)
     })
@@ -101,7 +102,7 @@ async fn with_engines_left_to_adapters_the_operator_runs_and_credits_what_they_r
         .await
         .expect("adapter status update");
 
-    let after = eventually("the adapter's entry credited", || async {
+    let after = eventually("the adapter's entry credited", CONVERGE, async |_| {
         let s = get(&policies, "b").await?.status?;
         (s.conditions.first()?.status == "True").then_some(s)
     })
@@ -116,7 +117,7 @@ async fn with_engines_left_to_adapters_the_operator_runs_and_credits_what_they_r
         "{:?}",
         after.conditions
     );
-    eventually("the binding Ready", || async {
+    eventually("the binding Ready", CONVERGE, async |_| {
         let c = get(&bindings, "b")
             .await?
             .status?

@@ -4,10 +4,11 @@
 
 mod common;
 
-use common::{apply, create_intent, eventually, get};
+use common::{CONVERGE, apply, create_intent, get};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use nimbus_api::{NimbusPolicy, SecurityIntentBinding};
+use nimbus_testenv::eventually;
 use nimbus_testenv::{Child, free_port, http_get};
 use serde_json::json;
 use std::ffi::OsStr;
@@ -79,19 +80,21 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
 
 /// Waits (up to `limit`) for the lease to be held by someone other than `previous`.
 async fn new_holder(leases: &Api<Lease>, previous: Option<&str>, limit: Duration) -> String {
-    let started = Instant::now();
-    loop {
-        if let Some(h) = holder(leases).await
-            && Some(h.as_str()) != previous
-        {
-            return h;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "no new lease holder within {limit:?} (was {previous:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        &format!("a new lease holder (was {previous:?})"),
+        limit,
+        async |seen| {
+            let h = holder(leases).await;
+            if let Some(h) = &h
+                && Some(h.as_str()) != previous
+            {
+                return Some(h.clone());
+            }
+            *seen = format!("holder {h:?}");
+            None
+        },
+    )
+    .await
 }
 
 /// Standbys must not have reconciled anything.
@@ -130,17 +133,15 @@ async fn one_leader_writes_and_standbys_take_over() {
 
     // Every replica becomes ready (caches synced), leader or not.
     for r in &replicas {
-        let deadline = Instant::now() + common::CONVERGE;
-        while http_get(r.health, "/readyz").await.map(|(code, _)| code) != Some(200) {
-            assert!(
-                Instant::now() < deadline,
-                "{} never ready ({:?}); its log:\n{}",
-                r.name,
-                http_get(r.health, "/readyz").await,
-                r.process.output()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        eventually(&format!("{} to be ready", r.name), CONVERGE, async |seen| {
+            let readyz = http_get(r.health, "/readyz").await;
+            if readyz.as_ref().map(|(code, _)| *code) == Some(200) {
+                return Some(());
+            }
+            *seen = format!("{readyz:?}; its log:\n{}", r.process.output());
+            None
+        })
+        .await;
     }
     let first = new_holder(&leases, None, Duration::from_secs(30)).await;
 
@@ -148,7 +149,7 @@ async fn one_leader_writes_and_standbys_take_over() {
     let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
     let policies: Api<NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
     apply(&bindings, "b", &binding(&[&dns], "web")).await;
-    eventually("the leader creates the policy", || async {
+    eventually("the leader creates the policy", CONVERGE, async |_| {
         get(&policies, "b").await.map(drop)
     })
     .await;
@@ -160,13 +161,13 @@ async fn one_leader_writes_and_standbys_take_over() {
     let filter = r#"controller="binding""#;
     let before = metric(leader, "nimbus_reconciles_total", filter).await;
     apply(&bindings, "b", &binding(&[&dns], "api")).await;
-    eventually("binding reconciles counted", || async {
+    eventually("binding reconciles counted", CONVERGE, async |_| {
         (metric(leader, "nimbus_reconciles_total", filter).await > before).then_some(())
     })
     .await;
     assert!(metric(leader, "nimbus_reconcile_duration_seconds_count", filter).await > 0.0);
     // The NetworkPolicy is applied by the policy controller, after the binding's reconcile.
-    eventually("native objects applied counted", || async {
+    eventually("native objects applied counted", CONVERGE, async |_| {
         let applied = r#"engine="netpol""#;
         (metric(leader, "nimbus_native_objects_applied_total", applied).await > 0.0).then_some(())
     })
@@ -187,7 +188,8 @@ async fn one_leader_writes_and_standbys_take_over() {
     apply(&bindings, "b", &binding(&[&dns, &sw], "api")).await;
     eventually(
         "the new leader reconciles a change made after the kill",
-        || async { (get(&policies, "b").await?.spec.rules.len() == 2).then_some(()) },
+        CONVERGE,
+        async |_| (get(&policies, "b").await?.spec.rules.len() == 2).then_some(()),
     )
     .await;
     assert_standbys_idle(&replicas, &second).await;
@@ -205,16 +207,12 @@ async fn one_leader_writes_and_standbys_take_over() {
         .iter_mut()
         .find(|r| r.name == second)
         .expect("leader");
-    let deadline = Instant::now() + common::CONVERGE;
-    while !leaving.process.has_exited() {
-        assert!(
-            Instant::now() < deadline,
-            "the terminated leader did not exit"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the terminated leader to exit", CONVERGE, async |_| {
+        leaving.process.has_exited().then_some(())
+    })
+    .await;
     apply(&bindings, "b", &binding(&[&sw], "api")).await;
-    eventually("the third leader reconciles", || async {
+    eventually("the third leader reconciles", CONVERGE, async |_| {
         (get(&policies, "b").await?.spec.rules.len() == 1).then_some(())
     })
     .await;

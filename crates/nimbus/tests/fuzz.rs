@@ -8,13 +8,14 @@
 mod common;
 
 use common::cases::{Rng, binding_case};
-use common::{CONVERGE, eventually, get, unique};
+use common::{CONVERGE, get, unique};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use nimbus_api::{
     ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent, SecurityIntentBinding, condition,
 };
+use nimbus_testenv::eventually;
 use nimbus_testenv::{Child, free_port, http_get};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -239,8 +240,8 @@ async fn random_bindings_are_rejected_reported_or_enforced_and_never_crash_the_o
     );
     // Every outcome exercised: rejected at admission, admitted and enforced, admitted and
     // reported invalid.
-    assert!(admitted < total * 9 / 10, "{admitted} of {total} admitted");
-    assert!(admitted - reported_invalid > total / 10, "{admitted}");
+    assert!(admitted < total, "nothing rejected at admission");
+    assert!(admitted > reported_invalid, "nothing enforced");
     assert!(reported_invalid > 0, "nothing reported invalid");
 
     // And the operator still enforces a well-formed binding.
@@ -255,7 +256,7 @@ async fn random_bindings_are_rejected_reported_or_enforced_and_never_crash_the_o
         .await
         .expect("canary binding");
     let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
-    eventually("the canary's policy in force", || async {
+    eventually("the canary's policy in force", CONVERGE, async |_| {
         let ready = get(&sibs, &canary)
             .await?
             .status?

@@ -4,12 +4,13 @@
 
 mod common;
 
-use common::{apply, create_intent, eventually, get, intent, native, unique};
+use common::{CONVERGE, apply, create_intent, get, intent, native, unique};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use nimbus_api::{ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntentBinding};
 use nimbus_core::engines::{KUBEARMOR_POLICY, KYVERNO_POLICY};
+use nimbus_testenv::eventually;
 use serde_json::{Value, json};
 
 async fn env(prefix: &str) -> common::Env {
@@ -33,26 +34,25 @@ fn sib(name: &str, intents: &[&str], selector: Value, cel: Option<Vec<&str>>) ->
 
 /// Waits until the binding reports `Ready=True` for its current generation, and returns it.
 async fn ready(bindings: &Api<SecurityIntentBinding>, name: &str) -> SecurityIntentBinding {
-    let deadline = std::time::Instant::now() + common::CONVERGE;
-    loop {
-        let b = get(bindings, name).await.expect("binding");
-        let s = b.status.as_ref();
-        let c = s.and_then(|s| s.conditions.first());
-        if s.is_some_and(|s| s.observed_generation == b.metadata.generation)
-            && c.is_some_and(|c| {
-                c.status == "True" && c.observed_generation == b.metadata.generation
-            })
-        {
-            return b;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{name} not Ready=True at generation {:?}: {:#?}",
-            b.metadata.generation,
-            b.status
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    eventually(
+        &format!("{name} to be Ready=True at its generation"),
+        CONVERGE,
+        async |seen| {
+            let b = get(bindings, name).await.expect("binding");
+            let s = b.status.as_ref();
+            let c = s.and_then(|s| s.conditions.first());
+            if s.is_some_and(|s| s.observed_generation == b.metadata.generation)
+                && c.is_some_and(|c| {
+                    c.status == "True" && c.observed_generation == b.metadata.generation
+                })
+            {
+                return Some(b);
+            }
+            *seen = format!("generation {:?}: {:#?}", b.metadata.generation, b.status);
+            None
+        },
+    )
+    .await
 }
 
 /// The selector of the policy and of its NetworkPolicy, as JSON (absent maps as `{}`).
@@ -72,10 +72,14 @@ async fn selectors(e: &common::Env, name: &str) -> (Value, Value) {
 /// Once the binding is ready, the policy and the NetworkPolicy select exactly `want`.
 async fn selects_exactly(e: &common::Env, name: &str, want: Value) {
     ready(&e.bindings, name).await;
-    eventually(&format!("{name} selecting exactly {want}"), || async {
-        let (policy, netpol) = selectors(e, name).await;
-        (policy == want && netpol == want).then_some(())
-    })
+    eventually(
+        &format!("{name} selecting exactly {want}"),
+        CONVERGE,
+        async |_| {
+            let (policy, netpol) = selectors(e, name).await;
+            (policy == want && netpol == want).then_some(())
+        },
+    )
     .await;
 }
 
@@ -167,7 +171,7 @@ async fn a_removed_parameter_takes_its_value_out_of_the_native_policy() {
             .as_str()
             .map(str::to_owned)
     };
-    eventually("restricted in force", || async {
+    eventually("restricted in force", CONVERGE, async |_| {
         level().await.filter(|l| l == "restricted")
     })
     .await;
@@ -177,7 +181,7 @@ async fn a_removed_parameter_takes_its_value_out_of_the_native_policy() {
         .expect("intent")
         .remove("params");
     apply(&e.intents, &name, &si).await;
-    eventually("the default level back in force", || async {
+    eventually("the default level back in force", CONVERGE, async |_| {
         level().await.filter(|l| l == "baseline")
     })
     .await;
@@ -215,10 +219,14 @@ async fn additive_edits_of_generated_objects_are_taken_back() {
         json!({"spec": {"podSelector": extra}}),
     )
     .await;
-    eventually("the NetworkPolicy's extra label removed", || async {
-        let (_, netpol) = selectors(&e, "a").await;
-        (netpol == json!({"matchLabels": {"app": "web"}})).then_some(())
-    })
+    eventually(
+        "the NetworkPolicy's extra label removed",
+        CONVERGE,
+        async |_| {
+            let (_, netpol) = selectors(&e, "a").await;
+            (netpol == json!({"matchLabels": {"app": "web"}})).then_some(())
+        },
+    )
     .await;
 
     let ksps: Api<DynamicObject> = Api::namespaced_with(
@@ -232,23 +240,31 @@ async fn additive_edits_of_generated_objects_are_taken_back() {
         json!({"spec": {"selector": extra}}),
     )
     .await;
-    eventually("the KubeArmorPolicy's extra label removed", || async {
-        let ksp = native(
-            &e.client,
-            &KUBEARMOR_POLICY,
-            Some(e.ns.name()),
-            "a-dnsmanipulation",
-        )
-        .await?;
-        (ksp.data["spec"]["selector"] == json!({"matchLabels": {"app": "web"}})).then_some(())
-    })
+    eventually(
+        "the KubeArmorPolicy's extra label removed",
+        CONVERGE,
+        async |_| {
+            let ksp = native(
+                &e.client,
+                &KUBEARMOR_POLICY,
+                Some(e.ns.name()),
+                "a-dnsmanipulation",
+            )
+            .await?;
+            (ksp.data["spec"]["selector"] == json!({"matchLabels": {"app": "web"}})).then_some(())
+        },
+    )
     .await;
 
     intrude(&e.policies, "a", json!({"spec": {"selector": extra}})).await;
-    eventually("the NimbusPolicy's extra label removed", || async {
-        let (policy, _) = selectors(&e, "a").await;
-        (policy == json!({"matchLabels": {"app": "web"}})).then_some(())
-    })
+    eventually(
+        "the NimbusPolicy's extra label removed",
+        CONVERGE,
+        async |_| {
+            let (policy, _) = selectors(&e, "a").await;
+            (policy == json!({"matchLabels": {"app": "web"}})).then_some(())
+        },
+    )
     .await;
 }
 
@@ -267,7 +283,7 @@ async fn a_binding_is_not_ready_when_its_policy_is_not() {
     )
     .await;
     apply(&e.bindings, "c", &sib("c", &[&dns], json!({}), None)).await;
-    let condition = eventually("PolicyConflict on the binding", || async {
+    let condition = eventually("PolicyConflict on the binding", CONVERGE, async |_| {
         let b = get(&e.bindings, "c").await?;
         let c = b.status?.conditions.into_iter().next()?;
         (c.reason == "PolicyConflict").then_some(c)
@@ -299,7 +315,7 @@ async fn a_cluster_binding_that_selects_nothing_says_so() {
         }),
     )
     .await;
-    let condition = eventually("NoNamespaceSelected", || async {
+    let condition = eventually("NoNamespaceSelected", CONVERGE, async |_| {
         let c = get(&api, &name)
             .await?
             .status?

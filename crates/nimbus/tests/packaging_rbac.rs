@@ -24,10 +24,10 @@ use nimbus_core::engines::{
     CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, NativeKind,
     ROLE_BINDING,
 };
+use nimbus_testenv::eventually;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The operator's identity in the Lease (the pod name in a cluster).
@@ -148,31 +148,31 @@ where
 {
     let expected: BTreeMap<&str, usize> = expected.iter().map(|(k, n)| (k.entry, *n)).collect();
     let mut last = None;
-    let deadline = tokio::time::Instant::now() + CONVERGE;
-    let entries = loop {
-        let status: Option<NimbusPolicyStatus> = get(api, name)
-            .await
-            .and_then(|p| serde_json::to_value(p).ok())
-            .and_then(|p| serde_json::from_value(p["status"].clone()).ok());
-        let entries = status
-            .as_ref()
-            .and_then(|s| s.adapter_policies.clone())
-            .unwrap_or_default();
-        let mut kinds = BTreeMap::new();
-        for entry in &entries {
-            *kinds.entry(entry_object(entry, None).0.entry).or_insert(0) += 1;
-        }
-        if kinds == expected {
-            break entries;
-        }
-        last = status.or(last);
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name}: never listed {expected:?}; last status: {last:#?}\nrefused calls: {:#?}",
-            refused_calls()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let entries = eventually(
+        &format!("{name} to list {expected:?}"),
+        CONVERGE,
+        async |seen| {
+            let status: Option<NimbusPolicyStatus> = get(api, name)
+                .await
+                .and_then(|p| serde_json::to_value(p).ok())
+                .and_then(|p| serde_json::from_value(p["status"].clone()).ok());
+            let entries = status
+                .as_ref()
+                .and_then(|s| s.adapter_policies.clone())
+                .unwrap_or_default();
+            let mut kinds = BTreeMap::new();
+            for entry in &entries {
+                *kinds.entry(entry_object(entry, None).0.entry).or_insert(0) += 1;
+            }
+            if kinds == expected {
+                return Some(entries);
+            }
+            last = status.or(last.take());
+            *seen = format!("status {last:#?}\nrefused calls: {:#?}", refused_calls());
+            None
+        },
+    )
+    .await;
     let mut found = Vec::new();
     for entry in &entries {
         let (kind, ns, native_name) = entry_object(entry, namespace);
@@ -188,8 +188,7 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + serde::Serialize,
 {
     let mut last = Value::Null;
-    let deadline = tokio::time::Instant::now() + CONVERGE;
-    loop {
+    eventually(&format!("{name} to become Ready"), CONVERGE, async |seen| {
         if let Some(obj) = get(api, name).await {
             last = serde_json::to_value(obj).expect("json")["status"].clone();
             let is_ready = last["conditions"].as_array().is_some_and(|cs| {
@@ -197,16 +196,13 @@ where
                     .any(|c| c["type"] == "Ready" && c["status"] == "True")
             });
             if is_ready {
-                return;
+                return Some(());
             }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} never became Ready; last status: {last:#}\nrefused calls: {:#?}",
-            refused_calls()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        *seen = format!("status {last:#}\nrefused calls: {:#?}", refused_calls());
+        None
+    })
+    .await
 }
 
 /// The chart's ServiceAccount, ClusterRole and leader-election Role are all the operator needs:

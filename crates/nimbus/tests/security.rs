@@ -9,9 +9,7 @@
 
 mod common;
 
-use common::{
-    CONVERGE, RELEASE_NAMESPACE, apply, delete, eventually, get, object_kind, rendered, unique,
-};
+use common::{CONVERGE, RELEASE_NAMESPACE, apply, delete, get, object_kind, rendered, unique};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
     SubjectAccessReviewSpec,
@@ -24,6 +22,7 @@ use nimbus_api::{
     ALLOW_SENSITIVE_ANNOTATION, ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy,
     SecurityIntent, SecurityIntentBinding, condition,
 };
+use nimbus_testenv::eventually;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
 
@@ -206,7 +205,7 @@ where
 {
     let last = std::sync::Mutex::new(Value::Null);
     let what = format!("{name}: Ready=False, reason {reason} (conditions seen are printed)");
-    eventually(&what, || async {
+    eventually(&what, CONVERGE, async |_| {
         let ready = ready_condition(&get(api, name).await?);
         let mut last = last
             .lock()
@@ -272,9 +271,11 @@ async fn a_sandbox_over_every_namespace_stays_out_of_protected_namespaces() {
     let rb_name = sandbox_role_binding(&csib, "edit");
     for ns in [a.name(), b.name()] {
         let rbs: Api<RoleBinding> = Api::namespaced(admin(), ns);
-        let rb = eventually(&format!("the sandbox RoleBinding in {ns}"), || async {
-            get(&rbs, &rb_name).await
-        })
+        let rb = eventually(
+            &format!("the sandbox RoleBinding in {ns}"),
+            CONVERGE,
+            async |_| get(&rbs, &rb_name).await,
+        )
         .await;
         let subjects: Vec<&str> = rb.subjects.iter().flatten().map(|s| &*s.name).collect();
         assert_eq!(subjects, [format!("team-{ns}")]);
@@ -283,9 +284,11 @@ async fn a_sandbox_over_every_namespace_stays_out_of_protected_namespaces() {
     // A namespace created afterwards is reached too, so by then the fan-out has been through
     // every namespace, the protected ones included.
     let c = namespace("sec-team").await;
-    eventually("the sandbox RoleBinding in a new namespace", || async {
-        get(&Api::<RoleBinding>::namespaced(admin(), c.name()), &rb_name).await
-    })
+    eventually(
+        "the sandbox RoleBinding in a new namespace",
+        CONVERGE,
+        async |_| get(&Api::<RoleBinding>::namespaced(admin(), c.name()), &rb_name).await,
+    )
     .await;
     for protected in [RELEASE_NAMESPACE, K8TLS_NAMESPACE, "kube-system"] {
         let granted = role_bindings_for(Some(protected), "team").await;
@@ -714,13 +717,12 @@ async fn a_policy_claiming_an_existing_cluster_binding_enforces_nothing() {
         // Removed (by the binding that does not select this namespace) or decided.
         let found = eventually(
             &format!("{name} removed, translated or refused"),
-            || async {
-                match get(&policies, &name).await {
-                    None => Some(json!({"reason": "removed"})),
-                    Some(policy) => {
-                        let ready = ready_condition(&policy);
-                        (!ready.is_null()).then_some(ready)
-                    }
+            CONVERGE,
+            async |_| match get(&policies, &name).await {
+                None => Some(json!({"reason": "removed"})),
+                Some(policy) => {
+                    let ready = ready_condition(&policy);
+                    (!ready.is_null()).then_some(ready)
                 }
             },
         )

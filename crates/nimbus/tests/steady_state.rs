@@ -3,10 +3,11 @@
 
 mod common;
 
-use common::{apply, create_intent, eventually, unique};
+use common::{CONVERGE, apply, create_intent, unique};
 use kube::Client;
 use kube::api::Api;
 use nimbus_api::{ALLOW_SENSITIVE_ANNOTATION, ClusterSecurityIntentBinding, SecurityIntentBinding};
+use nimbus_testenv::eventually;
 use serde_json::json;
 use std::time::Duration;
 
@@ -88,7 +89,7 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
         "spec": {"intents": all, "selector": {"nsSelector": {"matchNames": ["*"]}}}
     }))
     .await;
-    eventually("both bindings converged", || async {
+    eventually("both bindings converged", CONVERGE, async |_| {
         let sib = sibs.get_opt("b").await.ok()??.status?;
         let csib = csibs.get_opt(&name).await.ok()??.status?;
         (sib.number_of_bound_intents == 5 && csib.number_of_nimbus_policies >= 3).then_some(())
@@ -96,14 +97,19 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
     .await;
     let policies: Api<nimbus_api::NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
     let cluster_policies: Api<nimbus_api::ClusterNimbusPolicy> = Api::all(client.clone());
-    eventually("every engine's native policies generated", || async {
-        let np = policies.get_opt("b").await.ok()??.status?;
-        let cwnp = cluster_policies.get_opt(&name).await.ok()??.status?;
-        // dns: NetworkPolicy + KSP; escapeToHost: 3 KSPs + Kyverno; coco: 2 Kyverno (a
-        // sandbox is refused through a namespaced binding). The cluster policy: 2
-        // ClusterPolicies + the k8tls CronJob; its namespace policies hold the RoleBindings.
-        (np.number_of_adapter_policies == 8 && cwnp.number_of_adapter_policies == 3).then_some(())
-    })
+    eventually(
+        "every engine's native policies generated",
+        CONVERGE,
+        async |_| {
+            let np = policies.get_opt("b").await.ok()??.status?;
+            let cwnp = cluster_policies.get_opt(&name).await.ok()??.status?;
+            // dns: NetworkPolicy + KSP; escapeToHost: 3 KSPs + Kyverno; coco: 2 Kyverno (a
+            // sandbox is refused through a namespaced binding). The cluster policy: 2
+            // ClusterPolicies + the k8tls CronJob; its namespace policies hold the RoleBindings.
+            (np.number_of_adapter_policies == 8 && cwnp.number_of_adapter_policies == 3)
+                .then_some(())
+        },
+    )
     .await;
     // Let the reactions to our own writes settle, then count across several resyncs.
     tokio::time::sleep(RESYNC * 3).await;

@@ -4,12 +4,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestResult, eventually};
+use common::TestResult;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
-use nimbus_testenv::{ControlPlane, Options};
+use nimbus_testenv::{ControlPlane, Options, eventually};
 
 #[tokio::test]
 async fn pods_run_on_fake_nodes() -> TestResult {
@@ -46,14 +46,16 @@ async fn pods_run_on_fake_nodes() -> TestResult {
     };
     pods.create(&PostParams::default(), &pod).await?;
 
-    let node = eventually("the pod to run", Duration::from_secs(60), async || {
-        let pod = pods.get("sleeper").await?;
-        let running = pod.status.and_then(|s| s.phase).as_deref() == Some("Running");
-        Ok(running
-            .then(|| pod.spec.and_then(|s| s.node_name))
-            .flatten())
+    let node = eventually("the pod to run", Duration::from_secs(60), async |seen| {
+        let pod = pods.get("sleeper").await.expect("getting pod sleeper");
+        let phase = pod.status.and_then(|s| s.phase);
+        if phase.as_deref() != Some("Running") {
+            *seen = format!("phase {phase:?}");
+            return None;
+        }
+        pod.spec.and_then(|s| s.node_name)
     })
-    .await?;
+    .await;
     assert_eq!(node, "fake-0");
     Ok(())
 }

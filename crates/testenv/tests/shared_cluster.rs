@@ -4,11 +4,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestResult, eventually};
+use common::TestResult;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, ResourceExt};
+use nimbus_testenv::eventually;
 
 fn config_map(name: &str, owner: Option<OwnerReference>) -> ConfigMap {
     ConfigMap {
@@ -50,15 +51,17 @@ async fn garbage_collector_deletes_dependents() -> TestResult {
     eventually(
         "the dependent to be collected",
         Duration::from_secs(60),
-        async || {
-            Ok(config_maps
+        async |_| {
+            config_maps
                 .get_opt("dependent")
-                .await?
+                .await
+                .expect("getting ConfigMap dependent")
                 .is_none()
-                .then_some(()))
+                .then_some(())
         },
     )
-    .await
+    .await;
+    Ok(())
 }
 
 #[tokio::test]
@@ -77,9 +80,20 @@ async fn deleted_namespace_goes_away() -> TestResult {
     eventually(
         "the namespace to be deleted",
         Duration::from_secs(60),
-        async || Ok(namespaces.get_opt(ns.name()).await?.is_none().then_some(())),
+        async |seen| match namespaces
+            .get_opt(ns.name())
+            .await
+            .expect("getting the namespace")
+        {
+            None => Some(()),
+            Some(left) => {
+                *seen = format!("{:?}", left.status);
+                None
+            }
+        },
     )
-    .await
+    .await;
+    Ok(())
 }
 
 #[tokio::test]

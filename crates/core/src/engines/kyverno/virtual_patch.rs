@@ -474,69 +474,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nimbus_api::{NimbusPolicy, NimbusPolicySpec, NimbusRule, Rule as ApiRule};
 
-    const VP: &str = r#"[
-      {
-        "image": "nginx:latest",
-        "cves": [
-          {
-            "cve": "CVE-2024-4439",
-            "virtual_patch": [
-              {
-                "karmor": {
-                  "apiVersion": "security.kubearmor.com/v1",
-                  "kind": "KubeArmorPolicy",
-                  "metadata": {"name": "block-pkg-mgmt-tools-exec"},
-                  "spec": {
-                    "selector": {"matchLabels": {"app": "nginx"}},
-                    "process": {"matchPaths": [{"path": "/usr/bin/apt"}, {"path": "/usr/bin/apt-get"}]},
-                    "action": "Block"
-                  }
-                }
-              },
-              {
-                "kyverno": {
-                  "apiVersion": "kyverno.io/v1",
-                  "kind": "ClusterPolicy",
-                  "name": "CVE_NUMBER-Virtual-Patch-Kyverno",
-                  "metadata": {"name": "disallow-latest-tag"},
-                  "spec": {
-                    "validationFailureAction": "Enforce",
-                    "background": true,
-                    "rules": [{
-                      "name": "validate-image-tag",
-                      "match": {"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"app": "test"}}}}]},
-                      "preconditions": {
-                        "all": [{"key": "busybox", "operator": "AnyIn", "value": "{{ images.containers.*.name }}"}],
-                        "any": [{"key": "x", "operator": "Equals", "value": "x"}]
-                      },
-                      "validate": {
-                        "message": "Using a mutable image tag e.g. 'latest' is not allowed.",
-                        "pattern": {"spec": {"containers": [{"image": "!*:latest"}]}}
-                      }
-                    }]
-                  }
-                }
-              },
-              {
-                "netpol": {
-                  "apiVersion": "networking.k8s.io/v1",
-                  "kind": "NetworkPolicy",
-                  "metadata": {"name": "test-network-policy"},
-                  "spec": {
-                    "podSelector": {"matchLabels": {"role": "db"}},
-                    "policyTypes": ["Egress"],
-                    "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}], "ports": [{"protocol": "TCP", "port": 5978}]}]
-                  },
-                  "unknownKey": 1
-                },
-                "someOtherEngine": {}
-              }
-            ]
-          }
-        ],
-        "extra": "ignored"
-      }
-    ]"#;
+    /// The virtual-patch database every test of the workspace uses.
+    const VP: &str = include_str!("../../../tests/fixtures/virtual-patch-db.json");
 
     fn np(cves: &[&str], action: &str) -> NimbusPolicy {
         let mut np = NimbusPolicy::new(
