@@ -20,8 +20,8 @@ test: control-plane tools
 control-plane:
 	bash hack/build-control-plane.sh
 
-# helm and kustomize for the packaging tests, from pinned Go modules, cached in
-# ~/.cache/nimbus-rs/tools (cold: ~4 min on 2 cores; warm: instant).
+# helm and kustomize for the packaging tests and netpol-decider for the efficacy tests, from
+# pinned Go modules, cached in ~/.cache/nimbus-rs/tools (cold: ~5 min on 2 cores; warm: instant).
 tools:
 	bash hack/build-tools.sh
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds helm and kustomize (used by the packaging tests) from the pinned Go wrapper modules
-# tools/helm and tools/kustomize, into a cache outside the repo keyed by the modules' content.
-# A warm cache makes this a no-op; a cold build takes a few minutes on 2 cores.
+# Builds the test tools from pinned Go modules, into a cache outside the repo keyed by the
+# modules' content: helm and kustomize (packaging tests; wrapper modules tools/helm and
+# tools/kustomize) and netpol-decider (efficacy tests; tools/netpol-decider, cyclonus's
+# NetworkPolicy matcher). A warm cache makes this a no-op; a cold build takes a few minutes on
+# 2 cores.
 #
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
@@ -9,10 +11,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="$root/tools"
 
-key="$(cat "$tools"/{helm,kustomize}/go.{mod,sum} "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
+key="$(cat "$tools"/{helm,kustomize,netpol-decider}/go.{mod,sum} "$tools"/netpol-decider/*.go \
+  "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 base="${NIMBUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimbus-rs}/tools"
 cache="$base/$key"
-bins=(helm kustomize)
+bins=(helm kustomize netpol-decider)
 
 complete() { for b in "${bins[@]}"; do [[ -x "$cache/$b" ]] || return 1; done; }
 
@@ -22,7 +25,7 @@ if complete; then
 fi
 
 if ! command -v go >/dev/null 2>&1; then
-  echo "error: Go (>= 1.26) is required to build helm and kustomize; install it from https://go.dev/dl or your distribution" >&2
+  echo "error: Go (>= 1.26) is required to build the test tools; install it from https://go.dev/dl or your distribution" >&2
   exit 1
 fi
 
@@ -59,6 +62,9 @@ log "building kustomize $kustomize_version"
 (cd "$tools/kustomize" && go build \
   -ldflags "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=$kustomize_version" \
   -o "$cache.partial/kustomize" sigs.k8s.io/kustomize/kustomize/v5)
+
+log "building netpol-decider (cyclonus $(version netpol-decider github.com/mattfenwick/cyclonus))"
+(cd "$tools/netpol-decider" && go build -ldflags "-s -w" -o "$cache.partial/netpol-decider" .)
 
 rm -rf "$cache"
 mv "$cache.partial" "$cache"

@@ -258,14 +258,16 @@ pub fn workspace_root() -> std::path::PathBuf {
     root.canonicalize().unwrap_or(root)
 }
 
-/// The directory holding helm and kustomize: `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
+/// The directory holding the test tools (helm, kustomize, netpol-decider): `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
 /// builds (once per test binary; a cold build takes minutes). Panics with the reason when a
 /// tool is missing: never a reason to skip a test.
 pub fn tools_dir() -> &'static std::path::Path {
     static DIR: OnceLock<Result<std::path::PathBuf, String>> = OnceLock::new();
     match DIR.get_or_init(locate_tools) {
         Ok(dir) => dir,
-        Err(reason) => panic!("helm and kustomize are needed: {reason}"),
+        Err(reason) => {
+            panic!("the test tools (helm, kustomize, netpol-decider) are needed: {reason}")
+        }
     }
 }
 
@@ -296,7 +298,7 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
             )
         }
     };
-    for tool in ["helm", "kustomize"] {
+    for tool in ["helm", "kustomize", "netpol-decider"] {
         let path = dir.join(tool);
         let executable = std::fs::metadata(&path).is_ok_and(|m| {
             use std::os::unix::fs::PermissionsExt;
@@ -304,7 +306,7 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
         });
         if !executable {
             let hint = if std::env::var_os("NIMBUS_TOOLS_DIR").is_some() {
-                "NIMBUS_TOOLS_DIR must hold helm and kustomize; unset it to build them"
+                "NIMBUS_TOOLS_DIR must hold helm, kustomize and netpol-decider; unset it to build them"
             } else {
                 "hack/build-tools.sh should have built it"
             };
