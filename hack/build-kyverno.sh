@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds Kyverno's admission controller (`kyverno`) and background controller
 # (`background-controller`) from the release pinned in tools/kyverno, for the efficacy tests,
-# into a cache outside the repo keyed by that module's content. A warm cache makes this a
+# into a cache outside the repo keyed by that module's content, with the release's CRDs
+# (`crds/`, all of which the controllers watch). A warm cache makes this a
 # no-op; a cold build downloads ~380 MB of modules and takes 15-30 minutes on 2 cores.
 #
 # Prints the directory holding the binaries on its last line of stdout.
@@ -45,6 +46,10 @@ start=$SECONDS
 log "building Kyverno $version: kyverno, background-controller (cold: 15-30 min on 2 cores)"
 (cd "$module" && go build -ldflags "-s -w -X github.com/kyverno/kyverno/pkg/version.BuildVersion=$version" \
   -o "$cache.partial/" github.com/kyverno/kyverno/cmd/kyverno github.com/kyverno/kyverno/cmd/background-controller)
+
+cp -r "$(cd "$module" && go list -m -f '{{.Dir}}' github.com/kyverno/kyverno)/config/crds" \
+  "$cache.partial/crds"
+chmod -R u+w "$cache.partial/crds"
 
 rm -rf "$cache"
 mv "$cache.partial" "$cache"

@@ -50,7 +50,6 @@ fn vp_karmor(np: &str) -> Value {
             "exclude": {"resources": {}},
             "preconditions": {"all": [runs_nginx()]},
             "mutate": {},
-            "validate": {},
             "generate": {
                 "apiVersion": "security.kubearmor.com/v1",
                 "kind": "KubeArmorPolicy",
@@ -80,7 +79,6 @@ fn vp_kyverno(np: &str) -> Value {
             "match": kyverno_match("v1/Pod", None, Some(selector())),
             "exclude": {"resources": {}},
             "mutate": {},
-            "validate": {},
             "generate": {
                 "apiVersion": "kyverno.io/v1",
                 "kind": "Policy",
@@ -130,7 +128,6 @@ fn vp_netpol(np: &str) -> Value {
             "exclude": {"resources": {}},
             "preconditions": {"all": [runs_nginx()]},
             "mutate": {},
-            "validate": {},
             "generate": {
                 "apiVersion": "networking.k8s.io/v1",
                 "kind": "NetworkPolicy",

@@ -13,6 +13,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod kyverno;
 mod matrix;
 mod netpol;
 mod rbac;

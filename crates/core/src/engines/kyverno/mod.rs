@@ -3,9 +3,12 @@
 //! ClusterNimbusPolicy; virtualPatch lives in its own module.
 //!
 //! Bodies follow Nimbus's adapter, including the empty rule sections its Go types always
-//! serialized. Two of its bugs are fixed: the workload selector is matched as a whole (Nimbus
-//! made one match entry per label, OR-ing them), and parameters come from the rule being
-//! translated (Nimbus read the first rule's).
+//! serialized, but one: a mutate or generate rule carries no `validate: {}`. Kyverno's CRD
+//! defaults that to `{allowExistingViolations: true}`, and Kyverno (1.19.1, run by the efficacy
+//! tests) then refuses the policy: "only one operation (mutate,validate,generate,verifyImages) is
+//! allowed per rule". Two more of Nimbus's bugs are fixed: the workload selector is matched as a
+//! whole (Nimbus made one match entry per label, OR-ing them), and parameters come from the rule
+//! being translated (Nimbus read the first rule's).
 
 pub mod virtual_patch;
 
@@ -63,7 +66,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 "validate": {"podSecurity": {"level": level, "version": "latest"}},
                 "generate": no_generate(),
             });
-            vec![build(policy, rule, rule.key, body, Extra::Background)]
+            vec![build(policy, rule, rule.key, vec![body], Extra::Background)]
         }
         (id::COCO_WORKLOAD, false) => {
             let patch = runtime_class_patch(rule);
@@ -88,7 +91,6 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 },
                 "exclude": {"resources": {}},
                 "mutate": {"targets": [target], "patchStrategicMerge": patch},
-                "validate": {},
                 "generate": no_generate(),
             });
             let on_create = json!({
@@ -96,7 +98,6 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 "match": matching(policy, DEPLOYMENT),
                 "exclude": {"resources": {}},
                 "mutate": {"patchStrategicMerge": patch},
-                "validate": {},
                 "generate": no_generate(),
             });
             // Nimbus names these after the policy only; a second coco rule gets `-2`, ...
@@ -106,36 +107,56 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                     policy,
                     rule,
                     &format!("mutateexisting{n}"),
-                    existing,
+                    vec![existing],
                     Extra::MutateExisting,
                 ),
                 build(
                     policy,
                     rule,
                     &format!("mutateoncreate{n}"),
-                    on_create,
+                    vec![on_create],
                     Extra::Background,
                 ),
             ]
         }
         (id::COCO_WORKLOAD, true) => {
-            let body = json!({
+            // Deployments created or updated in the selected namespaces are patched at
+            // admission; those that exist when the policy is written are patched in place by
+            // Kyverno's background controller (each Deployment the rule matches targets itself).
+            // Nimbus had only the second rule, with every Deployment of the namespace as its
+            // target: new Deployments kept their runtime class (the efficacy tests, against
+            // Kyverno 1.19.1, found it), and unselected Deployments beside a selected one lost it.
+            let patch = runtime_class_patch(rule);
+            let on_create = json!({
                 "name": "add-runtime-class-to-pods",
                 "match": matching(policy, DEPLOYMENT),
                 "exclude": excluding(policy, env),
+                "mutate": {"patchStrategicMerge": patch},
+                "generate": no_generate(),
+            });
+            let existing = json!({
+                "name": "add-runtime-class-to-existing-pods",
+                "match": matching(policy, DEPLOYMENT),
+                "exclude": excluding(policy, env),
                 "mutate": {
-                    "targets": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-                    "patchStrategicMerge": runtime_class_patch(rule),
+                    "targets": [{
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "namespace": "{{ request.object.metadata.namespace }}",
+                        "name": "{{ request.object.metadata.name }}",
+                    }],
+                    "patchStrategicMerge": patch,
+                    // Per rule: Kyverno refuses it on the policy unless every rule has targets.
+                    "mutateExistingOnPolicyUpdate": true,
                 },
-                "validate": {},
                 "generate": no_generate(),
             });
             vec![build(
                 policy,
                 rule,
                 rule.key,
-                body,
-                Extra::MutateExistingOnly,
+                vec![on_create, existing],
+                Extra::Nothing,
             )]
         }
         (id::VIRTUAL_PATCH, false) => return virtual_patch::translate(policy, rule, env),
@@ -149,7 +170,7 @@ enum Extra {
     Background,
     MutateExisting,
     /// The cluster coco policy: Nimbus left `background` unset there.
-    MutateExistingOnly,
+    Nothing,
     /// Virtual-patch generators.
     GenerateExisting,
 }
@@ -160,7 +181,7 @@ fn build(
     policy: &PolicyInput,
     rule: &Rule,
     suffix: &str,
-    body: Value,
+    rules: Vec<Value>,
     extra: Extra,
 ) -> (&'static NativeKind, kube::core::DynamicObject) {
     let kind: &'static NativeKind = if policy.namespace.is_some() {
@@ -178,7 +199,7 @@ fn build(
         &[(DESCRIPTION, &description)],
     );
     let mut spec = json!({
-        "rules": [body],
+        "rules": rules,
         "validationFailureAction": failure_action(&rule.spec.rule.action),
     });
     match extra {
@@ -187,7 +208,7 @@ fn build(
             spec["background"] = true.into();
             spec["mutateExistingOnPolicyUpdate"] = true.into();
         }
-        Extra::MutateExistingOnly => spec["mutateExistingOnPolicyUpdate"] = true.into(),
+        Extra::Nothing => {}
         Extra::GenerateExisting => {
             spec["background"] = true.into();
             spec["generateExisting"] = true.into();

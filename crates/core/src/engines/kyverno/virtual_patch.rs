@@ -418,8 +418,8 @@ fn generator(
     if !matches!(target, Target::Kyverno) {
         generator_rule.insert("preconditions".into(), json!({ "all": [runs_image] }));
     }
+    // No `validate: {}`: Kyverno would see a second operation (see the kyverno module).
     generator_rule.insert("mutate".into(), json!({}));
-    generator_rule.insert("validate".into(), json!({}));
     let kind = target.kind();
     generator_rule.insert(
         "generate".into(),
@@ -438,7 +438,7 @@ fn generator(
         policy,
         rule,
         &format!("{}{cve_key}-{}-{n}", ctx.prefix, target.key()),
-        Value::Object(generator_rule),
+        vec![Value::Object(generator_rule)],
         Extra::GenerateExisting,
     ))
 }
@@ -614,7 +614,6 @@ mod tests {
                         "exclude": {"resources": {}},
                         "preconditions": {"all": [runs_nginx()]},
                         "mutate": {},
-                        "validate": {},
                         "generate": {
                             "apiVersion": "security.kubearmor.com/v1",
                             "kind": "KubeArmorPolicy",
@@ -658,7 +657,6 @@ mod tests {
                         "match": pod_match(),
                         "exclude": {"resources": {}},
                         "mutate": {},
-                        "validate": {},
                         "generate": {
                             "apiVersion": "kyverno.io/v1",
                             "kind": "Policy",
@@ -718,7 +716,6 @@ mod tests {
                         "exclude": {"resources": {}},
                         "preconditions": {"all": [runs_nginx()]},
                         "mutate": {},
-                        "validate": {},
                         "generate": {
                             "apiVersion": "networking.k8s.io/v1",
                             "kind": "NetworkPolicy",

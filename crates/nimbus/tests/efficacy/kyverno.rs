@@ -1,0 +1,616 @@
+//! escapeToHost and cocoWorkload, enforced by the real Kyverno: its admission and background
+//! controllers (v1.19.1, built from the Go module pinned in tools/kyverno by
+//! hack/build-kyverno.sh) run as processes beside a control plane of their own, registered as
+//! webhooks the API server calls on 127.0.0.1. Workloads are created through the API server
+//! (dry run: nothing is scheduled) in a namespace bound by a SecurityIntentBinding, one bound by
+//! a ClusterSecurityIntentBinding, and one nothing binds; the matrices show what Kyverno made of
+//! each.
+
+use crate::common::{CONVERGE, workspace_root};
+use crate::matrix::Matrix;
+use crate::{Selecting, bind_cluster, bind_namespaced, intent, unbind_cluster};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use nimbus_testenv::{
+    Child, ControlPlane, Options, TestNamespace, apply_yaml, eventually, free_port,
+};
+use serde_json::{Value, json};
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Kyverno starts slowly on two busy cores (it syncs informers for ~20 kinds first).
+const KYVERNO_START: Duration = Duration::from_secs(180);
+const NAMESPACE: &str = "kyverno";
+const BACKGROUND_SA: &str = "system:serviceaccount:kyverno:kyverno-background-controller";
+
+/// What Kyverno needs besides its CRDs (its configuration, and the grants it checks before it
+/// accepts a policy with generate or mutate-existing rules).
+const SETUP: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: kyverno}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: kyverno, namespace: kyverno}
+data:
+  updateRequestThreshold: "1000"
+  webhooks: '{"namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system","kyverno"]}]}}'
+  resourceFilters: '[Event,*,*][*/*,kube-system,*][*/*,kube-public,*][*/*,kube-node-lease,*][*/*,kyverno,*][Node,*,*][Node/?*,*,*][APIService,*,*][TokenReview,*,*][SubjectAccessReview,*,*][SelfSubjectAccessReview,*,*][Binding,*,*][Pod/binding,*,*][ReplicaSet,*,*][ReplicaSet/?*,*,*][EphemeralReport,*,*][ClusterEphemeralReport,*,*]'
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kyverno-efficacy}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects:
+  - {kind: ServiceAccount, name: kyverno-admission-controller, namespace: kyverno}
+  - {kind: ServiceAccount, name: kyverno-background-controller, namespace: kyverno}
+"#;
+
+struct Kyverno {
+    control_plane: ControlPlane,
+    _admission: Child,
+    _background: Child,
+}
+
+/// The control plane with Kyverno and the operator running on it (started once per process).
+fn cluster() -> &'static ControlPlane {
+    static KYVERNO: OnceLock<Kyverno> = OnceLock::new();
+    let kyverno = KYVERNO.get_or_init(|| {
+        std::thread::spawn(|| {
+            tokio::runtime::Runtime::new()
+                .expect("runtime")
+                .block_on(start())
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    });
+    &kyverno.control_plane
+}
+
+async fn start() -> Kyverno {
+    let bin = kyverno_dir();
+    let control_plane = ControlPlane::start(Options::default())
+        .await
+        .expect("control plane");
+    let client = control_plane.client().expect("client");
+    let nimbus = nimbus_api::crds_yaml().expect("Nimbus CRDs");
+    apply_yaml(&client, &nimbus).await.expect("Nimbus CRDs");
+    for crd in yaml_files(&bin.join("crds")) {
+        let yaml = std::fs::read_to_string(&crd).expect("Kyverno CRD");
+        apply_yaml(&client, &yaml)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", crd.display()));
+    }
+    apply_yaml(&client, SETUP).await.expect("Kyverno's setup");
+
+    let dir = control_plane.work_dir().to_owned();
+    let admin = control_plane.kubeconfig_path().to_owned();
+    let background = impersonating(&admin, BACKGROUND_SA, &dir.join("background.kubeconfig"));
+    let port = free_port().expect("port");
+    let common = |kubeconfig: &Path| -> Vec<String> {
+        [
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--disableMetrics=true".into(),
+            "--otelConfig=grpc".into(),
+            "--controllerRuntimeMetricsAddress=0".into(),
+            "--leaderElectionRetryPeriod=1s".into(),
+            "--loggingFormat=text".into(),
+        ]
+        .into()
+    };
+    let mut admission_args = common(&admin);
+    admission_args.extend([
+        format!("--serverIP=127.0.0.1:{port}"),
+        "--webhookServerHost=127.0.0.1".into(),
+        format!("--webhookServerPort={port}"),
+        "--caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca".into(),
+        "--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair".into(),
+        "--admissionReports=false".into(),
+        format!("--backgroundServiceAccountName={BACKGROUND_SA}"),
+        "--autoMemLimitEnabled=false".into(),
+    ]);
+    let env = |pod: &'static str, account: &'static str| {
+        [
+            ("KYVERNO_NAMESPACE", OsStr::new(NAMESPACE)),
+            ("KYVERNO_SERVICEACCOUNT_NAME", OsStr::new(account)),
+            ("KYVERNO_DEPLOYMENT", OsStr::new("kyverno")),
+            ("KYVERNO_POD_NAME", OsStr::new(pod)),
+            ("INIT_CONFIG", OsStr::new("kyverno")),
+            ("METRICS_CONFIG", OsStr::new("kyverno-metrics")),
+        ]
+    };
+    let admission = Child::spawn(
+        "kyverno",
+        &bin.join("kyverno"),
+        &admission_args,
+        &env("kyverno-0", "kyverno-admission-controller"),
+        &dir,
+    )
+    .expect("starting Kyverno");
+    let mut background_args = common(&background);
+    background_args.push("--autoMemLimitEnabled=false".into());
+    let background = Child::spawn(
+        "kyverno-background",
+        &bin.join("background-controller"),
+        &background_args,
+        &env("kyverno-background-0", "kyverno-background-controller"),
+        &dir,
+    )
+    .expect("starting Kyverno's background controller");
+
+    // Ready: its policy webhook is registered at our port, and the background controller leads.
+    let webhooks = dynamic(
+        &client,
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+    );
+    let url = format!("https://127.0.0.1:{port}/policyvalidate");
+    eventually("Kyverno's webhooks", KYVERNO_START, async |seen| {
+        let cfg = webhooks
+            .get_opt("kyverno-policy-validating-webhook-cfg")
+            .await
+            .ok()??;
+        *seen = format!("{}", cfg.data["webhooks"]);
+        (cfg.data["webhooks"][0]["clientConfig"]["url"] == url.as_str()).then_some(())
+    })
+    .await;
+    let leases =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), NAMESPACE);
+    eventually(
+        "Kyverno's background controller to lead",
+        KYVERNO_START,
+        async |_| {
+            let lease = leases
+                .get_opt("kyverno-background-controller")
+                .await
+                .ok()??;
+            (lease.spec?.holder_identity? == "kyverno-background-0").then_some(())
+        },
+    )
+    .await;
+
+    let config = control_plane.config().clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
+        runtime.block_on(async move {
+            let client = Client::try_from(config).expect("operator client");
+            let result = nimbus_operator::run(client, Default::default(), Default::default()).await;
+            if let Err(e) = result {
+                panic!("operator failed: {e}");
+            }
+        });
+    });
+    Kyverno {
+        control_plane,
+        _admission: admission,
+        _background: background,
+    }
+}
+
+/// Where hack/build-kyverno.sh put Kyverno (building it on first use).
+fn kyverno_dir() -> PathBuf {
+    let script = workspace_root().join("hack/build-kyverno.sh");
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        output.status.success(),
+        "{} failed ({}); Kyverno is needed: its error output is above",
+        script.display(),
+        output.status
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    PathBuf::from(
+        stdout
+            .lines()
+            .rfind(|l| !l.trim().is_empty())
+            .expect("a directory")
+            .trim(),
+    )
+}
+
+/// Every `*.yaml` under `dir` that holds a CustomResourceDefinition.
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("Kyverno's CRDs").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(yaml_files(&path));
+        } else if path.extension().is_some_and(|e| e == "yaml")
+            && std::fs::read_to_string(&path)
+                .is_ok_and(|t| t.contains("kind: CustomResourceDefinition"))
+        {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A copy of the admin kubeconfig at `to` whose user acts as `user`.
+fn impersonating(admin: &Path, user: &str, to: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(admin).expect("admin kubeconfig");
+    let mut config: Value = serde_yaml_ng::from_str(&text).expect("kubeconfig YAML");
+    for u in config["users"].as_array_mut().expect("users") {
+        u["user"]["as"] = json!(user);
+    }
+    std::fs::write(to, serde_yaml_ng::to_string(&config).expect("YAML")).expect("kubeconfig");
+    to.to_owned()
+}
+
+fn dynamic(
+    client: &Client,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    Api::all_with(client.clone(), &resource)
+}
+
+async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
+    let ns = cp.test_namespace(prefix).await.expect("namespace");
+    // Pods are admitted only once the namespace's default ServiceAccount exists.
+    let accounts = Api::<ServiceAccount>::namespaced(cp.client().expect("client"), ns.name());
+    eventually("the default ServiceAccount", CONVERGE, async |_| {
+        accounts.get_opt("default").await.ok()?.map(drop)
+    })
+    .await;
+    ns
+}
+
+/// Waits until every Kyverno policy in `namespace` (and every ClusterPolicy) is Ready: Kyverno
+/// enforces a policy only from then on.
+async fn kyverno_policies_ready(client: &Client, namespaces: &[&str]) {
+    let cluster = dynamic(
+        client,
+        "kyverno.io",
+        "v1",
+        "ClusterPolicy",
+        "clusterpolicies",
+    );
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kyverno.io", "v1", "Policy"),
+        "policies",
+    );
+    eventually("the Kyverno policies to be Ready", CONVERGE, async |seen| {
+        let mut all = cluster.list(&ListParams::default()).await.ok()?.items;
+        for ns in namespaces {
+            let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
+            all.extend(api.list(&ListParams::default()).await.ok()?.items);
+        }
+        let pending: Vec<String> = all
+            .iter()
+            .filter(|p| {
+                !p.data["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+            })
+            .map(|p| format!("{:?}/{:?}", p.metadata.namespace, p.metadata.name))
+            .collect();
+        *seen = format!("not ready: {pending:?}");
+        (!all.is_empty() && pending.is_empty()).then_some(())
+    })
+    .await;
+}
+
+/// A bound setup: the intent bound by a SecurityIntentBinding in one namespace, by a
+/// ClusterSecurityIntentBinding in another, and a third namespace unbound.
+struct Bound {
+    client: Client,
+    by_sib: TestNamespace,
+    by_csib: TestNamespace,
+    unbound: TestNamespace,
+    csib: String,
+}
+
+async fn bound(id: &str, action: &str, params: Value) -> Bound {
+    let mut b = Bound::namespaces().await;
+    b.bind(id, action, params).await;
+    b
+}
+
+impl Bound {
+    /// The three namespaces, nothing bound yet.
+    async fn namespaces() -> Bound {
+        let cp = cluster();
+        Bound {
+            client: cp.client().expect("client"),
+            by_sib: namespace(cp, "eff-kyv-sib").await,
+            by_csib: namespace(cp, "eff-kyv-csib").await,
+            unbound: namespace(cp, "eff-kyv-unbound").await,
+            csib: String::new(),
+        }
+    }
+
+    /// Binds the intent through both kinds of binding; returns once Kyverno enforces it.
+    async fn bind(&mut self, id: &str, action: &str, params: Value) {
+        let si = intent(&self.client, id, action, params).await;
+        let selecting = Selecting {
+            labels: json!({"app": "web"}),
+            allow_sensitive: None,
+        };
+        bind_namespaced(&self.client, self.by_sib.name(), &si, &selecting).await;
+        self.csib = bind_cluster(&self.client, self.by_csib.name(), &si, &selecting).await;
+        kyverno_policies_ready(&self.client, &[self.by_sib.name(), self.by_csib.name()]).await;
+    }
+
+    /// `(column, namespace, app label)` of the workloads tried.
+    fn subjects(&self) -> [(&'static str, &str, &'static str); 5] {
+        [
+            ("selected, SecurityIntentBinding", self.by_sib.name(), "web"),
+            (
+                "unselected, SecurityIntentBinding",
+                self.by_sib.name(),
+                "db",
+            ),
+            (
+                "selected, ClusterSecurityIntentBinding",
+                self.by_csib.name(),
+                "web",
+            ),
+            (
+                "unselected, ClusterSecurityIntentBinding",
+                self.by_csib.name(),
+                "db",
+            ),
+            ("in an unbound namespace", self.unbound.name(), "web"),
+        ]
+    }
+
+    async fn done(self) {
+        unbind_cluster(&self.client, &self.csib).await;
+    }
+}
+
+/// A pod spec to try, by name.
+type PodCase = (&'static str, fn() -> Value);
+
+/// Pod specs, from most to least privileged.
+const PODS: &[PodCase] = &[
+    (
+        "privileged container",
+        || json!({"containers": [container(json!({"privileged": true}))]}),
+    ),
+    ("hostPath volume", || {
+        json!({"containers": [container(json!({}))],
+        "volumes": [{"name": "host", "hostPath": {"path": "/etc"}}]})
+    }),
+    (
+        "hostNetwork",
+        || json!({"hostNetwork": true, "containers": [container(json!({}))]}),
+    ),
+    (
+        "runs as root, no seccomp profile (baseline)",
+        || json!({"containers": [container(json!({}))]}),
+    ),
+    ("restricted", || {
+        json!({"containers": [container(json!({
+        "runAsNonRoot": true, "runAsUser": 1000, "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}))]})
+    }),
+];
+
+fn container(security_context: Value) -> Value {
+    // Never pulled: nothing runs the pod.
+    json!({"name": "app", "image": "registry.invalid/app:1", "securityContext": security_context})
+}
+
+/// `admitted`, or `denied (<Pod Security reason>)` with the reason from Kyverno's message.
+async fn admission(client: &Client, ns: &str, app: &str, spec: Value) -> String {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "eff-", "labels": {"app": app}},
+        "spec": spec,
+    }))
+    .expect("pod");
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&params, &pod)
+        .await
+    {
+        Ok(_) => "admitted".to_owned(),
+        Err(kube::Error::Api(e)) if e.message.contains("blocked due to the following policies") => {
+            let reason = e
+                .message
+                .split("(Forbidden reason: ")
+                .nth(1)
+                .and_then(|r| r.split(", field error list").next())
+                .unwrap_or(&e.message);
+            format!("denied ({reason})")
+        }
+        Err(e) => panic!("creating a pod in {ns}: {e}"),
+    }
+}
+
+/// What a selected pod gets under escapeToHost at `level` (Block): Kyverno's Pod Security check
+/// denies what the level forbids; pods the binding does not select are not checked.
+fn escape_promise(level: &str, block: bool, pod: &str) -> &'static str {
+    let forbidden = match pod {
+        "restricted" => false,
+        "runs as root, no seccomp profile (baseline)" => level == "restricted",
+        _ => true,
+    };
+    if forbidden && block {
+        "denied"
+    } else {
+        "admitted"
+    }
+}
+
+async fn escape_to_host(id: &'static str, level: &'static str, action: &'static str) {
+    let b = bound("escapeToHost", action, json!({"psaLevel": [level]})).await;
+    let subjects = b.subjects();
+    let mut rows = Vec::new();
+    let mut expected = Vec::new();
+    for (name, spec) in PODS {
+        let mut cells = Vec::new();
+        let mut promised = Vec::new();
+        for (_, ns, app) in &subjects {
+            cells.push(admission(&b.client, ns, app, spec()).await);
+            let selected = *app == "web" && *ns != b.unbound.name();
+            let promise = if selected {
+                escape_promise(level, action == "Block", name)
+            } else {
+                "admitted"
+            };
+            promised.push(promise.to_owned());
+        }
+        rows.push(((*name).to_owned(), cells));
+        expected.push(((*name).to_owned(), promised));
+    }
+    let matrix = Matrix {
+        id,
+        title: format!(
+            "escapeToHost psaLevel={level}, action {action} (Kyverno v1.19.1 admission controller)"
+        ),
+        case_header: "pod",
+        subjects: subjects.iter().map(|(s, ..)| (*s).to_owned()).collect(),
+        rows,
+        expected,
+    };
+    b.done().await;
+    matrix.assert_as_promised();
+    matrix.assert_in_readme();
+}
+
+#[tokio::test]
+async fn escape_to_host_baseline_denies_privileged_pods_where_bound() {
+    escape_to_host("kyverno-escapeToHost-baseline", "baseline", "Block").await;
+}
+
+#[tokio::test]
+async fn escape_to_host_restricted_denies_root_pods_where_bound() {
+    escape_to_host("kyverno-escapeToHost-restricted", "restricted", "Block").await;
+}
+
+#[tokio::test]
+async fn escape_to_host_audit_admits_everything() {
+    escape_to_host("kyverno-escapeToHost-audit", "baseline", "Audit").await;
+}
+
+fn deployment(app: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"generateName": "eff-", "labels": {"app": app}},
+        "spec": {"selector": {"matchLabels": {"app": app}},
+                 "template": {"metadata": {"labels": {"app": app}},
+                              "spec": {"containers": [container(json!({}))]}}},
+    }))
+    .expect("deployment")
+}
+
+/// Creates a Deployment in `ns` (`dry_run`: only admission sees it); returns it as stored.
+async fn create_deployment(client: &Client, ns: &str, app: &str, dry_run: bool) -> Deployment {
+    let params = PostParams {
+        dry_run,
+        ..Default::default()
+    };
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&params, &deployment(app))
+        .await
+        .unwrap_or_else(|e| panic!("creating a Deployment in {ns}: {e}"))
+}
+
+fn runtime_class(d: &Deployment) -> String {
+    match d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.runtime_class_name.as_deref())
+    {
+        Some(class) => format!("runtimeClassName {class}"),
+        None => "unchanged".to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn coco_workload_sets_the_runtime_class_of_selected_deployments() {
+    let mut b = Bound::namespaces().await;
+    // Deployments that exist before the binding: Kyverno's background controller patches them.
+    let mut existing = Vec::new();
+    for (_, ns, app) in b.subjects() {
+        let created = create_deployment(&b.client, ns, app, false).await;
+        existing.push((ns.to_owned(), created.metadata.name.expect("name")));
+    }
+    b.bind(
+        "cocoWorkload",
+        "Block",
+        json!({"runtimeClass": ["kata-qemu"]}),
+    )
+    .await;
+    let subjects = b.subjects();
+    let promised: Vec<String> = subjects
+        .iter()
+        .map(|(_, ns, app)| {
+            let selected = *app == "web" && *ns != b.unbound.name();
+            if selected {
+                "runtimeClassName kata-qemu"
+            } else {
+                "unchanged"
+            }
+            .to_owned()
+        })
+        .collect();
+
+    let mut created = Vec::new();
+    for (_, ns, app) in &subjects {
+        created.push(runtime_class(
+            &create_deployment(&b.client, ns, app, true).await,
+        ));
+    }
+    // The background controller works asynchronously.
+    let patched = eventually(
+        "the Deployments that existed before the binding to be patched as promised",
+        CONVERGE,
+        async |seen| {
+            let mut patched = Vec::new();
+            for (ns, name) in &existing {
+                let api = Api::<Deployment>::namespaced(b.client.clone(), ns);
+                patched.push(runtime_class(&api.get(name).await.expect("Deployment")));
+            }
+            *seen = format!("{patched:?}");
+            (patched == promised).then_some(patched)
+        },
+    )
+    .await;
+    let rows = vec![
+        ("Deployment created after the binding".to_owned(), created),
+        (
+            "Deployment that existed before the binding".to_owned(),
+            patched,
+        ),
+    ];
+    let expected = rows
+        .iter()
+        .map(|(case, _)| (case.clone(), promised.clone()))
+        .collect();
+    let matrix = Matrix {
+        id: "kyverno-cocoWorkload",
+        title: "cocoWorkload runtimeClass=kata-qemu (Kyverno v1.19.1 admission and background controllers)".to_owned(),
+        case_header: "Deployment",
+        subjects: subjects.iter().map(|(s, ..)| (*s).to_owned()).collect(),
+        rows,
+        expected,
+    };
+    b.done().await;
+    matrix.assert_as_promised();
+    matrix.assert_in_readme();
+}
