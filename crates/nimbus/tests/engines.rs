@@ -4,10 +4,10 @@
 mod common;
 
 use common::{
-    CONVERGE, VIRTUAL_PATCH_DB, apply, binding, create_intent, delete, entry_object, get, intent,
-    native, unique,
+    CONVERGE, VIRTUAL_PATCHES, apply, binding, create_intent, delete, entry_object, get,
+    install_virtual_patch_db, intent, native, unique,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
@@ -298,24 +298,6 @@ const EXAMPLES: &[Example] = &[
         csib_namespace: Some("default"),
     },
 ];
-
-/// The virtual-patch database of every test in the workspace: patches of each engine for
-/// CVE-2024-4439 (the example's second CVE is deliberately unknown).
-const VIRTUAL_PATCHES: &str = include_str!("../../core/tests/fixtures/virtual-patch-db.json");
-
-async fn install_virtual_patch_db(client: &Client) {
-    let (ns, name) = VIRTUAL_PATCH_DB;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    apply(
-        &cms,
-        name,
-        &json!({
-            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-            "data": {"vp.json": VIRTUAL_PATCHES}
-        }),
-    )
-    .await;
-}
 
 /// Every Nimbus example applies unchanged, produces exactly the expected native policies
 /// (accepted by the real apiserver against the engines' CRDs), reports them in status, and is

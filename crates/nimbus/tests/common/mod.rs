@@ -43,6 +43,26 @@ pub fn cluster() -> &'static ControlPlane {
 /// The ConfigMap (`namespace`, `name`) the test operator reads virtual patches from.
 pub const VIRTUAL_PATCH_DB: (&str, &str) = ("kube-public", "nimbus-virtual-patches");
 
+/// The virtual-patch database of every test in the workspace: patches of each engine for
+/// CVE-2024-4439 (the example's second CVE is deliberately unknown).
+pub const VIRTUAL_PATCHES: &str =
+    include_str!("../../../core/tests/fixtures/virtual-patch-db.json");
+
+/// Writes [`VIRTUAL_PATCHES`] to [`VIRTUAL_PATCH_DB`].
+pub async fn install_virtual_patch_db(client: &Client) {
+    let (ns, name) = VIRTUAL_PATCH_DB;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    apply(
+        &cms,
+        name,
+        &serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {"vp.json": VIRTUAL_PATCHES}
+        }),
+    )
+    .await;
+}
+
 /// The shared control plane with the operator running against it (started once, resyncing
 /// every `resync`; the first caller's value wins).
 pub fn operator(resync: Duration) -> &'static ControlPlane {

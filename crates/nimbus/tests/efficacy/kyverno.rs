@@ -1,4 +1,4 @@
-//! escapeToHost and cocoWorkload, enforced by the real Kyverno: its admission and background
+//! escapeToHost, cocoWorkload and virtualPatch, enforced by the real Kyverno: its admission and background
 //! controllers (v1.19.1, built from the Go module pinned in tools/kyverno by
 //! hack/build-kyverno.sh) run as processes beside a control plane of their own, registered as
 //! webhooks the API server calls on 127.0.0.1. Workloads are created through the API server
@@ -6,7 +6,9 @@
 //! a ClusterSecurityIntentBinding, and one nothing binds; the matrices show what Kyverno made of
 //! each.
 
-use crate::common::{CONVERGE, workspace_root};
+use crate::common::{
+    CONVERGE, VIRTUAL_PATCH_DB, install_engine_crd, install_virtual_patch_db, workspace_root,
+};
 use crate::matrix::Matrix;
 use crate::{Selecting, bind_cluster, bind_namespaced, intent, unbind_cluster};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -88,6 +90,9 @@ async fn start() -> Kyverno {
             .unwrap_or_else(|e| panic!("{}: {e}", crd.display()));
     }
     apply_yaml(&client, SETUP).await.expect("Kyverno's setup");
+    // What virtualPatch generates includes KubeArmorPolicies, from the test database.
+    install_engine_crd(&client, nimbus_testenv::upstream::KUBEARMOR_POLICY).await;
+    install_virtual_patch_db(&client).await;
 
     let dir = control_plane.work_dir().to_owned();
     let admin = control_plane.kubeconfig_path().to_owned();
@@ -182,7 +187,12 @@ async fn start() -> Kyverno {
         let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
         runtime.block_on(async move {
             let client = Client::try_from(config).expect("operator client");
-            let result = nimbus_operator::run(client, Default::default(), Default::default()).await;
+            let (ns, name) = VIRTUAL_PATCH_DB;
+            let config = nimbus_operator::Config {
+                virtual_patch_db: Some((ns.into(), name.into())),
+                ..Default::default()
+            };
+            let result = nimbus_operator::run(client, config, Default::default()).await;
             if let Err(e) = result {
                 panic!("operator failed: {e}");
             }
@@ -611,6 +621,169 @@ async fn coco_workload_sets_the_runtime_class_of_selected_deployments() {
         expected,
     };
     b.done().await;
+    matrix.assert_as_promised();
+    matrix.assert_in_readme();
+}
+
+/// A pod that stays (nothing schedules it): the trigger of virtualPatch's generate rules.
+async fn create_pod(client: &Client, ns: &str, app: &str, image: &str) -> String {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "eff-", "labels": {"app": app}},
+        "spec": {"containers": [{"name": "app", "image": image}]},
+    }))
+    .expect("pod");
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("creating a pod in {ns}: {e}"))
+        .metadata
+        .name
+        .expect("name")
+}
+
+/// virtualPatch for CVE-2024-4439 (the test database patches `nginx:latest` with a
+/// KubeArmorPolicy per pod, a Kyverno Policy and a NetworkPolicy): what Kyverno's background
+/// controller generated in each namespace once a pod was created there.
+#[tokio::test]
+async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image() {
+    let cp = cluster();
+    let client = cp.client().expect("client");
+    let si = intent(
+        &client,
+        "virtualPatch",
+        "Block",
+        json!({"cveList": ["CVE-2024-4439"]}),
+    )
+    .await;
+    let selecting = Selecting {
+        labels: json!({"app": "web"}),
+        allow_sensitive: None,
+    };
+    // (column, binding, pod's app label, pod's image)
+    let cases = [
+        (
+            "selected pod running nginx:latest, SecurityIntentBinding",
+            Some(false),
+            "web",
+            "nginx:latest",
+        ),
+        (
+            "unselected pod running nginx:latest, SecurityIntentBinding",
+            Some(false),
+            "db",
+            "nginx:latest",
+        ),
+        (
+            "selected pod running another image, SecurityIntentBinding",
+            Some(false),
+            "web",
+            "registry.invalid/app:1",
+        ),
+        (
+            "selected pod running nginx:latest, ClusterSecurityIntentBinding",
+            Some(true),
+            "web",
+            "nginx:latest",
+        ),
+        (
+            "pod running nginx:latest in an unbound namespace",
+            None,
+            "web",
+            "nginx:latest",
+        ),
+    ];
+    let mut namespaces = Vec::new();
+    let mut csibs = Vec::new();
+    for (_, binding, ..) in &cases {
+        let ns = namespace(cp, "eff-kyv-vp").await;
+        match binding {
+            Some(false) => bind_namespaced(&client, ns.name(), &si, &selecting).await,
+            Some(true) => csibs.push(bind_cluster(&client, ns.name(), &si, &selecting).await),
+            None => {}
+        }
+        namespaces.push(ns);
+    }
+    let bound: Vec<&str> = namespaces.iter().map(|n| n.name()).collect();
+    kyverno_policies_ready(&client, &bound).await;
+    let mut pods = Vec::new();
+    for ((_, _, app, image), ns) in cases.iter().zip(&namespaces) {
+        pods.push(create_pod(&client, ns.name(), app, image).await);
+    }
+
+    // What the patches promise: everything where a selected pod runs the patched image; the
+    // Kyverno policy wherever a selected pod runs (its own rules check the image).
+    let generated = |yes: bool| if yes { "generated" } else { "none" }.to_owned();
+    let row = |kind: &str, promise: &dyn Fn(&str, &str) -> bool| -> (String, Vec<String>) {
+        let cells = cases
+            .iter()
+            .map(|(_, binding, app, image)| generated(binding.is_some() && promise(app, image)))
+            .collect();
+        (kind.to_owned(), cells)
+    };
+    let runs_nginx = |app: &str, image: &str| app == "web" && image == "nginx:latest";
+    let expected = vec![
+        row(
+            "KubeArmorPolicy block-pkg-mgmt-tools-exec-{pod}",
+            &runs_nginx,
+        ),
+        row("NetworkPolicy test-network-policy", &runs_nginx),
+        row("Kyverno Policy disallow-latest-tag", &|app, _| app == "web"),
+    ];
+    let karmor = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("security.kubearmor.com", "v1", "KubeArmorPolicy"),
+        "kubearmorpolicies",
+    );
+    let netpol = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("networking.k8s.io", "v1", "NetworkPolicy"),
+        "networkpolicies",
+    );
+    let kyverno = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kyverno.io", "v1", "Policy"),
+        "policies",
+    );
+    let rows = eventually(
+        "the background controller to generate the patches",
+        CONVERGE,
+        async |seen| {
+            let mut rows = vec![
+                (
+                    "KubeArmorPolicy block-pkg-mgmt-tools-exec-{pod}".to_owned(),
+                    Vec::new(),
+                ),
+                ("NetworkPolicy test-network-policy".to_owned(), Vec::new()),
+                ("Kyverno Policy disallow-latest-tag".to_owned(), Vec::new()),
+            ];
+            for (ns, pod) in namespaces.iter().zip(&pods) {
+                let exists = async |resource: &ApiResource, name: &str| {
+                    let api =
+                        Api::<DynamicObject>::namespaced_with(client.clone(), ns.name(), resource);
+                    generated(api.get_opt(name).await.expect("reading").is_some())
+                };
+                rows[0]
+                    .1
+                    .push(exists(&karmor, &format!("block-pkg-mgmt-tools-exec-{pod}")).await);
+                rows[1].1.push(exists(&netpol, "test-network-policy").await);
+                rows[2]
+                    .1
+                    .push(exists(&kyverno, "disallow-latest-tag").await);
+            }
+            *seen = format!("{rows:?}");
+            (rows == expected).then_some(rows)
+        },
+    )
+    .await;
+    let matrix = Matrix {
+        id: "kyverno-virtualPatch",
+        title: "virtualPatch cveList=[CVE-2024-4439] (Kyverno v1.19.1 admission and background controllers)".to_owned(),
+        case_header: "generated in the pod's namespace",
+        subjects: cases.iter().map(|(s, ..)| (*s).to_owned()).collect(),
+        rows,
+        expected,
+    };
+    for csib in csibs {
+        unbind_cluster(&client, &csib).await;
+    }
     matrix.assert_as_promised();
     matrix.assert_in_readme();
 }

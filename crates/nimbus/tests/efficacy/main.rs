@@ -4,6 +4,8 @@
 //!
 //! - NetworkPolicy: cyclonus's NetworkPolicy matcher (`tools/netpol-decider`, built from its Go
 //!   module), an implementation of the NetworkPolicy semantics independent of ours;
+//! - Kyverno policies: Kyverno itself, its admission and background controllers built from its
+//!   Go module and run as the webhooks of a control plane of their own (`kyverno.rs`);
 //! - RBAC (namespaceSandbox): the API server's own RBAC authorizer, asked through
 //!   SubjectAccessReviews.
 //!
