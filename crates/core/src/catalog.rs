@@ -1,6 +1,7 @@
-//! The intent catalog: every intent ID the operator understands, what it means, its
-//! parameters, and which engines enforce it from which kind of policy. The operator's status
-//! conditions, the translators and the CLI all read this one table.
+//! The intent catalog: every intent ID the operator understands, what it means, and its
+//! parameters (names, shapes, defaults). Which engines enforce an intent, from which kind of
+//! policy, each engine declares itself ([`crate::engines::EngineSpec`]); the queries here
+//! combine both. The operator's status conditions, the translators and the CLI all read this.
 
 pub use crate::engines::Engine;
 use crate::params::{self, ParamKind};

@@ -477,23 +477,15 @@ fn policy_controller(
     t: &Triggers,
     config: &Config,
 ) -> Driver {
-    let mut controller = Controller::for_stream(caches.policies.subscribe(), ctx.policies.clone());
-    for (kind, cache) in &mut caches.natives {
-        controller = controller.watches_stream_with(
-            cache.subscribe(),
-            |obj: DynamicObject| owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref()),
-            kind.api_resource(),
-        );
-    }
-    let controller = controller
-        .reconcile_all_on(translation_inputs_changed(ctx, caches, t, config))
-        .graceful_shutdown_on(t.stopped())
-        .run(
-            gated("policy", policy::reconcile_namespaced),
-            error_policy,
-            ctx.clone(),
-        );
-    drain(controller)
+    let controller = Controller::for_stream(caches.policies.subscribe(), ctx.policies.clone());
+    let controller = translating(controller, ctx, caches, t, config, |obj| {
+        owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref())
+    });
+    drain(controller.run(
+        gated("policy", policy::reconcile_namespaced),
+        error_policy,
+        ctx.clone(),
+    ))
 }
 
 fn cluster_policy_controller(
@@ -502,26 +494,46 @@ fn cluster_policy_controller(
     t: &Triggers,
     config: &Config,
 ) -> Driver {
-    let mut controller = Controller::for_stream(
+    let controller = Controller::for_stream(
         caches.cluster_policies.subscribe(),
         ctx.cluster_policies.clone(),
     );
+    let controller = translating(controller, ctx, caches, t, config, |obj| {
+        owner::<ClusterNimbusPolicy, _>(&obj, None)
+    });
+    drain(controller.run(
+        gated("cluster_policy", policy::reconcile_cluster),
+        error_policy,
+        ctx.clone(),
+    ))
+}
+
+/// A policy controller's triggers: a change to a native object reconciles the policy owning it
+/// (`owner_of`), and a change to what translations read reconciles every policy.
+fn translating<P>(
+    mut controller: Controller<P>,
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+    config: &Config,
+    owner_of: fn(DynamicObject) -> Option<ObjectRef<P>>,
+) -> Controller<P>
+where
+    P: Resource<DynamicType = ()>
+        + Clone
+        + Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
     for (kind, cache) in &mut caches.natives {
-        controller = controller.watches_stream_with(
-            cache.subscribe(),
-            |obj: DynamicObject| owner::<ClusterNimbusPolicy, _>(&obj, None),
-            kind.api_resource(),
-        );
+        controller =
+            controller.watches_stream_with(cache.subscribe(), owner_of, kind.api_resource());
     }
-    let controller = controller
+    controller
         .reconcile_all_on(translation_inputs_changed(ctx, caches, t, config))
         .graceful_shutdown_on(t.stopped())
-        .run(
-            gated("cluster_policy", policy::reconcile_cluster),
-            error_policy,
-            ctx.clone(),
-        );
-    drain(controller)
 }
 
 /// When every policy is re-translated: what a translation reads changed (engine availability,

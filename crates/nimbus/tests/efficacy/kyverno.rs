@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use nimbus_core::engines;
 use nimbus_testenv::{
     Child, ControlPlane, Options, TestNamespace, apply_yaml, eventually, free_port,
 };
@@ -106,6 +107,7 @@ async fn start() -> Kyverno {
             "--controllerRuntimeMetricsAddress=0".into(),
             "--leaderElectionRetryPeriod=1s".into(),
             "--loggingFormat=text".into(),
+            "--autoMemLimitEnabled=false".into(),
         ]
         .into()
     };
@@ -118,7 +120,6 @@ async fn start() -> Kyverno {
         "--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair".into(),
         "--admissionReports=false".into(),
         format!("--backgroundServiceAccountName={BACKGROUND_SA}"),
-        "--autoMemLimitEnabled=false".into(),
     ]);
     let env = |pod: &'static str, account: &'static str| {
         [
@@ -138,12 +139,10 @@ async fn start() -> Kyverno {
         &dir,
     )
     .expect("starting Kyverno");
-    let mut background_args = common(&background);
-    background_args.push("--autoMemLimitEnabled=false".into());
     let background = Child::spawn(
         "kyverno-background",
         &bin.join("background-controller"),
-        &background_args,
+        &common(&background),
         &env("kyverno-background-0", "kyverno-background-controller"),
         &dir,
     )
@@ -285,17 +284,11 @@ async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
 /// Waits until every Kyverno policy in `namespace` (and every ClusterPolicy) is Ready: Kyverno
 /// enforces a policy only from then on.
 async fn kyverno_policies_ready(client: &Client, namespaces: &[&str]) {
-    let cluster = dynamic(
-        client,
-        "kyverno.io",
-        "v1",
-        "ClusterPolicy",
-        "clusterpolicies",
+    let cluster = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &engines::KYVERNO_CLUSTER_POLICY.api_resource(),
     );
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kyverno.io", "v1", "Policy"),
-        "policies",
-    );
+    let resource = engines::KYVERNO_POLICY.api_resource();
     eventually("the Kyverno policies to be Ready", CONVERGE, async |seen| {
         let mut all = cluster.list(&ListParams::default()).await.ok()?.items;
         for ns in namespaces {
@@ -730,18 +723,9 @@ async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image
         row("NetworkPolicy test-network-policy", &runs_nginx),
         row("Kyverno Policy disallow-latest-tag", &|app, _| app == "web"),
     ];
-    let karmor = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("security.kubearmor.com", "v1", "KubeArmorPolicy"),
-        "kubearmorpolicies",
-    );
-    let netpol = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("networking.k8s.io", "v1", "NetworkPolicy"),
-        "networkpolicies",
-    );
-    let kyverno = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kyverno.io", "v1", "Policy"),
-        "policies",
-    );
+    let karmor = engines::KUBEARMOR_POLICY.api_resource();
+    let netpol = engines::NETWORK_POLICY.api_resource();
+    let kyverno = engines::KYVERNO_POLICY.api_resource();
     let rows = eventually(
         "the background controller to generate the patches",
         CONVERGE,
