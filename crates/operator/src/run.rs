@@ -621,9 +621,13 @@ where
             in_flight.inc();
             let started = Instant::now();
             let key = crate::controllers::failure_key(&*obj);
-            let (name, namespace) = (obj.name_any(), obj.namespace());
+            // Named for the debug log only when it is on: this runs for every reconcile.
+            let subject =
+                tracing::enabled!(tracing::Level::DEBUG).then(|| (obj.name_any(), obj.namespace()));
             let result = reconcile(obj, ctx.clone()).await;
-            tracing::debug!(controller, %name, ?namespace, ?result, "reconciled");
+            if let Some((name, namespace)) = subject {
+                tracing::debug!(controller, %name, ?namespace, ?result, "reconciled");
+            }
             in_flight.dec();
             if result.is_ok() {
                 ctx.forget_failures(&key);
