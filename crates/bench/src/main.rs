@@ -7,6 +7,7 @@
 //! `apiserver_request_total`, minus the bench's own requests), CPU time and memory of the
 //! operator process. Printed as a table and written as JSON (`target/bench-results.json`).
 
+mod floor;
 mod procfs;
 mod report;
 mod requests;
@@ -51,6 +52,9 @@ struct Args {
     /// output.
     #[arg(long, env = "NIMBUS_BENCH_OPERATOR")]
     nimbus_bin: Option<PathBuf>,
+    /// Requests in flight when the floor writes scenario A's objects directly.
+    #[arg(long, default_value_t = 16)]
+    floor_concurrency: usize,
     /// Where the JSON results go; default: `target/bench-results.json` in the workspace.
     #[arg(long)]
     output: Option<PathBuf>,
@@ -276,6 +280,37 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &end,
     ));
 
+    // F: the floor, after the operator stopped.
+    let cold_wall = scenarios.first().map_or(0.0, |a| a.wall_time_secs);
+    drop(operator);
+    let floor_plan = Plan::named("floor", args.namespaces, args.bindings_per_namespace);
+    workload::create_namespaces(&ops, &floor_plan).await?;
+    // The cluster binding also reached the cluster's own namespaces (default, kube-public, ...).
+    let namespaces: Vec<String> = floor_plan
+        .namespaces
+        .iter()
+        .cloned()
+        .chain(
+            plan.selected
+                .iter()
+                .filter(|n| !plan.namespaces.contains(n))
+                .cloned(),
+        )
+        .collect();
+    let objects = floor::objects(&floor_plan, &namespaces, "floor-all-namespaces")?;
+    step(format!(
+        "F: the floor: the operator stopped; server-side-applying its {} objects of A directly",
+        objects.len()
+    ));
+    let written = floor::write(&ops, objects, args.floor_concurrency).await?;
+    let floor = report::Floor {
+        objects: written.objects,
+        concurrency: args.floor_concurrency,
+        wall_secs: written.wall.as_secs_f64(),
+        cold_convergence_ratio: cold_wall / written.wall.as_secs_f64(),
+    };
+    step(format!("F: {:.2} s", floor.wall_secs));
+
     let results = Results {
         config: report::Config {
             namespaces: args.namespaces,
@@ -298,6 +333,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         startup,
         expected,
         scenarios,
+        floor,
     };
     print!("{}", report::table(&results));
     let output = args
@@ -311,8 +347,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     std::fs::write(&output, json + "\n")
         .with_context(|| format!("writing {}", output.display()))?;
     println!("\nJSON: {}", output.display());
-    // Dropping `operator` and then `cp` stops every process.
-    drop(operator);
     drop(cp);
     Ok(())
 }

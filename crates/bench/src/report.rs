@@ -30,6 +30,18 @@ pub struct Results {
     pub startup: Startup,
     pub expected: Expected,
     pub scenarios: Vec<Scenario>,
+    pub floor: Floor,
+}
+
+/// Scenario A's objects written directly (see `floor.rs`), on the same control plane after the
+/// operator stopped, in namespaces of their own.
+#[derive(Debug, Serialize)]
+pub struct Floor {
+    pub objects: usize,
+    pub concurrency: usize,
+    pub wall_secs: f64,
+    /// Scenario A's wall time over the floor's.
+    pub cold_convergence_ratio: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -289,6 +301,13 @@ pub fn table(results: &Results) -> String {
             );
         }
     }
+    let f = &results.floor;
+    let _ = writeln!(
+        out,
+        "\nFloor: the {} objects the operator writes for A, server-side-applied directly ({} \
+         in flight): {:.2} s; A took {:.2}x that",
+        f.objects, f.concurrency, f.wall_secs, f.cold_convergence_ratio
+    );
     let _ = writeln!(out, "\nAttribution: {ATTRIBUTION}");
     out
 }

@@ -151,9 +151,14 @@ pub struct Plan {
 
 impl Plan {
     pub fn new(namespaces: usize, bindings_per_namespace: usize) -> Self {
+        Self::named("bench", namespaces, bindings_per_namespace)
+    }
+
+    /// The same workload in namespaces `<prefix>-<n>`.
+    pub fn named(prefix: &str, namespaces: usize, bindings_per_namespace: usize) -> Self {
         let width = namespaces.saturating_sub(1).to_string().len().max(2);
         let namespaces: Vec<String> = (0..namespaces)
-            .map(|i| format!("bench-{i:0width$}"))
+            .map(|i| format!("{prefix}-{i:0width$}"))
             .collect();
         let bindings = namespaces
             .iter()
@@ -246,54 +251,68 @@ pub async fn namespaces_settled(
     Ok((settled, selected))
 }
 
-/// Scenario A's writes: the intents, every namespaced binding, then the cluster binding.
-pub async fn create_workload(ops: &Ops, plan: &Plan) -> anyhow::Result<()> {
-    let intents: Api<SecurityIntent> = Api::all(ops.client.clone());
-    for (name, id) in INTENTS {
-        let intent: SecurityIntent = serde_json::from_value(json!({
-            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
-            "metadata": {"name": name},
-            "spec": {"intent": {"id": id, "action": "Block", "description": format!("bench: {id}")}}
-        }))
-        .context("building a SecurityIntent")?;
-        ops.create(&intents, &intent).await?;
-    }
+/// The SecurityIntents every binding references.
+pub fn intents() -> anyhow::Result<Vec<SecurityIntent>> {
+    INTENTS
+        .iter()
+        .map(|(name, id)| {
+            serde_json::from_value(json!({
+                "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+                "metadata": {"name": name},
+                "spec": {"intent": {"id": id, "action": "Block", "description": format!("bench: {id}")}}
+            }))
+            .context("building a SecurityIntent")
+        })
+        .collect()
+}
+
+/// The namespaced binding `b`, before any churn.
+pub fn binding(b: &Binding) -> anyhow::Result<SecurityIntentBinding> {
     let refs: Vec<_> = INTENTS
         .iter()
         .map(|(name, _)| json!({"name": name}))
         .collect();
-    stream::iter(&plan.bindings)
-        .map(|b| {
-            let refs = refs.clone();
-            async move {
-                let api: Api<SecurityIntentBinding> =
-                    Api::namespaced(ops.client.clone(), &b.namespace);
-                let binding: SecurityIntentBinding = serde_json::from_value(json!({
-                    "apiVersion": "intent.security.nimbus.com/v1alpha1",
-                    "kind": "SecurityIntentBinding",
-                    "metadata": {"name": b.name, "namespace": b.namespace},
-                    "spec": {
-                        "intents": refs,
-                        "selector": {"workloadSelector": {"matchLabels": {"app": b.app(0)}}}
-                    }
-                }))
-                .context("building a SecurityIntentBinding")?;
-                ops.create(&api, &binding).await
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
-    let cluster: ClusterSecurityIntentBinding = serde_json::from_value(json!({
+    serde_json::from_value(json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1",
+        "kind": "SecurityIntentBinding",
+        "metadata": {"name": b.name, "namespace": b.namespace},
+        "spec": {
+            "intents": refs,
+            "selector": {"workloadSelector": {"matchLabels": {"app": b.app(0)}}}
+        }
+    }))
+    .context("building a SecurityIntentBinding")
+}
+
+/// The cluster binding named `name`, over every namespace.
+pub fn cluster_binding(name: &str) -> anyhow::Result<ClusterSecurityIntentBinding> {
+    serde_json::from_value(json!({
         "apiVersion": "intent.security.nimbus.com/v1alpha1",
         "kind": "ClusterSecurityIntentBinding",
-        "metadata": {"name": CLUSTER_BINDING},
+        "metadata": {"name": name},
         "spec": {
             "intents": [{"name": CLUSTER_INTENT.0}],
             "selector": {"nsSelector": {"matchNames": ["*"]}}
         }
     }))
-    .context("building a ClusterSecurityIntentBinding")?;
+    .context("building a ClusterSecurityIntentBinding")
+}
+
+/// Scenario A's writes: the intents, every namespaced binding, then the cluster binding.
+pub async fn create_workload(ops: &Ops, plan: &Plan) -> anyhow::Result<()> {
+    let api: Api<SecurityIntent> = Api::all(ops.client.clone());
+    for intent in intents()? {
+        ops.create(&api, &intent).await?;
+    }
+    stream::iter(&plan.bindings)
+        .map(|b| async move {
+            let api: Api<SecurityIntentBinding> = Api::namespaced(ops.client.clone(), &b.namespace);
+            ops.create(&api, &binding(b)?).await
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let cluster = cluster_binding(CLUSTER_BINDING)?;
     ops.create(&Api::all(ops.client.clone()), &cluster).await?;
     Ok(())
 }
