@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeStatus, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use tracing::instrument::WithSubscriber as _;
@@ -277,6 +277,11 @@ impl Setup<'_> {
                 format!("--client-ca-file={}", path(&pki.ca_file)),
                 // Not AlwaysAllow: that disables anonymous auth, which health probes rely on.
                 "--authorization-mode=RBAC".to_owned(),
+                // New nodes would get `node.kubernetes.io/not-ready:NoSchedule`, which only the
+                // node-lifecycle controller lifts (not run; see CONTROLLERS). Lifting it by hand
+                // raced the scheduler: a pod it first found unschedulable on the tainted node
+                // could wait minutes for a retry (a fake-node test saw a pod Pending for 60 s).
+                "--disable-admission-plugins=TaintNodesByCondition".to_owned(),
                 "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
                 "--allow-privileged=true".to_owned(),
                 format!("--service-account-issuer={api_url}"),
@@ -511,20 +516,10 @@ pub async fn create_fake_node(client: &Client, name: &str) -> Result<Node, Error
         }),
         ..Node::default()
     };
-    let nodes = Api::<Node>::all(client.clone());
-    nodes
+    // Created untainted (the API server runs without the TaintNodesByCondition admission
+    // plugin), so the scheduler may use it as soon as it sees it.
+    Api::<Node>::all(client.clone())
         .create(&PostParams::default(), &node)
         .await
-        .map_err(|e| Error::kube(format!("creating fake node {name}"), e))?;
-    // Admission taints every new node `node.kubernetes.io/not-ready:NoSchedule`; normally the
-    // node-lifecycle controller lifts it once the node is Ready, but that controller is not run
-    // (see CONTROLLERS), so lift it here.
-    nodes
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "taints": null } })),
-        )
-        .await
-        .map_err(|e| Error::kube(format!("untainting fake node {name}"), e))
+        .map_err(|e| Error::kube(format!("creating fake node {name}"), e))
 }

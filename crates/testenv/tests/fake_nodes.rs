@@ -25,7 +25,10 @@ async fn pods_run_on_fake_nodes() -> TestResult {
     );
     assert_eq!(cluster.pids().len(), 5);
     let client = cluster.client()?;
-    nimbus_testenv::create_fake_node(&client, "fake-0").await?;
+    let created = nimbus_testenv::create_fake_node(&client, "fake-0").await?;
+    // Schedulable from the start: no not-ready taint to lift.
+    let taints = created.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(taints.is_empty(), "{taints:?}");
 
     let pods = Api::<Pod>::namespaced(client, "default");
     let pod = Pod {
@@ -48,12 +51,17 @@ async fn pods_run_on_fake_nodes() -> TestResult {
 
     let node = eventually("the pod to run", Duration::from_secs(60), async |seen| {
         let pod = pods.get("sleeper").await.expect("getting pod sleeper");
-        let phase = pod.status.and_then(|s| s.phase);
-        if phase.as_deref() != Some("Running") {
-            *seen = format!("phase {phase:?}");
+        let node = pod.spec.and_then(|s| s.node_name);
+        let status = pod.status.unwrap_or_default();
+        if status.phase.as_deref() != Some("Running") {
+            // Which component stalled: the scheduler (no node) or kwok (scheduled, not running).
+            *seen = format!(
+                "phase {:?} on node {node:?}, conditions {:?}",
+                status.phase, status.conditions
+            );
             return None;
         }
-        pod.spec.and_then(|s| s.node_name)
+        node
     })
     .await;
     assert_eq!(node, "fake-0");
