@@ -49,6 +49,8 @@ const K8TLS_ENVIRONMENT: &str = include_str!("../../../charts/nimbus/files/k8tls
 
 /// How long to wait for every binding to report on its current generation before printing.
 const SETTLE: Duration = Duration::from_secs(60);
+/// How long the bindings' reports must stay the same to count as settled.
+const STABLE: Duration = Duration::from_secs(2);
 
 #[derive(clap::Args)]
 pub struct DevArgs {
@@ -144,16 +146,36 @@ fn examples(path: Option<&std::path::Path>) -> anyhow::Result<Vec<(String, Strin
         .collect()
 }
 
-/// Waits until every binding has reported on its current generation, or [`SETTLE`] passed.
+/// Waits until every binding has reported on its current generation and the reports have not
+/// changed for [`STABLE`], or [`SETTLE`] passed. A first verdict can be transient: a binding
+/// reconciled before the operator's cache held the intents just applied says `IntentNotFound`
+/// until the intents arrive.
 async fn settle(client: &kube::Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + SETTLE;
+    let mut last = Vec::new();
+    let mut unchanged_since = Instant::now();
     loop {
-        let settled = bindings(client).await?.iter().all(|b| {
+        let rows = bindings(client).await?;
+        let reported = rows.iter().all(|b| {
             ready(&b.conditions).is_some_and(|c| {
                 c.observed_generation == b.generation && c.reason != condition::REASON_RECONCILING
             })
         });
-        if settled || Instant::now() > deadline {
+        let verdicts: Vec<(String, Option<String>)> = rows
+            .iter()
+            .map(|b| {
+                (
+                    b.label.clone(),
+                    ready(&b.conditions).map(|c| c.reason.clone()),
+                )
+            })
+            .collect();
+        if verdicts != last {
+            last = verdicts;
+            unchanged_since = Instant::now();
+        }
+        let stable = unchanged_since.elapsed() >= STABLE;
+        if (reported && stable) || Instant::now() > deadline {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
