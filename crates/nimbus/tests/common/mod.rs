@@ -291,32 +291,36 @@ pub fn tools_dir() -> &'static std::path::Path {
     }
 }
 
-fn locate_tools() -> Result<std::path::PathBuf, String> {
+/// Runs a `hack/build-*.sh` script (a no-op when its cache is warm) and returns the directory
+/// it prints last, where it put what it built.
+pub fn built_by(script: &str) -> Result<std::path::PathBuf, String> {
     use std::process::{Command, Stdio};
+    let script = workspace_root().join(script);
+    // stderr stays attached: a cold build should show progress, not look hung.
+    let output = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", script.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} failed ({}); its error output is above",
+            script.display(),
+            output.status
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().map(str::trim).rfind(|l| !l.is_empty());
+    Ok(std::path::PathBuf::from(last.ok_or_else(|| {
+        format!("{} printed no directory", script.display())
+    })?))
+}
+
+fn locate_tools() -> Result<std::path::PathBuf, String> {
     let dir = match std::env::var_os("NIMBUS_TOOLS_DIR") {
         Some(dir) => std::path::PathBuf::from(dir),
-        None => {
-            let script = workspace_root().join("hack/build-tools.sh");
-            // stderr stays attached: a cold build should show progress, not look hung.
-            let output = Command::new("bash")
-                .arg(&script)
-                .stdin(Stdio::null())
-                .stderr(Stdio::inherit())
-                .output()
-                .map_err(|e| format!("could not run {}: {e}", script.display()))?;
-            if !output.status.success() {
-                return Err(format!(
-                    "{} failed ({}); its error output is above",
-                    script.display(),
-                    output.status
-                ));
-            }
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            let last = stdout.lines().map(str::trim).rfind(|l| !l.is_empty());
-            std::path::PathBuf::from(
-                last.ok_or_else(|| format!("{} printed no directory", script.display()))?,
-            )
-        }
+        None => built_by("hack/build-tools.sh")?,
     };
     for tool in ["helm", "kustomize", "netpol-decider"] {
         let path = dir.join(tool);

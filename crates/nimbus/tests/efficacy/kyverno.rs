@@ -7,7 +7,7 @@
 //! each.
 
 use crate::common::{
-    CONVERGE, VIRTUAL_PATCH_DB, install_engine_crd, install_virtual_patch_db, workspace_root,
+    CONVERGE, VIRTUAL_PATCH_DB, built_by, install_engine_crd, install_virtual_patch_db,
 };
 use crate::matrix::Matrix;
 use crate::{Selecting, bind_cluster, bind_namespaced, intent, unbind_cluster};
@@ -206,27 +206,7 @@ async fn start() -> Kyverno {
 
 /// Where hack/build-kyverno.sh put Kyverno (building it on first use).
 fn kyverno_dir() -> PathBuf {
-    let script = workspace_root().join("hack/build-kyverno.sh");
-    let output = std::process::Command::new("bash")
-        .arg(&script)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-    assert!(
-        output.status.success(),
-        "{} failed ({}); Kyverno is needed: its error output is above",
-        script.display(),
-        output.status
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    PathBuf::from(
-        stdout
-            .lines()
-            .rfind(|l| !l.trim().is_empty())
-            .expect("a directory")
-            .trim(),
-    )
+    built_by("hack/build-kyverno.sh").unwrap_or_else(|e| panic!("Kyverno is needed: {e}"))
 }
 
 /// Every `*.yaml` under `dir` that holds a CustomResourceDefinition.
@@ -707,50 +687,59 @@ async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image
     // What the patches promise: everything where a selected pod runs the patched image; the
     // Kyverno policy wherever a selected pod runs (its own rules check the image).
     let generated = |yes: bool| if yes { "generated" } else { "none" }.to_owned();
-    let row = |kind: &str, promise: &dyn Fn(&str, &str) -> bool| -> (String, Vec<String>) {
-        let cells = cases
-            .iter()
-            .map(|(_, binding, app, image)| generated(binding.is_some() && promise(app, image)))
-            .collect();
-        (kind.to_owned(), cells)
-    };
-    let runs_nginx = |app: &str, image: &str| app == "web" && image == "nginx:latest";
-    let expected = vec![
-        row(
+    // (row, kind, its name beside the pod `pod`, whether the patches promise it for a pod of
+    // (app, image))
+    type Patch = (
+        &'static str,
+        ApiResource,
+        fn(&str) -> String,
+        fn(&str, &str) -> bool,
+    );
+    let runs_nginx: fn(&str, &str) -> bool = |app, image| app == "web" && image == "nginx:latest";
+    let patches: [Patch; 3] = [
+        (
             "KubeArmorPolicy block-pkg-mgmt-tools-exec-{pod}",
-            &runs_nginx,
+            engines::KUBEARMOR_POLICY.api_resource(),
+            |pod| format!("block-pkg-mgmt-tools-exec-{pod}"),
+            runs_nginx,
         ),
-        row("NetworkPolicy test-network-policy", &runs_nginx),
-        row("Kyverno Policy disallow-latest-tag", &|app, _| app == "web"),
+        (
+            "NetworkPolicy test-network-policy",
+            engines::NETWORK_POLICY.api_resource(),
+            |_| "test-network-policy".to_owned(),
+            runs_nginx,
+        ),
+        (
+            "Kyverno Policy disallow-latest-tag",
+            engines::KYVERNO_POLICY.api_resource(),
+            |_| "disallow-latest-tag".to_owned(),
+            |app, _| app == "web",
+        ),
     ];
-    let karmor = engines::KUBEARMOR_POLICY.api_resource();
-    let netpol = engines::NETWORK_POLICY.api_resource();
-    let kyverno = engines::KYVERNO_POLICY.api_resource();
+    let expected: Vec<(String, Vec<String>)> = patches
+        .iter()
+        .map(|(row, _, _, promise)| {
+            let cells = cases
+                .iter()
+                .map(|(_, binding, app, image)| generated(binding.is_some() && promise(app, image)))
+                .collect();
+            ((*row).to_owned(), cells)
+        })
+        .collect();
     let rows = eventually(
         "the background controller to generate the patches",
         CONVERGE,
         async |seen| {
-            let mut rows = vec![
-                (
-                    "KubeArmorPolicy block-pkg-mgmt-tools-exec-{pod}".to_owned(),
-                    Vec::new(),
-                ),
-                ("NetworkPolicy test-network-policy".to_owned(), Vec::new()),
-                ("Kyverno Policy disallow-latest-tag".to_owned(), Vec::new()),
-            ];
-            for (ns, pod) in namespaces.iter().zip(&pods) {
-                let exists = async |resource: &ApiResource, name: &str| {
+            let mut rows = Vec::new();
+            for (row, resource, name, _) in &patches {
+                let mut cells = Vec::new();
+                for (ns, pod) in namespaces.iter().zip(&pods) {
                     let api =
                         Api::<DynamicObject>::namespaced_with(client.clone(), ns.name(), resource);
-                    generated(api.get_opt(name).await.expect("reading").is_some())
-                };
-                rows[0]
-                    .1
-                    .push(exists(&karmor, &format!("block-pkg-mgmt-tools-exec-{pod}")).await);
-                rows[1].1.push(exists(&netpol, "test-network-policy").await);
-                rows[2]
-                    .1
-                    .push(exists(&kyverno, "disallow-latest-tag").await);
+                    let found = api.get_opt(&name(pod)).await.expect("reading");
+                    cells.push(generated(found.is_some()));
+                }
+                rows.push(((*row).to_owned(), cells));
             }
             *seen = format!("{rows:?}");
             (rows == expected).then_some(rows)
