@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the test tools from pinned Go modules, into a cache outside the repo keyed by the
 # modules' content: helm and kustomize (packaging tests; wrapper modules tools/helm and
-# tools/kustomize) and netpol-decider (efficacy tests; tools/netpol-decider, cyclonus's
-# NetworkPolicy matcher). A warm cache makes this a no-op; a cold build takes a few minutes on
+# tools/kustomize), netpol-decider (efficacy tests; tools/netpol-decider, cyclonus's
+# NetworkPolicy matcher) and kubectl (posture API tests; tools/kubectl, at the control plane's
+# Kubernetes version). A warm cache makes this a no-op; a cold build takes a few minutes on
 # 2 cores.
 #
 # Prints the directory holding the binaries on its last line of stdout.
@@ -11,11 +12,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="$root/tools"
 
-key="$(cat "$tools"/{helm,kustomize,netpol-decider}/go.{mod,sum} "$tools"/netpol-decider/*.go \
+key="$(cat "$tools"/{helm,kustomize,netpol-decider,kubectl}/go.{mod,sum} "$tools"/{netpol-decider,kubectl}/*.go \
   "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 base="${NIMBUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimbus-rs}/tools"
 cache="$base/$key"
-bins=(helm kustomize netpol-decider)
+bins=(helm kustomize netpol-decider kubectl)
 
 complete() { for b in "${bins[@]}"; do [[ -x "$cache/$b" ]] || return 1; done; }
 
@@ -65,6 +66,14 @@ log "building kustomize $kustomize_version"
 
 log "building netpol-decider (cyclonus $(version netpol-decider github.com/mattfenwick/cyclonus))"
 (cd "$tools/netpol-decider" && go build -ldflags "-s -w" -o "$cache.partial/netpol-decider" .)
+
+k8s_version="$(version kubectl k8s.io/kubernetes)"
+log "building kubectl $k8s_version"
+kubectl_ldflags="-s -w"
+for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+  kubectl_ldflags="$kubectl_ldflags -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(cut -d. -f2 <<<"$k8s_version")"
+done
+(cd "$tools/kubectl" && go build -ldflags "$kubectl_ldflags" -o "$cache.partial/kubectl" k8s.io/kubernetes/cmd/kubectl)
 
 rm -rf "$cache"
 mv "$cache.partial" "$cache"

@@ -15,6 +15,7 @@
 mod binding;
 mod intent;
 mod policy;
+pub mod posture;
 mod selector;
 mod status;
 

@@ -11,6 +11,7 @@ pub mod namespaces;
 pub mod objects;
 pub mod params;
 pub mod plan;
+pub mod posture;
 pub mod validation;
 
 pub use compile::{

@@ -40,7 +40,7 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator against the cluster of the current kubeconfig or in-cluster config.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions as multi-document YAML.
     Crds,
     /// Print the ValidatingAdmissionPolicy that warns, at `kubectl apply`, about intent IDs and
@@ -86,6 +86,36 @@ pub struct RunArgs {
     election: ElectionArgs,
     #[command(flatten)]
     engines: EngineArgs,
+    #[command(flatten)]
+    posture: PostureArgs,
+}
+
+/// The posture API (an aggregated API: kube-apiserver proxies `posture.security.nimbus.com`
+/// to it through an APIService).
+#[derive(clap::Args, Debug)]
+pub struct PostureArgs {
+    /// Address of the posture API's TLS port; unset serves no posture API.
+    #[arg(long, env = "NIMBUS_POSTURE_ADDR", requires_all = ["posture_tls_cert_file", "posture_tls_key_file"])]
+    posture_addr: Option<SocketAddr>,
+    /// PEM certificate (chain) the posture API serves; re-read when it changes. It must be
+    /// valid for `<service>.<namespace>.svc`, the name kube-apiserver dials.
+    #[arg(long, env = "NIMBUS_POSTURE_TLS_CERT_FILE")]
+    posture_tls_cert_file: Option<std::path::PathBuf>,
+    /// PEM private key of that certificate.
+    #[arg(long, env = "NIMBUS_POSTURE_TLS_KEY_FILE")]
+    posture_tls_key_file: Option<std::path::PathBuf>,
+}
+
+impl PostureArgs {
+    fn config(&self) -> Option<nimbus_operator::posture::Config> {
+        Some(nimbus_operator::posture::Config {
+            addr: self.posture_addr?,
+            certificate: nimbus_operator::posture::ServingCertificate {
+                cert_file: self.posture_tls_cert_file.clone()?,
+                key_file: self.posture_tls_key_file.clone()?,
+            },
+        })
+    }
 }
 
 /// Leader election, so several replicas can run with one writing (hot standby).
@@ -234,6 +264,7 @@ impl RunArgs {
             leader_election: self.election.config(self.instance.as_deref())?,
             resync: self.resync,
             instance: self.instance.clone(),
+            posture: self.posture.config(),
             ..Default::default()
         };
         self.engines

@@ -13,6 +13,7 @@ mod health;
 pub mod leader;
 mod metrics;
 mod natives;
+pub mod posture;
 mod run;
 
 pub use error::Error;

@@ -81,6 +81,17 @@ impl Natives {
             .collect()
     }
 
+    /// The cached object of `generated`'s kind, namespace and name, if any.
+    pub fn cached(&self, generated: &Generated) -> Option<Arc<DynamicObject>> {
+        let desired = &generated.object;
+        let key = ObjectRef::new_with(&desired.name_any(), generated.kind.api_resource());
+        let key = match desired.namespace() {
+            Some(ns) => key.within(&ns),
+            None => key,
+        };
+        self.store(generated.kind)?.get(&key)
+    }
+
     /// Applies `generated` (as its engine's field manager) unless the cached object already
     /// matches. An object missing from the cache may still exist without our label: it is
     /// looked up once, and taken over only if the policy controls it.
@@ -93,13 +104,7 @@ impl Natives {
         let desired = &generated.object;
         let namespace = desired.namespace();
         let api = self.api(generated.kind, namespace.as_deref());
-        let cached = self.store(generated.kind).and_then(|s| {
-            let key = ObjectRef::new_with(&desired.name_any(), generated.kind.api_resource());
-            s.get(&match &namespace {
-                Some(ns) => key.within(ns),
-                None => key,
-            })
-        });
+        let cached = self.cached(generated);
         let observed = match cached {
             Some(obj) => Some(obj),
             None => api

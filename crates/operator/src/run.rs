@@ -10,6 +10,7 @@ use crate::health;
 use crate::leader::{self, LeaderElection};
 use crate::metrics::{ControllerLabels, KindLabels, Metrics};
 use crate::natives::{self, Natives};
+use crate::posture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
@@ -65,6 +66,8 @@ pub struct Config {
     /// Namespaces cluster bindings never fan out to; `None`: kube-system, the leader-election
     /// namespace (the operator's own) and the k8tls namespace.
     pub protected_namespaces: Option<ProtectedNamespaces>,
+    /// Where and how the posture API is served; `None` serves nothing.
+    pub posture: Option<posture::Config>,
 }
 
 impl Config {
@@ -97,6 +100,7 @@ impl Default for Config {
                 .map(|r| (*r).to_owned())
                 .collect(),
             protected_namespaces: None,
+            posture: None,
         }
     }
 }
@@ -128,8 +132,28 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         policy_controller(&ctx, &mut caches, &triggers, &config),
         cluster_policy_controller(&ctx, &mut caches, &triggers, &config),
     ]);
+    // Every replica serves the posture API, leader or not: it only reads the caches.
+    let posture = match &config.posture {
+        Some(posture_config) => {
+            let (workloads, mut changes) = posture::Workloads::watch(&client);
+            changes.extend(caches.posture_inputs(&served));
+            let server = posture::start(
+                posture_config,
+                &client,
+                ctx.clone(),
+                workloads,
+                changes,
+                shutdown.clone(),
+            );
+            Some(server.await?)
+        }
+        None => None,
+    };
     let ready = caches.synced();
     let watches = caches.drive(availability, served, &shutdown);
+    if let Some(server) = posture {
+        tokio::spawn(server);
+    }
     if let Some(addr) = config.health_addr {
         // Its own task: its graceful stop must not cut the controllers' in-flight reconciles.
         let server = health::serve(addr, ready, watches.broken.clone(), shutdown.clone()).await?;
@@ -217,6 +241,25 @@ impl Caches {
                     (ObjectRef::new(name).within(ns), counted(cache, metrics))
                 }),
         }
+    }
+
+    /// A signal per change of anything the posture reads from these caches.
+    fn posture_inputs(&mut self, served: &watch::Receiver<Served>) -> Vec<BoxStream<'static, ()>> {
+        let mut inputs = vec![
+            posture::signal(self.intents.subscribe()),
+            posture::signal(self.bindings.subscribe()),
+            posture::signal(self.cluster_bindings.subscribe()),
+            posture::signal(self.policies.subscribe()),
+            posture::signal(self.cluster_policies.subscribe()),
+            posture::signal(self.namespaces.subscribe()),
+            posture::signal(WatchStream::from_changes(served.clone())),
+        ];
+        inputs.extend(
+            self.natives
+                .iter_mut()
+                .map(|(_, cache)| posture::signal(cache.subscribe())),
+        );
+        inputs
     }
 
     /// Resolves once the caches every controller reads have listed.

@@ -150,6 +150,17 @@ impl ControlPlane {
         &self.kubeconfig
     }
 
+    /// The front proxy's client certificate and key (PEM files): what kube-apiserver presents
+    /// to aggregated API servers. A test holding them can call such a server as the front
+    /// proxy would, bypassing kube-apiserver's own authorization.
+    pub fn front_proxy_client(&self) -> (PathBuf, PathBuf) {
+        let pki = self.work_dir.path().join("pki");
+        (
+            pki.join("front-proxy-client.crt"),
+            pki.join("front-proxy-client.key"),
+        )
+    }
+
     /// The admin client configuration, for building clients with custom settings.
     pub fn config(&self) -> &kube::Config {
         &self.config

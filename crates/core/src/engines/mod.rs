@@ -469,6 +469,8 @@ impl EngineSet {
 /// One generated native object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generated {
+    /// Index of the rule (in the policy's `rules`) the object enforces.
+    pub rule: usize,
     pub engine: Engine,
     pub kind: &'static NativeKind,
     pub object: DynamicObject,
@@ -521,7 +523,7 @@ pub struct Translation {
 pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -> Translation {
     let mut out = Translation::default();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-    for rule in policy.rules {
+    for (index, rule) in policy.rules.iter().enumerate() {
         // Names derive from `<policy>-<lowercase id>`; a second rule with the same ID (another
         // intent of the same kind) gets `-2`, and so on, so no two rules share an object.
         let count = seen.entry(rule.id.as_str()).or_default();
@@ -560,6 +562,7 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                     out.problems.extend(emitted.warnings);
                     out.objects
                         .extend(emitted.objects.into_iter().map(|(kind, object)| Generated {
+                            rule: index,
                             engine,
                             kind,
                             object,

@@ -286,7 +286,7 @@ pub fn tools_dir() -> &'static std::path::Path {
     match DIR.get_or_init(locate_tools) {
         Ok(dir) => dir,
         Err(reason) => {
-            panic!("the test tools (helm, kustomize, netpol-decider) are needed: {reason}")
+            panic!("the test tools (helm, kustomize, netpol-decider, kubectl) are needed: {reason}")
         }
     }
 }
@@ -322,7 +322,7 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
         Some(dir) => std::path::PathBuf::from(dir),
         None => built_by("hack/build-tools.sh")?,
     };
-    for tool in ["helm", "kustomize", "netpol-decider"] {
+    for tool in ["helm", "kustomize", "netpol-decider", "kubectl"] {
         let path = dir.join(tool);
         let executable = std::fs::metadata(&path).is_ok_and(|m| {
             use std::os::unix::fs::PermissionsExt;
@@ -330,7 +330,7 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
         });
         if !executable {
             let hint = if std::env::var_os("NIMBUS_TOOLS_DIR").is_some() {
-                "NIMBUS_TOOLS_DIR must hold helm, kustomize and netpol-decider; unset it to build them"
+                "NIMBUS_TOOLS_DIR must hold helm, kustomize, netpol-decider and kubectl; unset it to build them"
             } else {
                 "hack/build-tools.sh should have built it"
             };

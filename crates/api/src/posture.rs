@@ -1,0 +1,273 @@
+//! The posture API, `posture.security.nimbus.com/v1alpha1`: read-only answers to "which
+//! workloads are protected, by what, and where are the gaps". The operator computes them from
+//! the caches it already keeps and serves them as an aggregated API (an `APIService`); nothing
+//! is stored, so these are not CRDs.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// API group of the posture kinds.
+pub const GROUP: &str = "posture.security.nimbus.com";
+/// The only served version.
+pub const VERSION: &str = "v1alpha1";
+/// Label every posture object carries with its verdict, so `-l` can select the gaps.
+pub const VERDICT_LABEL: &str = "posture.security.nimbus.com/verdict";
+
+/// How well something is protected by the intents bound to it.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum Verdict {
+    /// Every intent that selects it is enforced by every engine that enforces that intent.
+    Protected,
+    /// Some intents, or some of their engines, are not in force.
+    Partial,
+    /// No intent selects it, or none of those that do is in force.
+    Unprotected,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Protected => "Protected",
+            Verdict::Partial => "Partial",
+            Verdict::Unprotected => "Unprotected",
+        }
+    }
+}
+
+/// Why something is not (fully) protected: a machine-readable reason and a sentence.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub struct Reason {
+    /// CamelCase cause, e.g. `EngineNotInstalled`, `UnsupportedSelector`, `NotSelected`.
+    pub reason: String,
+    /// What happened, for people.
+    pub message: String,
+}
+
+/// An object the posture refers to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub struct Reference {
+    /// Kind of the object.
+    pub kind: String,
+    /// Its namespace; absent for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+}
+
+/// The workload a posture describes: a pod's top-level controller, or the bare pod.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRef {
+    /// API version of the workload, e.g. `apps/v1`.
+    pub api_version: String,
+    /// Kind of the workload, e.g. `Deployment`, `CronJob`, `Pod`.
+    pub kind: String,
+    /// Name of the workload.
+    pub name: String,
+    /// How many of its pods exist now.
+    pub pods: u32,
+}
+
+/// How one engine enforces one intent on the workload.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum EngineState {
+    /// Its native objects are in the cluster.
+    Enforcing,
+    /// Switched off in this operator; an external adapter reports enforcing it.
+    External,
+    /// Its CRDs are not installed, so it enforces nothing.
+    NotInstalled,
+    /// Some of its native objects are not (yet) in the cluster.
+    Pending,
+    /// It cannot enforce this intent here (see the intent's reasons).
+    Failed,
+}
+
+/// One engine's share in enforcing an intent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct EngineCoverage {
+    /// The engine, as `--disable-engines` names it: `netpol`, `kubearmor`, `kyverno`, `k8tls`,
+    /// `rbac`.
+    pub engine: String,
+    /// Whether it is in force.
+    pub state: EngineState,
+    /// The native objects it enforces the intent with (those it should have, while `Pending`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<Reference>,
+}
+
+/// One bound intent that selects the workload.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IntentCoverage {
+    /// The SecurityIntent's name, when it still exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent: Option<String>,
+    /// The intent's ID in the catalog, e.g. `dnsManipulation`.
+    pub id: String,
+    /// `Block` prevents, `Audit` only reports.
+    pub action: String,
+    /// The binding that binds the intent to the workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<Reference>,
+    /// The NimbusPolicy or ClusterNimbusPolicy the binding compiled to.
+    pub policy: Reference,
+    /// Whether the intent is in force on the workload.
+    pub verdict: Verdict,
+    /// The engines that enforce the intent, and how.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<EngineCoverage>,
+    /// Why it is not (fully) in force.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<Reason>,
+}
+
+/// How well one workload is protected, by which intents, enforced by which engines.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadPosture {
+    /// `posture.security.nimbus.com/v1alpha1`.
+    pub api_version: String,
+    /// `WorkloadPosture`.
+    pub kind: String,
+    /// Named `<kind>-<workload name>` in lower case; carries the labels of the workload's pods
+    /// and the verdict label `posture.security.nimbus.com/verdict`.
+    pub metadata: ObjectMeta,
+    /// The workload.
+    pub workload: WorkloadRef,
+    /// Whether the workload is protected.
+    pub verdict: Verdict,
+    /// The bound intents that select the workload.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intents: Vec<IntentCoverage>,
+    /// Why the workload is not (fully) protected.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<Reason>,
+}
+
+/// Workloads of a namespace by verdict.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct WorkloadCounts {
+    /// Every workload of the namespace.
+    pub total: u32,
+    /// Those `Protected`.
+    pub protected: u32,
+    /// Those `Partial`.
+    pub partial: u32,
+    /// Those `Unprotected`.
+    pub unprotected: u32,
+}
+
+/// A workload of the namespace that is not fully protected.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct Gap {
+    /// The workload as `Kind/name`.
+    pub workload: String,
+    /// `Partial` or `Unprotected`.
+    pub verdict: Verdict,
+    /// The reasons, as in its WorkloadPosture.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+/// The posture of one namespace: which bindings and intents apply, how many of its workloads
+/// they cover, and the gaps.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespacePosture {
+    /// `posture.security.nimbus.com/v1alpha1`.
+    pub api_version: String,
+    /// `NamespacePosture`.
+    pub kind: String,
+    /// Named after the namespace; carries the verdict label.
+    pub metadata: ObjectMeta,
+    /// `Protected` when every workload is, `Unprotected` when none is (or there are none).
+    pub verdict: Verdict,
+    /// The bindings whose intents apply in the namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bindings: Vec<Reference>,
+    /// The IDs of the intents bound in the namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intents: Vec<String>,
+    /// Workloads by verdict.
+    pub workloads: WorkloadCounts,
+    /// The workloads not fully protected.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<Gap>,
+}
+
+/// The kinds of the posture API, described once for discovery, OpenAPI and clients.
+pub trait PostureKind: Serialize + JsonSchema {
+    const KIND: &'static str;
+    const PLURAL: &'static str;
+    const SHORT_NAME: &'static str;
+    const NAMESPACED: bool;
+    fn metadata(&self) -> &ObjectMeta;
+    fn metadata_mut(&mut self) -> &mut ObjectMeta;
+}
+
+macro_rules! posture_kind {
+    ($ty:ident, $plural:literal, $short:literal, $namespaced:literal, $scope:ty) => {
+        impl PostureKind for $ty {
+            const KIND: &'static str = stringify!($ty);
+            const PLURAL: &'static str = $plural;
+            const SHORT_NAME: &'static str = $short;
+            const NAMESPACED: bool = $namespaced;
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+
+        /// So kube clients get a typed `Api` with no CRD.
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = $scope;
+            fn kind(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed(<$ty as PostureKind>::KIND)
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed(GROUP)
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed(VERSION)
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($plural)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+posture_kind!(
+    WorkloadPosture,
+    "workloadpostures",
+    "wp",
+    true,
+    k8s_openapi::NamespaceResourceScope
+);
+posture_kind!(
+    NamespacePosture,
+    "namespacepostures",
+    "nsp",
+    false,
+    k8s_openapi::ClusterResourceScope
+);
+
+/// `posture.security.nimbus.com/v1alpha1`.
+pub fn api_version() -> String {
+    format!("{GROUP}/{VERSION}")
+}

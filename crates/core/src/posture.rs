@@ -1,0 +1,656 @@
+//! Posture: which workloads the bound intents protect, enforced by which engines, and where the
+//! gaps are. Pure: the operator feeds it what its caches hold (pods grouped into workloads,
+//! policies with their translations, which native objects exist) and serves the result as the
+//! posture API.
+
+use crate::catalog::{self, Origin};
+use crate::engines::{EngineSet, Generated, PolicyInput, Translation};
+use crate::names;
+use crate::namespaces::{self, ProtectedNamespaces};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::core::{Selector, SelectorExt};
+use nimbus_api::posture::{
+    EngineCoverage, EngineState, Gap, IntentCoverage, NamespacePosture, Reason, Reference,
+    VERDICT_LABEL, Verdict, WorkloadCounts, WorkloadPosture, WorkloadRef, api_version,
+};
+use nimbus_api::{NamespaceSelector, condition};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Reasons only the posture reports.
+pub mod reason {
+    /// No bound intent selects the workload.
+    pub const NOT_SELECTED: &str = "NotSelected";
+    /// An intent selects only some of the workload's pods.
+    pub const SOME_PODS_NOT_SELECTED: &str = "SomePodsNotSelected";
+    /// An engine's native object is not (yet) in the cluster.
+    pub const NATIVE_POLICY_MISSING: &str = "NativePolicyMissing";
+}
+
+/// A pod, as far as the posture needs it.
+#[derive(Clone, Debug, Default)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub created: Option<Time>,
+    /// Its controlling owner.
+    pub controller: Option<OwnerReference>,
+}
+
+/// A workload: a pod's top-level controller, or a bare pod, with the labels of its pods.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    pub namespace: String,
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    /// When its oldest pod was created.
+    pub created: Option<Time>,
+    /// The labels of each of its pods.
+    pub pods: Vec<BTreeMap<String, String>>,
+}
+
+/// Groups pods into workloads. `owner_of(namespace, kind, name)` is the controlling owner of a
+/// ReplicaSet or Job, so a Deployment's or CronJob's pods group under it; any other controller
+/// (StatefulSet, DaemonSet, a custom one) is the workload itself.
+pub fn workloads<'p>(
+    pods: impl IntoIterator<Item = &'p Pod>,
+    owner_of: impl Fn(&str, &str, &str) -> Option<OwnerReference>,
+) -> Vec<Workload> {
+    let mut grouped: BTreeMap<(String, String, String), Workload> = BTreeMap::new();
+    for pod in pods {
+        let (api_version, kind, name) = match &pod.controller {
+            None => ("v1".to_owned(), "Pod".to_owned(), pod.name.clone()),
+            Some(owner) => {
+                let parent = matches!(owner.kind.as_str(), "ReplicaSet" | "Job")
+                    .then(|| owner_of(&pod.namespace, &owner.kind, &owner.name))
+                    .flatten();
+                let top = parent.as_ref().unwrap_or(owner);
+                (top.api_version.clone(), top.kind.clone(), top.name.clone())
+            }
+        };
+        let workload = grouped
+            .entry((pod.namespace.clone(), kind.clone(), name.clone()))
+            .or_insert_with(|| Workload {
+                namespace: pod.namespace.clone(),
+                api_version,
+                kind,
+                name,
+                created: pod.created.clone(),
+                pods: Vec::new(),
+            });
+        if pod.created.as_ref().is_some_and(|c| {
+            workload
+                .created
+                .as_ref()
+                .is_none_or(|oldest| c.0 < oldest.0)
+        }) {
+            workload.created = pod.created.clone();
+        }
+        workload.pods.push(pod.labels.clone());
+    }
+    grouped.into_values().collect()
+}
+
+/// Where a policy's rules apply.
+#[derive(Clone, Debug)]
+enum Scope {
+    Namespace(String),
+    Cluster {
+        namespaces: Option<NamespaceSelector>,
+        protected: ProtectedNamespaces,
+    },
+}
+
+/// What one NimbusPolicy or ClusterNimbusPolicy enforces, per rule: computed once per policy
+/// and shared by every workload it selects.
+#[derive(Clone, Debug)]
+pub struct PolicyCoverage {
+    pub policy: Reference,
+    pub binding: Option<Reference>,
+    scope: Scope,
+    /// `None`: a selector no pod can match (it does not parse).
+    selector: Option<Selector>,
+    pub rules: Vec<IntentCoverage>,
+}
+
+/// What the posture needs to know about one policy besides its translation.
+pub struct PolicyFacts<'a> {
+    pub input: &'a PolicyInput<'a>,
+    pub translation: &'a Translation,
+    pub engines: &'a EngineSet,
+    /// Whether a generated object is in the cluster.
+    pub present: &'a dyn Fn(&Generated) -> bool,
+    /// The SecurityIntent's name for an intent ID, through the policy's binding.
+    pub intent_name: &'a dyn Fn(&str) -> Option<String>,
+    /// The binding that controls the policy.
+    pub binding: Option<Reference>,
+    pub protected: &'a ProtectedNamespaces,
+}
+
+impl PolicyCoverage {
+    pub fn new(facts: &PolicyFacts) -> Self {
+        let input = facts.input;
+        let policy = Reference {
+            kind: match input.origin {
+                Origin::Cluster => "ClusterNimbusPolicy",
+                _ => "NimbusPolicy",
+            }
+            .to_owned(),
+            namespace: input.namespace.clone(),
+            name: input.name.clone(),
+        };
+        let scope = match &input.namespace {
+            Some(ns) => Scope::Namespace(ns.clone()),
+            None => Scope::Cluster {
+                namespaces: input.namespaces.clone(),
+                protected: facts.protected.clone(),
+            },
+        };
+        let rules = input
+            .rules
+            .iter()
+            .enumerate()
+            .filter_map(|(index, rule)| {
+                let engines = engine_coverage(facts, index, &rule.id)?;
+                let mut reasons: Vec<Reason> = facts
+                    .translation
+                    .problems
+                    .iter()
+                    .filter(|p| p.intent == rule.id)
+                    .map(|p| Reason {
+                        reason: p.reason.to_owned(),
+                        message: p.message.clone(),
+                    })
+                    .collect();
+                for engine in &engines {
+                    let (code, what) = match engine.state {
+                        EngineState::NotInstalled => (
+                            condition::REASON_ENGINE_NOT_INSTALLED,
+                            "its CRDs are not installed",
+                        ),
+                        EngineState::Pending => (
+                            reason::NATIVE_POLICY_MISSING,
+                            "some of its native objects are not in the cluster",
+                        ),
+                        _ => continue,
+                    };
+                    // The translation reports a missing engine already when it knows.
+                    if reasons.iter().any(|r| r.reason == code)
+                        && code != reason::NATIVE_POLICY_MISSING
+                    {
+                        continue;
+                    }
+                    reasons.push(Reason {
+                        reason: code.to_owned(),
+                        message: format!("engine {}: {what}", engine.engine),
+                    });
+                }
+                reasons.sort();
+                reasons.dedup();
+                let in_force = engines
+                    .iter()
+                    .filter(|e| matches!(e.state, EngineState::Enforcing | EngineState::External))
+                    .count();
+                let verdict = if in_force == 0 {
+                    Verdict::Unprotected
+                } else if in_force == engines.len() {
+                    Verdict::Protected
+                } else {
+                    Verdict::Partial
+                };
+                Some(IntentCoverage {
+                    intent: (facts.intent_name)(&rule.id),
+                    id: rule.id.clone(),
+                    action: rule.rule.action.clone(),
+                    binding: facts.binding.clone(),
+                    policy: policy.clone(),
+                    verdict,
+                    engines,
+                    reasons,
+                })
+            })
+            .collect();
+        Self {
+            policy,
+            binding: facts.binding.clone(),
+            scope,
+            selector: Selector::try_from(input.selector.clone()).ok(),
+            rules,
+        }
+    }
+
+    fn applies_in(&self, namespace: &str) -> bool {
+        match &self.scope {
+            Scope::Namespace(ns) => ns == namespace,
+            Scope::Cluster {
+                namespaces,
+                protected,
+            } => namespaces
+                .as_ref()
+                .is_none_or(|s| namespaces::selects(s, namespace, protected)),
+        }
+    }
+
+    fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector.as_ref().is_some_and(|s| s.matches(labels))
+    }
+}
+
+/// How each engine that enforces rule `index` (intent `id`) here does so. `None` when no
+/// engine acts on it at this policy's origin but one does at another origin of the same
+/// binding (a cluster binding's namespace policies leave some intents to its cluster policy).
+fn engine_coverage(facts: &PolicyFacts, index: usize, id: &str) -> Option<Vec<EngineCoverage>> {
+    let origin = facts.input.origin;
+    let considered = |engine, origin| {
+        catalog::intent(id).is_some_and(|spec| spec.handled_by(engine, origin))
+            && (facts.engines.enabled.contains(&engine) || facts.engines.external.contains(&engine))
+    };
+    let here: Vec<_> = crate::engines::Engine::ALL
+        .into_iter()
+        .filter(|e| considered(*e, origin))
+        .collect();
+    let elsewhere = [Origin::ClusterBindingNamespace, Origin::Cluster]
+        .into_iter()
+        .filter(|o| *o != origin && origin != Origin::Binding)
+        .any(|o| {
+            crate::engines::Engine::ALL
+                .into_iter()
+                .any(|e| considered(e, o))
+        });
+    if here.is_empty() && elsewhere {
+        return None;
+    }
+    Some(
+        here.into_iter()
+            .map(|engine| {
+                let generated: Vec<&Generated> = facts
+                    .translation
+                    .objects
+                    .iter()
+                    .filter(|g| g.rule == index && g.engine == engine)
+                    .collect();
+                let state = if !facts.engines.enabled.contains(&engine) {
+                    EngineState::External
+                } else if !facts.engines.installed.contains(&engine) {
+                    EngineState::NotInstalled
+                } else if generated.is_empty() {
+                    EngineState::Failed
+                } else if generated.iter().all(|g| (facts.present)(g)) {
+                    EngineState::Enforcing
+                } else {
+                    EngineState::Pending
+                };
+                EngineCoverage {
+                    engine: engine.name().to_owned(),
+                    state,
+                    objects: generated
+                        .iter()
+                        .map(|g| Reference {
+                            kind: g.kind.kind.to_owned(),
+                            namespace: g.object.metadata.namespace.clone(),
+                            name: g.object.metadata.name.clone().unwrap_or_default(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+    )
+}
+
+/// The name of a workload's posture: `<kind>-<name>` in lower case, within the name limit.
+pub fn workload_posture_name(kind: &str, name: &str) -> String {
+    names::fit(&format!("{}-{name}", kind.to_lowercase()), 253)
+}
+
+/// The posture of `workload` under `policies` (every policy of the cluster; those that do not
+/// apply in its namespace are skipped).
+pub fn workload_posture(workload: &Workload, policies: &[PolicyCoverage]) -> WorkloadPosture {
+    let total = workload.pods.len();
+    let mut intents = Vec::new();
+    for policy in policies
+        .iter()
+        .filter(|p| p.applies_in(&workload.namespace))
+    {
+        let selected = workload.pods.iter().filter(|l| policy.selects(l)).count();
+        if selected == 0 {
+            continue;
+        }
+        for rule in &policy.rules {
+            let mut rule = rule.clone();
+            if selected < total {
+                if rule.verdict == Verdict::Protected {
+                    rule.verdict = Verdict::Partial;
+                }
+                rule.reasons.push(Reason {
+                    reason: reason::SOME_PODS_NOT_SELECTED.to_owned(),
+                    message: format!("{} selects {selected} of {total} pods", policy.policy.name),
+                });
+            }
+            intents.push(rule);
+        }
+    }
+    let verdict = combine(intents.iter().map(|i| i.verdict));
+    let mut reasons: Vec<Reason> = intents
+        .iter()
+        .filter(|i| i.verdict != Verdict::Protected)
+        .flat_map(|i| {
+            i.reasons.iter().map(|r| Reason {
+                reason: r.reason.clone(),
+                message: format!("{}: {}", i.id, r.message),
+            })
+        })
+        .collect();
+    if intents.is_empty() {
+        reasons.push(Reason {
+            reason: reason::NOT_SELECTED.to_owned(),
+            message: "no bound intent selects this workload".to_owned(),
+        });
+    }
+    reasons.sort();
+    reasons.dedup();
+    let mut labels = common_labels(&workload.pods);
+    labels.insert(VERDICT_LABEL.to_owned(), verdict.as_str().to_owned());
+    WorkloadPosture {
+        api_version: api_version(),
+        kind: "WorkloadPosture".to_owned(),
+        metadata: ObjectMeta {
+            name: Some(workload_posture_name(&workload.kind, &workload.name)),
+            namespace: Some(workload.namespace.clone()),
+            labels: Some(labels),
+            creation_timestamp: workload.created.clone(),
+            ..Default::default()
+        },
+        workload: WorkloadRef {
+            api_version: workload.api_version.clone(),
+            kind: workload.kind.clone(),
+            name: workload.name.clone(),
+            pods: u32::try_from(total).unwrap_or(u32::MAX),
+        },
+        verdict,
+        intents,
+        reasons,
+    }
+}
+
+/// `Protected` when all are, `Unprotected` when none is in force (or there is none).
+fn combine(verdicts: impl Iterator<Item = Verdict>) -> Verdict {
+    let seen: BTreeSet<Verdict> = verdicts.collect();
+    match (seen.len(), seen.first()) {
+        (0, _) => Verdict::Unprotected,
+        (1, Some(only)) => *only,
+        _ => Verdict::Partial,
+    }
+}
+
+/// The labels every pod carries with the same value.
+fn common_labels(pods: &[BTreeMap<String, String>]) -> BTreeMap<String, String> {
+    let Some((first, rest)) = pods.split_first() else {
+        return BTreeMap::new();
+    };
+    first
+        .iter()
+        .filter(|(k, v)| rest.iter().all(|p| p.get(*k) == Some(*v)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The posture of `namespace` from its workloads' postures and the policies applying in it.
+pub fn namespace_posture(
+    namespace: &str,
+    created: Option<Time>,
+    workloads: &[&WorkloadPosture],
+    policies: &[PolicyCoverage],
+) -> NamespacePosture {
+    let mut counts = WorkloadCounts::default();
+    let mut gaps = Vec::new();
+    for w in workloads {
+        counts.total += 1;
+        match w.verdict {
+            Verdict::Protected => counts.protected += 1,
+            Verdict::Partial => counts.partial += 1,
+            Verdict::Unprotected => counts.unprotected += 1,
+        }
+        if w.verdict != Verdict::Protected {
+            let mut reasons: Vec<String> = w.reasons.iter().map(|r| r.reason.clone()).collect();
+            reasons.dedup();
+            gaps.push(Gap {
+                workload: format!("{}/{}", w.workload.kind, w.workload.name),
+                verdict: w.verdict,
+                reasons,
+            });
+        }
+    }
+    let applying: Vec<&PolicyCoverage> = policies
+        .iter()
+        .filter(|p| p.applies_in(namespace))
+        .collect();
+    let bindings: BTreeSet<Reference> = applying.iter().filter_map(|p| p.binding.clone()).collect();
+    let intents: BTreeSet<String> = applying
+        .iter()
+        .flat_map(|p| p.rules.iter().map(|r| r.id.clone()))
+        .collect();
+    let verdict = combine(workloads.iter().map(|w| w.verdict));
+    NamespacePosture {
+        api_version: api_version(),
+        kind: "NamespacePosture".to_owned(),
+        metadata: ObjectMeta {
+            name: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                VERDICT_LABEL.to_owned(),
+                verdict.as_str().to_owned(),
+            )])),
+            creation_timestamp: created,
+            ..Default::default()
+        },
+        verdict,
+        bindings: bindings.into_iter().collect(),
+        intents: intents.into_iter().collect(),
+        workloads: counts,
+        gaps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engines::{Engine, Environment, translate};
+    use nimbus_api::NimbusPolicy;
+    use serde_json::json;
+
+    fn owner(kind: &str, name: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("{name}-uid"),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }
+    }
+
+    fn pod(name: &str, app: &str, controller: Option<OwnerReference>) -> Pod {
+        Pod {
+            namespace: "shop".into(),
+            name: name.into(),
+            labels: BTreeMap::from([("app".to_owned(), app.to_owned())]),
+            created: None,
+            controller,
+        }
+    }
+
+    #[test]
+    fn pods_group_under_their_top_level_controller() {
+        let pods = [
+            pod("web-1", "web", Some(owner("ReplicaSet", "web-5d8"))),
+            pod("web-2", "web", Some(owner("ReplicaSet", "web-5d8"))),
+            pod("orphan-rs-1", "x", Some(owner("ReplicaSet", "orphan-rs"))),
+            pod("db-0", "db", Some(owner("StatefulSet", "db"))),
+            pod("report-1", "r", Some(owner("Job", "report-123"))),
+            pod("debug", "debug", None),
+        ];
+        let parents = |_: &str, kind: &str, name: &str| match (kind, name) {
+            ("ReplicaSet", "web-5d8") => Some(owner("Deployment", "web")),
+            ("Job", "report-123") => Some(owner("CronJob", "report")),
+            _ => None,
+        };
+        let found: Vec<(String, String, usize)> = workloads(&pods, parents)
+            .into_iter()
+            .map(|w| (w.kind, w.name, w.pods.len()))
+            .collect();
+        let expected = [
+            ("CronJob", "report", 1),
+            ("Deployment", "web", 2),
+            ("Pod", "debug", 1),
+            ("ReplicaSet", "orphan-rs", 1),
+            ("StatefulSet", "db", 1),
+        ];
+        assert_eq!(
+            found,
+            expected
+                .map(|(k, n, c)| (k.to_owned(), n.to_owned(), c))
+                .to_vec()
+        );
+    }
+
+    fn dns_policy() -> NimbusPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "NimbusPolicy",
+            "metadata": {"name": "dns", "namespace": "shop", "uid": "p",
+                "ownerReferences": [{"apiVersion": "intent.security.nimbus.com/v1alpha1",
+                    "kind": "SecurityIntentBinding", "name": "dns", "uid": "b", "controller": true}]},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                     "rules": [{"id": "dnsManipulation", "rule": {"action": "Block"}}]}
+        }))
+        .expect("valid policy")
+    }
+
+    /// The posture of a Deployment with pods labelled `apps`, under the dnsManipulation policy
+    /// with `engines`, `present` telling which generated objects exist.
+    fn posture_of(
+        apps: &[&str],
+        engines: &EngineSet,
+        present: &dyn Fn(&Generated) -> bool,
+    ) -> WorkloadPosture {
+        let np = dns_policy();
+        let input = PolicyInput::namespaced(&np, "p");
+        let translation = translate(&input, &Environment::default(), engines);
+        let coverage = PolicyCoverage::new(&PolicyFacts {
+            input: &input,
+            translation: &translation,
+            engines,
+            present,
+            intent_name: &|_| Some("dns-manipulation".to_owned()),
+            binding: Some(Reference {
+                kind: "SecurityIntentBinding".into(),
+                namespace: Some("shop".into()),
+                name: "dns".into(),
+            }),
+            protected: &ProtectedNamespaces::default(),
+        });
+        let workload = Workload {
+            namespace: "shop".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            created: None,
+            pods: apps
+                .iter()
+                .map(|a| BTreeMap::from([("app".to_owned(), (*a).to_owned())]))
+                .collect(),
+        };
+        workload_posture(&workload, &[coverage])
+    }
+
+    /// The reason codes, each once.
+    fn reasons(p: &WorkloadPosture) -> Vec<&str> {
+        let mut codes: Vec<&str> = p.reasons.iter().map(|r| r.reason.as_str()).collect();
+        codes.dedup();
+        codes
+    }
+
+    #[test]
+    fn every_engine_in_force_is_protected() {
+        let p = posture_of(&["web", "web"], &EngineSet::all(), &|_| true);
+        assert_eq!(p.verdict, Verdict::Protected, "{p:#?}");
+        assert_eq!(p.metadata.name.as_deref(), Some("deployment-web"));
+        assert_eq!(
+            p.metadata
+                .labels
+                .as_ref()
+                .map(|l| l[VERDICT_LABEL].as_str()),
+            Some("Protected")
+        );
+        let intent = &p.intents[0];
+        assert_eq!(intent.intent.as_deref(), Some("dns-manipulation"));
+        let engines: Vec<(&str, EngineState)> = intent
+            .engines
+            .iter()
+            .map(|e| (e.engine.as_str(), e.state))
+            .collect();
+        assert_eq!(
+            engines,
+            [
+                ("netpol", EngineState::Enforcing),
+                ("kubearmor", EngineState::Enforcing)
+            ]
+        );
+        assert!(intent.engines.iter().all(|e| !e.objects.is_empty()));
+        assert!(p.reasons.is_empty());
+    }
+
+    #[test]
+    fn a_missing_engine_leaves_the_workload_partial() {
+        let mut engines = EngineSet::all();
+        engines.installed.remove(&Engine::KubeArmor);
+        let p = posture_of(&["web"], &engines, &|_| true);
+        assert_eq!(p.verdict, Verdict::Partial);
+        assert_eq!(reasons(&p), ["EngineNotInstalled"]);
+        assert_eq!(p.intents[0].engines[1].state, EngineState::NotInstalled);
+    }
+
+    #[test]
+    fn objects_not_in_the_cluster_do_not_protect() {
+        let p = posture_of(&["web"], &EngineSet::all(), &|_| false);
+        assert_eq!(p.verdict, Verdict::Unprotected);
+        assert_eq!(reasons(&p), [reason::NATIVE_POLICY_MISSING]);
+        let p = posture_of(&["web"], &EngineSet::all(), &|g| {
+            g.engine == Engine::NetworkPolicy
+        });
+        assert_eq!(p.verdict, Verdict::Partial);
+    }
+
+    #[test]
+    fn selecting_some_pods_is_partial_and_none_is_unprotected() {
+        let p = posture_of(&["web", "other"], &EngineSet::all(), &|_| true);
+        assert_eq!(p.verdict, Verdict::Partial);
+        assert_eq!(reasons(&p), [reason::SOME_PODS_NOT_SELECTED]);
+        let p = posture_of(&["other"], &EngineSet::all(), &|_| true);
+        assert_eq!(p.verdict, Verdict::Unprotected);
+        assert!(p.intents.is_empty());
+        assert_eq!(reasons(&p), [reason::NOT_SELECTED]);
+    }
+
+    #[test]
+    fn namespaces_count_their_workloads_and_list_the_gaps() {
+        let protected = posture_of(&["web"], &EngineSet::all(), &|_| true);
+        let mut gap = posture_of(&["other"], &EngineSet::all(), &|_| true);
+        gap.workload.name = "debug".into();
+        let ns = namespace_posture("shop", None, &[&protected, &gap], &[]);
+        assert_eq!(ns.verdict, Verdict::Partial);
+        assert_eq!(
+            ns.workloads,
+            WorkloadCounts {
+                total: 2,
+                protected: 1,
+                partial: 0,
+                unprotected: 1
+            }
+        );
+        assert_eq!(ns.gaps.len(), 1);
+        assert_eq!(ns.gaps[0].workload, "Deployment/debug");
+        assert_eq!(ns.gaps[0].reasons, [reason::NOT_SELECTED]);
+        let empty = namespace_posture("quiet", None, &[], &[]);
+        assert_eq!(empty.verdict, Verdict::Unprotected);
+    }
+}

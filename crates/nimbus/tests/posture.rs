@@ -1,0 +1,554 @@
+//! The posture API end to end, through kube-apiserver's aggregation layer: the operator serves
+//! `posture.security.nimbus.com` on a loopback TLS port, an APIService (ExternalName Service
+//! `localhost`) routes kube-apiserver's front proxy to it, and every client — kubectl, kube-rs —
+//! talks to kube-apiserver only. Plus what must not work: callers without the front-proxy
+//! certificate, users RBAC does not grant.
+
+mod common;
+
+use common::{CONVERGE, apply, binding, create_intent, tools_dir, unique};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, WatchEvent, WatchParams};
+use kube::{Api, Client};
+use nimbus_api::SecurityIntentBinding;
+use nimbus_api::posture::{NamespacePosture, Verdict, WorkloadPosture};
+use nimbus_testenv::{ControlPlane, ServingCert, eventually};
+use serde_json::json;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const SERVICE: (&str, &str) = ("nimbus-system", "nimbus-posture");
+
+/// The shared control plane (engines installed) with an operator serving the posture API
+/// registered through an APIService and reported Available.
+struct Posture {
+    cp: &'static ControlPlane,
+    port: u16,
+    cert: ServingCert,
+    _dir: tempfile::TempDir,
+}
+
+fn posture() -> &'static Posture {
+    static POSTURE: OnceLock<Posture> = OnceLock::new();
+    POSTURE.get_or_init(|| {
+        let cp = common::cluster_with_engines();
+        let port = nimbus_testenv::free_port().expect("a free port");
+        let service_dns = format!("{}.{}.svc", SERVICE.1, SERVICE.0);
+        let cert = nimbus_testenv::serving_cert(&[&service_dns]).expect("serving certificate");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&cert_file, &cert.cert_pem).expect("tls.crt");
+        std::fs::write(&key_file, &cert.key_pem).expect("tls.key");
+
+        let config = cp.config().clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
+            runtime.block_on(async move {
+                let client = Client::try_from(config).expect("operator client");
+                let cfg = nimbus_operator::Config {
+                    posture: Some(nimbus_operator::posture::Config {
+                        addr: ([127, 0, 0, 1], port).into(),
+                        certificate: nimbus_operator::posture::ServingCertificate {
+                            cert_file,
+                            key_file,
+                        },
+                    }),
+                    ..Default::default()
+                };
+                if let Err(e) = nimbus_operator::run(client, cfg, Default::default()).await {
+                    panic!("operator failed: {e}");
+                }
+            });
+        });
+
+        let posture = Posture {
+            cp,
+            port,
+            cert,
+            _dir: dir,
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                tokio::runtime::Runtime::new()
+                    .expect("runtime")
+                    .block_on(register(&posture))
+            })
+            .join()
+            .expect("registering the APIService")
+        });
+        posture
+    })
+}
+
+/// The Service and APIService a release installs, pointed at the loopback port, once the
+/// server answers: kube-apiserver fetches the OpenAPI documents when the APIService appears and,
+/// after a failure, only a minute later.
+async fn register(posture: &Posture) {
+    let (cp, port) = (posture.cp, posture.port);
+    let as_proxy = direct_client(posture, None, true);
+    eventually(
+        "the posture API serves its OpenAPI",
+        CONVERGE,
+        async |seen| {
+            let request = http::Request::get("/openapi/v3").body(Vec::new()).ok()?;
+            match as_proxy.request_text(request).await {
+                Ok(index) => Some(index),
+                Err(error) => {
+                    *seen = error.to_string();
+                    None
+                }
+            }
+        },
+    )
+    .await;
+    let ca_bundle = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(&posture.cert.ca_pem)
+    };
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {svc}, namespace: {ns}}}
+spec:
+  type: ExternalName
+  externalName: localhost
+  ports: [{{name: https, port: {port}}}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: v1alpha1.posture.security.nimbus.com}}
+spec:
+  group: posture.security.nimbus.com
+  version: v1alpha1
+  groupPriorityMinimum: 1000
+  versionPriority: 15
+  caBundle: {ca_bundle}
+  service: {{name: {svc}, namespace: {ns}, port: {port}}}
+"#,
+        ns = SERVICE.0,
+        svc = SERVICE.1,
+    );
+    let client = cp.client().expect("client");
+    nimbus_testenv::apply_yaml(&client, &yaml)
+        .await
+        .expect("Service and APIService");
+    let services: Api<kube::api::DynamicObject> = Api::all_with(
+        client,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "apiregistration.k8s.io",
+            "v1",
+            "APIService",
+        )),
+    );
+    eventually(
+        "the posture APIService is Available",
+        CONVERGE,
+        async |seen| {
+            let service = services
+                .get("v1alpha1.posture.security.nimbus.com")
+                .await
+                .ok()?;
+            let conditions = service.data["status"]["conditions"].clone();
+            *seen = conditions.to_string();
+            conditions
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Available" && c["status"] == "True")
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Runs kubectl against kube-apiserver; returns (success, stdout, stderr).
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(tools_dir().join("kubectl"))
+        .args(args)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl: {e}"));
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Whether some line names `object` with `verdict` as whole columns.
+fn shows(output: &str, object: &str, verdict: &str) -> bool {
+    output.lines().any(|line| {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        cells.contains(&object) && cells.contains(&verdict)
+    })
+}
+
+async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32) {
+    apply(
+        &Api::<Deployment>::namespaced(client.clone(), ns),
+        name,
+        &json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}
+                }
+            }
+        }),
+    )
+    .await;
+}
+
+/// kubectl, through kube-apiserver: columns, `explain`, and `get -w` following a workload from
+/// Unprotected to Protected (a binding arrives) to Partial (an engine's CRD goes away).
+#[tokio::test]
+async fn kubectl_follows_a_workload_from_unprotected_to_protected_to_partial() {
+    let posture = posture();
+    let cp = posture.cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("posture").await.expect("namespace");
+    deployment(&client, ns.name(), "web", 2).await;
+
+    let listed = eventually(
+        "kubectl lists the Deployment as Unprotected",
+        CONVERGE,
+        async |seen| {
+            let (ok, out, err) = kubectl(cp, &["get", "workloadpostures", "-A"]);
+            *seen = format!("{out}{err}");
+            (ok && shows(&out, "deployment-web", "Unprotected")).then_some(out)
+        },
+    )
+    .await;
+    let header: Vec<&str> = listed
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAMESPACE",
+            "NAME",
+            "WORKLOAD",
+            "PODS",
+            "VERDICT",
+            "INTENTS",
+            "REASONS",
+            "AGE"
+        ],
+        "{listed}"
+    );
+    let row = listed
+        .lines()
+        .find(|l| l.contains("deployment-web") && l.contains(ns.name()))
+        .expect("the row");
+    assert!(
+        row.contains("Deployment/web") && row.contains("NotSelected"),
+        "{row}"
+    );
+
+    // `kubectl get -w` from now on (stopped when dropped).
+    let logs = tempfile::tempdir().expect("temp dir");
+    let watch = nimbus_testenv::Child::spawn(
+        "kubectl-get-w",
+        &tools_dir().join("kubectl"),
+        &["get", "workloadpostures", "-n", ns.name(), "-w"].map(str::to_owned),
+        &[("KUBECONFIG", cp.kubeconfig_path().as_os_str())],
+        logs.path(),
+    )
+    .expect("kubectl get -w");
+    let watched = async |verdict: &str| {
+        eventually(
+            &format!("kubectl get -w shows deployment-web {verdict}"),
+            CONVERGE,
+            async |seen| {
+                *seen = watch.output();
+                shows(seen, "deployment-web", verdict).then_some(())
+            },
+        )
+        .await
+    };
+    watched("Unprotected").await;
+
+    // A binding of dnsManipulation (NetworkPolicy + KubeArmor) selecting the Deployment's pods.
+    let intent = create_intent(&client, "dnsManipulation", "Block").await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
+    apply(
+        &bindings,
+        "dns",
+        &binding("dns", &[&intent], json!({"app": "web"})),
+    )
+    .await;
+    watched("Protected").await;
+
+    // The typed view agrees, per engine.
+    let api: Api<WorkloadPosture> = Api::namespaced(client.clone(), ns.name());
+    let web = api.get("deployment-web").await.expect("get deployment-web");
+    assert_eq!(web.verdict, Verdict::Protected);
+    assert_eq!(web.workload.pods, 2);
+    let coverage = &web.intents[0];
+    assert_eq!(coverage.intent.as_deref(), Some(intent.as_str()));
+    assert_eq!(
+        coverage.binding.as_ref().map(|b| b.name.as_str()),
+        Some("dns")
+    );
+    let engines: Vec<&str> = coverage.engines.iter().map(|e| e.engine.as_str()).collect();
+    assert_eq!(engines, ["netpol", "kubearmor"], "{coverage:#?}");
+    assert!(coverage.engines.iter().all(|e| !e.objects.is_empty()));
+
+    // KubeArmor goes away: the intent is left to NetworkPolicy alone.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.delete(
+        "kubearmorpolicies.security.kubearmor.com",
+        &DeleteParams::default(),
+    )
+    .await
+    .expect("deleting the KubeArmorPolicy CRD");
+    watched("Partial").await;
+    // Its objects vanish with the CRD (Pending) a moment before the CRD stops being served.
+    eventually(
+        "deployment-web reports KubeArmor not installed",
+        CONVERGE,
+        async |seen| {
+            let web = api.get("deployment-web").await.ok()?;
+            *seen = format!("{:?}", web.reasons);
+            (web.verdict == Verdict::Partial
+                && web.reasons.iter().any(|r| r.reason == "EngineNotInstalled"))
+            .then_some(())
+        },
+    )
+    .await;
+    let namespace = Api::<NamespacePosture>::all(client.clone())
+        .get(ns.name())
+        .await
+        .expect("the namespace's posture");
+    assert_eq!(
+        (namespace.workloads.total, namespace.workloads.partial),
+        (1, 1),
+        "{namespace:#?}"
+    );
+    assert_eq!(namespace.bindings[0].name, "dns");
+    drop(watch);
+    common::install_engine_crd(&client, nimbus_testenv::upstream::KUBEARMOR_POLICY).await;
+
+    let (ok, out, err) = kubectl(cp, &["get", "namespacepostures", ns.name()]);
+    assert!(ok && shows(&out, ns.name(), "Partial"), "{out}{err}");
+}
+
+/// `kubectl explain` reads the fields from the OpenAPI the server publishes.
+#[tokio::test]
+async fn kubectl_explains_the_fields() {
+    let cp = posture().cp;
+    // kube-apiserver fetches the documents a moment after the APIService turns Available.
+    let out = eventually("kubectl explain finds the kind", CONVERGE, async |seen| {
+        let (ok, out, err) = kubectl(cp, &["explain", "workloadpostures.intents.engines"]);
+        *seen = err;
+        ok.then_some(out)
+    })
+    .await;
+    assert!(out.contains("state") && out.contains("Enforcing"), "{out}");
+    let (ok, out, err) = kubectl(cp, &["explain", "namespacepostures.workloads"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("unprotected"), "{out}");
+}
+
+/// kube-apiserver's RBAC and the server's own SubjectAccessReview both decide: a user sees
+/// only the namespaces they are granted.
+#[tokio::test]
+async fn a_user_sees_only_what_rbac_grants() {
+    let posture = posture();
+    let cp = posture.cp;
+    let client = cp.client().expect("client");
+    let granted = cp.test_namespace("granted").await.expect("namespace");
+    let other = cp.test_namespace("other").await.expect("namespace");
+    let user = unique("reader");
+    apply(
+        &Api::<Role>::namespaced(client.clone(), granted.name()),
+        "posture-reader",
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "posture-reader"},
+            "rules": [{"apiGroups": ["posture.security.nimbus.com"],
+                       "resources": ["workloadpostures"], "verbs": ["get", "list", "watch"]}]
+        }),
+    )
+    .await;
+    apply(
+        &Api::<RoleBinding>::namespaced(client.clone(), granted.name()),
+        "posture-reader",
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "posture-reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "posture-reader"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+        }),
+    )
+    .await;
+    let as_user = format!("--as={user}");
+
+    // Through kube-apiserver.
+    eventually(
+        "the granted user lists its namespace",
+        CONVERGE,
+        async |seen| {
+            let (ok, out, err) = kubectl(
+                cp,
+                &["get", "workloadpostures", "-n", granted.name(), &as_user],
+            );
+            *seen = format!("{out}{err}");
+            ok.then_some(())
+        },
+    )
+    .await;
+    for args in [
+        vec!["get", "workloadpostures", "-n", other.name(), &as_user],
+        vec!["get", "workloadpostures", "-A", &as_user],
+        vec![
+            "get",
+            "workloadpostures",
+            "-n",
+            granted.name(),
+            "--as=nobody-at-all",
+        ],
+    ] {
+        let (ok, out, err) = kubectl(cp, &args);
+        assert!(!ok && err.contains("Forbidden"), "{args:?}: {out}{err}");
+    }
+
+    // Straight to the server as the front proxy (kube-apiserver's authorization bypassed): the
+    // server's own SubjectAccessReview still decides.
+    let as_proxy = direct_client(posture, Some(&user), true);
+    let granted_list = Api::<WorkloadPosture>::namespaced(as_proxy.clone(), granted.name())
+        .list(&Default::default())
+        .await;
+    assert!(granted_list.is_ok(), "{granted_list:?}");
+    match Api::<WorkloadPosture>::namespaced(as_proxy, other.name())
+        .list(&Default::default())
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => panic!("expected 403 from the server itself, got {other:?}"),
+    }
+}
+
+/// A caller that is not the front proxy is turned away before anything is read.
+#[tokio::test]
+async fn only_the_front_proxy_may_call() {
+    let posture = posture();
+    // No client certificate (even with a user header, which only the proxy may set).
+    let anonymous = direct_client(posture, Some("system:admin"), false);
+    match Api::<NamespacePosture>::all(anonymous)
+        .list(&Default::default())
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.code == 401 => {}
+        other => panic!("expected 401 without the front-proxy certificate, got {other:?}"),
+    }
+    // A certificate from another CA fails the TLS handshake.
+    let stranger = nimbus_testenv::serving_cert(&[]).expect("another CA");
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("c.crt"), &stranger.cert_pem).expect("cert");
+    std::fs::write(dir.path().join("c.key"), &stranger.key_pem).expect("key");
+    let mut config = direct_config(posture, Some("system:admin"));
+    config.auth_info.client_certificate = Some(dir.path().join("c.crt").display().to_string());
+    config.auth_info.client_key = Some(dir.path().join("c.key").display().to_string());
+    let client = Client::try_from(config).expect("client");
+    let refused = Api::<NamespacePosture>::all(client)
+        .list(&Default::default())
+        .await;
+    assert!(
+        matches!(refused, Err(ref e) if !matches!(e, kube::Error::Api(_))),
+        "a foreign client certificate must fail the handshake: {refused:?}"
+    );
+}
+
+/// kube-rs watches through kube-apiserver: from a list's version, changes only; from a version
+/// the server never handed out, 410 Gone.
+#[tokio::test]
+async fn watches_resume_from_a_list_and_expire_when_unknown() {
+    let posture = posture();
+    let client = posture.cp.client().expect("client");
+    let ns = posture.cp.test_namespace("watch").await.expect("namespace");
+    let api: Api<WorkloadPosture> = Api::namespaced(client.clone(), ns.name());
+    let listed = api.list(&Default::default()).await.expect("list");
+    let version = listed.metadata.resource_version.expect("a list version");
+    let mut events = api
+        .watch(&WatchParams::default().timeout(60), &version)
+        .await
+        .expect("watch")
+        .boxed();
+    deployment(&client, ns.name(), "batch", 1).await;
+    let first = tokio::time::timeout(CONVERGE, events.try_next())
+        .await
+        .expect("an event in time")
+        .expect("a watch event");
+    match first {
+        Some(WatchEvent::Added(added)) => {
+            assert_eq!(added.metadata.name.as_deref(), Some("deployment-batch"))
+        }
+        other => panic!("expected the new workload ADDED, got {other:?}"),
+    }
+
+    let mut expired = api
+        .watch(&WatchParams::default().timeout(10), "1")
+        .await
+        .expect("watch")
+        .boxed();
+    match tokio::time::timeout(Duration::from_secs(10), expired.next()).await {
+        Ok(Some(Ok(WatchEvent::Error(status)))) => assert_eq!(status.code, 410, "{status:?}"),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+}
+
+fn direct_config(posture: &Posture, user: Option<&str>) -> kube::Config {
+    let url = format!("https://127.0.0.1:{}", posture.port)
+        .parse()
+        .expect("URL");
+    let mut config = kube::Config::new(url);
+    let ca = rustls_pem_der(&posture.cert.ca_pem);
+    config.root_cert = Some(vec![ca]);
+    if let Some(user) = user {
+        config.headers.push((
+            http::HeaderName::from_static("x-remote-user"),
+            http::HeaderValue::from_str(user).expect("header value"),
+        ));
+        config.headers.push((
+            http::HeaderName::from_static("x-remote-group"),
+            http::HeaderValue::from_static("system:authenticated"),
+        ));
+    }
+    config
+}
+
+/// A client calling the server directly, with the front proxy's certificate when `as_proxy`.
+fn direct_client(posture: &Posture, user: Option<&str>, as_proxy: bool) -> Client {
+    let mut config = direct_config(posture, user);
+    if as_proxy {
+        let (cert, key) = posture.cp.front_proxy_client();
+        config.auth_info.client_certificate = Some(cert.display().to_string());
+        config.auth_info.client_key = Some(key.display().to_string());
+    }
+    Client::try_from(config).expect("direct client")
+}
+
+fn rustls_pem_der(pem: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .expect("PEM body")
+}

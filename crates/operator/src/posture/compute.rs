@@ -1,0 +1,294 @@
+//! Computes every posture object from the caches: the operator's own (policies, bindings,
+//! native objects, engine availability) and metadata-only watches of pods, ReplicaSets and
+//! Jobs. Debounced: a burst of changes costs one computation.
+
+use super::Postures;
+use crate::context::Context;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use nimbus_api::posture::Reference;
+use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
+use nimbus_core::engines::{self, PolicyInput};
+use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Changes arriving within this window are computed together.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// Pods, ReplicaSets and Jobs, metadata only (labels and owners are all the posture reads).
+pub struct Workloads {
+    pods: Store<PartialObjectMeta<Pod>>,
+    replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
+    jobs: Store<PartialObjectMeta<Job>>,
+}
+
+impl Workloads {
+    /// The caches, and the streams that drive them (one item per change).
+    pub fn watch(client: &Client) -> (Self, Vec<BoxStream<'static, ()>>) {
+        let (pods, pod_changes) = metadata_cache::<Pod>(client);
+        let (replica_sets, rs_changes) = metadata_cache::<ReplicaSet>(client);
+        let (jobs, job_changes) = metadata_cache::<Job>(client);
+        let workloads = Self {
+            pods,
+            replica_sets,
+            jobs,
+        };
+        (workloads, vec![pod_changes, rs_changes, job_changes])
+    }
+
+    pub fn synced(&self) -> impl Future<Output = ()> + Send + 'static {
+        let stores = (
+            self.pods.clone(),
+            self.replica_sets.clone(),
+            self.jobs.clone(),
+        );
+        async move {
+            let _ = futures::join!(
+                stores.0.wait_until_ready(),
+                stores.1.wait_until_ready(),
+                stores.2.wait_until_ready()
+            );
+        }
+    }
+
+    fn pods(&self) -> Vec<core::Pod> {
+        self.pods
+            .state()
+            .iter()
+            .map(|p| core::Pod {
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+                labels: p.labels().clone(),
+                created: p.metadata.creation_timestamp.clone(),
+                controller: p
+                    .owner_references()
+                    .iter()
+                    .find(|o| o.controller == Some(true))
+                    .cloned(),
+            })
+            .collect()
+    }
+
+    fn owner_of(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+    ) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+        let controller =
+            |owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
+                owners.iter().find(|o| o.controller == Some(true)).cloned()
+            };
+        match kind {
+            "ReplicaSet" => self
+                .replica_sets
+                .get(&ObjectRef::new(name).within(namespace))
+                .and_then(|rs| controller(rs.owner_references())),
+            "Job" => self
+                .jobs
+                .get(&ObjectRef::new(name).within(namespace))
+                .and_then(|job| controller(job.owner_references())),
+            _ => None,
+        }
+    }
+}
+
+/// A cluster-wide metadata-only cache of `K`, and the stream that drives it (one item per
+/// change).
+fn metadata_cache<K>(client: &Client) -> (Store<PartialObjectMeta<K>>, BoxStream<'static, ()>)
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + std::fmt::Debug + 'static,
+    PartialObjectMeta<K>: Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    let (reader, writer) = reflector::store();
+    let api = Api::<PartialObjectMeta<K>>::all(client.clone());
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|meta: &mut PartialObjectMeta<K>| {
+            meta.metadata.managed_fields = None;
+            meta.metadata.annotations = None;
+        })
+        .reflect(writer)
+        .filter_map(|event| async move {
+            match event {
+                Ok(_) => Some(()),
+                Err(error) => {
+                    tracing::debug!(%error, "posture watch failed; retrying");
+                    None
+                }
+            }
+        })
+        .boxed();
+    (reader, stream)
+}
+
+/// Computes the postures once the workload caches have listed, then again whenever one of
+/// `changes` fires (they also drive the workload caches), until the streams end.
+pub async fn run(
+    ctx: Arc<Context>,
+    sources: Workloads,
+    changes: Vec<BoxStream<'static, ()>>,
+    postures: Arc<Postures>,
+) {
+    let dirty = Arc::new(Notify::new());
+    let feed = {
+        let dirty = dirty.clone();
+        futures::stream::select_all(changes).for_each(move |()| {
+            dirty.notify_one();
+            futures::future::ready(())
+        })
+    };
+    let compute = async move {
+        sources.synced().await;
+        loop {
+            let started = std::time::Instant::now();
+            let (workload_postures, namespace_postures) = compute(&ctx, &sources);
+            postures.workloads.replace(workload_postures);
+            postures.namespaces.replace(namespace_postures);
+            postures.mark_ready();
+            tracing::debug!(took = ?started.elapsed(), "posture computed");
+            dirty.notified().await;
+            tokio::time::sleep(DEBOUNCE).await;
+        }
+    };
+    tokio::select! {
+        () = feed => {}
+        () = compute => {}
+    }
+}
+
+/// Maps any stream to a change signal.
+pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
+    stream.map(|_| ()).boxed()
+}
+
+fn compute(
+    ctx: &Context,
+    sources: &Workloads,
+) -> (
+    Vec<nimbus_api::posture::WorkloadPosture>,
+    Vec<nimbus_api::posture::NamespacePosture>,
+) {
+    let engine_set = ctx.engine_set();
+    let present = |g: &engines::Generated| ctx.natives.cached(g).is_some();
+    let mut coverage: Vec<PolicyCoverage> = Vec::new();
+    for np in ctx.policies.state() {
+        let uid = np.uid().unwrap_or_default();
+        let input = PolicyInput::namespaced(&np, &uid);
+        let binding = controlling_binding(np.owner_references(), np.namespace().as_deref());
+        coverage.push(policy_coverage(ctx, &input, binding, &engine_set, &present));
+    }
+    for cnp in ctx.cluster_policies.state() {
+        let uid = cnp.uid().unwrap_or_default();
+        let input = PolicyInput::cluster(&cnp, &uid);
+        let binding = controlling_binding(cnp.owner_references(), None);
+        coverage.push(policy_coverage(ctx, &input, binding, &engine_set, &present));
+    }
+
+    let pods = sources.pods();
+    let workloads = core::workloads(&pods, |ns, kind, name| sources.owner_of(ns, kind, name));
+    let workload_postures: Vec<_> = workloads
+        .iter()
+        .map(|w| core::workload_posture(w, &coverage))
+        .collect();
+    let mut by_namespace: BTreeMap<&str, Vec<&nimbus_api::posture::WorkloadPosture>> =
+        BTreeMap::new();
+    for posture in &workload_postures {
+        if let Some(ns) = posture.metadata.namespace.as_deref() {
+            by_namespace.entry(ns).or_default().push(posture);
+        }
+    }
+    let namespace_postures = ctx
+        .namespaces
+        .state()
+        .iter()
+        .map(|ns| {
+            let name = ns.name_any();
+            let workloads = by_namespace.get(name.as_str()).cloned().unwrap_or_default();
+            core::namespace_posture(
+                &name,
+                ns.metadata.creation_timestamp.clone(),
+                &workloads,
+                &coverage,
+            )
+        })
+        .collect();
+    (workload_postures, namespace_postures)
+}
+
+fn policy_coverage(
+    ctx: &Context,
+    input: &PolicyInput,
+    binding: Option<Reference>,
+    engine_set: &engines::EngineSet,
+    present: &dyn Fn(&engines::Generated) -> bool,
+) -> PolicyCoverage {
+    let translation = engines::translate(input, &ctx.environment(input.rules), engine_set);
+    let intent_names = bound_intent_names(ctx, binding.as_ref());
+    let intent_name = |id: &str| {
+        intent_names
+            .iter()
+            .find(|(_, intent_id)| intent_id == id)
+            .map(|(name, _)| name.clone())
+    };
+    PolicyCoverage::new(&PolicyFacts {
+        input,
+        translation: &translation,
+        engines: engine_set,
+        present,
+        intent_name: &intent_name,
+        binding,
+        protected: &ctx.protected_namespaces,
+    })
+}
+
+/// The binding a policy's controller reference points to.
+fn controlling_binding(
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    namespace: Option<&str>,
+) -> Option<Reference> {
+    let owner = owners.iter().find(|o| o.controller == Some(true))?;
+    let namespaced = owner.kind == SecurityIntentBinding::kind(&());
+    let cluster = owner.kind == ClusterSecurityIntentBinding::kind(&());
+    (namespaced || cluster).then(|| Reference {
+        kind: owner.kind.clone(),
+        namespace: namespace.filter(|_| namespaced).map(str::to_owned),
+        name: owner.name.clone(),
+    })
+}
+
+/// `(SecurityIntent name, intent ID)` of each intent the binding binds that exists.
+fn bound_intent_names(ctx: &Context, binding: Option<&Reference>) -> Vec<(String, String)> {
+    let Some(binding) = binding else {
+        return Vec::new();
+    };
+    let names: Vec<String> = match &binding.namespace {
+        Some(ns) => ctx
+            .bindings
+            .get(&ObjectRef::new(&binding.name).within(ns))
+            .map(|b| b.spec.intents.iter().map(|i| i.name.clone()).collect())
+            .unwrap_or_default(),
+        None => ctx
+            .cluster_bindings
+            .get(&ObjectRef::new(&binding.name))
+            .map(|b| b.spec.intents.iter().map(|i| i.name.clone()).collect())
+            .unwrap_or_default(),
+    };
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let intent = ctx.intents.get(&ObjectRef::new(&name))?;
+            Some((name, intent.spec.intent.id.clone()))
+        })
+        .collect()
+}

@@ -1,0 +1,120 @@
+//! The posture API (`posture.security.nimbus.com/v1alpha1`), an aggregated API every replica
+//! serves from its caches (leadership is not needed to read): which workloads the bound intents
+//! protect, by which engines, and the gaps.
+
+mod auth;
+mod compute;
+mod openapi;
+mod request;
+mod server;
+mod store;
+mod table;
+mod tls;
+
+pub use compute::{Workloads, signal};
+pub use tls::ServingCertificate;
+
+use crate::context::Context;
+use crate::error::Error;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use nimbus_api::posture::{NamespacePosture, WorkloadPosture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use store::{Clock, Store};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where the API is served (TLS).
+    pub addr: SocketAddr,
+    pub certificate: ServingCertificate,
+}
+
+/// The computed posture objects.
+pub struct Postures {
+    workloads: Store<WorkloadPosture>,
+    namespaces: Store<NamespacePosture>,
+    ready: watch::Sender<bool>,
+}
+
+impl Postures {
+    fn new() -> Self {
+        let clock = Clock::starting_now();
+        Self {
+            workloads: Store::new(clock.clone()),
+            namespaces: Store::new(clock),
+            ready: watch::channel(false).0,
+        }
+    }
+
+    fn mark_ready(&self) {
+        self.ready.send_replace(true);
+    }
+
+    fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+}
+
+/// Starts computing the posture (on every change signalled by `changes`) and binds the API's
+/// port; returns the future that serves it until `shutdown`.
+pub async fn start(
+    config: &Config,
+    client: &Client,
+    ctx: Arc<Context>,
+    workloads: Workloads,
+    changes: Vec<BoxStream<'static, ()>>,
+    shutdown: CancellationToken,
+) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
+    let postures = Arc::new(Postures::new());
+    tokio::spawn(compute::run(ctx, workloads, changes, postures.clone()));
+    let tls = tls::follow(config.certificate.clone(), front_proxy(client.clone()));
+    let api = Arc::new(server::Api {
+        postures,
+        authorizer: auth::Authorizer::new(client.clone()),
+        documents: openapi::Documents::build(),
+        shutdown,
+    });
+    server::serve(config.addr, tls, api).await
+}
+
+/// How kube-apiserver's front proxy authenticates, followed as it changes.
+fn front_proxy(client: Client) -> watch::Receiver<Option<auth::RequestHeader>> {
+    let (tx, rx) = watch::channel(None);
+    let (namespace, name) = auth::AUTHENTICATION_CONFIG_MAP;
+    let api = Api::<ConfigMap>::namespaced(client, namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut events = watcher(api, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(cm) => {
+                    match auth::RequestHeader::from_config_map(&cm.data.unwrap_or_default()) {
+                        Ok(settings) => {
+                            tx.send_if_modified(|current| {
+                                let changed = current.as_ref() != Some(&settings);
+                                *current = Some(settings);
+                                changed
+                            });
+                        }
+                        Err(error) => {
+                            tracing::error!(%error, "{namespace}/{name}: the posture API cannot authenticate the front proxy");
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "watching {namespace}/{name} failed; retrying")
+                }
+            }
+        }
+    });
+    rx
+}

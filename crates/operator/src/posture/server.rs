@@ -1,0 +1,612 @@
+//! The aggregated API's HTTP surface: authenticate (front proxy), authorize (SubjectAccessReview),
+//! then discovery, OpenAPI, and get / list / watch of the posture kinds, as JSON or as the Table
+//! `kubectl get` asks for, with errors as `Status` objects.
+
+use super::Postures;
+use super::auth::{Attributes, Authorizer, RequestHeader, User};
+use super::openapi::{self, Documents};
+use super::request::{ListQuery, Resource, Target, target};
+use super::store::{Change, Event, Store, key_of};
+use super::table::{Include, Printed, table};
+use crate::error::Error;
+use axum::body::Body;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use nimbus_api::posture::{GROUP, PostureKind};
+use rustls::ServerConfig;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+/// A watch without `timeoutSeconds` ends after this long (clients re-watch).
+const WATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+
+pub struct Api {
+    pub postures: Arc<Postures>,
+    pub authorizer: Authorizer,
+    pub documents: Documents,
+    pub shutdown: CancellationToken,
+}
+
+/// Binds `addr` now (so a taken port fails start-up) and returns the future that serves TLS
+/// connections until `shutdown`. Connections arriving before the TLS configuration is known
+/// are closed.
+pub async fn serve(
+    addr: SocketAddr,
+    tls: watch::Receiver<Option<(Arc<ServerConfig>, RequestHeader)>>,
+    api: Arc<Api>,
+) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, Error> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Listen { addr, source })?;
+    let shutdown = api.shutdown.clone();
+    Ok(Box::pin(async move {
+        loop {
+            let tcp = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(error) => {
+                        tracing::warn!(%error, "posture API: accepting a connection failed");
+                        continue;
+                    }
+                },
+                () = shutdown.cancelled() => break,
+            };
+            let Some((config, front_proxy)) = tls.borrow().clone() else {
+                tracing::debug!("posture API: TLS not configured yet; connection closed");
+                continue;
+            };
+            tokio::spawn(connection(tcp, config, front_proxy, api.clone()));
+        }
+    }))
+}
+
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    config: Arc<ServerConfig>,
+    front_proxy: RequestHeader,
+    api: Arc<Api>,
+) {
+    let stream = match TlsAcceptor::from(config).accept(tcp).await {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::debug!(%error, "posture API: TLS handshake failed");
+            return;
+        }
+    };
+    // The certificate (if any) is verified against the front-proxy CA by now; its CN decides.
+    let peer_cn = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(super::tls::common_name);
+    let proxy = match peer_cn {
+        Some(cn) if front_proxy.allows(cn.as_deref()) => Some(Arc::new(front_proxy)),
+        _ => None,
+    };
+    let shutdown = api.shutdown.clone();
+    let service = hyper::service::service_fn(move |request| {
+        let (api, proxy) = (api.clone(), proxy.clone());
+        async move { Ok::<_, Infallible>(api.handle(request, proxy.as_deref()).await) }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        served = connection.as_mut() => if let Err(error) = served {
+            tracing::debug!(%error, "posture API: connection ended");
+        },
+        () = shutdown.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
+impl Api {
+    async fn handle<B>(
+        &self,
+        request: Request<B>,
+        proxy: Option<&RequestHeader>,
+    ) -> Response<Body> {
+        let target = target(request.uri().path());
+        if target == Target::Health {
+            return respond(StatusCode::OK, "text/plain", "ok");
+        }
+        // Only the front proxy may call; it authenticated the user.
+        let Some(proxy) = proxy else {
+            return status(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "Unauthorized: only kube-apiserver's front proxy (a client certificate from the \
+                 request-header CA) may call this server",
+            );
+        };
+        if request.method() != Method::GET && request.method() != Method::HEAD {
+            return status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                &format!(
+                    "the posture API is read-only: {} is not supported",
+                    request.method()
+                ),
+            );
+        }
+        let headers = request.headers();
+        match target {
+            Target::Groups => json_response(&openapi::group_list()),
+            Target::Group => json_response(&openapi::group()),
+            Target::Resources => json_response(&openapi::resource_list()),
+            Target::OpenApiV2 => document(headers, &self.documents.v2, &self.documents.v2_etag),
+            Target::OpenApiV3 => document(headers, &self.documents.v3, &self.documents.v3_etag),
+            Target::OpenApiV3Index => respond(
+                StatusCode::OK,
+                "application/json",
+                self.documents.v3_index.clone(),
+            ),
+            Target::NotFound | Target::Health => status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+            Target::Object {
+                resource,
+                namespace,
+                name,
+            } => {
+                let Some(user) = proxy.user(headers) else {
+                    return status(
+                        StatusCode::UNAUTHORIZED,
+                        "Unauthorized",
+                        "Unauthorized: the front proxy named no user",
+                    );
+                };
+                let query = match ListQuery::parse(request.uri().query()) {
+                    Ok(query) => query,
+                    Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", &message),
+                };
+                let attributes = Attributes {
+                    verb: match (&name, query.watch) {
+                        (_, true) => "watch",
+                        (Some(_), false) => "get",
+                        (None, false) => "list",
+                    },
+                    resource: resource.plural(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                };
+                if let Some(denied) = self.authorize(&user, &attributes).await {
+                    return denied;
+                }
+                if !self.postures.is_ready() {
+                    return status(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "ServiceUnavailable",
+                        "the posture is not computed yet (caches syncing)",
+                    );
+                }
+                let form = Form::of(headers, query.include_object.as_deref());
+                let request = Read {
+                    namespace,
+                    name,
+                    query,
+                    form,
+                };
+                match resource {
+                    Resource::Workloads => self.read(&self.postures.workloads, request),
+                    Resource::Namespaces => self.read(&self.postures.namespaces, request),
+                }
+            }
+        }
+    }
+
+    /// `None` when allowed; else the response saying why not.
+    async fn authorize(&self, user: &User, attributes: &Attributes) -> Option<Response<Body>> {
+        match self.authorizer.allowed(user, attributes).await {
+            Ok(true) => None,
+            Ok(false) => {
+                let scope = match &attributes.namespace {
+                    Some(ns) => format!(" in the namespace \"{ns}\""),
+                    None if attributes.resource == Resource::Namespaces.plural() => String::new(),
+                    None => " at the cluster scope".to_owned(),
+                };
+                Some(status(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    &format!(
+                        "{}.{GROUP} is forbidden: User \"{}\" cannot {} resource \"{}\" in API \
+                         group \"{GROUP}\"{scope}",
+                        attributes.resource, user.name, attributes.verb, attributes.resource
+                    ),
+                ))
+            }
+            Err(error) => {
+                tracing::warn!(%error, "posture API: SubjectAccessReview failed");
+                Some(status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    &format!("authorizing the request: {error}"),
+                ))
+            }
+        }
+    }
+
+    fn read<T>(&self, store: &Store<T>, request: Read) -> Response<Body>
+    where
+        T: Printed + Clone + PartialEq + Send + Sync + 'static,
+    {
+        let Read {
+            namespace,
+            name,
+            query,
+            form,
+        } = request;
+        if let Some(name) = name {
+            let key = (namespace.clone().unwrap_or_default(), name.clone());
+            return match store.get(&key) {
+                Some(object) => match form {
+                    Form::Table(include) => json_response(&table(
+                        [&*object],
+                        json!({"resourceVersion": object.metadata().resource_version}),
+                        include,
+                        true,
+                    )),
+                    Form::Json => json_response(&*object),
+                },
+                None => not_found::<T>(&name),
+            };
+        }
+        let (limit, continue_after) = (query.limit, query.continue_after.clone());
+        let watch = query.watch.then(|| query_watch(&query));
+        let in_scope = move |object: &T| {
+            let meta = object.metadata();
+            namespace
+                .as_deref()
+                .is_none_or(|ns| meta.namespace.as_deref() == Some(ns))
+                && query.selects(
+                    meta.namespace.as_deref(),
+                    meta.name.as_deref(),
+                    meta.labels.as_ref(),
+                )
+        };
+        if let Some(from) = watch {
+            return self.watch(store, from, form, in_scope);
+        }
+        let (version, objects) = store.list();
+        let mut selected = objects.iter().filter(|o| in_scope(o)).filter(|o| {
+            continue_after
+                .as_deref()
+                .is_none_or(|after| continue_token(&key_of(&***o)).as_str() > after)
+        });
+        let mut page: Vec<&Arc<T>> = match limit {
+            Some(limit) => selected.by_ref().take(limit).collect(),
+            None => selected.by_ref().collect(),
+        };
+        let more = selected.next().is_some();
+        let mut list_meta = json!({"resourceVersion": version.to_string()});
+        if more && let Some(last) = page.last() {
+            list_meta["continue"] = json!(continue_token(&key_of(&***last)));
+        }
+        match form {
+            Form::Table(include) => json_response(&table(
+                page.drain(..).map(|o| &**o),
+                list_meta,
+                include,
+                true,
+            )),
+            Form::Json => json_response(&json!({
+                "apiVersion": openapi::group_version(),
+                "kind": format!("{}List", T::KIND),
+                "metadata": list_meta,
+                "items": page.iter().map(|o| &***o).collect::<Vec<&T>>(),
+            })),
+        }
+    }
+
+    /// Streams changes as newline-delimited watch events until the timeout, shutdown, or the
+    /// client leaving.
+    fn watch<T>(
+        &self,
+        store: &Store<T>,
+        from: Result<WatchFrom, String>,
+        form: Form,
+        in_scope: impl Fn(&T) -> bool + Send + Sync + 'static,
+    ) -> Response<Body>
+    where
+        T: Printed + Clone + PartialEq + Send + Sync + 'static,
+    {
+        let from = match from {
+            Ok(from) => from,
+            Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", &message),
+        };
+        let (tx, rx) = mpsc::channel::<Bytes>(64);
+        let started = match from.version {
+            Some(version) => store.watch(Some(version)),
+            None => store.watch(None),
+        };
+        let shutdown = self.shutdown.clone();
+        let mut encoder = Encoder {
+            form,
+            headers_sent: false,
+        };
+        let current = store.version();
+        tokio::spawn(async move {
+            let (backlog, mut changes) = match started {
+                Ok(started) => started,
+                Err(gone) => {
+                    let _ = tx.send(expired(gone.version)).await;
+                    return;
+                }
+            };
+            for event in backlog {
+                if !send(&tx, &mut encoder, &event, &in_scope).await {
+                    return;
+                }
+            }
+            if from.initial_events_end {
+                let _ = tx.send(encoder.bookmark::<T>(current, true)).await;
+            }
+            let deadline = tokio::time::sleep(from.timeout);
+            tokio::pin!(deadline);
+            let mut bookmarks = tokio::time::interval(BOOKMARK_EVERY);
+            bookmarks.tick().await;
+            let mut last = current;
+            loop {
+                tokio::select! {
+                    received = changes.recv() => match received {
+                        Ok(event) => {
+                            last = event.version;
+                            if !send(&tx, &mut encoder, &event, &in_scope).await {
+                                return;
+                            }
+                        }
+                        // Too slow to keep up: the client must relist.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            let _ = tx.send(expired(last)).await;
+                            return;
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                    _ = bookmarks.tick(), if from.bookmarks => {
+                        if tx.send(encoder.bookmark::<T>(last, false)).await.is_err() {
+                            return;
+                        }
+                    }
+                    () = &mut deadline => return,
+                    () = shutdown.cancelled() => return,
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<_, Infallible>));
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .unwrap_or_else(|_| Response::new(Body::empty()))
+    }
+}
+
+/// Sends `event` as this watch sees it (an object entering or leaving a selection is added
+/// or deleted); `false` when the client is gone.
+async fn send<T: Printed + Serialize>(
+    tx: &mpsc::Sender<Bytes>,
+    encoder: &mut Encoder,
+    event: &Event<T>,
+    in_scope: &impl Fn(&T) -> bool,
+) -> bool {
+    let was = event.previous.as_deref().is_some_and(in_scope);
+    let is = event.change != Change::Deleted && in_scope(&event.object);
+    let change = match (was, is) {
+        (false, false) => return true,
+        (false, true) => Change::Added,
+        (true, true) => Change::Modified,
+        (true, false) => Change::Deleted,
+    };
+    tx.send(encoder.event(change, event)).await.is_ok()
+}
+
+struct Encoder {
+    form: Form,
+    headers_sent: bool,
+}
+
+impl Encoder {
+    fn event<T: Printed + Serialize>(&mut self, change: Change, event: &Event<T>) -> Bytes {
+        let object = match self.form {
+            Form::Json => serde_json::to_value(&*event.object).unwrap_or(Value::Null),
+            Form::Table(include) => {
+                let headers = !std::mem::replace(&mut self.headers_sent, true);
+                table(
+                    [&*event.object],
+                    json!({"resourceVersion": event.version.to_string()}),
+                    include,
+                    headers,
+                )
+            }
+        };
+        line(&json!({"type": change.as_str(), "object": object}))
+    }
+
+    fn bookmark<T: PostureKind>(&self, version: u64, initial_events_end: bool) -> Bytes {
+        let mut metadata = json!({"resourceVersion": version.to_string()});
+        if initial_events_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        line(&json!({"type": "BOOKMARK", "object": {
+            "apiVersion": openapi::group_version(),
+            "kind": T::KIND,
+            "metadata": metadata,
+        }}))
+    }
+}
+
+fn expired(version: u64) -> Bytes {
+    line(&json!({"type": "ERROR", "object": status_body(
+        StatusCode::GONE,
+        "Expired",
+        &format!("too old resource version: {version} (it was not handed out by this server, or is no longer kept)"),
+    )}))
+}
+
+fn line(value: &Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+struct Read {
+    namespace: Option<String>,
+    name: Option<String>,
+    query: ListQuery,
+    form: Form,
+}
+
+struct WatchFrom {
+    version: Option<u64>,
+    initial_events_end: bool,
+    bookmarks: bool,
+    timeout: Duration,
+}
+
+/// Where a watch starts. No version (or `0`): with every current object as ADDED, like
+/// kube-apiserver's "any" semantics; a version this server handed out: after it.
+fn query_watch(query: &ListQuery) -> Result<WatchFrom, String> {
+    let version = match query.resource_version.as_deref() {
+        None | Some("0") => None,
+        Some(v) if query.send_initial_events => {
+            return Err(format!(
+                "sendInitialEvents with resourceVersion {v} is not supported: use an empty \
+                 resourceVersion"
+            ));
+        }
+        // A version we cannot read was not ours: the client must relist (410), which `u64::MAX`
+        // guarantees.
+        Some(v) => Some(v.parse().unwrap_or(u64::MAX)),
+    };
+    Ok(WatchFrom {
+        version,
+        initial_events_end: query.send_initial_events,
+        bookmarks: query.allow_bookmarks,
+        timeout: query
+            .timeout_seconds
+            .map_or(WATCH_TIMEOUT, Duration::from_secs),
+    })
+}
+
+fn continue_token(key: &(String, String)) -> String {
+    format!("{}/{}", key.0, key.1)
+}
+
+#[derive(Clone, Copy)]
+enum Form {
+    Json,
+    Table(Include),
+}
+
+impl Form {
+    /// A Table when the client accepts `meta.k8s.io/v1` Tables (`kubectl get` does).
+    fn of(headers: &HeaderMap, include_object: Option<&str>) -> Self {
+        let table = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|media| {
+                let params: Vec<&str> = media.split(';').map(str::trim).collect();
+                params.contains(&"as=Table")
+                    && params.contains(&"g=meta.k8s.io")
+                    && params.contains(&"v=v1")
+            });
+        if table {
+            Form::Table(Include::parse(include_object))
+        } else {
+            Form::Json
+        }
+    }
+}
+
+fn document(headers: &HeaderMap, body: &[u8], etag: &str) -> Response<Body> {
+    let quoted = format!("\"{etag}\"");
+    let unchanged = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == quoted);
+    let builder = Response::builder().header(header::ETAG, quoted);
+    let response = if unchanged {
+        builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
+    } else {
+        builder
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_vec()))
+    };
+    response.unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+fn respond(code: StatusCode, content_type: &str, body: impl Into<Body>) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(body.into())
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+fn json_response(value: &impl Serialize) -> Response<Body> {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => respond(StatusCode::OK, "application/json", bytes),
+        Err(error) => status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            &format!("encoding the response: {error}"),
+        ),
+    }
+}
+
+fn status_body(code: StatusCode, reason: &str, message: &str) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    })
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
+    respond(
+        code,
+        "application/json",
+        serde_json::to_vec(&status_body(code, reason, message)).unwrap_or_default(),
+    )
+}
+
+fn not_found<T: PostureKind>(name: &str) -> Response<Body> {
+    let mut body = status_body(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("{}.{GROUP} \"{name}\" not found", T::PLURAL),
+    );
+    body["details"] = json!({"name": name, "group": GROUP, "kind": T::PLURAL});
+    respond(
+        StatusCode::NOT_FOUND,
+        "application/json",
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
+}

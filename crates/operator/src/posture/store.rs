@@ -1,0 +1,307 @@
+//! The computed posture objects of one kind, versioned so lists and watches have Kubernetes'
+//! resourceVersion semantics: a list says at which version it was taken, and a watch from that
+//! version sees every later change exactly once, or `410 Gone` when it is too old to replay.
+//!
+//! Versions count up from the process start time in microseconds, so a version handed out by
+//! another replica (behind the same Service) is unknown here and answered with 410: the client
+//! relists rather than missing changes.
+
+use nimbus_api::posture::PostureKind;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use tokio::sync::broadcast;
+
+/// How many changes a watch can resume across.
+const HISTORY: usize = 10_000;
+
+/// Versions shared by every kind's store (one version order per replica).
+#[derive(Clone)]
+pub struct Clock(Arc<AtomicU64>);
+
+impl Clock {
+    pub fn starting_now() -> Self {
+        let micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
+        Self(Arc::new(AtomicU64::new(micros)))
+    }
+
+    fn tick(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn now(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl Change {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Added => "ADDED",
+            Change::Modified => "MODIFIED",
+            Change::Deleted => "DELETED",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Event<T> {
+    pub version: u64,
+    pub change: Change,
+    pub object: Arc<T>,
+    /// The object before the change (a watch with a selector needs both sides).
+    pub previous: Option<Arc<T>>,
+}
+
+impl<T> Clone for Event<T> {
+    fn clone(&self) -> Self {
+        Self {
+            version: self.version,
+            change: self.change,
+            object: self.object.clone(),
+            previous: self.previous.clone(),
+        }
+    }
+}
+
+/// `(namespace or "", name)`.
+pub type Key = (String, String);
+
+pub fn key_of<T: PostureKind>(object: &T) -> Key {
+    let meta = object.metadata();
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+pub struct Store<T> {
+    clock: Clock,
+    inner: RwLock<Inner<T>>,
+    changes: broadcast::Sender<Event<T>>,
+}
+
+struct Inner<T> {
+    objects: BTreeMap<Key, Arc<T>>,
+    /// The changes after version `replayable_from`, oldest first.
+    history: VecDeque<Event<T>>,
+    replayable_from: u64,
+    /// The version of the current contents.
+    version: u64,
+}
+
+/// The changes a watch replays, and the channel of the later ones.
+pub type Watch<T> = (Vec<Event<T>>, broadcast::Receiver<Event<T>>);
+
+/// A watch that cannot be served from `version`: it is older than the history kept, or was
+/// never handed out here.
+#[derive(Debug)]
+pub struct Gone {
+    pub version: u64,
+}
+
+impl<T: PostureKind + Clone + PartialEq + Send + Sync + 'static> Store<T> {
+    pub fn new(clock: Clock) -> Self {
+        let now = clock.now();
+        Self {
+            clock,
+            inner: RwLock::new(Inner {
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                replayable_from: now,
+                version: now,
+            }),
+            changes: broadcast::channel(4096).0,
+        }
+    }
+
+    /// Replaces the contents with `objects`; only what differs gets a new version and an event.
+    pub fn replace(&self, objects: impl IntoIterator<Item = T>) {
+        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let mut previous = std::mem::take(&mut inner.objects);
+        let mut events = Vec::new();
+        for mut object in objects {
+            let key = key_of(&object);
+            let old = previous.remove(&key);
+            if let Some(old) = &old {
+                object.metadata_mut().resource_version = old.metadata().resource_version.clone();
+                if **old == object {
+                    inner.objects.insert(key, old.clone());
+                    continue;
+                }
+            }
+            let version = self.clock.tick();
+            object.metadata_mut().resource_version = Some(version.to_string());
+            let object = Arc::new(object);
+            inner.objects.insert(key, object.clone());
+            let change = if old.is_some() {
+                Change::Modified
+            } else {
+                Change::Added
+            };
+            events.push(Event {
+                version,
+                change,
+                object,
+                previous: old,
+            });
+        }
+        for (_, gone) in previous {
+            let version = self.clock.tick();
+            let mut object = (*gone).clone();
+            object.metadata_mut().resource_version = Some(version.to_string());
+            events.push(Event {
+                version,
+                change: Change::Deleted,
+                object: Arc::new(object),
+                previous: Some(gone),
+            });
+        }
+        if let Some(last) = events.last() {
+            inner.version = last.version;
+        }
+        for event in events {
+            // Sent under the lock: a watch that subscribes under it sees each change once.
+            let _ = self.changes.send(event.clone());
+            inner.history.push_back(event);
+            if inner.history.len() > HISTORY
+                && let Some(dropped) = inner.history.pop_front()
+            {
+                inner.replayable_from = dropped.version;
+            }
+        }
+    }
+
+    /// The current objects (in key order) and their version.
+    pub fn list(&self) -> (u64, Vec<Arc<T>>) {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        (inner.version, inner.objects.values().cloned().collect())
+    }
+
+    pub fn get(&self, key: &Key) -> Option<Arc<T>> {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        inner.objects.get(key).cloned()
+    }
+
+    /// A watch from `version`: the changes after it still to replay, then every later one.
+    /// `None` starts from now, with every current object replayed as added.
+    pub fn watch(&self, version: Option<u64>) -> Result<Watch<T>, Gone> {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        let backlog = match version {
+            None => inner
+                .objects
+                .values()
+                .map(|object| Event {
+                    version: inner.version,
+                    change: Change::Added,
+                    object: object.clone(),
+                    previous: None,
+                })
+                .collect(),
+            Some(v) if v < inner.replayable_from || v > self.clock.now() => {
+                return Err(Gone { version: v });
+            }
+            Some(v) => inner
+                .history
+                .iter()
+                .filter(|e| e.version > v)
+                .cloned()
+                .collect(),
+        };
+        Ok((backlog, self.changes.subscribe()))
+    }
+
+    /// The version of the current contents.
+    pub fn version(&self) -> u64 {
+        self.inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .version
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use nimbus_api::posture::{NamespacePosture, Verdict, WorkloadCounts};
+
+    fn posture(name: &str, verdict: Verdict) -> NamespacePosture {
+        NamespacePosture {
+            api_version: nimbus_api::posture::api_version(),
+            kind: "NamespacePosture".to_owned(),
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            verdict,
+            bindings: vec![],
+            intents: vec![],
+            workloads: WorkloadCounts::default(),
+            gaps: vec![],
+        }
+    }
+
+    #[test]
+    fn only_changes_get_versions_and_events() {
+        let store = Store::new(Clock::starting_now());
+        store.replace([
+            posture("a", Verdict::Unprotected),
+            posture("b", Verdict::Protected),
+        ]);
+        let (listed_at, listed) = store.list();
+        assert_eq!(listed.len(), 2);
+        let (_, mut rx) = store.watch(Some(listed_at)).expect("fresh version");
+
+        // Same contents: no new version, no event.
+        store.replace([
+            posture("a", Verdict::Unprotected),
+            posture("b", Verdict::Protected),
+        ]);
+        assert_eq!(store.version(), listed_at);
+        assert!(rx.try_recv().is_err());
+
+        store.replace([posture("a", Verdict::Protected)]);
+        let modified = rx.try_recv().expect("a modified");
+        assert_eq!(modified.change, Change::Modified);
+        assert_eq!(modified.object.verdict, Verdict::Protected);
+        let deleted = rx.try_recv().expect("b deleted");
+        assert_eq!(deleted.change, Change::Deleted);
+        assert_eq!(deleted.object.metadata.name.as_deref(), Some("b"));
+        assert!(deleted.version > modified.version);
+
+        // A watch from the first list replays both changes; from now, none.
+        let (backlog, _) = store.watch(Some(listed_at)).expect("replayable");
+        assert_eq!(backlog.len(), 2);
+        let (backlog, _) = store.watch(Some(store.version())).expect("current");
+        assert!(backlog.is_empty());
+        // From nothing: the current objects as added.
+        let (backlog, _) = store.watch(None).expect("from now");
+        assert_eq!(backlog.len(), 1);
+        assert_eq!(backlog[0].change, Change::Added);
+    }
+
+    #[test]
+    fn versions_from_elsewhere_are_gone() {
+        let store = Store::<NamespacePosture>::new(Clock::starting_now());
+        store.replace([posture("a", Verdict::Protected)]);
+        let now = store.version();
+        assert!(
+            store.watch(Some(now - 1_000_000)).is_err(),
+            "older than the history"
+        );
+        assert!(
+            store.watch(Some(now + 1_000_000)).is_err(),
+            "never handed out"
+        );
+    }
+}

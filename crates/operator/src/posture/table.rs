@@ -1,0 +1,158 @@
+//! The `meta.k8s.io/v1` Table form `kubectl get` asks for, so it prints useful columns.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use nimbus_api::posture::{NamespacePosture, PostureKind, WorkloadPosture};
+use serde_json::{Value, json};
+
+/// How a posture kind prints.
+pub trait Printed: PostureKind {
+    /// `(name, type, description)`; a `Name` column comes first and an `Age` column last.
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)];
+    fn cells(&self) -> Vec<Value>;
+}
+
+impl Printed for WorkloadPosture {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
+        ("Workload", "string", "The workload, as Kind/name."),
+        ("Pods", "integer", "How many of its pods exist."),
+        ("Verdict", "string", "Protected, Partial or Unprotected."),
+        (
+            "Intents",
+            "string",
+            "The IDs of the bound intents that select it.",
+        ),
+        ("Reasons", "string", "Why it is not (fully) protected."),
+    ];
+
+    fn cells(&self) -> Vec<Value> {
+        let mut intents: Vec<&str> = self.intents.iter().map(|i| i.id.as_str()).collect();
+        intents.dedup();
+        let mut reasons: Vec<&str> = self.reasons.iter().map(|r| r.reason.as_str()).collect();
+        reasons.dedup();
+        vec![
+            json!(format!("{}/{}", self.workload.kind, self.workload.name)),
+            json!(self.workload.pods),
+            json!(self.verdict.as_str()),
+            json!(or_none(&intents)),
+            json!(or_none(&reasons)),
+        ]
+    }
+}
+
+impl Printed for NamespacePosture {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
+        ("Verdict", "string", "Protected when every workload is."),
+        ("Workloads", "integer", "Workloads in the namespace."),
+        ("Protected", "integer", "Workloads fully protected."),
+        ("Partial", "integer", "Workloads partly protected."),
+        ("Unprotected", "integer", "Workloads not protected."),
+        (
+            "Intents",
+            "string",
+            "The IDs of the intents bound in the namespace.",
+        ),
+    ];
+
+    fn cells(&self) -> Vec<Value> {
+        let intents: Vec<&str> = self.intents.iter().map(String::as_str).collect();
+        vec![
+            json!(self.verdict.as_str()),
+            json!(self.workloads.total),
+            json!(self.workloads.protected),
+            json!(self.workloads.partial),
+            json!(self.workloads.unprotected),
+            json!(or_none(&intents)),
+        ]
+    }
+}
+
+fn or_none(items: &[&str]) -> String {
+    if items.is_empty() {
+        "<none>".to_owned()
+    } else {
+        items.join(",")
+    }
+}
+
+/// What each row carries besides its cells (`includeObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Include {
+    None,
+    Metadata,
+    Object,
+}
+
+impl Include {
+    pub fn parse(value: Option<&str>) -> Self {
+        match value {
+            Some("None") => Include::None,
+            Some("Object") => Include::Object,
+            _ => Include::Metadata,
+        }
+    }
+}
+
+/// A Table of `objects`; `headers: false` leaves out the column definitions (a watch sends
+/// them with its first event only).
+pub fn table<'a, T: Printed + 'a>(
+    objects: impl IntoIterator<Item = &'a T>,
+    list_meta: Value,
+    include: Include,
+    headers: bool,
+) -> Value {
+    let columns: Vec<Value> = if headers {
+        std::iter::once(json!({"name": "Name", "type": "string", "format": "name",
+            "description": "Name of the posture object.", "priority": 0}))
+        .chain(T::COLUMNS.iter().map(|(name, kind, description)| {
+            json!({"name": name, "type": kind, "format": "", "description": description, "priority": 0})
+        }))
+        .chain(std::iter::once(json!({"name": "Age", "type": "date", "format": "",
+            "description": "When the oldest pod (or the namespace) was created.", "priority": 0})))
+        .collect()
+    } else {
+        Vec::new()
+    };
+    let rows: Vec<Value> = objects
+        .into_iter()
+        .map(|object| {
+            let meta = object.metadata();
+            let mut cells = vec![json!(meta.name.clone().unwrap_or_default())];
+            cells.extend(object.cells());
+            cells.push(json!(age(meta)));
+            let embedded = match include {
+                Include::None => Value::Null,
+                Include::Metadata => json!({
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": meta,
+                }),
+                Include::Object => serde_json::to_value(object).unwrap_or(Value::Null),
+            };
+            json!({"cells": cells, "object": embedded})
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": columns,
+        "rows": rows,
+    })
+}
+
+/// The Age column as kube-apiserver prints it for CRDs: the time since creation, rounded.
+fn age(meta: &ObjectMeta) -> Value {
+    let Some(created) = &meta.creation_timestamp else {
+        return json!("<unknown>");
+    };
+    let seconds = jiff::Timestamp::now()
+        .duration_since(created.0)
+        .as_secs()
+        .max(0);
+    json!(match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7_200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3_600),
+        s => format!("{}d", s / 86_400),
+    })
+}
