@@ -56,3 +56,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "nimbus.ownVerbs" -}}
 [get, list, watch, create, patch, update, delete]
 {{- end }}
+
+{{/* The posture API's Service: kube-apiserver dials `<it>.<namespace>.svc`. */}}
+{{- define "nimbus.postureService" -}}
+{{- include "nimbus.fullname" . | trunc 55 | trimSuffix "-" }}-posture
+{{- end }}
+
+{{/* The Secret holding the posture API's serving certificate. */}}
+{{- define "nimbus.postureSecret" -}}
+{{- .Values.posture.certificate.secretName | default (printf "%s-posture-tls" (include "nimbus.fullname" .)) }}
+{{- end }}

@@ -8,16 +8,17 @@ use anyhow::Context as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
+use nimbus_api::posture::{self, WorkloadPosture};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntentBinding,
     condition,
 };
-use nimbus_testenv::{ControlPlane, Options, apply_yaml, upstream};
+use nimbus_testenv::{ControlPlane, LocalApiService, Options, apply_yaml, upstream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The repository's `examples/`, applied in this order.
-const EXAMPLES: [(&str, &str); 6] = [
+const EXAMPLES: [(&str, &str); 7] = [
     (
         "00-namespaces.yaml",
         include_str!("../../../examples/00-namespaces.yaml"),
@@ -42,7 +43,14 @@ const EXAMPLES: [(&str, &str); 6] = [
         "50-team-sandboxes.yaml",
         include_str!("../../../examples/50-team-sandboxes.yaml"),
     ),
+    (
+        "60-workloads.yaml",
+        include_str!("../../../examples/60-workloads.yaml"),
+    ),
 ];
+
+/// Where the posture API's Service and APIService go (as the chart installs them).
+const POSTURE_SERVICE: (&str, &str) = ("nimbus-system", "nimbus-posture");
 
 /// What the Helm chart installs beside the operator for the k8tls engine.
 const K8TLS_ENVIRONMENT: &str = include_str!("../../../charts/nimbus/files/k8tls/environment.yaml");
@@ -92,9 +100,27 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .await
         .context("installing the intent-catalog admission policy")?;
 
+    // The posture API on a loopback port, aggregated into kube-apiserver.
+    let posture_port = nimbus_testenv::free_port().context("a port for the posture API")?;
+    let server_name = format!("{}.{}.svc", POSTURE_SERVICE.1, POSTURE_SERVICE.0);
+    let certificate = nimbus_testenv::serving_cert(&[&server_name])
+        .context("a serving certificate for the posture API")?;
+    let certificate_file = |name: &str, pem: &str| -> anyhow::Result<PathBuf> {
+        let path = control_plane.work_dir().join(name);
+        std::fs::write(&path, pem).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    };
+
     let shutdown = crate::shutdown_on_signal();
     let mut config = nimbus_operator::Config {
         health_addr: Some(([127, 0, 0, 1], 8081).into()),
+        posture: Some(nimbus_operator::posture::Config {
+            addr: ([127, 0, 0, 1], posture_port).into(),
+            certificate: nimbus_operator::posture::ServingCertificate {
+                cert_file: certificate_file("posture-tls.crt", &certificate.cert_pem)?,
+                key_file: certificate_file("posture-tls.key", &certificate.key_pem)?,
+            },
+        }),
         ..Default::default()
     };
     args.engines.apply(&mut config, None);
@@ -103,6 +129,17 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         config,
         shutdown.clone(),
     ));
+    LocalApiService {
+        group: posture::GROUP,
+        version: posture::VERSION,
+        namespace: POSTURE_SERVICE.0,
+        service: POSTURE_SERVICE.1,
+        port: posture_port,
+        ca_pem: &certificate.ca_pem,
+    }
+    .register(&control_plane, SETTLE)
+    .await
+    .context("registering the posture API")?;
 
     for (name, yaml) in examples(args.examples.as_deref())? {
         apply_yaml(&client, &yaml)
@@ -113,7 +150,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     settle(&client).await?;
     print!("{}", summary(&client).await?);
     println!(
-        "\nThe control plane is up. Try:\n  KUBECONFIG={} kubectl get si,sib,csib,np,cwnp -A\n",
+        "\nThe control plane is up. Try:\n  KUBECONFIG={0} kubectl get si,sib,csib,np,cwnp -A\n  \
+         KUBECONFIG={0} kubectl get workloadpostures,namespacepostures -A\n",
         args.kubeconfig.display()
     );
 
@@ -161,7 +199,7 @@ async fn settle(client: &kube::Client) -> anyhow::Result<()> {
                 c.observed_generation == b.generation && c.reason != condition::REASON_RECONCILING
             })
         });
-        let verdicts: Vec<(String, Option<String>)> = rows
+        let mut verdicts: Vec<(String, Option<String>)> = rows
             .iter()
             .map(|b| {
                 (
@@ -170,6 +208,14 @@ async fn settle(client: &kube::Client) -> anyhow::Result<()> {
                 )
             })
             .collect();
+        // The posture API may still be computing: 503 until then.
+        verdicts.extend(
+            workloads(client)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .map(|w| (w[0].clone(), Some(w[1].clone()))),
+        );
         if verdicts != last {
             last = verdicts;
             unchanged_since = Instant::now();
@@ -286,7 +332,33 @@ async fn policies(client: &kube::Client) -> anyhow::Result<Vec<Row>> {
     Ok(nps.chain(cnps).collect())
 }
 
-/// Bindings, their policies and the native objects of each, as `kubectl get`-style tables.
+/// `[namespace/name, verdict, intents]` of each WorkloadPosture, read through kube-apiserver.
+async fn workloads(client: &kube::Client) -> anyhow::Result<Vec<Vec<String>>> {
+    Ok(list::<WorkloadPosture>(client)
+        .await?
+        .iter()
+        .map(|w| {
+            let mut intents: Vec<&str> = w.intents.iter().map(|i| i.id.as_str()).collect();
+            intents.dedup();
+            vec![
+                format!(
+                    "{}/{}",
+                    w.metadata.namespace.as_deref().unwrap_or_default(),
+                    w.name_any()
+                ),
+                w.verdict.as_str().to_owned(),
+                if intents.is_empty() {
+                    "<none>".to_owned()
+                } else {
+                    intents.join(",")
+                },
+            ]
+        })
+        .collect())
+}
+
+/// Bindings, their policies, the native objects of each and the workloads' postures, as
+/// `kubectl get`-style tables.
 async fn summary(client: &kube::Client) -> anyhow::Result<String> {
     let columns = |r: &Row| {
         let (status, reason) = ready(&r.conditions)
@@ -310,6 +382,11 @@ async fn summary(client: &kube::Client) -> anyhow::Result<String> {
     out += &table(&["POLICY", "RULES", "READY", "REASON"], &policies);
     out += "\n";
     out += &table(&["NATIVE OBJECT", "GENERATED FOR"], &natives);
+    out += "\n";
+    out += &table(
+        &["WORKLOAD POSTURE", "VERDICT", "INTENTS"],
+        &workloads(client).await?,
+    );
     Ok(out)
 }
 

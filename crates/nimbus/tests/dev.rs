@@ -59,6 +59,24 @@ fn nimbus_dev_runs_from_anywhere_and_ends_with_a_readable_summary() {
         );
     }
 
+    // The posture API, aggregated into kube-apiserver, sees the example workloads.
+    let postures = table("WORKLOAD POSTURE");
+    for (workload, verdict) in [
+        ("default/deployment-web", "Protected"),
+        // backend-dns selects it by CEL (matchExpressions), which KubeArmor cannot express.
+        ("default/deployment-api", "Partial"),
+        ("default/pod-debug", "Unprotected"),
+    ] {
+        let row = postures
+            .iter()
+            .find(|row| row.starts_with(workload))
+            .unwrap_or_else(|| panic!("{workload} missing from:\n{stdout}"));
+        assert!(
+            row.split_whitespace().any(|cell| cell == verdict),
+            "{workload} is not {verdict}: {row}"
+        );
+    }
+
     // A healthy start says nothing alarming.
     let alarming: Vec<&str> = stderr
         .lines()

@@ -257,11 +257,12 @@ fn assert_render_invariants(objects: &[Value], what: &str) {
             )
         })
         .collect();
-    assert_eq!(
-        ports,
-        BTreeMap::from([("health", 8081), ("metrics", 8080)]),
-        "{what}"
-    );
+    let mut expected_ports = BTreeMap::from([("health", 8081), ("metrics", 8080)]);
+    if let Some(posture) = flag(deployment, "--posture-addr") {
+        assert_eq!(posture, "0.0.0.0:8443", "{what}");
+        expected_ports.insert("posture", 8443);
+    }
+    assert_eq!(ports, expected_ports, "{what}");
     assert_eq!(
         c["livenessProbe"]["httpGet"],
         json!({"path": "/healthz", "port": "health"})
@@ -625,12 +626,32 @@ async fn the_operator_pod_meets_the_restricted_pod_security_standard() {
     );
 }
 
-/// `kustomize build config/default` is the chart's default render (apart from Helm's own
-/// labels and annotation, plus the namespace Helm creates itself), and the apiserver accepts it.
+/// `kustomize build config/default` is the chart's render without the posture API, and
+/// config/posture the render with it, its certificate from cert-manager (apart from Helm's own
+/// labels and annotation, plus the namespace Helm creates itself); the apiserver accepts them.
 #[tokio::test]
-async fn kustomize_default_is_the_charts_default_render() {
-    let kustomized = kustomize_build("config/default");
-    let chart = helm_template(&[]);
+async fn kustomize_configs_are_the_charts_renders() {
+    for (dir, set) in [
+        ("config/default", "posture.enabled=false"),
+        (
+            "config/posture",
+            "posture.certificate.certManager.enabled=true",
+        ),
+    ] {
+        let kustomized = kustomize_build(dir);
+        let chart = helm_template(&[set]);
+        assert_same_objects(dir, &kustomized, &chart);
+        // cert-manager's kinds are not served by the test apiserver.
+        let served: Vec<Value> = kustomized
+            .into_iter()
+            .filter(|o| !matches!(kind(o), "Issuer" | "Certificate"))
+            .collect();
+        let client = nimbus_testenv::shared().client().expect("client");
+        apply_rendered(&client, &served, false, dir).await;
+    }
+}
+
+fn assert_same_objects(dir: &str, kustomized: &[Value], chart: &[Value]) {
     let key = |o: &Value| (kind(o).to_owned(), name(o).to_owned());
     let normalize = |objects: &[Value]| -> BTreeMap<(String, String), Value> {
         objects
@@ -659,27 +680,24 @@ async fn kustomize_default_is_the_charts_default_render() {
             })
             .collect()
     };
-    let (from_kustomize, from_helm) = (normalize(&kustomized), normalize(&chart));
+    let (from_kustomize, from_helm) = (normalize(kustomized), normalize(chart));
     assert_eq!(
         from_kustomize.keys().collect::<Vec<_>>(),
         from_helm.keys().collect::<Vec<_>>(),
-        "config/default and the chart render different objects"
+        "{dir} and the chart render different objects"
     );
     let rules = |objects: &[Value]| grants(&only(objects, "ClusterRole", RELEASE)["rules"]);
     assert_grants(
-        &rules(&kustomized),
-        &rules(&chart),
+        &rules(kustomized),
+        &rules(chart),
         "config/rbac/role.yaml vs the chart",
     );
     for (key, object) in &from_kustomize {
         assert!(
             object == &from_helm[key],
-            "{key:?} differs:\nkustomize: {object:#}\nhelm: {:#}",
+            "{dir}: {key:?} differs:\nkustomize: {object:#}\nhelm: {:#}",
             from_helm[key]
         );
     }
-    only(&kustomized, "Namespace", RELEASE_NAMESPACE);
-
-    let client = nimbus_testenv::shared().client().expect("client");
-    apply_rendered(&client, &kustomized, false, "config/default").await;
+    only(kustomized, "Namespace", RELEASE_NAMESPACE);
 }

@@ -236,10 +236,35 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
         ))
     );
 
+    // The posture API too, serving the certificate the chart generated.
+    let certificate = tempfile::tempdir().expect("temp dir");
+    let tls = rendered(&objects, "Secret", "nimbus-posture-tls");
+    let pem = |key: &str| {
+        use base64::Engine as _;
+        let encoded = tls["data"][key].as_str().expect("a certificate field");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .expect("base64");
+        String::from_utf8(decoded).expect("PEM")
+    };
+    for key in ["tls.crt", "tls.key"] {
+        std::fs::write(certificate.path().join(key), pem(key)).expect("certificate file");
+    }
+    let posture_port = nimbus_testenv::free_port().expect("a free port");
+    let mut config = common::operator_config_from(deployment, LEADER);
+    assert!(container_flag(deployment, "--posture-addr").is_some());
+    config.posture = Some(nimbus_operator::posture::Config {
+        addr: ([127, 0, 0, 1], posture_port).into(),
+        certificate: nimbus_operator::posture::ServingCertificate {
+            cert_file: certificate.path().join("tls.crt"),
+            key_file: certificate.path().join("tls.key"),
+        },
+    });
+
     let shutdown = CancellationToken::new();
     let operator = tokio::spawn(nimbus_operator::run(
         client.clone(),
-        common::operator_config_from(deployment, LEADER),
+        config,
         shutdown.clone(),
     ));
 
@@ -350,6 +375,50 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
         Some(LEADER),
         "the operator leads through the chart's leader-election Role"
     );
+
+    // The posture API answers kube-apiserver's front proxy (certificate verified as the name
+    // the APIService makes kube-apiserver dial), authenticating it and authorizing the user
+    // with the chart's delegated-authentication RBAC.
+    let service = rendered(
+        &objects,
+        "APIService",
+        "v1alpha1.posture.security.nimbus.com",
+    );
+    let server_name = format!(
+        "{}.{}.svc",
+        service["spec"]["service"]["name"]
+            .as_str()
+            .expect("service name"),
+        service["spec"]["service"]["namespace"]
+            .as_str()
+            .expect("service namespace"),
+    );
+    let as_proxy = Client::try_from(common::with_front_proxy_certificate(
+        cp,
+        common::posture_direct(
+            posture_port,
+            &pem("ca.crt"),
+            Some(&server_name),
+            Some(("posture-admin", "system:masters")),
+        ),
+    ))
+    .expect("a client of the posture API");
+    eventually(
+        "the posture API lists the test namespace",
+        CONVERGE,
+        async |seen| {
+            let list = Api::<nimbus_api::posture::NamespacePosture>::all(as_proxy.clone())
+                .list(&Default::default())
+                .await;
+            *seen = format!("{list:?}");
+            list.ok()?
+                .items
+                .iter()
+                .any(|n| n.metadata.name.as_deref() == Some(ns.name()))
+                .then_some(())
+        },
+    )
+    .await;
 
     let refused = refused_calls();
     assert!(

@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use nimbus_api::SecurityIntentBinding;
 use nimbus_api::posture::{NamespacePosture, Verdict, WorkloadPosture};
-use nimbus_testenv::{ControlPlane, ServingCert, eventually};
+use nimbus_testenv::{ControlPlane, LocalApiService, ServingCert, eventually};
 use serde_json::json;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -37,8 +37,8 @@ fn posture() -> &'static Posture {
     POSTURE.get_or_init(|| {
         let cp = common::cluster_with_engines();
         let port = nimbus_testenv::free_port().expect("a free port");
-        let service_dns = format!("{}.{}.svc", SERVICE.1, SERVICE.0);
-        let cert = nimbus_testenv::serving_cert(&[&service_dns]).expect("serving certificate");
+        let server_name = api_service(port, "").server_name();
+        let cert = nimbus_testenv::serving_cert(&[&server_name]).expect("serving certificate");
         let dir = tempfile::tempdir().expect("temp dir");
         let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
         std::fs::write(&cert_file, &cert.cert_pem).expect("tls.crt");
@@ -84,89 +84,23 @@ fn posture() -> &'static Posture {
     })
 }
 
-/// The Service and APIService a release installs, pointed at the loopback port, once the
-/// server answers: kube-apiserver fetches the OpenAPI documents when the APIService appears and,
-/// after a failure, only a minute later.
+/// The Service and APIService a release installs, pointed at the loopback port.
 async fn register(posture: &Posture) {
-    let (cp, port) = (posture.cp, posture.port);
-    let as_proxy = direct_client(posture, None, true);
-    eventually(
-        "the posture API serves its OpenAPI",
-        CONVERGE,
-        async |seen| {
-            let request = http::Request::get("/openapi/v3").body(Vec::new()).ok()?;
-            match as_proxy.request_text(request).await {
-                Ok(index) => Some(index),
-                Err(error) => {
-                    *seen = error.to_string();
-                    None
-                }
-            }
-        },
-    )
-    .await;
-    let ca_bundle = {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD.encode(&posture.cert.ca_pem)
-    };
-    let yaml = format!(
-        r#"
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {ns}}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {svc}, namespace: {ns}}}
-spec:
-  type: ExternalName
-  externalName: localhost
-  ports: [{{name: https, port: {port}}}]
----
-apiVersion: apiregistration.k8s.io/v1
-kind: APIService
-metadata: {{name: v1alpha1.posture.security.nimbus.com}}
-spec:
-  group: posture.security.nimbus.com
-  version: v1alpha1
-  groupPriorityMinimum: 1000
-  versionPriority: 15
-  caBundle: {ca_bundle}
-  service: {{name: {svc}, namespace: {ns}, port: {port}}}
-"#,
-        ns = SERVICE.0,
-        svc = SERVICE.1,
-    );
-    let client = cp.client().expect("client");
-    nimbus_testenv::apply_yaml(&client, &yaml)
+    api_service(posture.port, &posture.cert.ca_pem)
+        .register(posture.cp, CONVERGE)
         .await
-        .expect("Service and APIService");
-    let services: Api<kube::api::DynamicObject> = Api::all_with(
-        client,
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "apiregistration.k8s.io",
-            "v1",
-            "APIService",
-        )),
-    );
-    eventually(
-        "the posture APIService is Available",
-        CONVERGE,
-        async |seen| {
-            let service = services
-                .get("v1alpha1.posture.security.nimbus.com")
-                .await
-                .ok()?;
-            let conditions = service.data["status"]["conditions"].clone();
-            *seen = conditions.to_string();
-            conditions
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Available" && c["status"] == "True")
-                .then_some(())
-        },
-    )
-    .await;
+        .expect("registering the posture API");
+}
+
+fn api_service(port: u16, ca_pem: &str) -> LocalApiService<'_> {
+    LocalApiService {
+        group: nimbus_api::posture::GROUP,
+        version: nimbus_api::posture::VERSION,
+        namespace: SERVICE.0,
+        service: SERVICE.1,
+        port,
+        ca_pem,
+    }
 }
 
 /// Runs kubectl against kube-apiserver; returns (success, stdout, stderr).
@@ -515,40 +449,19 @@ async fn watches_resume_from_a_list_and_expire_when_unknown() {
 }
 
 fn direct_config(posture: &Posture, user: Option<&str>) -> kube::Config {
-    let url = format!("https://127.0.0.1:{}", posture.port)
-        .parse()
-        .expect("URL");
-    let mut config = kube::Config::new(url);
-    let ca = rustls_pem_der(&posture.cert.ca_pem);
-    config.root_cert = Some(vec![ca]);
-    if let Some(user) = user {
-        config.headers.push((
-            http::HeaderName::from_static("x-remote-user"),
-            http::HeaderValue::from_str(user).expect("header value"),
-        ));
-        config.headers.push((
-            http::HeaderName::from_static("x-remote-group"),
-            http::HeaderValue::from_static("system:authenticated"),
-        ));
-    }
-    config
+    common::posture_direct(
+        posture.port,
+        &posture.cert.ca_pem,
+        None,
+        user.map(|u| (u, "system:authenticated")),
+    )
 }
 
 /// A client calling the server directly, with the front proxy's certificate when `as_proxy`.
 fn direct_client(posture: &Posture, user: Option<&str>, as_proxy: bool) -> Client {
     let mut config = direct_config(posture, user);
     if as_proxy {
-        let (cert, key) = posture.cp.front_proxy_client();
-        config.auth_info.client_certificate = Some(cert.display().to_string());
-        config.auth_info.client_key = Some(key.display().to_string());
+        config = common::with_front_proxy_certificate(posture.cp, config);
     }
     Client::try_from(config).expect("direct client")
-}
-
-fn rustls_pem_der(pem: &str) -> Vec<u8> {
-    use base64::Engine as _;
-    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(body)
-        .expect("PEM body")
 }

@@ -39,6 +39,7 @@
 //! Each process logs to `<work dir>/<process>.log`; start-up errors include the last lines of
 //! the failing process's log. `NIMBUS_TESTENV_LOG=1` sends all output to stderr instead.
 
+mod aggregation;
 mod binaries;
 mod certs;
 mod child;
@@ -52,6 +53,7 @@ mod shared;
 pub mod upstream;
 mod workdir;
 
+pub use aggregation::LocalApiService;
 pub use certs::{ServingCert, serving_cert};
 pub use child::Child;
 pub use control_plane::{ControlPlane, Options, create_fake_node};

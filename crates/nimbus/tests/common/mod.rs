@@ -543,7 +543,9 @@ pub async fn install_chart_without_workload(admin: &Client) -> Vec<serde_json::V
         .filter(|o| {
             !matches!(
                 object_kind(o),
-                "Deployment" | "Service" | "PodDisruptionBudget" | "ServiceMonitor"
+                // An APIService without its server would stall discovery, and with it garbage
+                // collection and namespace deletion, for every later test.
+                "Deployment" | "Service" | "PodDisruptionBudget" | "ServiceMonitor" | "APIService"
             )
         })
         .cloned()
@@ -624,4 +626,43 @@ pub fn operator_config_from(
             .collect(),
         ..nimbus_operator::Config::default()
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The posture API, called directly rather than through kube-apiserver.
+
+/// A client configuration for the posture API on `127.0.0.1:port`, trusting `ca_pem` (for the
+/// name `server_name`, else the IP), with `(user, group)` in the front proxy's headers.
+pub fn posture_direct(
+    port: u16,
+    ca_pem: &str,
+    server_name: Option<&str>,
+    identity: Option<(&str, &str)>,
+) -> kube::Config {
+    use base64::Engine as _;
+    let url = format!("https://127.0.0.1:{port}").parse().expect("URL");
+    let mut config = kube::Config::new(url);
+    let body: String = ca_pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .expect("a PEM CA");
+    config.root_cert = Some(vec![der]);
+    config.tls_server_name = server_name.map(str::to_owned);
+    if let Some((user, group)) = identity {
+        for (header, value) in [("x-remote-user", user), ("x-remote-group", group)] {
+            config.headers.push((
+                http::HeaderName::from_static(header),
+                http::HeaderValue::from_str(value).expect("header value"),
+            ));
+        }
+    }
+    config
+}
+
+/// `config` presenting the front proxy's client certificate, as kube-apiserver does.
+pub fn with_front_proxy_certificate(cp: &ControlPlane, mut config: kube::Config) -> kube::Config {
+    let (cert, key) = cp.front_proxy_client();
+    config.auth_info.client_certificate = Some(cert.display().to_string());
+    config.auth_info.client_key = Some(key.display().to_string());
+    config
 }

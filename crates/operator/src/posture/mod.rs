@@ -72,8 +72,10 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
     let postures = Arc::new(Postures::new());
-    tokio::spawn(compute::run(ctx, workloads, changes, postures.clone()));
-    let tls = tls::follow(config.certificate.clone(), front_proxy(client.clone()));
+    let computing = compute::run(ctx, workloads, changes, postures.clone());
+    tokio::spawn(until(shutdown.clone(), computing));
+    let front_proxy = front_proxy(client.clone(), shutdown.clone());
+    let tls = tls::follow(config.certificate.clone(), front_proxy);
     let api = Arc::new(server::Api {
         postures,
         authorizer: auth::Authorizer::new(client.clone()),
@@ -83,13 +85,25 @@ pub async fn start(
     server::serve(config.addr, tls, api).await
 }
 
-/// How kube-apiserver's front proxy authenticates, followed as it changes.
-fn front_proxy(client: Client) -> watch::Receiver<Option<auth::RequestHeader>> {
+/// Runs `task` until it ends or `shutdown`: the watches it drives must not outlive the
+/// operator.
+async fn until(shutdown: CancellationToken, task: impl Future<Output = ()>) {
+    tokio::select! {
+        () = task => {}
+        () = shutdown.cancelled() => {}
+    }
+}
+
+/// How kube-apiserver's front proxy authenticates, followed as it changes (until `shutdown`).
+fn front_proxy(
+    client: Client,
+    shutdown: CancellationToken,
+) -> watch::Receiver<Option<auth::RequestHeader>> {
     let (tx, rx) = watch::channel(None);
     let (namespace, name) = auth::AUTHENTICATION_CONFIG_MAP;
     let api = Api::<ConfigMap>::namespaced(client, namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    tokio::spawn(async move {
+    tokio::spawn(until(shutdown, async move {
         let mut events = watcher(api, config)
             .default_backoff()
             .applied_objects()
@@ -115,6 +129,6 @@ fn front_proxy(client: Client) -> watch::Receiver<Option<auth::RequestHeader>> {
                 }
             }
         }
-    });
+    }));
     rx
 }
