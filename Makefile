@@ -1,11 +1,12 @@
 # make dev   - local control plane + operator + examples, until Ctrl-C (the README's first command)
 # make test  - the whole test suite: formatting, lints, unit, golden, property and integration
 #              tests on a real control plane (the README's second command; CI runs it)
-# make bench - the operator benchmark; make crds - regenerate the committed CRDs
+# make bench - the operator benchmark (make bench-posture: the posture API's); make crds -
+#              regenerate the committed CRDs
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools kyverno crds upstream-kyverno bench chaos
+.PHONY: dev test control-plane tools kyverno crds upstream-kyverno bench bench-posture chaos
 
 dev: control-plane
 	$(CARGO) run -- dev
@@ -20,8 +21,9 @@ test: control-plane tools kyverno
 control-plane:
 	bash hack/build-control-plane.sh
 
-# helm and kustomize for the packaging tests and netpol-decider for the efficacy tests, from
-# pinned Go modules, cached in ~/.cache/nimbus-rs/tools (cold: ~5 min on 2 cores; warm: instant).
+# helm and kustomize for the packaging tests, netpol-decider for the efficacy tests and kubectl
+# for the posture API tests, from pinned Go modules, cached in ~/.cache/nimbus-rs/tools (cold:
+# ~5 min on 2 cores; warm: instant).
 tools:
 	bash hack/build-tools.sh
 
@@ -57,6 +59,11 @@ upstream-kyverno:
 # BENCH_ARGS="--namespaces 10 --bindings-per-namespace 2 --steady 20s".
 bench: control-plane
 	$(CARGO) run --release -p nimbus-bench -- $(BENCH_ARGS)
+
+# The posture API with 5,000 pods on kwok nodes: catch-up time, list latency through
+# kube-apiserver, operator memory. Resize with e.g. BENCH_ARGS="--pods 1000".
+bench-posture: control-plane
+	$(CARGO) run --release -p nimbus-bench -- posture $(BENCH_ARGS)
 
 # The chaos suite at length: churn, leader kills and control-plane restarts, then an audit
 # against `nimbus translate` (see the README). One run per seed.

@@ -8,6 +8,7 @@
 //! operator process. Printed as a table and written as JSON (`target/bench-results.json`).
 
 mod floor;
+mod posture;
 mod procfs;
 mod report;
 mod requests;
@@ -58,6 +59,16 @@ struct Args {
     /// Where the JSON results go; default: `target/bench-results.json` in the workspace.
     #[arg(long)]
     output: Option<PathBuf>,
+    /// Another benchmark instead of the operator's scenarios.
+    #[command(subcommand)]
+    other: Option<Other>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Other {
+    /// The posture API with thousands of pods on kwok nodes: catch-up time, list latency
+    /// through kube-apiserver, operator memory.
+    Posture(posture::PostureArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -91,9 +102,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.namespaces > 0, "--namespaces must be at least 1");
     procfs::check_available()?;
     let root = workspace_root();
-    let k8tls_env = root.join("charts/nimbus/files/k8tls/environment.yaml");
-    let k8tls_env = std::fs::read_to_string(&k8tls_env)
-        .with_context(|| format!("reading {}", k8tls_env.display()))?;
     let nimbus = match &args.nimbus_bin {
         Some(path) => {
             anyhow::ensure!(
@@ -111,6 +119,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .context("building the operator")??,
     };
     step(format!("operator binary: {}", nimbus.display()));
+    if let Some(Other::Posture(posture_args)) = args.other {
+        return posture::run(posture_args, &nimbus).await;
+    }
+
+    let k8tls_env = root.join("charts/nimbus/files/k8tls/environment.yaml");
+    let k8tls_env = std::fs::read_to_string(&k8tls_env)
+        .with_context(|| format!("reading {}", k8tls_env.display()))?;
 
     step("starting the control plane (etcd, kube-apiserver, kube-controller-manager)");
     let cp = ControlPlane::start(Options::default())

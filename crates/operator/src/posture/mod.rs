@@ -76,13 +76,13 @@ pub async fn start(
     tokio::spawn(until(shutdown.clone(), computing));
     let front_proxy = front_proxy(client.clone(), shutdown.clone());
     let tls = tls::follow(config.certificate.clone(), front_proxy);
-    let api = Arc::new(server::Api {
+    let server = Arc::new(server::Server {
         postures,
         authorizer: auth::Authorizer::new(client.clone()),
         documents: openapi::Documents::build(),
         shutdown,
     });
-    server::serve(config.addr, tls, api).await
+    server::serve(config.addr, tls, server).await
 }
 
 /// Runs `task` until it ends or `shutdown`: the watches it drives must not outlive the

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 const WATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 
-pub struct Api {
+pub struct Server {
     pub postures: Arc<Postures>,
     pub authorizer: Authorizer,
     pub documents: Documents,
@@ -47,12 +47,12 @@ pub struct Api {
 pub async fn serve(
     addr: SocketAddr,
     tls: watch::Receiver<Option<(Arc<ServerConfig>, RequestHeader)>>,
-    api: Arc<Api>,
+    server: Arc<Server>,
 ) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, Error> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Listen { addr, source })?;
-    let shutdown = api.shutdown.clone();
+    let shutdown = server.shutdown.clone();
     Ok(Box::pin(async move {
         loop {
             let tcp = tokio::select! {
@@ -69,7 +69,7 @@ pub async fn serve(
                 tracing::debug!("posture API: TLS not configured yet; connection closed");
                 continue;
             };
-            tokio::spawn(connection(tcp, config, front_proxy, api.clone()));
+            tokio::spawn(connection(tcp, config, front_proxy, server.clone()));
         }
     }))
 }
@@ -78,7 +78,7 @@ async fn connection(
     tcp: tokio::net::TcpStream,
     config: Arc<ServerConfig>,
     front_proxy: RequestHeader,
-    api: Arc<Api>,
+    server: Arc<Server>,
 ) {
     let stream = match TlsAcceptor::from(config).accept(tcp).await {
         Ok(stream) => stream,
@@ -98,10 +98,10 @@ async fn connection(
         Some(cn) if front_proxy.allows(cn.as_deref()) => Some(Arc::new(front_proxy)),
         _ => None,
     };
-    let shutdown = api.shutdown.clone();
+    let shutdown = server.shutdown.clone();
     let service = hyper::service::service_fn(move |request| {
-        let (api, proxy) = (api.clone(), proxy.clone());
-        async move { Ok::<_, Infallible>(api.handle(request, proxy.as_deref()).await) }
+        let (server, proxy) = (server.clone(), proxy.clone());
+        async move { Ok::<_, Infallible>(server.handle(request, proxy.as_deref()).await) }
     });
     let builder = auto::Builder::new(TokioExecutor::new());
     let connection = builder.serve_connection(TokioIo::new(stream), service);
@@ -117,7 +117,7 @@ async fn connection(
     }
 }
 
-impl Api {
+impl Server {
     async fn handle<B>(
         &self,
         request: Request<B>,

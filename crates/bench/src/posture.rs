@@ -1,0 +1,322 @@
+//! `nimbus-bench posture`: the posture API with thousands of pods on kwok's fake nodes. How
+//! long until every pod's workload has its posture, how long a list through kube-apiserver's
+//! aggregation layer takes (JSON, and the Table `kubectl get` asks for), and the operator's
+//! memory before and after the pods.
+
+use crate::{procfs, report::mib, step, tail, wait_ready};
+use anyhow::{Context as _, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use nimbus_api::posture::{self, WorkloadPosture};
+use nimbus_api::{SecurityIntent, SecurityIntentBinding};
+use nimbus_testenv::{
+    Child, ControlPlane, LocalApiService, Options, apply_yaml, create_fake_node, free_port,
+};
+use serde_json::json;
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct PostureArgs {
+    /// Pods in all, as Deployments of `--replicas` pods each.
+    #[arg(long, default_value_t = 5000)]
+    pods: usize,
+    #[arg(long, default_value_t = 5)]
+    replicas: usize,
+    /// Namespaces the Deployments are spread over; each has one binding selecting half of its
+    /// Deployments.
+    #[arg(long, default_value_t = 50)]
+    namespaces: usize,
+    /// Lists timed in each form.
+    #[arg(long, default_value_t = 30)]
+    lists: usize,
+    /// Requests in flight while creating the workload.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Give up when the postures have not caught up after this long.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+/// Pods kwok runs per fake node (below the node's capacity of 110).
+const PODS_PER_NODE: usize = 100;
+
+pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.replicas > 0 && args.namespaces > 0,
+        "--replicas and --namespaces must be at least 1"
+    );
+    let deployments = args.pods.div_ceil(args.replicas);
+    let pods = deployments * args.replicas;
+
+    step("starting the control plane with kube-scheduler and kwok");
+    let cp = ControlPlane::start(Options {
+        fake_nodes: true,
+        ..Options::default()
+    })
+    .await
+    .context("starting the local control plane")?;
+    let client = cp.client().context("building an admin client")?;
+    apply_yaml(&client, &nimbus_api::crds_yaml()?)
+        .await
+        .context("installing the Nimbus CRDs")?;
+    nimbus_testenv::upstream::install_engine_crds(&client)
+        .await
+        .context("installing the engine CRDs")?;
+    let nodes = pods.div_ceil(PODS_PER_NODE);
+    step(format!("creating {nodes} fake nodes"));
+    for n in 0..nodes {
+        create_fake_node(&client, &format!("bench-node-{n}"))
+            .await
+            .context("creating a fake node")?;
+    }
+
+    step("starting the operator with the posture API");
+    let port = free_port()?;
+    let service = LocalApiService {
+        group: posture::GROUP,
+        version: posture::VERSION,
+        namespace: "nimbus-system",
+        service: "nimbus-posture",
+        port,
+        ca_pem: "",
+    };
+    let certificate = nimbus_testenv::serving_cert(&[&service.server_name()])?;
+    let service = LocalApiService {
+        ca_pem: &certificate.ca_pem,
+        ..service
+    };
+    let write = |name: &str, pem: &str| -> anyhow::Result<OsString> {
+        let path = cp.work_dir().join(name);
+        std::fs::write(&path, pem).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path.into_os_string())
+    };
+    let health = free_port()?;
+    let operator_args: Vec<String> = [
+        "run".into(),
+        format!("--health-addr=127.0.0.1:{health}"),
+        format!("--metrics-addr=127.0.0.1:{}", free_port()?),
+        format!("--posture-addr=127.0.0.1:{port}"),
+        format!(
+            "--posture-tls-cert-file={}",
+            write("posture.crt", &certificate.cert_pem)?.to_string_lossy()
+        ),
+        format!(
+            "--posture-tls-key-file={}",
+            write("posture.key", &certificate.key_pem)?.to_string_lossy()
+        ),
+    ]
+    .into();
+    let log_level = std::env::var_os("NIMBUS_LOG").unwrap_or_else(|| OsString::from("info"));
+    let mut operator = Child::spawn(
+        "nimbus-operator",
+        nimbus,
+        &operator_args,
+        &[
+            ("KUBECONFIG", cp.kubeconfig_path().as_os_str()),
+            ("NIMBUS_LOG", log_level.as_os_str()),
+        ],
+        cp.work_dir(),
+    )
+    .with_context(|| format!("starting {}", nimbus.display()))?;
+    let pid = operator.pid();
+    wait_ready(&mut operator, health).await?;
+    service
+        .register(&cp, Duration::from_secs(120))
+        .await
+        .context("registering the posture API")?;
+    let before = procfs::Sample::read(pid)?;
+
+    step(format!(
+        "creating {deployments} Deployments of {} pods in {} namespaces, and a binding in each",
+        args.replicas, args.namespaces
+    ));
+    let began = Instant::now();
+    create_workload(&client, &args, deployments).await?;
+    let created = began.elapsed();
+    let api: Api<WorkloadPosture> = Api::all(client.clone());
+    let caught_up = loop {
+        let listed = api.list(&ListParams::default()).await;
+        let counted: usize = listed.as_ref().map_or(0, |l| {
+            l.items
+                .iter()
+                .filter(|w| w.workload.kind == "Deployment")
+                .map(|w| w.workload.pods as usize)
+                .sum()
+        });
+        if counted == pods {
+            break began.elapsed();
+        }
+        if operator.has_exited() {
+            bail!(
+                "the operator exited; its log ends with:\n{}",
+                tail(&operator.output(), 40)
+            );
+        }
+        if began.elapsed() > args.timeout {
+            bail!(
+                "after {:?} the postures count {counted} of {pods} pods",
+                args.timeout
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    step(format!(
+        "every pod is in a posture {:.1} s after the first create ({:.1} s creating)",
+        caught_up.as_secs_f64(),
+        created.as_secs_f64()
+    ));
+    // Let the scheduler and kwok finish with the pods before timing the reads.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after = procfs::Sample::read(pid)?;
+
+    let json = time_lists(&client, args.lists, false).await?;
+    let table = time_lists(&client, args.lists, true).await?;
+    let after_lists = procfs::Sample::read(pid)?;
+
+    let per_thousand = (mib(after.rss_kib) - mib(before.rss_kib)) / (pods as f64 / 1000.0);
+    println!(
+        "posture API benchmark ({pods} pods, {deployments} workloads, {} namespaces, {nodes} kwok nodes)",
+        args.namespaces
+    );
+    println!(
+        "  caught up:   every pod in a posture {:.1} s after the first create",
+        caught_up.as_secs_f64()
+    );
+    for (form, timing) in [("JSON ", &json), ("Table", &table)] {
+        println!(
+            "  list {form}:  p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms over {} lists of {} objects ({:.1} MiB each), through kube-apiserver",
+            timing.p50_ms, timing.p99_ms, timing.max_ms, args.lists, timing.objects, timing.mib
+        );
+    }
+    println!(
+        "  operator RSS: {:.1} MiB before the pods, {:.1} MiB after ({per_thousand:.1} MiB per 1,000 pods), {:.1} MiB after the lists (peak {:.1} MiB)",
+        mib(before.rss_kib),
+        mib(after.rss_kib),
+        mib(after_lists.rss_kib),
+        mib(after_lists.peak_rss_kib),
+    );
+    Ok(())
+}
+
+async fn create_workload(
+    client: &Client,
+    args: &PostureArgs,
+    deployments: usize,
+) -> anyhow::Result<()> {
+    let namespaces: Vec<String> = (0..args.namespaces)
+        .map(|n| format!("posture-bench-{n}"))
+        .collect();
+    let intents: Api<SecurityIntent> = Api::all(client.clone());
+    let intent = json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+        "metadata": {"name": "dns-manipulation"},
+        "spec": {"intent": {"id": "dnsManipulation", "action": "Block"}}
+    });
+    intents
+        .create(&PostParams::default(), &serde_json::from_value(intent)?)
+        .await
+        .context("creating the intent")?;
+    for ns in &namespaces {
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &serde_json::from_value(namespace)?)
+            .await
+            .with_context(|| format!("creating namespace {ns}"))?;
+        let binding = json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+            "metadata": {"name": "dns"},
+            "spec": {
+                "intents": [{"name": "dns-manipulation"}],
+                "selector": {"workloadSelector": {"matchLabels": {"protected": "yes"}}}
+            }
+        });
+        Api::<SecurityIntentBinding>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &serde_json::from_value(binding)?)
+            .await
+            .with_context(|| format!("creating the binding in {ns}"))?;
+    }
+    futures::stream::iter(0..deployments)
+        .map(|d| {
+            let ns = namespaces[d % namespaces.len()].clone();
+            let client = client.clone();
+            let replicas = args.replicas;
+            async move {
+                let name = format!("app-{d}");
+                let protected = if d % 2 == 0 { "yes" } else { "no" };
+                let deployment = json!({
+                    "apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "replicas": replicas,
+                        "selector": {"matchLabels": {"app": name}},
+                        "template": {
+                            "metadata": {"labels": {"app": name, "protected": protected}},
+                            "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}
+                        }
+                    }
+                });
+                Api::<Deployment>::namespaced(client, &ns)
+                    .create(&PostParams::default(), &serde_json::from_value(deployment)?)
+                    .await
+                    .with_context(|| format!("creating Deployment {ns}/{name}"))
+                    .map(drop)
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+struct Timing {
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    objects: usize,
+    mib: f64,
+}
+
+/// Lists every WorkloadPosture `n` times through kube-apiserver, as JSON or as a Table.
+async fn time_lists(client: &Client, n: usize, as_table: bool) -> anyhow::Result<Timing> {
+    let path = format!(
+        "/apis/{}/{}/workloadpostures",
+        posture::GROUP,
+        posture::VERSION
+    );
+    let accept = if as_table {
+        "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
+    } else {
+        "application/json"
+    };
+    let mut samples = Vec::with_capacity(n);
+    let (mut objects, mut bytes) = (0, 0);
+    for _ in 0..n.max(1) {
+        let request = http::Request::get(path.as_str())
+            .header(http::header::ACCEPT, accept)
+            .body(Vec::new())?;
+        let started = Instant::now();
+        let body = client
+            .request_text(request)
+            .await
+            .context("listing WorkloadPostures")?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        let value: serde_json::Value = serde_json::from_str(&body)?;
+        let field = if as_table { "rows" } else { "items" };
+        objects = value[field].as_array().map_or(0, Vec::len);
+        bytes = body.len();
+    }
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    Ok(Timing {
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        max_ms: at(1.0),
+        objects,
+        mib: bytes as f64 / (1024.0 * 1024.0),
+    })
+}
