@@ -162,21 +162,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(resync) = &args.resync {
         operator_args.extend(["--resync".into(), resync.clone()]);
     }
-    let log_level = std::env::var_os("NIMBUS_LOG").unwrap_or_else(|| OsString::from("info"));
     let spawned = Instant::now();
-    let mut operator = Child::spawn(
-        "nimbus-operator",
-        &nimbus,
-        &operator_args,
-        &[
-            ("KUBECONFIG", cp.kubeconfig_path().as_os_str()),
-            ("NIMBUS_LOG", log_level.as_os_str()),
-        ],
-        cp.work_dir(),
-    )
-    .with_context(|| format!("starting {}", nimbus.display()))?;
+    let mut operator = spawn_operator(&cp, &nimbus, &operator_args, health).await?;
     let pid = operator.pid();
-    wait_ready(&mut operator, health).await?;
     let ready_secs = spawned.elapsed().as_secs_f64();
     let at_ready = procfs::Sample::read(pid)?;
     step(format!(
@@ -440,6 +428,30 @@ fn build_operator(root: &Path) -> anyhow::Result<PathBuf> {
         .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "nimbus")
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
         .context("cargo built nimbus but reported no executable for it")
+}
+
+/// Runs `nimbus <args>` against `cp` (logging at `NIMBUS_LOG`, default info) and waits until
+/// its `/readyz` on port `health` answers 200.
+async fn spawn_operator(
+    cp: &ControlPlane,
+    nimbus: &Path,
+    args: &[String],
+    health: u16,
+) -> anyhow::Result<Child> {
+    let log_level = std::env::var_os("NIMBUS_LOG").unwrap_or_else(|| OsString::from("info"));
+    let mut operator = Child::spawn(
+        "nimbus-operator",
+        nimbus,
+        args,
+        &[
+            ("KUBECONFIG", cp.kubeconfig_path().as_os_str()),
+            ("NIMBUS_LOG", log_level.as_os_str()),
+        ],
+        cp.work_dir(),
+    )
+    .with_context(|| format!("starting {}", nimbus.display()))?;
+    wait_ready(&mut operator, health).await?;
+    Ok(operator)
 }
 
 async fn wait_ready(operator: &mut Child, health: u16) -> anyhow::Result<()> {

@@ -3,7 +3,7 @@
 //! aggregation layer takes (JSON, and the Table `kubectl get` asks for), and the operator's
 //! memory before and after the pods.
 
-use crate::{procfs, report::mib, step, tail, wait_ready};
+use crate::{procfs, report::mib, spawn_operator, step, tail};
 use anyhow::{Context as _, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use nimbus_api::posture::{self, WorkloadPosture};
 use nimbus_api::{SecurityIntent, SecurityIntentBinding};
 use nimbus_testenv::{
-    Child, ControlPlane, LocalApiService, Options, apply_yaml, create_fake_node, free_port,
+    ControlPlane, LocalApiService, Options, apply_yaml, create_fake_node, free_port,
 };
 use serde_json::json;
 use std::ffi::OsString;
@@ -111,20 +111,8 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
         ),
     ]
     .into();
-    let log_level = std::env::var_os("NIMBUS_LOG").unwrap_or_else(|| OsString::from("info"));
-    let mut operator = Child::spawn(
-        "nimbus-operator",
-        nimbus,
-        &operator_args,
-        &[
-            ("KUBECONFIG", cp.kubeconfig_path().as_os_str()),
-            ("NIMBUS_LOG", log_level.as_os_str()),
-        ],
-        cp.work_dir(),
-    )
-    .with_context(|| format!("starting {}", nimbus.display()))?;
+    let mut operator = spawn_operator(&cp, nimbus, &operator_args, health).await?;
     let pid = operator.pid();
-    wait_ready(&mut operator, health).await?;
     service
         .register(&cp, Duration::from_secs(120))
         .await

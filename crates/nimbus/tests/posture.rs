@@ -44,26 +44,19 @@ fn posture() -> &'static Posture {
         std::fs::write(&cert_file, &cert.cert_pem).expect("tls.crt");
         std::fs::write(&key_file, &cert.key_pem).expect("tls.key");
 
-        let config = cp.config().clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
-            runtime.block_on(async move {
-                let client = Client::try_from(config).expect("operator client");
-                let cfg = nimbus_operator::Config {
-                    posture: Some(nimbus_operator::posture::Config {
-                        addr: ([127, 0, 0, 1], port).into(),
-                        certificate: nimbus_operator::posture::ServingCertificate {
-                            cert_file,
-                            key_file,
-                        },
-                    }),
-                    ..Default::default()
-                };
-                if let Err(e) = nimbus_operator::run(client, cfg, Default::default()).await {
-                    panic!("operator failed: {e}");
-                }
-            });
-        });
+        common::run_operator(
+            cp,
+            nimbus_operator::Config {
+                posture: Some(nimbus_operator::posture::Config {
+                    addr: ([127, 0, 0, 1], port).into(),
+                    certificate: nimbus_operator::posture::ServingCertificate {
+                        cert_file,
+                        key_file,
+                    },
+                }),
+                ..Default::default()
+            },
+        );
 
         let posture = Posture {
             cp,
@@ -411,7 +404,7 @@ async fn only_the_front_proxy_may_call() {
 }
 
 /// kube-rs watches through kube-apiserver: from a list's version, changes only; from a version
-/// the server never handed out, 410 Gone.
+/// the server never handed out, 410 Gone. A missing object is a 404.
 #[tokio::test]
 async fn watches_resume_from_a_list_and_expire_when_unknown() {
     let posture = posture();
@@ -435,6 +428,11 @@ async fn watches_resume_from_a_list_and_expire_when_unknown() {
             assert_eq!(added.metadata.name.as_deref(), Some("deployment-batch"))
         }
         other => panic!("expected the new workload ADDED, got {other:?}"),
+    }
+
+    match api.get("deployment-nonexistent").await {
+        Err(kube::Error::Api(status)) if status.code == 404 && status.reason == "NotFound" => {}
+        other => panic!("expected 404 NotFound, got {other:?}"),
     }
 
     let mut expired = api

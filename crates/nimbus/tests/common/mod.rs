@@ -76,23 +76,31 @@ pub fn operator(resync: Duration) -> &'static ControlPlane {
                 .with_test_writer()
                 .try_init();
         }
-        let config = cp.config().clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
-            runtime.block_on(async move {
-                let client = Client::try_from(config).expect("operator client");
-                let cfg = nimbus_operator::Config {
-                    resync,
-                    virtual_patch_db: Some((VIRTUAL_PATCH_DB.0.into(), VIRTUAL_PATCH_DB.1.into())),
-                    ..Default::default()
-                };
-                if let Err(e) = nimbus_operator::run(client, cfg, Default::default()).await {
-                    panic!("operator failed: {e}");
-                }
-            });
-        });
+        run_operator(
+            cp,
+            nimbus_operator::Config {
+                resync,
+                virtual_patch_db: Some((VIRTUAL_PATCH_DB.0.into(), VIRTUAL_PATCH_DB.1.into())),
+                ..Default::default()
+            },
+        );
     });
     cp
+}
+
+/// Runs the operator against `cp` on a thread and runtime of its own, for the rest of the test
+/// process (a test's runtime ends with the test).
+pub fn run_operator(cp: &ControlPlane, operator: nimbus_operator::Config) {
+    let config = cp.config().clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
+        runtime.block_on(async move {
+            let client = Client::try_from(config).expect("operator client");
+            if let Err(e) = nimbus_operator::run(client, operator, Default::default()).await {
+                panic!("operator failed: {e}");
+            }
+        });
+    });
 }
 
 fn on_own_runtime<T: Send>(fut: impl Future<Output = T> + Send) -> T {
