@@ -8,6 +8,7 @@
 //! operator process. Printed as a table and written as JSON (`target/bench-results.json`).
 
 mod floor;
+mod latency;
 mod posture;
 mod procfs;
 mod report;
@@ -53,6 +54,9 @@ struct Args {
     /// output.
     #[arg(long, env = "NIMBUS_BENCH_OPERATOR")]
     nimbus_bin: Option<PathBuf>,
+    /// Bindings created one at a time after C, each timed until its native objects exist.
+    #[arg(long, default_value_t = 100)]
+    latency_samples: usize,
     /// Requests in flight when the floor writes scenario A's objects directly.
     #[arg(long, default_value_t = 16)]
     floor_concurrency: usize,
@@ -100,6 +104,10 @@ fn step(message: impl AsRef<str>) {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.namespaces > 0, "--namespaces must be at least 1");
+    anyhow::ensure!(
+        args.latency_samples > 0,
+        "--latency-samples must be at least 1"
+    );
     procfs::check_available()?;
     let root = workspace_root();
     let nimbus = match &args.nimbus_bin {
@@ -283,6 +291,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &end,
     ));
 
+    // L: one binding at a time, on the quiet converged cluster.
+    step(format!(
+        "L: {} single bindings, one at a time, each until its native objects exist",
+        args.latency_samples
+    ));
+    let latency = latency::measure(&client, args.latency_samples, args.timeout).await?;
+    step(format!(
+        "L: p50 {:.1} ms, p99 {:.1} ms",
+        latency.p50_ms, latency.p99_ms
+    ));
+
     // F: the floor, after the operator stopped.
     let cold_wall = scenarios.first().map_or(0.0, |a| a.wall_time_secs);
     drop(operator);
@@ -336,6 +355,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         startup,
         expected,
         scenarios,
+        latency,
         floor,
     };
     print!("{}", report::table(&results));

@@ -30,6 +30,7 @@ pub struct Results {
     pub startup: Startup,
     pub expected: Expected,
     pub scenarios: Vec<Scenario>,
+    pub latency: crate::latency::Latency,
     pub floor: Floor,
 }
 
@@ -301,6 +302,14 @@ pub fn table(results: &Results) -> String {
             );
         }
     }
+    let l = &results.latency;
+    let _ = writeln!(
+        out,
+        "\nL single binding (dnsManipulation) → its NetworkPolicy and KubeArmorPolicy exist, one \
+         binding at a time on the quiet cluster: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} \
+         bindings",
+        l.p50_ms, l.p99_ms, l.max_ms, l.samples
+    );
     let f = &results.floor;
     let _ = writeln!(
         out,

@@ -12,8 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use tokio::sync::broadcast;
 
-/// How many changes a watch can resume across.
-const HISTORY: usize = 10_000;
+/// How many changes a watch can resume across. A live watch needs none (it streams); only a
+/// list-then-watch gap or a reconnect does, and beyond this the client relists (410), as with
+/// kube-apiserver's watch cache. Each kept change holds its object's old and new versions.
+const HISTORY: usize = 1_000;
 
 /// Versions shared by every kind's store (one version order per replica).
 #[derive(Clone)]

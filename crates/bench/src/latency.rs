@@ -1,0 +1,117 @@
+//! Scenario L: on a quiet, converged cluster, one binding at a time — the time from creating a
+//! SecurityIntentBinding (dnsManipulation) until both its native objects (a NetworkPolicy and a
+//! KubeArmorPolicy) exist, as a watch in the bench sees them.
+
+use crate::workload::INTENTS;
+use anyhow::{Context as _, bail};
+use futures::StreamExt;
+use kube::api::{DynamicObject, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use nimbus_api::SecurityIntentBinding;
+use nimbus_core::engines::{KUBEARMOR_POLICY, NETWORK_POLICY, NativeKind};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+const NAMESPACE: &str = "bench-latency";
+const KINDS: [&NativeKind; 2] = [&NETWORK_POLICY, &KUBEARMOR_POLICY];
+
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub samples: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// When the watches first saw each `(kind, name)`.
+type Seen = Arc<Mutex<HashMap<(&'static str, String), Instant>>>;
+
+pub async fn measure(
+    client: &Client,
+    samples: usize,
+    timeout: Duration,
+) -> anyhow::Result<Latency> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?;
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .context("creating the latency namespace")?;
+    let seen: Seen = Arc::default();
+    let watches: Vec<_> = KINDS
+        .iter()
+        .map(|kind| {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), NAMESPACE, &kind.api_resource());
+            let (seen, kind_name) = (seen.clone(), kind.kind);
+            tokio::spawn(async move {
+                let mut objects = watcher(api, watcher::Config::default())
+                    .applied_objects()
+                    .boxed();
+                while let Some(Ok(object)) = objects.next().await {
+                    seen.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .entry((kind_name, object.name_any()))
+                        .or_insert_with(Instant::now);
+                }
+            })
+        })
+        .collect();
+    // The cluster binding fans out to the new namespace: let that settle first.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut millis = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let name = format!("latency-{i}");
+        let binding = serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "intents": [{"name": INTENTS[0].0}],
+                "selector": {"workloadSelector": {"matchLabels": {"app": name}}}
+            }
+        }))?;
+        let started = Instant::now();
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .with_context(|| format!("creating binding {name}"))?;
+        let native = format!("{name}-dnsmanipulation");
+        let done = loop {
+            let last = {
+                let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+                KINDS
+                    .iter()
+                    .map(|k| seen.get(&(k.kind, native.clone())).copied())
+                    .collect::<Option<Vec<Instant>>>()
+                    .and_then(|at| at.into_iter().max())
+            };
+            if let Some(last) = last {
+                break last;
+            }
+            if started.elapsed() > timeout {
+                bail!("binding {name}: its native objects did not appear within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        millis.push(done.saturating_duration_since(started).as_secs_f64() * 1000.0);
+        // Quiet between samples: each binding meets an idle operator.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for watch in watches {
+        watch.abort();
+    }
+    millis.sort_by(f64::total_cmp);
+    let at = |q: f64| millis[((millis.len() - 1) as f64 * q).round() as usize];
+    Ok(Latency {
+        samples,
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        max_ms: at(1.0),
+    })
+}
