@@ -94,6 +94,11 @@ where
         }
     }
 
+    /// Whether the first list has been stored, now and as it changes.
+    pub fn synced_flag(&self) -> watch::Receiver<bool> {
+        self.synced.subscribe()
+    }
+
     pub fn kind(&self) -> &str {
         &self.kind
     }

@@ -4,8 +4,8 @@
 use crate::apply::{self, is_controlled_by};
 use crate::cache::Cache;
 use crate::error::Error;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::DynamicObject;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -13,6 +13,7 @@ use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{Generated, MANAGED_BY, NativeKind};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use tokio::sync::watch;
 
 /// Selects every object an engine generated (and nothing else, so the caches stay small).
 pub fn managed_selector() -> String {
@@ -36,10 +37,40 @@ pub fn cache(
     Cache::with(api, resource, config)
 }
 
+/// The names of every object of a native kind, ours or not (metadata only, nothing else
+/// kept): whether a same-named object is in the way of one the operator is about to create is
+/// answered without a GET. The label-filtered cache holds only our objects.
+pub fn names_cache(
+    client: &Client,
+    kind: &'static NativeKind,
+    namespace: Option<&str>,
+) -> Cache<PartialObjectMeta<DynamicObject>> {
+    let resource = kind.api_resource();
+    let api = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    Cache::with(api, resource, watcher::Config::default()).strip(|meta| {
+        let keep = ObjectMeta {
+            name: meta.metadata.name.take(),
+            namespace: meta.metadata.namespace.take(),
+            ..ObjectMeta::default()
+        };
+        meta.metadata = keep;
+    })
+}
+
+/// The names of a native kind's objects, once the first list has been stored.
+pub struct Names {
+    pub store: Store<PartialObjectMeta<DynamicObject>>,
+    pub synced: watch::Receiver<bool>,
+}
+
 /// Read access to every native cache.
 pub struct Natives {
     client: Client,
     stores: Vec<(&'static NativeKind, Store<DynamicObject>)>,
+    names: Vec<(&'static NativeKind, Names)>,
 }
 
 /// What happened to one desired object.
@@ -51,8 +82,16 @@ pub enum Outcome {
 }
 
 impl Natives {
-    pub fn new(client: Client, stores: Vec<(&'static NativeKind, Store<DynamicObject>)>) -> Self {
-        Self { client, stores }
+    pub fn new(
+        client: Client,
+        stores: Vec<(&'static NativeKind, Store<DynamicObject>)>,
+        names: Vec<(&'static NativeKind, Names)>,
+    ) -> Self {
+        Self {
+            client,
+            stores,
+            names,
+        }
     }
 
     fn store(&self, kind: &NativeKind) -> Option<&Store<DynamicObject>> {
@@ -92,9 +131,26 @@ impl Natives {
         self.store(generated.kind)?.get(&key)
     }
 
+    /// Whether no object of `generated`'s kind, namespace and name exists, as far as the synced
+    /// names cache knows (`false` when it cannot tell).
+    fn known_absent(&self, generated: &Generated) -> bool {
+        let Some((_, names)) = self.names.iter().find(|(k, _)| *k == generated.kind) else {
+            return false;
+        };
+        let desired = &generated.object;
+        let key = ObjectRef::new_with(&desired.name_any(), generated.kind.api_resource());
+        let key = match desired.namespace() {
+            Some(ns) => key.within(&ns),
+            None => key,
+        };
+        *names.synced.borrow() && names.store.get(&key).is_none()
+    }
+
     /// Applies `generated` (as its engine's field manager) unless the cached object already
-    /// matches. An object missing from the cache may still exist without our label: it is
-    /// looked up once, and taken over only if the policy controls it.
+    /// matches. An object missing from our cache may still exist without our label: unless the
+    /// names cache knows no such object, it is looked up once, and taken over only if the
+    /// policy controls it. (Someone creating that name between the check and the apply is a
+    /// race either way, a GET only narrows it.)
     pub async fn apply(
         &self,
         generated: &Generated,
@@ -107,6 +163,7 @@ impl Natives {
         let cached = self.cached(generated);
         let observed = match cached {
             Some(obj) => Some(obj),
+            None if self.known_absent(generated) => None,
             None => api
                 .get_opt(&desired.name_any())
                 .await

@@ -14,7 +14,7 @@ use crate::posture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -187,8 +187,9 @@ struct Caches {
     policies: Cache<NimbusPolicy>,
     cluster_policies: Cache<ClusterNimbusPolicy>,
     namespaces: Cache<Namespace>,
-    /// The kinds the enabled engines write.
+    /// The kinds the enabled engines write: our objects, and the names of everyone's.
     natives: Vec<(&'static NativeKind, Cache<DynamicObject>)>,
+    native_names: Vec<(&'static NativeKind, Cache<PartialObjectMeta<DynamicObject>>)>,
     /// Cluster facts the enabled engines read.
     nodes: Option<Cache<Node>>,
     patch_db: Option<(ObjectRef<ConfigMap>, Cache<ConfigMap>)>,
@@ -218,11 +219,15 @@ impl Caches {
             cluster_policies: cluster_wide(client, metrics),
             namespaces: cluster_wide(client, metrics),
             natives: native_kinds
-                .into_iter()
+                .iter()
                 .map(|(kind, namespace)| {
-                    let cache = natives::cache(client, kind, namespace);
-                    (kind, counted(cache, metrics))
+                    let cache = natives::cache(client, kind, *namespace);
+                    (*kind, counted(cache, metrics))
                 })
+                .collect(),
+            native_names: native_kinds
+                .iter()
+                .map(|(kind, namespace)| (*kind, natives::names_cache(client, kind, *namespace)))
                 .collect(),
             nodes: reads(Fact::NodePodCidrs).then(|| {
                 let cache = Cache::<Node>::new(Api::all(client.clone())).strip(|n| {
@@ -293,6 +298,13 @@ impl Caches {
         ];
         drivers.extend(self.nodes.as_mut().map(Cache::driver));
         drivers.extend(self.patch_db.as_mut().map(|(_, c)| c.driver()));
+        for (kind, cache) in &mut self.native_names {
+            let mut served = served.clone();
+            let kind: &'static NativeKind = kind;
+            drivers.push(cache.driver_after(async move {
+                let _ = served.wait_for(|s| s.contains(kind)).await;
+            }));
+        }
         for (kind, cache) in &mut self.natives {
             let mut served = served.clone();
             let kind: &'static NativeKind = kind;
@@ -396,6 +408,17 @@ fn context(
                 .natives
                 .iter()
                 .map(|(kind, cache)| (*kind, cache.store.clone()))
+                .collect(),
+            caches
+                .native_names
+                .iter()
+                .map(|(kind, cache)| {
+                    let names = natives::Names {
+                        store: cache.store.clone(),
+                        synced: cache.synced_flag(),
+                    };
+                    (*kind, names)
+                })
                 .collect(),
         ),
         engines: EngineContext {
