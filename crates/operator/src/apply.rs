@@ -57,6 +57,7 @@ pub async fn apply<K>(
     manager: &str,
     desired: &K,
     observed: Option<&K>,
+    written: &Written,
 ) -> Result<bool, Error>
 where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
@@ -75,19 +76,33 @@ where
             source,
         })?;
     let name = desired.name_any();
+    // The stamped hash fingerprints what we generate. Only a cached copy can be stale: with
+    // none, the object may have been deleted since our write.
+    let key = written_key(
+        "object",
+        want["apiVersion"].as_str().unwrap_or_default(),
+        desired,
+    );
+    let fingerprint = want["metadata"]["annotations"][GENERATED_HASH]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let cached_version = observed.and_then(|o| o.meta().resource_version.as_deref());
+    if observed.is_some() && written.after(&key, cached_version, &fingerprint) {
+        return Ok(false);
+    }
     let write = drift::plan(&want, have.as_ref(), manager);
     tracing::debug!(object = %context(), ?write, "sync");
-    match write {
+    let stored = match write {
         Write::Nothing => return Ok(false),
-        Write::Apply => {
-            api.patch(
+        Write::Apply => api
+            .patch(
                 &name,
                 &PatchParams::apply(manager).force(),
                 &Patch::Apply(&want),
             )
             .await
-            .map_err(Error::kube("applying", context()))?;
-        }
+            .map_err(Error::kube("applying", context()))?,
         Write::Replace => {
             let have = have.unwrap_or_default();
             let body = replacement(want, &have, manager);
@@ -101,9 +116,10 @@ where
             };
             api.replace(&name, &params, &body)
                 .await
-                .map_err(Error::kube("replacing", context()))?;
+                .map_err(Error::kube("replacing", context()))?
         }
-    }
+    };
+    written.record(key, stored.meta().resource_version.as_deref(), fingerprint);
     Ok(true)
 }
 
@@ -196,7 +212,70 @@ pub trait Status: Serialize + Clone + PartialEq {
     fn conditions(&mut self) -> &mut Vec<Condition>;
 }
 
-/// Writes `desired` as the status of `obj` unless the current status already says the same.
+/// What this process last wrote to each object, as a fingerprint, with the resourceVersion the
+/// write produced. A reconcile can read an object from a cache that has not yet seen our last
+/// write (the watch lags the write by milliseconds, and the write itself triggers more
+/// reconciles): it must not write the same thing again just because its copy is stale.
+#[derive(Default)]
+pub struct Written(std::sync::Mutex<std::collections::HashMap<String, (u64, String)>>);
+
+impl Written {
+    /// Whether `fingerprint` is what we wrote last to `key`, and the cached copy at
+    /// `cached_version` predates that write. resourceVersions are compared as numbers (etcd
+    /// revisions); one that is not a number never counts as stale.
+    fn after(&self, key: &str, cached_version: Option<&str>, fingerprint: &str) -> bool {
+        let Some(cached) = cached_version.and_then(|v| v.parse::<u64>().ok()) else {
+            return false;
+        };
+        matches!(
+            self.lock().get(key),
+            Some((written, last)) if cached < *written && last == fingerprint
+        )
+    }
+
+    fn record(&self, key: String, version: Option<&str>, fingerprint: String) {
+        let Some(version) = version.and_then(|v| v.parse::<u64>().ok()) else {
+            return;
+        };
+        let mut written = self.lock();
+        // Deleted objects are never written again to forget theirs: bound the map (forgetting
+        // costs at most one redundant write).
+        if written.len() >= 65_536 && !written.contains_key(&key) {
+            written.clear();
+        }
+        written.insert(key, (version, fingerprint));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (u64, String)>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The key of an object's `part` (the object, or its status) in [`Written`].
+fn written_key<K: Resource + Serialize>(part: &str, api_version: &str, obj: &K) -> String {
+    format!("{part} {api_version} {}", describe(obj))
+}
+
+/// A status as compared: without `lastUpdated` and the conditions' `lastTransitionTime`.
+fn comparable<S: Status>(status: &S) -> Value {
+    let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.remove("lastUpdated");
+    }
+    if let Some(conditions) = value.get_mut("conditions").and_then(Value::as_array_mut) {
+        for condition in conditions {
+            if let Some(c) = condition.as_object_mut() {
+                c.remove("lastTransitionTime");
+            }
+        }
+    }
+    value
+}
+
+/// Writes `desired` as the status of `obj` unless the current status already says the same
+/// (or `written` shows we wrote it and the cached `obj` predates that write).
 /// `lastUpdated` and conditions' `lastTransitionTime` do not count as differences, so a
 /// reconcile of an unchanged object writes nothing. Returns whether it wrote.
 pub async fn status<K, S>(
@@ -204,6 +283,7 @@ pub async fn status<K, S>(
     obj: &K,
     current: Option<&S>,
     mut desired: S,
+    written: &Written,
 ) -> Result<bool, Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
@@ -228,25 +308,47 @@ where
             return Ok(false);
         }
     }
+    let key = written_key("status", &K::api_version(&()), obj);
+    let fingerprint = comparable(&desired).to_string();
+    if written.after(&key, obj.meta().resource_version.as_deref(), &fingerprint) {
+        return Ok(false);
+    }
     desired.set_last_updated(Some(now));
     let body = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "status": desired,
     });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(Error::kube("writing status of", describe(obj)))?;
+    let stored = api
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map_err(Error::kube("writing status of", describe(obj)))?;
+    written.record(key, stored.meta().resource_version.as_deref(), fingerprint);
     Ok(true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_we_wrote_is_not_rewritten_from_a_stale_copy() {
+        let written = Written::default();
+        written.record("key".into(), Some("120"), "ready".into());
+        // The cache still holds the object as it was before our write.
+        assert!(written.after("key", Some("100"), "ready"));
+        // The cache caught up, or someone wrote after us: compare with what it holds.
+        assert!(!written.after("key", Some("120"), "ready"));
+        assert!(!written.after("key", Some("130"), "ready"));
+        // Something else, another object, or versions that are not numbers: write.
+        assert!(!written.after("key", Some("100"), "other"));
+        assert!(!written.after("other", Some("100"), "ready"));
+        assert!(!written.after("key", Some("a1"), "ready"));
+    }
 
     #[test]
     fn a_replacement_drops_our_stale_labels_and_keeps_others() {

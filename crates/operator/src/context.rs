@@ -36,6 +36,8 @@ pub struct Context {
     pub leading: watch::Receiver<bool>,
     /// Namespaces cluster bindings never fan out to.
     pub protected_namespaces: ProtectedNamespaces,
+    /// What this process wrote last (see [`crate::apply::Written`]).
+    pub written: crate::apply::Written,
     /// Consecutive failed reconciles per object (`kind/namespace/name`), for backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }

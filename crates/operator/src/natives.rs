@@ -155,6 +155,7 @@ impl Natives {
         &self,
         generated: &Generated,
         owner: &OwnerReference,
+        written: &apply::Written,
     ) -> Result<Outcome, Error> {
         let owner_uid = owner.uid.as_str();
         let desired = &generated.object;
@@ -183,6 +184,7 @@ impl Natives {
             generated.engine.manager(),
             desired,
             observed.as_deref(),
+            written,
         )
         .await?;
         Ok(if wrote {

@@ -435,6 +435,7 @@ fn context(
         },
         metrics: metrics.clone(),
         leading: leadership.leading.clone(),
+        written: Default::default(),
         failures: Default::default(),
         protected_namespaces: config.protected(),
     }

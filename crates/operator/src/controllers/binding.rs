@@ -63,7 +63,7 @@ pub async fn reconcile(
     };
 
     let policy = plan.policy;
-    let synced = write_policy(&policies, policy.as_ref(), ours).await;
+    let synced = write_policy(&ctx, &policies, policy.as_ref(), ours).await;
     if let Ok(Some(change)) = synced {
         publish_changes::<_, NimbusPolicy>(&ctx, &*sib, &name, &[(None, change)]).await;
     }

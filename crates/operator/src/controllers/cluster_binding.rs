@@ -65,7 +65,7 @@ pub async fn reconcile(
         None
     } else {
         let desired = plan.cluster_policy.as_ref();
-        match write_policy(&cluster_api, desired, ours).await {
+        match write_policy(&ctx, &cluster_api, desired, ours).await {
             Ok(change) => {
                 if let Some(change) = change {
                     let changes = [(None, change)];
@@ -106,7 +106,7 @@ pub async fn reconcile(
             ));
             continue;
         }
-        match write_policy(&api, desired.as_ref(), ours).await {
+        match write_policy(&ctx, &api, desired.as_ref(), ours).await {
             Ok(change) => {
                 if let Some(change) = change {
                     changes.push((Some(ns_name.clone()), change));

@@ -23,7 +23,7 @@ pub async fn reconcile(si: Arc<SecurityIntent>, ctx: Arc<Context>) -> Result<Act
         )],
     };
     let api: Api<SecurityIntent> = Api::all(ctx.client.clone());
-    apply::status(&api, &si, si.status.as_ref(), status).await?;
+    apply::status(&api, &si, si.status.as_ref(), status, &ctx.written).await?;
     tracing::debug!(name = %si.name_any(), "intent reconciled");
     Ok(Action::requeue(ctx.resync))
 }

@@ -99,6 +99,7 @@ enum PolicyChange {
 /// Keeps one policy a binding generates: applies `desired`, or deletes the one the binding owns
 /// (`ours`) when nothing is desired. Returns what changed, if anything.
 async fn write_policy<P>(
+    ctx: &Context,
     api: &kube::Api<P>,
     desired: Option<&P>,
     ours: Option<&P>,
@@ -111,13 +112,21 @@ where
         + std::fmt::Debug,
 {
     Ok(match (desired, ours) {
-        (Some(desired), _) => crate::apply::apply(api, crate::apply::FIELD_MANAGER, desired, ours)
+        (Some(desired), _) => {
+            crate::apply::apply(
+                api,
+                crate::apply::FIELD_MANAGER,
+                desired,
+                ours,
+                &ctx.written,
+            )
             .await?
-            .then_some(if ours.is_some() {
-                PolicyChange::Updated
-            } else {
-                PolicyChange::Created
-            }),
+        }
+        .then_some(if ours.is_some() {
+            PolicyChange::Updated
+        } else {
+            PolicyChange::Created
+        }),
         (None, Some(stale)) => crate::apply::delete(api, stale)
             .await?
             .then_some(PolicyChange::Deleted),
@@ -207,7 +216,7 @@ where
         .iter()
         .find(|c| c.status == "False")
         .cloned();
-    if crate::apply::status(api, obj, current, status).await?
+    if crate::apply::status(api, obj, current, status, &ctx.written).await?
         && let Some(c) = not_ready
     {
         publish(ctx, obj, EventType::Warning, &c.reason, c.message).await;

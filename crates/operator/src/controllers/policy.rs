@@ -191,7 +191,11 @@ where
     for generated in &translation.objects {
         keep.insert(Key::of(generated.kind, &generated.object));
         let entry = generated.entry();
-        match ctx.natives.apply(generated, &input.owner).await {
+        match ctx
+            .natives
+            .apply(generated, &input.owner, &ctx.written)
+            .await
+        {
             Ok(outcome) => {
                 if matches!(outcome, Outcome::Written) {
                     written += 1;

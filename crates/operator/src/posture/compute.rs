@@ -9,11 +9,12 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use nimbus_api::posture::Reference;
+use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
 use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
 use nimbus_core::engines::{self, PolicyInput};
 use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
@@ -79,16 +80,9 @@ impl Workloads {
             .collect()
     }
 
-    fn owner_of(
-        &self,
-        namespace: &str,
-        kind: &str,
-        name: &str,
-    ) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    fn owner_of(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerReference> {
         let controller =
-            |owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
-                owners.iter().find(|o| o.controller == Some(true)).cloned()
-            };
+            |owners: &[OwnerReference]| owners.iter().find(|o| o.controller == Some(true)).cloned();
         match kind {
             "ReplicaSet" => self
                 .replica_sets
@@ -172,13 +166,7 @@ pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
     stream.map(|_| ()).boxed()
 }
 
-fn compute(
-    ctx: &Context,
-    sources: &Workloads,
-) -> (
-    Vec<nimbus_api::posture::WorkloadPosture>,
-    Vec<nimbus_api::posture::NamespacePosture>,
-) {
+fn compute(ctx: &Context, sources: &Workloads) -> (Vec<WorkloadPosture>, Vec<NamespacePosture>) {
     let engine_set = ctx.engine_set();
     let present = |g: &engines::Generated| ctx.natives.cached(g).is_some();
     let mut coverage: Vec<PolicyCoverage> = Vec::new();
@@ -201,8 +189,7 @@ fn compute(
         .iter()
         .map(|w| core::workload_posture(w, &coverage))
         .collect();
-    let mut by_namespace: BTreeMap<&str, Vec<&nimbus_api::posture::WorkloadPosture>> =
-        BTreeMap::new();
+    let mut by_namespace: BTreeMap<&str, Vec<&WorkloadPosture>> = BTreeMap::new();
     for posture in &workload_postures {
         if let Some(ns) = posture.metadata.namespace.as_deref() {
             by_namespace.entry(ns).or_default().push(posture);
@@ -253,10 +240,7 @@ fn policy_coverage(
 }
 
 /// The binding a policy's controller reference points to.
-fn controlling_binding(
-    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
-    namespace: Option<&str>,
-) -> Option<Reference> {
+fn controlling_binding(owners: &[OwnerReference], namespace: Option<&str>) -> Option<Reference> {
     let owner = owners.iter().find(|o| o.controller == Some(true))?;
     let namespaced = owner.kind == SecurityIntentBinding::kind(&());
     let cluster = owner.kind == ClusterSecurityIntentBinding::kind(&());
