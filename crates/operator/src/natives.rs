@@ -5,7 +5,7 @@ use crate::apply::{self, is_controlled_by};
 use crate::cache::Cache;
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -122,13 +122,7 @@ impl Natives {
 
     /// The cached object of `generated`'s kind, namespace and name, if any.
     pub fn cached(&self, generated: &Generated) -> Option<Arc<DynamicObject>> {
-        let desired = &generated.object;
-        let key = ObjectRef::new_with(&desired.name_any(), generated.kind.api_resource());
-        let key = match desired.namespace() {
-            Some(ns) => key.within(&ns),
-            None => key,
-        };
-        self.store(generated.kind)?.get(&key)
+        self.store(generated.kind)?.get(&reference(generated))
     }
 
     /// Whether no object of `generated`'s kind, namespace and name exists, as far as the synced
@@ -137,13 +131,7 @@ impl Natives {
         let Some((_, names)) = self.names.iter().find(|(k, _)| *k == generated.kind) else {
             return false;
         };
-        let desired = &generated.object;
-        let key = ObjectRef::new_with(&desired.name_any(), generated.kind.api_resource());
-        let key = match desired.namespace() {
-            Some(ns) => key.within(&ns),
-            None => key,
-        };
-        *names.synced.borrow() && names.store.get(&key).is_none()
+        *names.synced.borrow() && names.store.get(&reference(generated)).is_none()
     }
 
     /// Applies `generated` (as its engine's field manager) unless the cached object already
@@ -213,6 +201,16 @@ impl Natives {
             }
         }
         Ok(deleted)
+    }
+}
+
+/// Where `generated` is (or would be) in a cache of its kind.
+fn reference<K: kube::Resource<DynamicType = ApiResource>>(generated: &Generated) -> ObjectRef<K> {
+    let desired = &generated.object;
+    let key = ObjectRef::new_with(&desired.name_any(), generated.kind.api_resource());
+    match desired.namespace() {
+        Some(ns) => key.within(&ns),
+        None => key,
     }
 }
 
