@@ -83,13 +83,8 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
         namespace: "nimbus-system",
         service: "nimbus-posture",
         port,
-        ca_pem: "",
     };
     let certificate = nimbus_testenv::serving_cert(&[&service.server_name()])?;
-    let service = LocalApiService {
-        ca_pem: &certificate.ca_pem,
-        ..service
-    };
     let write = |name: &str, pem: &str| -> anyhow::Result<OsString> {
         let path = cp.work_dir().join(name);
         std::fs::write(&path, pem).with_context(|| format!("writing {}", path.display()))?;
@@ -114,7 +109,7 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
     let mut operator = spawn_operator(&cp, nimbus, &operator_args, health).await?;
     let pid = operator.pid();
     service
-        .register(&cp, Duration::from_secs(120))
+        .register(&cp, &certificate.ca_pem, Duration::from_secs(120))
         .await
         .context("registering the posture API")?;
     let before = procfs::Sample::read(pid)?;

@@ -101,9 +101,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .context("installing the intent-catalog admission policy")?;
 
     // The posture API on a loopback port, aggregated into kube-apiserver.
-    let posture_port = nimbus_testenv::free_port().context("a port for the posture API")?;
-    let server_name = format!("{}.{}.svc", POSTURE_SERVICE.1, POSTURE_SERVICE.0);
-    let certificate = nimbus_testenv::serving_cert(&[&server_name])
+    let posture_api = LocalApiService {
+        group: posture::GROUP,
+        version: posture::VERSION,
+        namespace: POSTURE_SERVICE.0,
+        service: POSTURE_SERVICE.1,
+        port: nimbus_testenv::free_port().context("a port for the posture API")?,
+    };
+    let certificate = nimbus_testenv::serving_cert(&[&posture_api.server_name()])
         .context("a serving certificate for the posture API")?;
     let certificate_file = |name: &str, pem: &str| -> anyhow::Result<PathBuf> {
         let path = control_plane.work_dir().join(name);
@@ -115,7 +120,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let mut config = nimbus_operator::Config {
         health_addr: Some(([127, 0, 0, 1], 8081).into()),
         posture: Some(nimbus_operator::posture::Config {
-            addr: ([127, 0, 0, 1], posture_port).into(),
+            addr: ([127, 0, 0, 1], posture_api.port).into(),
             certificate: nimbus_operator::posture::ServingCertificate {
                 cert_file: certificate_file("posture-tls.crt", &certificate.cert_pem)?,
                 key_file: certificate_file("posture-tls.key", &certificate.key_pem)?,
@@ -129,17 +134,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         config,
         shutdown.clone(),
     ));
-    LocalApiService {
-        group: posture::GROUP,
-        version: posture::VERSION,
-        namespace: POSTURE_SERVICE.0,
-        service: POSTURE_SERVICE.1,
-        port: posture_port,
-        ca_pem: &certificate.ca_pem,
-    }
-    .register(&control_plane, SETTLE)
-    .await
-    .context("registering the posture API")?;
+    posture_api
+        .register(&control_plane, &certificate.ca_pem, SETTLE)
+        .await
+        .context("registering the posture API")?;
 
     for (name, yaml) in examples(args.examples.as_deref())? {
         apply_yaml(&client, &yaml)

@@ -37,7 +37,7 @@ fn posture() -> &'static Posture {
     POSTURE.get_or_init(|| {
         let cp = common::cluster_with_engines();
         let port = nimbus_testenv::free_port().expect("a free port");
-        let server_name = api_service(port, "").server_name();
+        let server_name = api_service(port).server_name();
         let cert = nimbus_testenv::serving_cert(&[&server_name]).expect("serving certificate");
         let dir = tempfile::tempdir().expect("temp dir");
         let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
@@ -79,20 +79,19 @@ fn posture() -> &'static Posture {
 
 /// The Service and APIService a release installs, pointed at the loopback port.
 async fn register(posture: &Posture) {
-    api_service(posture.port, &posture.cert.ca_pem)
-        .register(posture.cp, CONVERGE)
+    api_service(posture.port)
+        .register(posture.cp, &posture.cert.ca_pem, CONVERGE)
         .await
         .expect("registering the posture API");
 }
 
-fn api_service(port: u16, ca_pem: &str) -> LocalApiService<'_> {
+fn api_service(port: u16) -> LocalApiService<'static> {
     LocalApiService {
         group: nimbus_api::posture::GROUP,
         version: nimbus_api::posture::VERSION,
         namespace: SERVICE.0,
         service: SERVICE.1,
         port,
-        ca_pem,
     }
 }
 

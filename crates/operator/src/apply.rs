@@ -11,7 +11,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::fmt::Debug;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Field manager of the Nimbus objects the operator writes (engines use their own).
 pub const FIELD_MANAGER: &str = "nimbus-operator";
@@ -78,10 +80,13 @@ where
     let name = desired.name_any();
     // The stamped hash fingerprints what we generate. Only a cached copy can be stale: with
     // none, the object may have been deleted since our write.
+    let meta = desired.meta();
     let key = written_key(
         "object",
-        want["apiVersion"].as_str().unwrap_or_default(),
-        desired,
+        &want["apiVersion"],
+        &want["kind"],
+        meta.namespace.as_deref(),
+        &name,
     );
     let fingerprint = want["metadata"]["annotations"][GENERATED_HASH]
         .as_str()
@@ -217,7 +222,7 @@ pub trait Status: Serialize + Clone + PartialEq {
 /// write (the watch lags the write by milliseconds, and the write itself triggers more
 /// reconciles): it must not write the same thing again just because its copy is stale.
 #[derive(Default)]
-pub struct Written(std::sync::Mutex<std::collections::HashMap<String, (u64, String)>>);
+pub struct Written(Mutex<HashMap<String, (u64, String)>>);
 
 impl Written {
     /// Whether `fingerprint` is what we wrote last to `key`, and the cached copy at
@@ -246,16 +251,24 @@ impl Written {
         written.insert(key, (version, fingerprint));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (u64, String)>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, (u64, String)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// The key of an object's `part` (the object, or its status) in [`Written`].
-fn written_key<K: Resource + Serialize>(part: &str, api_version: &str, obj: &K) -> String {
-    format!("{part} {api_version} {}", describe(obj))
+/// The key of an object's `part` (the object, or its status) in [`Written`]. Built from what
+/// is at hand: this runs for every object of every reconcile.
+fn written_key(
+    part: &str,
+    api_version: impl std::fmt::Display,
+    kind: impl std::fmt::Display,
+    namespace: Option<&str>,
+    name: &str,
+) -> String {
+    format!(
+        "{part} {api_version} {kind} {}/{name}",
+        namespace.unwrap_or_default()
+    )
 }
 
 /// A status as compared: without `lastUpdated` and the conditions' `lastTransitionTime`.
@@ -308,7 +321,13 @@ where
             return Ok(false);
         }
     }
-    let key = written_key("status", &K::api_version(&()), obj);
+    let key = written_key(
+        "status",
+        K::api_version(&()),
+        K::kind(&()),
+        obj.meta().namespace.as_deref(),
+        &obj.name_any(),
+    );
     let fingerprint = comparable(&desired).to_string();
     if written.after(&key, obj.meta().resource_version.as_deref(), &fingerprint) {
         return Ok(false);

@@ -135,14 +135,14 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     // Every replica serves the posture API, leader or not: it only reads the caches.
     let posture = match &config.posture {
         Some(posture_config) => {
-            let (workloads, mut changes) = posture::Workloads::watch(&client);
-            changes.extend(caches.posture_inputs(&served));
+            let (workloads, mut watches) = posture::Workloads::watch(&client);
+            watches.changes.extend(caches.posture_inputs(&served));
             let server = posture::start(
                 posture_config,
                 &client,
                 ctx.clone(),
                 workloads,
-                changes,
+                watches,
                 shutdown.clone(),
             );
             Some(server.await?)
@@ -298,19 +298,18 @@ impl Caches {
         ];
         drivers.extend(self.nodes.as_mut().map(Cache::driver));
         drivers.extend(self.patch_db.as_mut().map(|(_, c)| c.driver()));
-        for (kind, cache) in &mut self.native_names {
+        // A native kind is watched once its CRD is served.
+        let served_kind = |kind: &'static NativeKind| {
             let mut served = served.clone();
-            let kind: &'static NativeKind = kind;
-            drivers.push(cache.driver_after(async move {
+            async move {
                 let _ = served.wait_for(|s| s.contains(kind)).await;
-            }));
+            }
+        };
+        for (kind, cache) in &mut self.native_names {
+            drivers.push(cache.driver_after(served_kind(kind)));
         }
         for (kind, cache) in &mut self.natives {
-            let mut served = served.clone();
-            let kind: &'static NativeKind = kind;
-            drivers.push(cache.driver_after(async move {
-                let _ = served.wait_for(|s| s.contains(kind)).await;
-            }));
+            drivers.push(cache.driver_after(served_kind(kind)));
         }
         // Watches run until the process stops. One that ends anyway is a bug: say so, and stop
         // reporting ready, but keep serving (only a signal ends `nimbus run`).

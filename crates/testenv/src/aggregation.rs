@@ -3,7 +3,7 @@
 //! Service `localhost` and the APIService's port; it verifies the server's certificate as
 //! `<service>.<namespace>.svc` (see [`serving_cert`](crate::serving_cert)).
 
-use crate::{ControlPlane, Error, apply_yaml};
+use crate::{ControlPlane, Error, apply_yaml, certificate_der};
 use base64::Engine as _;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
@@ -17,8 +17,6 @@ pub struct LocalApiService<'a> {
     pub namespace: &'a str,
     pub service: &'a str,
     pub port: u16,
-    /// The CA that signed the server's certificate (the APIService's `caBundle`).
-    pub ca_pem: &'a str,
 }
 
 impl LocalApiService<'_> {
@@ -33,12 +31,18 @@ impl LocalApiService<'_> {
 
     /// Waits until the server answers discovery as kube-apiserver's front proxy would call it,
     /// then creates the namespace, Service and APIService, and waits until kube-apiserver
-    /// reports the APIService Available. Registering only a serving server matters:
-    /// kube-apiserver fetches an APIService's OpenAPI documents when it appears and, after a
-    /// failure, only a minute later.
-    pub async fn register(&self, cp: &ControlPlane, timeout: Duration) -> Result<(), Error> {
+    /// reports the APIService Available; `ca_pem` signed the server's certificate (the
+    /// APIService's `caBundle`). Registering only a serving server matters: kube-apiserver
+    /// fetches an APIService's OpenAPI documents when it appears and, after a failure, only a
+    /// minute later.
+    pub async fn register(
+        &self,
+        cp: &ControlPlane,
+        ca_pem: &str,
+        timeout: Duration,
+    ) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
-        let as_proxy = self.front_proxy_client(cp)?;
+        let as_proxy = self.front_proxy_client(cp, ca_pem)?;
         let discovery = format!("/apis/{}/{}", self.group, self.version);
         loop {
             let request = http::Request::get(discovery.as_str())
@@ -58,7 +62,7 @@ impl LocalApiService<'_> {
         }
 
         let client = cp.client()?;
-        apply_yaml(&client, &self.manifests()).await?;
+        apply_yaml(&client, &self.manifests(ca_pem)).await?;
         let api_services: Api<DynamicObject> = Api::all_with(
             client,
             &ApiResource::from_gvk(&GroupVersionKind::gvk(
@@ -91,22 +95,15 @@ impl LocalApiService<'_> {
     }
 
     /// A client of the server itself presenting the front proxy's certificate.
-    fn front_proxy_client(&self, cp: &ControlPlane) -> Result<Client, Error> {
+    fn front_proxy_client(&self, cp: &ControlPlane, ca_pem: &str) -> Result<Client, Error> {
         let url = format!("https://127.0.0.1:{}", self.port)
             .parse()
             .expect("a loopback URL is valid");
         let mut config = kube::Config::new(url);
-        let body: String = self
-            .ca_pem
-            .lines()
-            .filter(|l| !l.starts_with("-----"))
-            .collect();
-        let ca = base64::engine::general_purpose::STANDARD
-            .decode(body)
-            .map_err(|e| Error::Manifest {
-                index: 0,
-                reason: format!("the CA is not PEM: {e}"),
-            })?;
+        let ca = certificate_der(ca_pem).ok_or_else(|| Error::Manifest {
+            index: 0,
+            reason: "the CA is not a PEM certificate".to_owned(),
+        })?;
         config.root_cert = Some(vec![ca]);
         config.tls_server_name = Some(self.server_name());
         let (cert, key) = cp.front_proxy_client();
@@ -115,8 +112,8 @@ impl LocalApiService<'_> {
         Client::try_from(config).map_err(|e| Error::kube("a client of the server", e))
     }
 
-    fn manifests(&self) -> String {
-        let ca_bundle = base64::engine::general_purpose::STANDARD.encode(self.ca_pem);
+    fn manifests(&self, ca_pem: &str) -> String {
+        let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
         format!(
             r#"
 apiVersion: v1

@@ -52,6 +52,18 @@ pub fn serving_cert(extra_dns_names: &[&str]) -> Result<ServingCert, Error> {
     })
 }
 
+/// The DER bytes of the (first) certificate in `pem`, e.g. for a client's `root_cert`.
+pub fn certificate_der(pem: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let body: String = pem
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    base64::engine::general_purpose::STANDARD.decode(body).ok()
+}
+
 pub(crate) struct Ca {
     cert: Certificate,
     issuer: Issuer<'static, KeyPair>,

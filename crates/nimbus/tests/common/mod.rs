@@ -647,13 +647,9 @@ pub fn posture_direct(
     server_name: Option<&str>,
     identity: Option<(&str, &str)>,
 ) -> kube::Config {
-    use base64::Engine as _;
     let url = format!("https://127.0.0.1:{port}").parse().expect("URL");
     let mut config = kube::Config::new(url);
-    let body: String = ca_pem.lines().filter(|l| !l.starts_with("-----")).collect();
-    let der = base64::engine::general_purpose::STANDARD
-        .decode(body)
-        .expect("a PEM CA");
+    let der = nimbus_testenv::certificate_der(ca_pem).expect("a PEM CA");
     config.root_cert = Some(vec![der]);
     config.tls_server_name = server_name.map(str::to_owned);
     if let Some((user, group)) = identity {

@@ -3,16 +3,17 @@
 //! Jobs. Debounced: a burst of changes costs one computation.
 
 use super::Postures;
+use crate::cache::{Cache, Driver};
 use crate::context::Context;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
 use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
@@ -33,33 +34,38 @@ pub struct Workloads {
     jobs: Store<PartialObjectMeta<Job>>,
 }
 
-impl Workloads {
-    /// The caches, and the streams that drive them (one item per change).
-    pub fn watch(client: &Client) -> (Self, Vec<BoxStream<'static, ()>>) {
-        let (pods, pod_changes) = metadata_cache::<Pod>(client);
-        let (replica_sets, rs_changes) = metadata_cache::<ReplicaSet>(client);
-        let (jobs, job_changes) = metadata_cache::<Job>(client);
-        let workloads = Self {
-            pods,
-            replica_sets,
-            jobs,
-        };
-        (workloads, vec![pod_changes, rs_changes, job_changes])
-    }
+/// The watches behind [`Workloads`] and everything else the posture reads.
+pub struct Watches {
+    /// One item per change of anything the posture reads.
+    pub changes: Vec<BoxStream<'static, ()>>,
+    /// What drives the workload caches.
+    pub drivers: Vec<Driver>,
+    /// Resolves once every workload cache has listed.
+    pub synced: BoxFuture<'static, ()>,
+}
 
-    pub fn synced(&self) -> impl Future<Output = ()> + Send + 'static {
-        let stores = (
-            self.pods.clone(),
-            self.replica_sets.clone(),
-            self.jobs.clone(),
-        );
-        async move {
-            let _ = futures::join!(
-                stores.0.wait_until_ready(),
-                stores.1.wait_until_ready(),
-                stores.2.wait_until_ready()
-            );
-        }
+impl Workloads {
+    pub fn watch(client: &Client) -> (Self, Watches) {
+        let mut pods = metadata_cache::<Pod>(client);
+        let mut replica_sets = metadata_cache::<ReplicaSet>(client);
+        let mut jobs = metadata_cache::<Job>(client);
+        let watches = Watches {
+            changes: vec![
+                signal(pods.subscribe()),
+                signal(replica_sets.subscribe()),
+                signal(jobs.subscribe()),
+            ],
+            synced: futures::future::join3(pods.synced(), replica_sets.synced(), jobs.synced())
+                .map(drop)
+                .boxed(),
+            drivers: vec![pods.driver(), replica_sets.driver(), jobs.driver()],
+        };
+        let workloads = Self {
+            pods: pods.store,
+            replica_sets: replica_sets.store,
+            jobs: jobs.store,
+        };
+        (workloads, watches)
     }
 
     fn pods(&self) -> Vec<core::Pod> {
@@ -97,43 +103,26 @@ impl Workloads {
     }
 }
 
-/// A cluster-wide metadata-only cache of `K`, and the stream that drives it (one item per
-/// change).
-fn metadata_cache<K>(client: &Client) -> (Store<PartialObjectMeta<K>>, BoxStream<'static, ()>)
+/// A cluster-wide, metadata-only cache of `K`.
+fn metadata_cache<K>(client: &Client) -> Cache<PartialObjectMeta<K>>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + std::fmt::Debug + 'static,
     PartialObjectMeta<K>: Resource<DynamicType = ()> + serde::de::DeserializeOwned,
 {
-    let (reader, writer) = reflector::store();
-    let api = Api::<PartialObjectMeta<K>>::all(client.clone());
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|meta: &mut PartialObjectMeta<K>| {
-            meta.metadata.managed_fields = None;
-            meta.metadata.annotations = None;
-        })
-        .reflect(writer)
-        .filter_map(|event| async move {
-            match event {
-                Ok(_) => Some(()),
-                Err(error) => {
-                    tracing::debug!(%error, "posture watch failed; retrying");
-                    None
-                }
-            }
-        })
-        .boxed();
-    (reader, stream)
+    Cache::new(Api::all(client.clone())).strip(|meta| {
+        meta.metadata.managed_fields = None;
+        meta.metadata.annotations = None;
+    })
 }
 
-/// Computes the postures once the workload caches have listed, then again whenever one of
-/// `changes` fires (they also drive the workload caches), until the streams end.
-pub async fn run(
-    ctx: Arc<Context>,
-    sources: Workloads,
-    changes: Vec<BoxStream<'static, ()>>,
-    postures: Arc<Postures>,
-) {
+/// Computes the postures once the workload caches have listed, then again whenever something
+/// they read changes, until the watches end.
+pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postures: Arc<Postures>) {
+    let Watches {
+        changes,
+        drivers,
+        synced,
+    } = watches;
     let dirty = Arc::new(Notify::new());
     let feed = {
         let dirty = dirty.clone();
@@ -143,7 +132,7 @@ pub async fn run(
         })
     };
     let compute = async move {
-        sources.synced().await;
+        synced.await;
         loop {
             let started = std::time::Instant::now();
             let (workload_postures, namespace_postures) = compute(&ctx, &sources);
@@ -158,6 +147,7 @@ pub async fn run(
     tokio::select! {
         () = feed => {}
         () = compute => {}
+        _ = futures::future::join_all(drivers) => {}
     }
 }
 

@@ -11,13 +11,12 @@ mod store;
 mod table;
 mod tls;
 
-pub use compute::{Workloads, signal};
+pub use compute::{Watches, Workloads, signal};
 pub use tls::ServingCertificate;
 
 use crate::context::Context;
 use crate::error::Error;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -61,18 +60,18 @@ impl Postures {
     }
 }
 
-/// Starts computing the posture (on every change signalled by `changes`) and binds the API's
+/// Starts computing the posture (again on every change `watches` signals) and binds the API's
 /// port; returns the future that serves it until `shutdown`.
 pub async fn start(
     config: &Config,
     client: &Client,
     ctx: Arc<Context>,
     workloads: Workloads,
-    changes: Vec<BoxStream<'static, ()>>,
+    watches: Watches,
     shutdown: CancellationToken,
 ) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
     let postures = Arc::new(Postures::new());
-    let computing = compute::run(ctx, workloads, changes, postures.clone());
+    let computing = compute::run(ctx, workloads, watches, postures.clone());
     tokio::spawn(until(shutdown.clone(), computing));
     let front_proxy = front_proxy(client.clone(), shutdown.clone());
     let tls = tls::follow(config.certificate.clone(), front_proxy);
