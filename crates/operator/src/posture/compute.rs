@@ -173,6 +173,10 @@ fn compute(ctx: &Context, sources: &Workloads) -> (Vec<WorkloadPosture>, Vec<Nam
         coverage.push(policy_coverage(ctx, &input, binding, &engine_set, &present));
     }
 
+    // The caches iterate in no fixed order; a posture must not change (and be reported as
+    // changed) just because its intents came out in another order.
+    coverage.sort_by(|a, b| a.policy.cmp(&b.policy));
+
     let pods = sources.pods();
     let workloads = core::workloads(&pods, |ns, kind, name| sources.owner_of(ns, kind, name));
     let workload_postures: Vec<_> = workloads
