@@ -58,7 +58,7 @@ pub fn objects(
             ..Default::default()
         })
         .collect();
-    let csib = workload::cluster_binding(cluster_binding)?;
+    let csib = workload::cluster_binding(plan, cluster_binding)?;
     let planned =
         plan::cluster_binding(&csib, lookup, &namespaces, &ProtectedNamespaces::default())?;
     if let Some(cwnp) = &planned.cluster_policy {

@@ -32,9 +32,14 @@ struct Args {
     /// Namespaces, each with its own bindings.
     #[arg(long, default_value_t = 50)]
     namespaces: usize,
-    /// SecurityIntentBindings per namespace (each referencing all four intents).
-    #[arg(long, default_value_t = 2)]
-    bindings_per_namespace: usize,
+    /// SecurityIntentBindings (each referencing all four intents), spread over the namespaces
+    /// in turn.
+    #[arg(long, default_value_t = 100)]
+    bindings: usize,
+    /// Intents of the ClusterSecurityIntentBinding over all namespaces (1-4: escapeToHost,
+    /// dnsManipulation, swDeploymentTools, denyExternalNetworkAccess).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=4))]
+    cluster_intents: u8,
     /// Length of the steady-state measurement (scenario B).
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     steady: Duration,
@@ -184,7 +189,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         rss_mib: mib(at_ready.rss_kib),
     };
 
-    let mut plan = Plan::new(args.namespaces, args.bindings_per_namespace);
+    let mut plan = Plan::new(
+        args.namespaces,
+        args.bindings,
+        usize::from(args.cluster_intents),
+    );
     step(format!(
         "creating {} namespaces (before any measurement)",
         plan.namespaces.len()
@@ -305,7 +314,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // F: the floor, after the operator stopped.
     let cold_wall = scenarios.first().map_or(0.0, |a| a.wall_time_secs);
     drop(operator);
-    let floor_plan = Plan::named("floor", args.namespaces, args.bindings_per_namespace);
+    let floor_plan = Plan::named(
+        "floor",
+        args.namespaces,
+        args.bindings,
+        usize::from(args.cluster_intents),
+    );
     workload::create_namespaces(&ops, &floor_plan).await?;
     // The cluster binding also reached the cluster's own namespaces (default, kube-public, ...).
     let namespaces: Vec<String> = floor_plan
@@ -336,8 +350,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let results = Results {
         config: report::Config {
             namespaces: args.namespaces,
-            bindings_per_namespace: args.bindings_per_namespace,
             security_intent_bindings: plan.bindings.len(),
+            cluster_binding_intents: workload::cluster_intents(plan.cluster_intents)
+                .iter()
+                .map(|(_, id)| *id)
+                .collect(),
             security_intents: workload::INTENTS.len(),
             cluster_security_intent_bindings: 1,
             steady_state_secs: args.steady.as_secs_f64(),

@@ -48,8 +48,8 @@ pub struct Floor {
 #[derive(Debug, Serialize)]
 pub struct Config {
     pub namespaces: usize,
-    pub bindings_per_namespace: usize,
     pub security_intent_bindings: usize,
+    pub cluster_binding_intents: Vec<&'static str>,
     pub security_intents: usize,
     pub cluster_security_intent_bindings: usize,
     pub steady_state_secs: f64,
@@ -155,14 +155,13 @@ pub fn table(results: &Results) -> String {
     let e = &results.expected;
     let _ = writeln!(
         out,
-        "\nNimbus operator benchmark: {} namespaces x {} bindings = {} SecurityIntentBindings \
-         (4 intents each), {} SecurityIntents, {} ClusterSecurityIntentBinding (escapeToHost, all \
-         namespaces)",
+        "\nNimbus operator benchmark: {} namespaces, {} SecurityIntentBindings (4 intents \
+         each), {} SecurityIntents, {} ClusterSecurityIntentBinding ({}; all namespaces)",
         c.namespaces,
-        c.bindings_per_namespace,
         c.security_intent_bindings,
         c.security_intents,
         c.cluster_security_intent_bindings,
+        c.cluster_binding_intents.join(", "),
     );
     let shapes: Vec<String> = e
         .adapter_policies_per_policy

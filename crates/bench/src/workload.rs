@@ -26,8 +26,11 @@ pub const INTENTS: [(&str, &str); 4] = [
     ("bench-sw-deployment-tools", "swDeploymentTools"),
     ("bench-deny-external-network", "denyExternalNetworkAccess"),
 ];
-/// The intent of the cluster binding.
-pub const CLUSTER_INTENT: (&str, &str) = INTENTS[1];
+/// The intents a cluster binding with `n` intents references, in this order.
+pub fn cluster_intents(n: usize) -> &'static [(&'static str, &'static str)] {
+    const ORDER: [(&str, &str); 4] = [INTENTS[1], INTENTS[0], INTENTS[2], INTENTS[3]];
+    &ORDER[..n.min(ORDER.len())]
+}
 pub const CLUSTER_BINDING: &str = "bench-all-namespaces";
 /// Namespaces a `matchNames: ["*"]` cluster binding never selects.
 /// The operator's protected namespaces as the bench runs it (kube-system and the k8tls
@@ -144,35 +147,40 @@ impl Binding {
 pub struct Plan {
     pub namespaces: Vec<String>,
     pub bindings: Vec<Binding>,
+    /// Intents of the cluster binding (see [`cluster_intents`]).
+    pub cluster_intents: usize,
     /// Namespaces the cluster binding selects (every namespace but kube-system), known once
     /// the bench namespaces exist.
     pub selected: BTreeSet<String>,
 }
 
 impl Plan {
-    pub fn new(namespaces: usize, bindings_per_namespace: usize) -> Self {
-        Self::named("bench", namespaces, bindings_per_namespace)
+    pub fn new(namespaces: usize, bindings: usize, cluster_intents: usize) -> Self {
+        Self::named("bench", namespaces, bindings, cluster_intents)
     }
 
-    /// The same workload in namespaces `<prefix>-<n>`.
-    pub fn named(prefix: &str, namespaces: usize, bindings_per_namespace: usize) -> Self {
+    /// The same workload in namespaces `<prefix>-<n>`: `bindings` spread over the namespaces
+    /// in turn (the first namespaces get one more when they do not divide evenly).
+    pub fn named(prefix: &str, namespaces: usize, bindings: usize, cluster_intents: usize) -> Self {
         let width = namespaces.saturating_sub(1).to_string().len().max(2);
         let namespaces: Vec<String> = (0..namespaces)
             .map(|i| format!("{prefix}-{i:0width$}"))
             .collect();
-        let bindings = namespaces
-            .iter()
-            .flat_map(|ns| {
-                (0..bindings_per_namespace).map(move |j| Binding {
+        let bindings = (0..bindings)
+            .map(|i| {
+                let ns = &namespaces[i % namespaces.len()];
+                let j = i / namespaces.len();
+                Binding {
                     namespace: ns.clone(),
                     name: format!("binding-{j}"),
                     app: format!("{ns}-app-{j}"),
-                })
+                }
             })
             .collect();
         Self {
             namespaces,
             bindings,
+            cluster_intents,
             selected: BTreeSet::new(),
         }
     }
@@ -284,14 +292,18 @@ pub fn binding(b: &Binding) -> anyhow::Result<SecurityIntentBinding> {
     .context("building a SecurityIntentBinding")
 }
 
-/// The cluster binding named `name`, over every namespace.
-pub fn cluster_binding(name: &str) -> anyhow::Result<ClusterSecurityIntentBinding> {
+/// The cluster binding named `name`, with `plan`'s cluster intents, over every namespace.
+pub fn cluster_binding(plan: &Plan, name: &str) -> anyhow::Result<ClusterSecurityIntentBinding> {
+    let refs: Vec<_> = cluster_intents(plan.cluster_intents)
+        .iter()
+        .map(|(name, _)| json!({"name": name}))
+        .collect();
     serde_json::from_value(json!({
         "apiVersion": "intent.security.nimbus.com/v1alpha1",
         "kind": "ClusterSecurityIntentBinding",
         "metadata": {"name": name},
         "spec": {
-            "intents": [{"name": CLUSTER_INTENT.0}],
+            "intents": refs,
             "selector": {"nsSelector": {"matchNames": ["*"]}}
         }
     }))
@@ -312,7 +324,7 @@ pub async fn create_workload(ops: &Ops, plan: &Plan) -> anyhow::Result<()> {
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
-    let cluster = cluster_binding(CLUSTER_BINDING)?;
+    let cluster = cluster_binding(plan, CLUSTER_BINDING)?;
     ops.create(&Api::all(ops.client.clone()), &cluster).await?;
     Ok(())
 }
@@ -437,7 +449,10 @@ pub fn progress(
                     && o.name == CLUSTER_BINDING
             })
         };
-    let cluster_ids = [CLUSTER_INTENT.1];
+    let cluster_ids: Vec<&str> = cluster_intents(plan.cluster_intents)
+        .iter()
+        .map(|(_, id)| *id)
+        .collect();
     for ns in &plan.selected {
         let what = format!("cluster binding's NimbusPolicy in {ns}");
         let found = policies
@@ -557,13 +572,35 @@ mod tests {
 
     #[test]
     fn plan_names_and_counts() {
-        let mut plan = Plan::new(3, 2);
+        let mut plan = Plan::new(3, 7, 2);
         plan.selected = ["default", "bench-00", "bench-01", "bench-02"]
             .map(String::from)
             .into();
-        assert_eq!(plan.bindings.len(), 6);
-        assert_eq!(plan.expected_policies(), 6 + 4 + 1);
-        assert_eq!(plan.bindings[1].app(0), "bench-00-app-1");
-        assert_eq!(plan.bindings[1].app(1), "bench-00-app-1-v1");
+        assert_eq!(plan.bindings.len(), 7);
+        assert_eq!(plan.expected_policies(), 7 + 4 + 1);
+        let placed: Vec<String> = plan
+            .bindings
+            .iter()
+            .map(|b| format!("{}/{}", b.namespace, b.name))
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                "bench-00/binding-0",
+                "bench-01/binding-0",
+                "bench-02/binding-0",
+                "bench-00/binding-1",
+                "bench-01/binding-1",
+                "bench-02/binding-1",
+                "bench-00/binding-2"
+            ]
+        );
+        assert_eq!(plan.bindings[3].app(0), "bench-00-app-1");
+        assert_eq!(plan.bindings[3].app(1), "bench-00-app-1-v1");
+        let ids: Vec<&str> = cluster_intents(plan.cluster_intents)
+            .iter()
+            .map(|(_, id)| *id)
+            .collect();
+        assert_eq!(ids, ["escapeToHost", "dnsManipulation"]);
     }
 }

@@ -7,7 +7,7 @@ use common::{
     CONVERGE, VIRTUAL_PATCHES, apply, binding, create_intent, delete, entry_object, get,
     install_virtual_patch_db, intent, native, unique,
 };
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Event, Namespace};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
@@ -475,6 +475,25 @@ async fn native_policies_are_kept_in_sync() {
         let ksp = native(&e.client, &KUBEARMOR_POLICY, ns, "d-dnsmanipulation").await?;
         (ksp.data["spec"]["action"] == "Block").then_some(())
     })
+    .await;
+    // Undoing drift is news no binding change announced: the policy says so.
+    let events: Api<Event> = Api::namespaced(e.client.clone(), e.ns.name());
+    eventually(
+        "an event on the policy about the reverted edit",
+        CONVERGE,
+        async |_| {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|ev| {
+                    ev.involved_object.kind.as_deref() == Some("NimbusPolicy")
+                        && ev.involved_object.name.as_deref() == Some("d")
+                        && ev.reason.as_deref() == Some("NativePoliciesSynced")
+                        && ev.message.as_deref() == Some("1 native policy applied, 0 removed")
+                })
+                .then_some(())
+        },
+    )
     .await;
 
     // Delete: the NetworkPolicy comes back as a new object.

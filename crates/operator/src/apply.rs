@@ -1,6 +1,7 @@
 //! The one write path of the operator: server-side apply of what we own, only when the cached
 //! object differs from what we want, so a steady state makes no write calls.
 
+use crate::cache::Creations;
 use crate::drift::{self, Write};
 use crate::error::Error;
 use jiff::Timestamp;
@@ -53,13 +54,15 @@ pub fn is_controlled_by<K: Resource>(obj: &K, owner_uid: &str) -> bool {
 
 /// Makes `observed` exactly `desired` as `manager` (see [`drift`]): nothing when it already is,
 /// else a server-side apply, or a replace when another manager added fields to the body.
-/// Returns whether it wrote.
+/// `created` holds what this process created and its cache has not shown yet. Returns whether
+/// it wrote.
 pub async fn apply<K>(
     api: &Api<K>,
     manager: &str,
     desired: &K,
     observed: Option<&K>,
     written: &Written,
+    created: &Creations,
 ) -> Result<bool, Error>
 where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
@@ -78,8 +81,9 @@ where
             source,
         })?;
     let name = desired.name_any();
-    // The stamped hash fingerprints what we generate. Only a cached copy can be stale: with
-    // none, the object may have been deleted since our write.
+    // The stamped hash fingerprints what we generate: a stale cached copy, or none yet of what
+    // we just created, is no reason to write it again. (With no copy and no creation pending,
+    // the object may have been deleted since our write.)
     let meta = desired.meta();
     let key = written_key(
         "object",
@@ -92,8 +96,12 @@ where
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let cached_version = observed.and_then(|o| o.meta().resource_version.as_deref());
-    if observed.is_some() && written.after(&key, cached_version, &fingerprint) {
+    let place = (meta.namespace.clone(), name.clone());
+    let unchanged = match observed {
+        Some(o) => written.after(&key, o.meta().resource_version.as_deref(), &fingerprint),
+        None => created.pending(&place) && written.last(&key, &fingerprint),
+    };
+    if unchanged {
         return Ok(false);
     }
     let write = drift::plan(&want, have.as_ref(), manager);
@@ -125,6 +133,9 @@ where
         }
     };
     written.record(key, stored.meta().resource_version.as_deref(), fingerprint);
+    if observed.is_none() {
+        created.created(place);
+    }
     Ok(true)
 }
 
@@ -214,7 +225,8 @@ where
 pub trait Status: Serialize + Clone + PartialEq {
     /// Sets `lastUpdated`, for kinds whose status has it.
     fn set_last_updated(&mut self, at: Option<Time>);
-    fn conditions(&mut self) -> &mut Vec<Condition>;
+    fn conditions(&self) -> &[Condition];
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
 }
 
 /// What this process last wrote to each object, as a fingerprint, with the resourceVersion the
@@ -236,6 +248,11 @@ impl Written {
             self.lock().get(key),
             Some((written, last)) if cached < *written && last == fingerprint
         )
+    }
+
+    /// Whether `fingerprint` is what we wrote last to `key`.
+    fn last(&self, key: &str, fingerprint: &str) -> bool {
+        matches!(self.lock().get(key), Some((_, last)) if last == fingerprint)
     }
 
     fn record(&self, key: String, version: Option<&str>, fingerprint: String) {
@@ -303,18 +320,14 @@ where
     S: Status,
 {
     let now = Time(Timestamp::now());
-    let mut current = current.cloned();
-    let previous = current
-        .as_mut()
-        .map(|c| c.conditions().clone())
-        .unwrap_or_default();
-    for c in desired.conditions().iter_mut() {
+    let previous = current.map(Status::conditions).unwrap_or_default();
+    for c in desired.conditions_mut().iter_mut() {
         c.last_transition_time = match previous.iter().find(|p| p.type_ == c.type_) {
             Some(p) if p.status == c.status => p.last_transition_time.clone(),
             _ => now.clone(),
         };
     }
-    if let Some(mut current) = current {
+    if let Some(mut current) = current.cloned() {
         current.set_last_updated(None);
         desired.set_last_updated(None);
         if current == desired {

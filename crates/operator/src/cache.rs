@@ -11,14 +11,17 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub type Driver = BoxFuture<'static, ()>;
+
+/// The key an [`Index`] files an object under.
+type KeyOf<K> = fn(&K) -> Option<String>;
 
 pub struct Cache<K: Resource + Clone + 'static>
 where
@@ -32,6 +35,8 @@ where
     config: watcher::Config,
     /// Drops fields the operator never reads before an object is stored (memory).
     strip: Option<fn(&mut K)>,
+    index: Option<(KeyOf<K>, Index)>,
+    creations: Creations,
     subscribers: Vec<mpsc::UnboundedSender<K>>,
     /// Told of every relist after the first list.
     relist_subscribers: Vec<mpsc::UnboundedSender<()>>,
@@ -68,6 +73,8 @@ where
             api,
             config,
             strip: None,
+            index: None,
+            creations: Creations::default(),
             subscribers: Vec::new(),
             relist_subscribers: Vec::new(),
             pending: Gauge::default(),
@@ -78,6 +85,18 @@ where
     pub fn strip(mut self, strip: fn(&mut K)) -> Self {
         self.strip = Some(strip);
         self
+    }
+
+    /// Keeps the stored objects findable by `key` (e.g. their controller's uid) without a scan.
+    pub fn index_by(&mut self, key: KeyOf<K>) -> Index {
+        let index = Index::default();
+        self.index = Some((key, index.clone()));
+        index
+    }
+
+    /// Where this process notes the objects it created, until the store shows them.
+    pub fn creations(&self) -> Creations {
+        self.creations.clone()
     }
 
     /// Reports the events waiting in subscribers' channels on `gauge`.
@@ -130,6 +149,8 @@ where
         let subscribers = std::mem::take(&mut self.subscribers);
         let relist_subscribers = std::mem::take(&mut self.relist_subscribers);
         let strip = self.strip;
+        let index = self.index.clone();
+        let creations = self.creations.clone();
         let kind = self.kind.clone();
         let pending = self.pending.clone();
         let synced = self.synced.clone();
@@ -167,6 +188,11 @@ where
                             }
                         }
                         let (before, mut listed) = relist.take().unwrap_or_default();
+                        if let Some((key, index)) = &index {
+                            index.replace(listed.iter().map(|o| (place(o), key(o))));
+                        }
+                        // What the list holds is shown; what it lacks is gone.
+                        creations.clear();
                         let seen: HashSet<ObjectRef<K>> = listed
                             .iter()
                             .map(|o| ObjectRef::from_obj_with(o, dyntype.clone()))
@@ -184,7 +210,20 @@ where
                         listed.extend(vanished);
                         listed
                     }
-                    Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) => vec![obj],
+                    Ok(watcher::Event::Apply(obj)) => {
+                        if let Some((key, index)) = &index {
+                            index.set(place(&obj), key(&obj));
+                        }
+                        creations.shown(&obj);
+                        vec![obj]
+                    }
+                    Ok(watcher::Event::Delete(obj)) => {
+                        if let Some((_, index)) = &index {
+                            index.set(place(&obj), None);
+                        }
+                        creations.shown(&obj);
+                        vec![obj]
+                    }
                     // 410 Gone: the watch resumed from a version the apiserver no longer
                     // keeps (after a restart, or when the watch cache of a just-created CRD
                     // started after our first list). The watcher relists, and the relist
@@ -212,5 +251,147 @@ where
 
     pub fn driver(&mut self) -> Driver {
         self.driver_after(future::ready(()))
+    }
+}
+
+/// Where an object is: its namespace and name.
+pub type Place = (Option<String>, String);
+
+pub fn place<K: Resource>(obj: &K) -> Place {
+    (
+        obj.meta().namespace.clone(),
+        obj.meta().name.clone().unwrap_or_default(),
+    )
+}
+
+/// The places of a cache's objects by one key of each, updated in the same step as the store
+/// (before subscribers hear of the change), so a lookup costs what it finds, not the cache's
+/// size.
+#[derive(Clone, Default)]
+pub struct Index(Arc<RwLock<IndexMaps>>);
+
+#[derive(Default)]
+struct IndexMaps {
+    places: HashMap<String, BTreeSet<Place>>,
+    keys: HashMap<Place, String>,
+}
+
+impl Index {
+    /// The places of the objects whose key is `key`.
+    pub fn get(&self, key: &str) -> Vec<Place> {
+        let maps = self
+            .0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        maps.places
+            .get(key)
+            .map(|places| places.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Records the object at `place` under `key` (`None`: gone, or without a key).
+    fn set(&self, place: Place, key: Option<String>) {
+        self.0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .set(place, key);
+    }
+
+    /// Replaces everything with a complete list's objects.
+    fn replace(&self, objects: impl Iterator<Item = (Place, Option<String>)>) {
+        let mut fresh = IndexMaps::default();
+        for (place, key) in objects {
+            fresh.set(place, key);
+        }
+        *self
+            .0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
+    }
+}
+
+impl IndexMaps {
+    fn set(&mut self, place: Place, key: Option<String>) {
+        if let Some(old) = self.keys.remove(&place)
+            && let Some(places) = self.places.get_mut(&old)
+        {
+            places.remove(&place);
+            if places.is_empty() {
+                self.places.remove(&old);
+            }
+        }
+        if let Some(key) = key {
+            self.places
+                .entry(key.clone())
+                .or_default()
+                .insert(place.clone());
+            self.keys.insert(place, key);
+        }
+    }
+}
+
+/// Objects this process created that the store has not shown yet. A reconcile that runs
+/// between a create and the watch event reporting it (triggered by another of its writes,
+/// whose event came first) must not take the object's absence from the store for a deletion
+/// and create it again. An object is forgotten once any event about it is stored, or after a
+/// relist (whose result says whether it exists), so nothing stays here.
+#[derive(Clone, Default)]
+pub struct Creations(Arc<std::sync::Mutex<HashSet<Place>>>);
+
+impl Creations {
+    /// Notes that this process just created the object at `place`.
+    pub fn created(&self, place: Place) {
+        self.lock().insert(place);
+    }
+
+    /// Whether the object at `place` was created by this process and not yet shown.
+    pub fn pending(&self, place: &Place) -> bool {
+        self.lock().contains(place)
+    }
+
+    fn shown<K: Resource>(&self, obj: &K) {
+        let mut pending = self.lock();
+        if !pending.is_empty() {
+            pending.remove(&place(obj));
+        }
+    }
+
+    fn clear(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<Place>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(name: &str) -> Place {
+        (Some("ns".to_owned()), name.to_owned())
+    }
+
+    #[test]
+    fn the_index_follows_changes_of_key_and_deletions() {
+        let index = Index::default();
+        index.set(at("a"), Some("u1".into()));
+        index.set(at("b"), Some("u1".into()));
+        index.set(at("c"), Some("u2".into()));
+        assert_eq!(index.get("u1"), [at("a"), at("b")]);
+        index.set(at("b"), Some("u2".into()));
+        index.set(at("a"), None);
+        assert_eq!(index.get("u1"), Vec::<Place>::new());
+        assert_eq!(index.get("u2"), [at("b"), at("c")]);
+        assert!(
+            !index.0.read().unwrap().places.contains_key("u1"),
+            "no empty entries kept"
+        );
+        index.replace([(at("d"), Some("u1".into())), (at("e"), None)].into_iter());
+        assert_eq!(index.get("u1"), [at("d")]);
+        assert_eq!(index.get("u2"), Vec::<Place>::new());
     }
 }

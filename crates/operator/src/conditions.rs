@@ -133,6 +133,24 @@ pub fn binding_ready(
     }
 }
 
+/// Whether a new status would only say "not known yet" (`Ready=Unknown`) about a generation
+/// the current one does not describe. Such a write tells nothing: a status behind its object's
+/// generation already says the change is not done, and what decides it (the generated
+/// policies' reports) triggers the next reconcile. Skipping it saves a write per change.
+pub fn only_pending(current: &[Condition], new: &[Condition]) -> bool {
+    let ready = |conditions: &[Condition]| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == condition::READY)
+            .cloned()
+    };
+    match ready(new) {
+        Some(new) if new.status == "Unknown" => ready(current)
+            .is_none_or(|current| current.observed_generation != new.observed_generation),
+        _ => false,
+    }
+}
+
 /// `Ready` from the problems of a translation: false with the first blocking problem's reason
 /// when an intent is not enforced at all; true otherwise, with partial problems in the message.
 pub fn policy_ready(problems: &[Problem], generation: Option<i64>) -> Condition {
@@ -158,6 +176,20 @@ mod tests {
             message: message.into(),
             blocking,
         }
+    }
+
+    #[test]
+    fn not_known_yet_is_written_only_over_a_status_of_the_same_generation() {
+        let pending = |generation| reconciling("waiting".into(), Some(generation));
+        let done = |generation| ready(true, condition::REASON_READY, "", Some(generation));
+        // Nothing reported yet, or a report on an older generation: the stale status says it.
+        assert!(only_pending(&[], &[pending(1)]));
+        assert!(only_pending(&[done(1)], &[pending(2)]));
+        // The same generation turning not known (an intent changed under it): say so.
+        assert!(!only_pending(&[done(2)], &[pending(2)]));
+        // Anything known is written.
+        assert!(!only_pending(&[], &[done(1)]));
+        assert!(!only_pending(&[done(1)], &[ready(false, "X", "", Some(2))]));
     }
 
     #[test]

@@ -1,9 +1,9 @@
 use crate::availability::{self, Served};
+use crate::cache::Creations;
 use crate::metrics::Metrics;
 use crate::natives::Natives;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::Client;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusRule, SecurityIntent,
@@ -20,7 +20,7 @@ use tokio::sync::watch;
 /// reconcile never lists from the API server).
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    pub events: crate::events::Events,
     /// How often an unchanged object is re-checked for drift the watches could not see.
     pub resync: Duration,
     pub intents: Store<SecurityIntent>,
@@ -28,6 +28,9 @@ pub struct Context {
     pub cluster_bindings: Store<ClusterSecurityIntentBinding>,
     pub policies: Store<NimbusPolicy>,
     pub cluster_policies: Store<ClusterNimbusPolicy>,
+    /// Policies created and not yet in their caches (see [`crate::cache::Creations`]).
+    pub policies_created: Creations,
+    pub cluster_policies_created: Creations,
     pub namespaces: Store<Namespace>,
     pub natives: Natives,
     pub engines: EngineContext,

@@ -9,6 +9,9 @@ pub enum Error {
     },
     #[error("{0} has no {1}")]
     MissingField(String, &'static str),
+    /// An engine generated a kind the operator keeps no cache of (a bug in the wiring).
+    #[error("{0} objects are generated but not watched")]
+    NotWatched(&'static str),
     #[error("serializing {object}: {source}")]
     Serialize {
         object: String,

@@ -9,6 +9,7 @@ mod context;
 mod controllers;
 pub mod drift;
 mod error;
+mod events;
 mod health;
 pub mod leader;
 mod metrics;

@@ -48,6 +48,7 @@ pub struct Metrics {
     pub pending_events: Family<KindLabels, Gauge>,
     pub applied: Family<EngineLabels, Counter>,
     pub pruned: Family<EngineLabels, Counter>,
+    pub events_dropped: Counter,
     pub leader: Gauge,
 }
 
@@ -95,6 +96,12 @@ impl Default for Metrics {
             "Native objects an engine deleted because no policy wants them any more",
             pruned.clone(),
         );
+        let events_dropped = Counter::default();
+        registry.register(
+            "events_dropped",
+            "Kubernetes Events not written because too many were waiting",
+            events_dropped.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -117,6 +124,7 @@ impl Default for Metrics {
             pending_events,
             applied,
             pruned,
+            events_dropped,
             leader,
         }
     }

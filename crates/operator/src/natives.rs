@@ -2,7 +2,7 @@
 //! apply/prune mechanism every engine goes through.
 
 use crate::apply::{self, is_controlled_by};
-use crate::cache::Cache;
+use crate::cache::{Cache, Creations, Index};
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
@@ -21,12 +21,13 @@ pub fn managed_selector() -> String {
     format!("{MANAGED_BY} in ({})", managers.join(","))
 }
 
-/// The cache of one native kind, watched in `namespace` only when given.
+/// Our objects of one native kind (watched in `namespace` only when given), and an index of
+/// them by their controller's uid.
 pub fn cache(
     client: &Client,
     kind: &'static NativeKind,
     namespace: Option<&str>,
-) -> Cache<DynamicObject> {
+) -> (Cache<DynamicObject>, Index) {
     let resource = kind.api_resource();
     let api = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
@@ -34,7 +35,14 @@ pub fn cache(
     };
     let config = watcher::Config::default().labels(&managed_selector());
     // managedFields stay: they tell our fields from server defaults and others' additions.
-    Cache::with(api, resource, config)
+    let mut cache: Cache<DynamicObject> = Cache::with(api, resource, config);
+    let owners = cache.index_by(|obj| {
+        obj.owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.clone())
+    });
+    (cache, owners)
 }
 
 /// The names of every object of a native kind, ours or not (metadata only, nothing else
@@ -66,10 +74,18 @@ pub struct Names {
     pub synced: watch::Receiver<bool>,
 }
 
+/// Our objects of a native kind, their places by controller uid, and those we created that
+/// the store does not show yet.
+pub struct Owned {
+    pub store: Store<DynamicObject>,
+    pub owners: Index,
+    pub created: Creations,
+}
+
 /// Read access to every native cache.
 pub struct Natives {
     client: Client,
-    stores: Vec<(&'static NativeKind, Store<DynamicObject>)>,
+    owned: Vec<(&'static NativeKind, Owned)>,
     names: Vec<(&'static NativeKind, Names)>,
 }
 
@@ -84,18 +100,18 @@ pub enum Outcome {
 impl Natives {
     pub fn new(
         client: Client,
-        stores: Vec<(&'static NativeKind, Store<DynamicObject>)>,
+        owned: Vec<(&'static NativeKind, Owned)>,
         names: Vec<(&'static NativeKind, Names)>,
     ) -> Self {
         Self {
             client,
-            stores,
+            owned,
             names,
         }
     }
 
-    fn store(&self, kind: &NativeKind) -> Option<&Store<DynamicObject>> {
-        self.stores.iter().find(|(k, _)| *k == kind).map(|(_, s)| s)
+    fn owned(&self, kind: &NativeKind) -> Option<&Owned> {
+        self.owned.iter().find(|(k, _)| *k == kind).map(|(_, o)| o)
     }
 
     fn api(&self, kind: &NativeKind, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -108,21 +124,31 @@ impl Natives {
 
     /// Every cached native object controlled by the policy with `uid`.
     pub fn owned_by(&self, uid: &str) -> Vec<(&'static NativeKind, Arc<DynamicObject>)> {
-        self.stores
-            .iter()
-            .flat_map(|(kind, store)| {
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|o| is_controlled_by(&**o, uid))
-                    .map(|o| (*kind, o))
-            })
-            .collect()
+        let mut found = Vec::new();
+        for (kind, owned) in &self.owned {
+            let resource = kind.api_resource();
+            for (namespace, name) in owned.owners.get(uid) {
+                let key = ObjectRef::new_with(&name, resource.clone());
+                let key = match namespace {
+                    Some(ns) => key.within(&ns),
+                    None => key,
+                };
+                // The index may be a step behind the store.
+                found.extend(
+                    owned
+                        .store
+                        .get(&key)
+                        .filter(|o| is_controlled_by(&**o, uid))
+                        .map(|o| (*kind, o)),
+                );
+            }
+        }
+        found
     }
 
     /// The cached object of `generated`'s kind, namespace and name, if any.
     pub fn cached(&self, generated: &Generated) -> Option<Arc<DynamicObject>> {
-        self.store(generated.kind)?.get(&reference(generated))
+        self.owned(generated.kind)?.store.get(&reference(generated))
     }
 
     /// Whether no object of `generated`'s kind, namespace and name exists, as far as the synced
@@ -149,9 +175,14 @@ impl Natives {
         let desired = &generated.object;
         let namespace = desired.namespace();
         let api = self.api(generated.kind, namespace.as_deref());
-        let cached = self.cached(generated);
-        let observed = match cached {
+        let Some(owned) = self.owned(generated.kind) else {
+            return Err(Error::NotWatched(generated.kind.kind));
+        };
+        let place = (namespace.clone(), desired.name_any());
+        let observed = match owned.store.get(&reference(generated)) {
             Some(obj) => Some(obj),
+            // Ours, just created: `apply` knows what it holds.
+            None if owned.created.pending(&place) => None,
             None if self.known_absent(generated) => None,
             None => api
                 .get_opt(&desired.name_any())
@@ -173,6 +204,7 @@ impl Natives {
             desired,
             observed.as_deref(),
             written,
+            &owned.created,
         )
         .await?;
         Ok(if wrote {

@@ -2,10 +2,11 @@
 //! the five controllers fed from those caches, and the watches driven until shutdown.
 
 use crate::availability::{self, Served};
-use crate::cache::{Cache, Driver};
+use crate::cache::{Cache, Driver, Index};
 use crate::context::{Context, EngineContext};
 use crate::controllers::{binding, cluster_binding, error_policy, intent, policy};
 use crate::error::Error;
+use crate::events::Events;
 use crate::health;
 use crate::leader::{self, LeaderElection};
 use crate::metrics::{ControllerLabels, KindLabels, Metrics};
@@ -111,6 +112,15 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let mut caches = Caches::new(&client, &config, &metrics);
     let (served, availability) = availability::track(client.clone(), &config.engines);
     let leadership = Leadership::start(&client, &config, &metrics);
+    let reporter = Reporter {
+        controller: config.reporter.clone(),
+        instance: config.instance.clone(),
+    };
+    let (events, events_writer) = Events::start(
+        Recorder::new(client.clone(), reporter),
+        metrics.events_dropped.clone(),
+    );
+    tokio::spawn(events_writer);
     let ctx = Arc::new(context(
         &client,
         &config,
@@ -118,6 +128,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         &served,
         &leadership,
         &metrics,
+        events,
     ));
     let triggers = Triggers {
         served: served.clone(),
@@ -175,6 +186,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     }
     // Only now, with no reconcile in flight, hand the lease over.
     leadership.hand_over().await;
+    ctx.events.flush(Duration::from_secs(2)).await;
     tracing::info!("operator stopped");
     Ok(())
 }
@@ -187,8 +199,9 @@ struct Caches {
     policies: Cache<NimbusPolicy>,
     cluster_policies: Cache<ClusterNimbusPolicy>,
     namespaces: Cache<Namespace>,
-    /// The kinds the enabled engines write: our objects, and the names of everyone's.
-    natives: Vec<(&'static NativeKind, Cache<DynamicObject>)>,
+    /// The kinds the enabled engines write: our objects (with an index by controller), and the
+    /// names of everyone's.
+    natives: Vec<(&'static NativeKind, Cache<DynamicObject>, Index)>,
     native_names: Vec<(&'static NativeKind, Cache<PartialObjectMeta<DynamicObject>>)>,
     /// Cluster facts the enabled engines read.
     nodes: Option<Cache<Node>>,
@@ -221,8 +234,8 @@ impl Caches {
             natives: native_kinds
                 .iter()
                 .map(|(kind, namespace)| {
-                    let cache = natives::cache(client, kind, *namespace);
-                    (*kind, counted(cache, metrics))
+                    let (cache, owners) = natives::cache(client, kind, *namespace);
+                    (*kind, counted(cache, metrics), owners)
                 })
                 .collect(),
             native_names: native_kinds
@@ -262,7 +275,7 @@ impl Caches {
         inputs.extend(
             self.natives
                 .iter_mut()
-                .map(|(_, cache)| posture::signal(cache.subscribe())),
+                .map(|(_, cache, _)| posture::signal(cache.subscribe())),
         );
         inputs
     }
@@ -308,7 +321,7 @@ impl Caches {
         for (kind, cache) in &mut self.native_names {
             drivers.push(cache.driver_after(served_kind(kind)));
         }
-        for (kind, cache) in &mut self.natives {
+        for (kind, cache, _) in &mut self.natives {
             drivers.push(cache.driver_after(served_kind(kind)));
         }
         // Watches run until the process stops. One that ends anyway is a bug: say so, and stop
@@ -386,27 +399,33 @@ fn context(
     served: &watch::Receiver<Served>,
     leadership: &Leadership,
     metrics: &Metrics,
+    events: Events,
 ) -> Context {
-    let reporter = Reporter {
-        controller: config.reporter.clone(),
-        instance: config.instance.clone(),
-    };
     Context {
         client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        events,
         resync: config.resync,
         intents: caches.intents.store.clone(),
         bindings: caches.bindings.store.clone(),
         cluster_bindings: caches.cluster_bindings.store.clone(),
         policies: caches.policies.store.clone(),
         cluster_policies: caches.cluster_policies.store.clone(),
+        policies_created: caches.policies.creations(),
+        cluster_policies_created: caches.cluster_policies.creations(),
         namespaces: caches.namespaces.store.clone(),
         natives: Natives::new(
             client.clone(),
             caches
                 .natives
                 .iter()
-                .map(|(kind, cache)| (*kind, cache.store.clone()))
+                .map(|(kind, cache, owners)| {
+                    let owned = natives::Owned {
+                        store: cache.store.clone(),
+                        owners: owners.clone(),
+                        created: cache.creations(),
+                    };
+                    (*kind, owned)
+                })
                 .collect(),
             caches
                 .native_names
@@ -593,7 +612,7 @@ where
         + Sync
         + 'static,
 {
-    for (kind, cache) in &mut caches.natives {
+    for (kind, cache, _) in &mut caches.natives {
         controller =
             controller.watches_stream_with(cache.subscribe(), owner_of, kind.api_resource());
     }
@@ -634,7 +653,7 @@ fn translation_inputs_changed(
             .map(|_| ());
         streams.push(namespace_changed.boxed());
     }
-    streams.extend(caches.natives.iter_mut().map(|(_, c)| c.relisted()));
+    streams.extend(caches.natives.iter_mut().map(|(_, c, _)| c.relisted()));
     futures::stream::select_all(streams).boxed()
 }
 

@@ -63,9 +63,16 @@ pub async fn reconcile(
     };
 
     let policy = plan.policy;
-    let synced = write_policy(&ctx, &policies, policy.as_ref(), ours).await;
+    let synced = write_policy(
+        &ctx,
+        &policies,
+        policy.as_ref(),
+        ours,
+        &ctx.policies_created,
+    )
+    .await;
     if let Ok(Some(change)) = synced {
-        publish_changes::<_, NimbusPolicy>(&ctx, &*sib, &name, &[(None, change)]).await;
+        publish_changes::<_, NimbusPolicy>(&ctx, &*sib, &name, &[(None, change)]);
     }
 
     let mut blockers = Vec::new();

@@ -65,11 +65,19 @@ pub async fn reconcile(
         None
     } else {
         let desired = plan.cluster_policy.as_ref();
-        match write_policy(&ctx, &cluster_api, desired, ours).await {
+        match write_policy(
+            &ctx,
+            &cluster_api,
+            desired,
+            ours,
+            &ctx.cluster_policies_created,
+        )
+        .await
+        {
             Ok(change) => {
                 if let Some(change) = change {
                     let changes = [(None, change)];
-                    publish_changes::<_, ClusterNimbusPolicy>(&ctx, &*csib, &name, &changes).await;
+                    publish_changes::<_, ClusterNimbusPolicy>(&ctx, &*csib, &name, &changes);
                 }
                 if desired.is_some() {
                     let status = ours.and_then(|p| p.status.as_ref());
@@ -106,7 +114,7 @@ pub async fn reconcile(
             ));
             continue;
         }
-        match write_policy(&ctx, &api, desired.as_ref(), ours).await {
+        match write_policy(&ctx, &api, desired.as_ref(), ours, &ctx.policies_created).await {
             Ok(change) => {
                 if let Some(change) = change {
                     changes.push((Some(ns_name.clone()), change));
@@ -124,7 +132,7 @@ pub async fn reconcile(
             }
         }
     }
-    publish_changes::<_, NimbusPolicy>(&ctx, &*csib, &policy_name, &changes).await;
+    publish_changes::<_, NimbusPolicy>(&ctx, &*csib, &policy_name, &changes);
     in_force.sort();
 
     let mut blockers = Vec::new();

@@ -6,6 +6,7 @@ pub mod intent;
 pub mod policy;
 
 use crate::apply::Status;
+use crate::cache::Creations;
 use crate::context::Context;
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -63,8 +64,8 @@ const MAX_EVENT_SUBJECT_NAME: usize = 253 - 17;
 /// Longest event note the API server accepts, in bytes.
 const MAX_EVENT_NOTE: usize = 1024;
 
-/// Publishes an event on `obj`; a failure to record is logged, never fails the reconcile.
-async fn publish<K: Resource<DynamicType = ()>>(
+/// Queues an event on `obj` (see [`crate::events`]); it never fails nor delays the reconcile.
+fn publish<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     obj: &K,
     type_: EventType,
@@ -83,9 +84,7 @@ async fn publish<K: Resource<DynamicType = ()>>(
         action: "Reconcile".to_owned(),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
-        tracing::warn!(%error, name = %obj.name_any(), "recording event failed");
-    }
+    ctx.events.publish(event, obj.object_ref(&()));
 }
 
 /// What writing one generated policy changed.
@@ -97,12 +96,14 @@ enum PolicyChange {
 }
 
 /// Keeps one policy a binding generates: applies `desired`, or deletes the one the binding owns
-/// (`ours`) when nothing is desired. Returns what changed, if anything.
+/// (`ours`) when nothing is desired. `created`: the policies of that kind this process created
+/// and the cache does not show yet. Returns what changed, if anything.
 async fn write_policy<P>(
     ctx: &Context,
     api: &kube::Api<P>,
     desired: Option<&P>,
     ours: Option<&P>,
+    created: &Creations,
 ) -> Result<Option<PolicyChange>, Error>
 where
     P: Resource<DynamicType = ()>
@@ -119,6 +120,7 @@ where
                 desired,
                 ours,
                 &ctx.written,
+                created,
             )
             .await?
         }
@@ -137,7 +139,7 @@ where
 /// One Normal event on `binding` per kind of change to its `P` policies named `name`: where
 /// (namespaces, for a cluster binding's per-namespace policies) is listed in the note, so a
 /// fan-out over many namespaces makes at most three events.
-async fn publish_changes<B, P>(
+fn publish_changes<B, P>(
     ctx: &Context,
     binding: &B,
     name: &str,
@@ -167,7 +169,7 @@ async fn publish_changes<B, P>(
         if change == PolicyChange::Deleted {
             note += ": the binding no longer wants it";
         }
-        publish(ctx, binding, EventType::Normal, reason, note).await;
+        publish(ctx, binding, EventType::Normal, reason, note);
     }
 }
 
@@ -194,14 +196,15 @@ where
     }
 }
 
-/// Writes an object's status (if it changed) and raises a Warning event when it turns not
-/// ready, then schedules the next drift re-check.
+/// Writes an object's status (if it changed and says something new, see
+/// [`crate::conditions::only_pending`]) and raises a Warning event when it turns not ready,
+/// then schedules the next drift re-check.
 async fn update_status<K, S>(
     ctx: &Context,
     api: &kube::Api<K>,
     obj: &K,
     current: Option<&S>,
-    mut status: S,
+    status: S,
 ) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()>
@@ -211,6 +214,10 @@ where
         + std::fmt::Debug,
     S: Status,
 {
+    let before = current.map(Status::conditions).unwrap_or_default();
+    if crate::conditions::only_pending(before, status.conditions()) {
+        return Ok(Action::requeue(ctx.resync));
+    }
     let not_ready = status
         .conditions()
         .iter()
@@ -219,7 +226,7 @@ where
     if crate::apply::status(api, obj, current, status, &ctx.written).await?
         && let Some(c) = not_ready
     {
-        publish(ctx, obj, EventType::Warning, &c.reason, c.message).await;
+        publish(ctx, obj, EventType::Warning, &c.reason, c.message);
     }
     Ok(Action::requeue(ctx.resync))
 }
@@ -228,7 +235,8 @@ macro_rules! impl_status {
     ($($t:ty),*) => {$(
         impl Status for $t {
             fn set_last_updated(&mut self, at: Option<Time>) { self.last_updated = at; }
-            fn conditions(&mut self) -> &mut Vec<Condition> { &mut self.conditions }
+            fn conditions(&self) -> &[Condition] { &self.conditions }
+            fn conditions_mut(&mut self) -> &mut Vec<Condition> { &mut self.conditions }
         }
     )*};
 }
@@ -241,7 +249,10 @@ impl_status!(
 impl Status for SecurityIntentStatus {
     /// A SecurityIntent's status has no timestamp in Nimbus.
     fn set_last_updated(&mut self, _: Option<Time>) {}
-    fn conditions(&mut self) -> &mut Vec<Condition> {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
         &mut self.conditions
     }
 }

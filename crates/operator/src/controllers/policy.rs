@@ -244,13 +244,16 @@ where
             .inc();
     }
     let pruned = pruned.len();
-    if written + pruned > 0 {
+    // A new generation comes from its binding, whose own event announced the change: an event
+    // here reports only what no binding change explains (drift undone, an engine installed).
+    let resync = current.and_then(|s| s.observed_generation) == policy.meta().generation;
+    if written + pruned > 0 && resync {
         let note = format!(
             "{} applied, {} removed",
             count(written, "native policy", "native policies"),
             count(pruned, "native policy", "native policies")
         );
-        publish(ctx, policy, EventType::Normal, "NativePoliciesSynced", note).await;
+        publish(ctx, policy, EventType::Normal, "NativePoliciesSynced", note);
     }
 
     let generation = policy.meta().generation;

@@ -1,0 +1,74 @@
+//! Kubernetes Events, written off the reconcile path (as client-go's broadcaster does): a
+//! reconcile queues its event and goes on, one task writes them in order. Events are for
+//! people and best effort: when the queue is full (the events API is slow or failing), a new
+//! event is dropped and counted rather than delaying what the operator enforces.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, Recorder};
+use prometheus_client::metrics::counter::Counter;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Events waiting to be written, at most.
+const QUEUE: usize = 1024;
+
+enum Item {
+    Event(Box<Event>, ObjectReference),
+    /// Answered once everything queued before it is written.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Where reconciles publish events.
+#[derive(Clone)]
+pub struct Events {
+    queue: mpsc::Sender<Item>,
+    dropped: Counter,
+}
+
+impl Events {
+    /// The queue, and the task that writes it through `recorder` (it ends once every
+    /// [`Events`] is dropped).
+    pub fn start(recorder: Recorder, dropped: Counter) -> (Self, impl Future<Output = ()>) {
+        let (queue, mut items) = mpsc::channel(QUEUE);
+        let writer = async move {
+            while let Some(item) = items.recv().await {
+                match item {
+                    Item::Event(event, subject) => {
+                        if let Err(error) = recorder.publish(&event, &subject).await {
+                            tracing::warn!(%error, name = ?subject.name, reason = %event.reason, "recording event failed");
+                        }
+                    }
+                    Item::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        };
+        (Self { queue, dropped }, writer)
+    }
+
+    /// Queues `event` about `subject`; never waits.
+    pub fn publish(&self, event: Event, subject: ObjectReference) {
+        if self
+            .queue
+            .try_send(Item::Event(Box::new(event), subject))
+            .is_err()
+        {
+            self.dropped.inc();
+            tracing::debug!("event queue full or closed; event dropped");
+        }
+    }
+
+    /// Waits (at most `limit`) until the events queued so far are written.
+    pub async fn flush(&self, limit: Duration) {
+        let (done, written) = oneshot::channel();
+        let flushed = async {
+            if self.queue.send(Item::Flush(done)).await.is_ok() {
+                let _ = written.await;
+            }
+        };
+        if tokio::time::timeout(limit, flushed).await.is_err() {
+            tracing::warn!(?limit, "events not all written before shutdown");
+        }
+    }
+}
