@@ -55,6 +55,9 @@ struct Args {
     /// Passed to `nimbus run --resync` (default: the operator's own default).
     #[arg(long)]
     resync: Option<String>,
+    /// Passed to `nimbus run --reconcile-concurrency` (default: the operator's own default).
+    #[arg(long)]
+    reconcile_concurrency: Option<u16>,
     /// The `nimbus` binary to run; default: `cargo build --release -p nimbus` and use its
     /// output.
     #[arg(long, env = "NIMBUS_BENCH_OPERATOR")]
@@ -174,6 +177,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ];
     if let Some(resync) = &args.resync {
         operator_args.extend(["--resync".into(), resync.clone()]);
+    }
+    if let Some(n) = args.reconcile_concurrency {
+        operator_args.extend(["--reconcile-concurrency".into(), n.to_string()]);
     }
     let spawned = Instant::now();
     let mut operator = spawn_operator(&cp, &nimbus, &operator_args, health).await?;
@@ -361,6 +367,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             settle_secs: args.settle.as_secs_f64(),
             poll_interval_secs: args.poll.as_secs_f64(),
             operator_resync: args.resync.clone(),
+            operator_reconcile_concurrency: args.reconcile_concurrency,
             operator_binary: nimbus.display().to_string(),
             bench_release_build: !cfg!(debug_assertions),
             cpus: std::thread::available_parallelism().map_or(0, usize::from),

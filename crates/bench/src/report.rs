@@ -56,6 +56,7 @@ pub struct Config {
     pub settle_secs: f64,
     pub poll_interval_secs: f64,
     pub operator_resync: Option<String>,
+    pub operator_reconcile_concurrency: Option<u16>,
     pub operator_binary: String,
     pub bench_release_build: bool,
     pub cpus: usize,

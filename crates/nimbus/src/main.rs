@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// How often unchanged objects are re-checked for drift.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     resync: Duration,
+    /// Reconciles each controller runs at once (0: no limit); each sends one request at a
+    /// time, so this bounds the operator's requests in flight (5 controllers).
+    #[arg(long, default_value_t = nimbus_operator::DEFAULT_RECONCILE_CONCURRENCY)]
+    reconcile_concurrency: u16,
     /// Address of the Prometheus /metrics endpoint.
     #[arg(long, default_value = "0.0.0.0:8080", env = "NIMBUS_METRICS_ADDR")]
     metrics_addr: SocketAddr,
@@ -263,6 +267,7 @@ impl RunArgs {
             metrics_addr: Some(self.metrics_addr),
             leader_election: self.election.config(self.instance.as_deref())?,
             resync: self.resync,
+            reconcile_concurrency: self.reconcile_concurrency,
             instance: self.instance.clone(),
             posture: self.posture.config(),
             ..Default::default()

@@ -5,7 +5,7 @@ use crate::cache::Creations;
 use crate::drift::{self, Write};
 use crate::error::Error;
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
@@ -52,6 +52,27 @@ pub fn is_controlled_by<K: Resource>(obj: &K, owner_uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == owner_uid)
 }
 
+/// An object as a cache holds it, for [`apply`] to compare: its metadata and its whole
+/// serialized form.
+pub struct Seen<'a> {
+    pub meta: &'a ObjectMeta,
+    pub object: Value,
+}
+
+impl<'a> Seen<'a> {
+    /// A typed cached object, serialized.
+    pub fn of<K: Resource + Serialize>(obj: &'a K) -> Result<Self, Error> {
+        let object = serde_json::to_value(obj).map_err(|source| Error::Serialize {
+            object: describe(obj),
+            source,
+        })?;
+        Ok(Self {
+            meta: obj.meta(),
+            object,
+        })
+    }
+}
+
 /// Makes `observed` exactly `desired` as `manager` (see [`drift`]): nothing when it already is,
 /// else a server-side apply, or a replace when another manager added fields to the body.
 /// `created` holds what this process created and its cache has not shown yet. Returns whether
@@ -60,7 +81,7 @@ pub async fn apply<K>(
     api: &Api<K>,
     manager: &str,
     desired: &K,
-    observed: Option<&K>,
+    observed: Option<Seen<'_>>,
     written: &Written,
     created: &Creations,
 ) -> Result<bool, Error>
@@ -73,13 +94,10 @@ where
         source,
     })?;
     stamp(&mut want);
-    let have = observed
-        .map(serde_json::to_value)
-        .transpose()
-        .map_err(|source| Error::Serialize {
-            object: context(),
-            source,
-        })?;
+    let (cached_version, have) = match observed {
+        Some(seen) => (seen.meta.resource_version.as_deref(), Some(seen.object)),
+        None => (None, None),
+    };
     let name = desired.name_any();
     // The stamped hash fingerprints what we generate: a stale cached copy, or none yet of what
     // we just created, is no reason to write it again. (With no copy and no creation pending,
@@ -97,13 +115,14 @@ where
         .unwrap_or_default()
         .to_owned();
     let place = (meta.namespace.clone(), name.clone());
-    let unchanged = match observed {
-        Some(o) => written.after(&key, o.meta().resource_version.as_deref(), &fingerprint),
+    let unchanged = match have {
+        Some(_) => written.after(&key, cached_version, &fingerprint),
         None => created.pending(&place) && written.last(&key, &fingerprint),
     };
     if unchanged {
         return Ok(false);
     }
+    let creating = have.is_none();
     let write = drift::plan(&want, have.as_ref(), manager);
     tracing::debug!(object = %context(), ?write, "sync");
     let stored = match write {
@@ -133,7 +152,7 @@ where
         }
     };
     written.record(key, stored.meta().resource_version.as_deref(), fingerprint);
-    if observed.is_none() {
+    if creating {
         created.created(place);
     }
     Ok(true)
@@ -203,9 +222,9 @@ fn replacement(mut want: Value, have: &Value, manager: &str) -> Value {
 }
 
 /// Deletes `obj` if it is still the same object (by UID). Returns whether it deleted.
-pub async fn delete<K>(api: &Api<K>, obj: &K) -> Result<bool, Error>
+pub async fn delete<K>(api: &Api<K>, obj: &K, what: impl FnOnce() -> String) -> Result<bool, Error>
 where
-    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+    K: Resource + DeserializeOwned + Clone + Debug,
 {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
@@ -217,7 +236,7 @@ where
     match api.delete(&obj.name_any(), &params).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(false),
-        Err(e) => Err(Error::kube("deleting", describe(obj))(e)),
+        Err(e) => Err(Error::kube("deleting", what())(e)),
     }
 }
 

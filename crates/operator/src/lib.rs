@@ -19,4 +19,4 @@ mod run;
 
 pub use error::Error;
 pub use leader::LeaderElection;
-pub use run::{Config, run};
+pub use run::{Config, DEFAULT_RECONCILE_CONCURRENCY, run};

@@ -6,11 +6,16 @@ use crate::cache::{Cache, Creations, Index};
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
+use kube::core::DynamicResourceScope;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{Generated, MANAGED_BY, NativeKind};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -27,7 +32,7 @@ pub fn cache(
     client: &Client,
     kind: &'static NativeKind,
     namespace: Option<&str>,
-) -> (Cache<DynamicObject>, Index) {
+) -> (Cache<NativeObject>, Index) {
     let resource = kind.api_resource();
     let api = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
@@ -35,7 +40,7 @@ pub fn cache(
     };
     let config = watcher::Config::default().labels(&managed_selector());
     // managedFields stay: they tell our fields from server defaults and others' additions.
-    let mut cache: Cache<DynamicObject> = Cache::with(api, resource, config);
+    let mut cache: Cache<NativeObject> = Cache::with(api, resource, config);
     let owners = cache.index_by(|obj| {
         obj.owner_references()
             .iter()
@@ -77,7 +82,7 @@ pub struct Names {
 /// Our objects of a native kind, their places by controller uid, and those we created that
 /// the store does not show yet.
 pub struct Owned {
-    pub store: Store<DynamicObject>,
+    pub store: Store<NativeObject>,
     pub owners: Index,
     pub created: Creations,
 }
@@ -114,7 +119,11 @@ impl Natives {
         self.owned.iter().find(|(k, _)| *k == kind).map(|(_, o)| o)
     }
 
-    fn api(&self, kind: &NativeKind, namespace: Option<&str>) -> Api<DynamicObject> {
+    fn api<K: kube::Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>>(
+        &self,
+        kind: &NativeKind,
+        namespace: Option<&str>,
+    ) -> Api<K> {
         let resource = kind.api_resource();
         match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
@@ -123,7 +132,7 @@ impl Natives {
     }
 
     /// Every cached native object controlled by the policy with `uid`.
-    pub fn owned_by(&self, uid: &str) -> Vec<(&'static NativeKind, Arc<DynamicObject>)> {
+    pub fn owned_by(&self, uid: &str) -> Vec<(&'static NativeKind, Arc<NativeObject>)> {
         let mut found = Vec::new();
         for (kind, owned) in &self.owned {
             let resource = kind.api_resource();
@@ -147,7 +156,7 @@ impl Natives {
     }
 
     /// The cached object of `generated`'s kind, namespace and name, if any.
-    pub fn cached(&self, generated: &Generated) -> Option<Arc<DynamicObject>> {
+    pub fn cached(&self, generated: &Generated) -> Option<Arc<NativeObject>> {
         self.owned(generated.kind)?.store.get(&reference(generated))
     }
 
@@ -174,7 +183,7 @@ impl Natives {
         let owner_uid = owner.uid.as_str();
         let desired = &generated.object;
         let namespace = desired.namespace();
-        let api = self.api(generated.kind, namespace.as_deref());
+        let api: Api<DynamicObject> = self.api(generated.kind, namespace.as_deref());
         let Some(owned) = self.owned(generated.kind) else {
             return Err(Error::NotWatched(generated.kind.kind));
         };
@@ -184,7 +193,8 @@ impl Natives {
             // Ours, just created: `apply` knows what it holds.
             None if owned.created.pending(&place) => None,
             None if self.known_absent(generated) => None,
-            None => api
+            None => self
+                .api::<NativeObject>(generated.kind, namespace.as_deref())
                 .get_opt(&desired.name_any())
                 .await
                 .map_err(Error::kube("reading", apply::describe(desired)))?
@@ -192,17 +202,18 @@ impl Natives {
         };
         let observed = match observed {
             Some(obj) if apply::left_by_predecessor(&*obj, owner) => {
-                apply::delete(&api, &*obj).await?;
+                self.delete(generated.kind, &obj).await?;
                 None
             }
             Some(obj) if !is_controlled_by(&*obj, owner_uid) => return Ok(Outcome::Conflict),
             observed => observed,
         };
+        let seen = observed.as_deref().map(NativeObject::seen).transpose()?;
         let wrote = apply::apply(
             &api,
             generated.engine.manager(),
             desired,
-            observed.as_deref(),
+            seen,
             written,
             &owned.created,
         )
@@ -219,11 +230,10 @@ impl Natives {
     pub async fn prune(&self, owner_uid: &str, keep: &BTreeSet<Key>) -> Result<Vec<Engine>, Error> {
         let mut deleted = Vec::new();
         for (kind, obj) in self.owned_by(owner_uid) {
-            if keep.contains(&Key::of(kind, &obj)) {
+            if keep.contains(&Key::of(kind, &*obj)) {
                 continue;
             }
-            let api = self.api(kind, obj.namespace().as_deref());
-            if apply::delete(&api, &*obj).await? {
+            if self.delete(kind, &obj).await? {
                 let manager = obj.labels().get(MANAGED_BY).map(String::as_str);
                 deleted.extend(
                     Engine::ALL
@@ -233,6 +243,103 @@ impl Natives {
             }
         }
         Ok(deleted)
+    }
+}
+
+impl Natives {
+    async fn delete(&self, kind: &NativeKind, obj: &NativeObject) -> Result<bool, Error> {
+        let api: Api<NativeObject> = self.api(kind, obj.namespace().as_deref());
+        apply::delete(&api, obj, || obj.describe()).await
+    }
+}
+
+/// A native object as its cache keeps it: the metadata for lookups (without managedFields),
+/// and the whole object as the JSON text the API server sent, parsed only when a reconcile
+/// compares it. As a `serde_json::Value` tree, a KubeArmorPolicy with its managedFields takes
+/// ~20 KiB (a B-tree node for every small map); as text, a few KiB.
+#[derive(Clone, Debug)]
+pub struct NativeObject {
+    pub metadata: ObjectMeta,
+    kind: String,
+    json: Arc<str>,
+}
+
+impl NativeObject {
+    /// `Kind namespace/name`, for messages.
+    pub fn describe(&self) -> String {
+        match &self.metadata.namespace {
+            Some(ns) => format!("{} {ns}/{}", self.kind, self.name_any()),
+            None => format!("{} {}", self.kind, self.name_any()),
+        }
+    }
+
+    /// The whole object, managedFields included, for [`apply::apply`] to compare.
+    pub fn seen(&self) -> Result<apply::Seen<'_>, Error> {
+        let object = serde_json::from_str(&self.json).map_err(|source| Error::Serialize {
+            object: self.describe(),
+            source,
+        })?;
+        Ok(apply::Seen {
+            meta: &self.metadata,
+            object,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for NativeObject {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut value = Value::deserialize(deserializer)?;
+        let json = value.to_string();
+        let kind = value
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let metadata = value
+            .get_mut("metadata")
+            .map(Value::take)
+            .ok_or_else(|| D::Error::missing_field("metadata"))?;
+        let mut metadata: ObjectMeta =
+            serde_json::from_value(metadata).map_err(D::Error::custom)?;
+        metadata.managed_fields = None;
+        Ok(Self {
+            metadata,
+            kind,
+            json: json.into(),
+        })
+    }
+}
+
+impl kube::Resource for NativeObject {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 
@@ -256,7 +363,7 @@ pub struct Key {
 }
 
 impl Key {
-    pub fn of(kind: &'static NativeKind, obj: &DynamicObject) -> Self {
+    pub fn of(kind: &'static NativeKind, obj: &impl kube::Resource) -> Self {
         Self {
             kind: kind.kind,
             group: kind.group,

@@ -10,13 +10,13 @@ use crate::events::Events;
 use crate::health;
 use crate::leader::{self, LeaderElection};
 use crate::metrics::{ControllerLabels, KindLabels, Metrics};
-use crate::natives::{self, Natives};
+use crate::natives::{self, NativeObject, Natives};
 use crate::posture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{DynamicObject, PartialObjectMeta};
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
@@ -69,7 +69,15 @@ pub struct Config {
     pub protected_namespaces: Option<ProtectedNamespaces>,
     /// Where and how the posture API is served; `None` serves nothing.
     pub posture: Option<posture::Config>,
+    /// Reconciles each controller runs at once (0: no limit). Each reconcile sends its
+    /// requests one after another, so this also bounds the operator's requests in flight.
+    pub reconcile_concurrency: u16,
 }
+
+/// Enough reconciles in flight to keep the API server busy (its writes, not the operator's CPU,
+/// bound convergence), few enough not to crowd out other clients: kube-apiserver admits 400
+/// mutating requests at once by default, and 5 controllers × 16 stay far below that.
+pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 16;
 
 impl Config {
     /// The protected namespaces in effect.
@@ -102,6 +110,7 @@ impl Default for Config {
                 .collect(),
             protected_namespaces: None,
             posture: None,
+            reconcile_concurrency: DEFAULT_RECONCILE_CONCURRENCY,
         }
     }
 }
@@ -134,6 +143,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         served: served.clone(),
         leading: leadership.leading.clone(),
         shutdown: shutdown.clone(),
+        concurrency: config.reconcile_concurrency,
     };
 
     let controllers = futures::future::join_all([
@@ -201,7 +211,7 @@ struct Caches {
     namespaces: Cache<Namespace>,
     /// The kinds the enabled engines write: our objects (with an index by controller), and the
     /// names of everyone's.
-    natives: Vec<(&'static NativeKind, Cache<DynamicObject>, Index)>,
+    natives: Vec<(&'static NativeKind, Cache<NativeObject>, Index)>,
     native_names: Vec<(&'static NativeKind, Cache<PartialObjectMeta<DynamicObject>>)>,
     /// Cluster facts the enabled engines read.
     nodes: Option<Cache<Node>>,
@@ -464,9 +474,15 @@ struct Triggers {
     served: watch::Receiver<Served>,
     leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
+    /// Reconciles each controller runs at once.
+    concurrency: u16,
 }
 
 impl Triggers {
+    fn controller_config(&self) -> controller::Config {
+        controller::Config::default().concurrency(self.concurrency)
+    }
+
     fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
         let token = self.shutdown.clone();
         async move { token.cancelled().await }
@@ -492,6 +508,7 @@ fn intent_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> D
     let controller = Controller::for_stream(caches.intents.subscribe(), ctx.intents.clone())
         .reconcile_all_on(t.leadership_gained())
         .graceful_shutdown_on(t.stopped())
+        .with_config(t.controller_config())
         .run(
             gated("intent", intent::reconcile),
             error_policy,
@@ -514,6 +531,7 @@ fn binding_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> 
             caches.policies.relisted(),
         ]))
         .graceful_shutdown_on(t.stopped())
+        .with_config(t.controller_config())
         .run(
             gated("binding", binding::reconcile),
             error_policy,
@@ -548,6 +566,7 @@ fn cluster_binding_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Trigg
         caches.cluster_policies.relisted(),
     ]))
     .graceful_shutdown_on(t.stopped())
+    .with_config(t.controller_config())
     .run(
         gated("cluster_binding", cluster_binding::reconcile),
         error_policy,
@@ -601,7 +620,7 @@ fn translating<P>(
     caches: &mut Caches,
     t: &Triggers,
     config: &Config,
-    owner_of: fn(DynamicObject) -> Option<ObjectRef<P>>,
+    owner_of: fn(NativeObject) -> Option<ObjectRef<P>>,
 ) -> Controller<P>
 where
     P: Resource<DynamicType = ()>
@@ -619,6 +638,7 @@ where
     controller
         .reconcile_all_on(translation_inputs_changed(ctx, caches, t, config))
         .graceful_shutdown_on(t.stopped())
+        .with_config(t.controller_config())
 }
 
 /// When every policy is re-translated: what a translation reads changed (engine availability,

@@ -5,7 +5,7 @@ pub mod cluster_binding;
 pub mod intent;
 pub mod policy;
 
-use crate::apply::Status;
+use crate::apply::{Seen, Status, describe};
 use crate::cache::Creations;
 use crate::context::Context;
 use crate::error::Error;
@@ -118,7 +118,7 @@ where
                 api,
                 crate::apply::FIELD_MANAGER,
                 desired,
-                ours,
+                ours.map(Seen::of).transpose()?,
                 &ctx.written,
                 created,
             )
@@ -129,7 +129,7 @@ where
         } else {
             PolicyChange::Created
         }),
-        (None, Some(stale)) => crate::apply::delete(api, stale)
+        (None, Some(stale)) => crate::apply::delete(api, stale, || describe(stale))
             .await?
             .then_some(PolicyChange::Deleted),
         (None, None) => None,
@@ -189,7 +189,7 @@ where
     };
     match observed {
         Some(p) if crate::apply::left_by_predecessor(&*p, &owner) => {
-            crate::apply::delete(api, &*p).await?;
+            crate::apply::delete(api, &*p, || describe(&*p)).await?;
             Ok(None)
         }
         observed => Ok(observed),
