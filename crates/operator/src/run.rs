@@ -74,10 +74,11 @@ pub struct Config {
     pub reconcile_concurrency: u16,
 }
 
-/// Enough reconciles in flight to keep the API server busy (its writes, not the operator's CPU,
-/// bound convergence), few enough not to crowd out other clients: kube-apiserver admits 400
-/// mutating requests at once by default, and 5 controllers × 16 stay far below that.
-pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 16;
+/// Reconciles wait on the API server, not on the CPU, so many may run at once; but not
+/// unboundedly many, so that a burst (every binding at start) cannot crowd out other clients.
+/// Measured with `make bench` (2 cores): cold convergence 4.5 s at 16, 3.1 s at 64, 3.2 s
+/// unbounded; 5 controllers × 64 stay below kube-apiserver's default 400 requests in flight.
+pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 64;
 
 impl Config {
     /// The protected namespaces in effect.
