@@ -56,7 +56,7 @@ upstream-kyverno:
 
 # Operator benchmark on a real local control plane: cold convergence, steady state, churn.
 # Prints a table and writes target/bench-results.json; resize with e.g.
-# BENCH_ARGS="--namespaces 10 --bindings-per-namespace 2 --steady 20s".
+# BENCH_ARGS="--namespaces 10 --bindings 20 --cluster-intents 4 --steady 20s".
 bench: control-plane
 	$(CARGO) run --release -p nimbus-bench -- $(BENCH_ARGS)
 

@@ -72,3 +72,35 @@ impl Events {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::events::{EventType, Reporter};
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts_instead_of_waiting() {
+        // Nothing listens there, and nothing is sent: the writer is never run.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = kube::Client::try_from(config).expect("a client");
+        let reporter = Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let dropped = Counter::default();
+        let (events, _writer) = Events::start(Recorder::new(client, reporter), dropped.clone());
+        for _ in 0..QUEUE + 3 {
+            events.publish(
+                Event {
+                    type_: EventType::Normal,
+                    reason: "Test".into(),
+                    note: None,
+                    action: "Test".into(),
+                    secondary: None,
+                },
+                ObjectReference::default(),
+            );
+        }
+        assert_eq!(dropped.get(), 3);
+    }
+}
