@@ -39,7 +39,8 @@ pub fn cache(
         None => Api::all_with(client.clone(), &resource),
     };
     let config = watcher::Config::default().labels(&managed_selector());
-    // managedFields stay: they tell our fields from server defaults and others' additions.
+    // managedFields stay (in each object's text): they tell our fields from server defaults
+    // and others' additions.
     let mut cache: Cache<NativeObject> = Cache::with(api, resource, config);
     let owners = cache.index_by(|obj| {
         obj.owner_references()
