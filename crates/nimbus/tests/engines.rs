@@ -489,7 +489,8 @@ async fn native_policies_are_kept_in_sync() {
                     ev.involved_object.kind.as_deref() == Some("NimbusPolicy")
                         && ev.involved_object.name.as_deref() == Some("d")
                         && ev.reason.as_deref() == Some("NativePoliciesSynced")
-                        && ev.message.as_deref() == Some("1 native policy applied, 0 native policies removed")
+                        && ev.message.as_deref()
+                            == Some("1 native policy applied, 0 native policies removed")
                 })
                 .then_some(())
         },
