@@ -20,13 +20,14 @@ pub struct Floor {
     pub wall: Duration,
 }
 
-/// Everything the operator would write for `plan`'s workload, its cluster binding (named
-/// `cluster_binding`) reaching `namespaces`, without owner references: no owner exists to
-/// point at, and the garbage collector would delete objects whose owner is missing.
+/// Everything the operator would write for `plan`'s bindings at churn `revision` and, when
+/// given, its cluster binding (named `.1`) reaching the namespaces `.0` — without owner
+/// references: no owner exists to point at, and the garbage collector would delete objects
+/// whose owner is missing.
 pub fn objects(
     plan: &Plan,
-    namespaces: &[String],
-    cluster_binding: &str,
+    revision: u32,
+    cluster: Option<(&[String], &str)>,
 ) -> anyhow::Result<Vec<(ApiResource, DynamicObject)>> {
     let intents = workload::intents()?;
     let lookup = |name: &str| intents.iter().find(|i| i.name_any() == name).cloned();
@@ -40,7 +41,7 @@ pub fn objects(
         }
     };
     for b in &plan.bindings {
-        if let Some(np) = plan::binding(&workload::binding(b)?, lookup)?.policy {
+        if let Some(np) = plan::binding(&workload::binding(b, revision)?, lookup)?.policy {
             add(
                 dynamic(&np)?,
                 ApiResource::erase::<NimbusPolicy>(&()),
@@ -48,32 +49,34 @@ pub fn objects(
             );
         }
     }
-    let namespaces: Vec<_> = namespaces
-        .iter()
-        .map(|name| k8s_openapi::api::core::v1::Namespace {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.clone()),
+    if let Some((namespaces, cluster_binding)) = cluster {
+        let namespaces: Vec<_> = namespaces
+            .iter()
+            .map(|name| k8s_openapi::api::core::v1::Namespace {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                },
                 ..Default::default()
-            },
-            ..Default::default()
-        })
-        .collect();
-    let csib = workload::cluster_binding(plan, cluster_binding)?;
-    let planned =
-        plan::cluster_binding(&csib, lookup, &namespaces, &ProtectedNamespaces::default())?;
-    if let Some(cwnp) = &planned.cluster_policy {
-        add(
-            dynamic(cwnp)?,
-            ApiResource::erase::<ClusterNimbusPolicy>(&()),
-            &PolicyInput::cluster(cwnp, "floor"),
-        );
-    }
-    for np in planned.namespace_policies() {
-        add(
-            dynamic(np)?,
-            ApiResource::erase::<NimbusPolicy>(&()),
-            &PolicyInput::namespaced(np, "floor"),
-        );
+            })
+            .collect();
+        let csib = workload::cluster_binding(plan, cluster_binding)?;
+        let planned =
+            plan::cluster_binding(&csib, lookup, &namespaces, &ProtectedNamespaces::default())?;
+        if let Some(cwnp) = &planned.cluster_policy {
+            add(
+                dynamic(cwnp)?,
+                ApiResource::erase::<ClusterNimbusPolicy>(&()),
+                &PolicyInput::cluster(cwnp, "floor"),
+            );
+        }
+        for np in planned.namespace_policies() {
+            add(
+                dynamic(np)?,
+                ApiResource::erase::<NimbusPolicy>(&()),
+                &PolicyInput::namespaced(np, "floor"),
+            );
+        }
     }
     for (_, object) in &mut out {
         object.metadata.owner_references = None;

@@ -101,6 +101,9 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+const COLD: &str = "A cold convergence";
+const CHURN: &str = "C churn";
+
 fn workspace_root() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     root.canonicalize().unwrap_or(root)
@@ -239,7 +242,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tokio::time::sleep(args.settle).await;
     let end = meter.mark().await?;
     scenarios.push(meter.scenario(
-        "A cold convergence",
+        COLD,
         format!(
             "create 4 SecurityIntents, {} SecurityIntentBindings in {} namespaces and 1 \
              ClusterSecurityIntentBinding; until all {} policies report their {} native policies",
@@ -294,7 +297,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tokio::time::sleep(args.settle).await;
     let end = meter.mark().await?;
     scenarios.push(meter.scenario(
-        "C churn",
+        CHURN,
         format!(
             "merge-patch the workload label of all {} SecurityIntentBindings; until every \
              policy reflects it",
@@ -318,7 +321,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ));
 
     // F: the floor, after the operator stopped.
-    let cold_wall = scenarios.first().map_or(0.0, |a| a.wall_time_secs);
+    let wall_of = |name: &str| {
+        scenarios
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(0.0, |s| s.wall_time_secs)
+    };
+    let (cold_wall, churn_wall) = (wall_of(COLD), wall_of(CHURN));
     drop(operator);
     let floor_plan = Plan::named(
         "floor",
@@ -339,19 +348,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .cloned(),
         )
         .collect();
-    let objects = floor::objects(&floor_plan, &namespaces, "floor-all-namespaces")?;
+    let objects = floor::objects(
+        &floor_plan,
+        0,
+        Some((namespaces.as_slice(), "floor-all-namespaces")),
+    )?;
     step(format!(
         "F: the floor: the operator stopped; server-side-applying its {} objects of A directly",
         objects.len()
     ));
     let written = floor::write(&ops, objects, args.floor_concurrency).await?;
+    step(format!("F: {:.2} s", written.wall.as_secs_f64()));
+    let changed = floor::objects(&floor_plan, 1, None)?;
+    step(format!(
+        "F: then the {} objects C changes, server-side-applied over them",
+        changed.len()
+    ));
+    let churned = floor::write(&ops, changed, args.floor_concurrency).await?;
+    step(format!("F: {:.2} s", churned.wall.as_secs_f64()));
     let floor = report::Floor {
         objects: written.objects,
         concurrency: args.floor_concurrency,
         wall_secs: written.wall.as_secs_f64(),
         cold_convergence_ratio: cold_wall / written.wall.as_secs_f64(),
+        churn_objects: churned.objects,
+        churn_wall_secs: churned.wall.as_secs_f64(),
+        churn_ratio: churn_wall / churned.wall.as_secs_f64(),
     };
-    step(format!("F: {:.2} s", floor.wall_secs));
 
     let results = Results {
         config: report::Config {

@@ -35,7 +35,8 @@ pub struct Results {
 }
 
 /// Scenario A's objects written directly (see `floor.rs`), on the same control plane after the
-/// operator stopped, in namespaces of their own.
+/// operator stopped, in namespaces of their own; then, over them, the objects scenario C
+/// changes.
 #[derive(Debug, Serialize)]
 pub struct Floor {
     pub objects: usize,
@@ -43,6 +44,10 @@ pub struct Floor {
     pub wall_secs: f64,
     /// Scenario A's wall time over the floor's.
     pub cold_convergence_ratio: f64,
+    pub churn_objects: usize,
+    pub churn_wall_secs: f64,
+    /// Scenario C's wall time over its floor's.
+    pub churn_ratio: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -314,8 +319,15 @@ pub fn table(results: &Results) -> String {
     let _ = writeln!(
         out,
         "\nFloor: the {} objects the operator writes for A, server-side-applied directly ({} \
-         in flight): {:.2} s; A took {:.2}x that",
-        f.objects, f.concurrency, f.wall_secs, f.cold_convergence_ratio
+         in flight): {:.2} s; A took {:.2}x that. Then the {} objects C changes: {:.2} s; C took \
+         {:.2}x that",
+        f.objects,
+        f.concurrency,
+        f.wall_secs,
+        f.cold_convergence_ratio,
+        f.churn_objects,
+        f.churn_wall_secs,
+        f.churn_ratio
     );
     let _ = writeln!(out, "\nAttribution: {ATTRIBUTION}");
     out

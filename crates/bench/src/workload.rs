@@ -274,8 +274,8 @@ pub fn intents() -> anyhow::Result<Vec<SecurityIntent>> {
         .collect()
 }
 
-/// The namespaced binding `b`, before any churn.
-pub fn binding(b: &Binding) -> anyhow::Result<SecurityIntentBinding> {
+/// The namespaced binding `b` after `revision` rounds of churn.
+pub fn binding(b: &Binding, revision: u32) -> anyhow::Result<SecurityIntentBinding> {
     let refs: Vec<_> = INTENTS
         .iter()
         .map(|(name, _)| json!({"name": name}))
@@ -286,7 +286,7 @@ pub fn binding(b: &Binding) -> anyhow::Result<SecurityIntentBinding> {
         "metadata": {"name": b.name, "namespace": b.namespace},
         "spec": {
             "intents": refs,
-            "selector": {"workloadSelector": {"matchLabels": {"app": b.app(0)}}}
+            "selector": {"workloadSelector": {"matchLabels": {"app": b.app(revision)}}}
         }
     }))
     .context("building a SecurityIntentBinding")
@@ -319,7 +319,7 @@ pub async fn create_workload(ops: &Ops, plan: &Plan) -> anyhow::Result<()> {
     stream::iter(&plan.bindings)
         .map(|b| async move {
             let api: Api<SecurityIntentBinding> = Api::namespaced(ops.client.clone(), &b.namespace);
-            ops.create(&api, &binding(b)?).await
+            ops.create(&api, &binding(b, 0)?).await
         })
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()

@@ -254,9 +254,9 @@ impl Natives {
     }
 }
 
-/// A native object as its cache keeps it: the metadata for lookups (without managedFields),
-/// and the whole object as the JSON text the API server sent, parsed only when a reconcile
-/// compares it. As a `serde_json::Value` tree, a KubeArmorPolicy with its managedFields takes
+/// A native object as its cache keeps it: the metadata lookups read, and the object as the
+/// JSON text the API server sent (without its status), parsed only when a reconcile compares
+/// it. As a `serde_json::Value` tree, a KubeArmorPolicy with its managedFields takes
 /// ~20 KiB (a B-tree node for every small map); as text, a few KiB.
 #[derive(Clone, Debug)]
 pub struct NativeObject {
@@ -290,6 +290,21 @@ impl NativeObject {
 impl<'de> Deserialize<'de> for NativeObject {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let mut value = Value::deserialize(deserializer)?;
+        let object = value
+            .as_object_mut()
+            .ok_or_else(|| D::Error::custom("a Kubernetes object must be a JSON object"))?;
+        // Kept out of the text: what drift never compares (the status, and who wrote it).
+        object.remove("status");
+        if let Some(entries) = value
+            .pointer_mut("/metadata/managedFields")
+            .and_then(Value::as_array_mut)
+        {
+            entries.retain(|e| {
+                e.get("subresource")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+            });
+        }
         let json = value.to_string();
         let kind = value
             .get("kind")
@@ -300,9 +315,17 @@ impl<'de> Deserialize<'de> for NativeObject {
             .get_mut("metadata")
             .map(Value::take)
             .ok_or_else(|| D::Error::missing_field("metadata"))?;
-        let mut metadata: ObjectMeta =
-            serde_json::from_value(metadata).map_err(D::Error::custom)?;
-        metadata.managed_fields = None;
+        let full: ObjectMeta = serde_json::from_value(metadata).map_err(D::Error::custom)?;
+        // Typed: only what lookups, ownership and pruning read (the text has the rest).
+        let metadata = ObjectMeta {
+            name: full.name,
+            namespace: full.namespace,
+            uid: full.uid,
+            resource_version: full.resource_version,
+            owner_references: full.owner_references,
+            labels: full.labels,
+            ..ObjectMeta::default()
+        };
         Ok(Self {
             metadata,
             kind,
@@ -371,5 +394,53 @@ impl Key {
             namespace: obj.namespace(),
             name: obj.name_any(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_native_object_keeps_what_drift_compares_and_lookups_read() {
+        let sent = json!({
+            "apiVersion": "security.kubearmor.com/v1", "kind": "KubeArmorPolicy",
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                "labels": {"app.kubernetes.io/managed-by": "nimbus-kubearmor"},
+                "annotations": {"nimbus/generated-hash": "h"},
+                "ownerReferences": [{"apiVersion": "x/v1", "kind": "NimbusPolicy", "name": "o", "uid": "o1", "controller": true}],
+                "managedFields": [
+                    {"manager": "nimbus-kubearmor", "operation": "Apply", "fieldsV1": {"f:spec": {"f:action": {}}}},
+                    {"manager": "kubearmor", "operation": "Update", "subresource": "status", "fieldsV1": {"f:status": {}}}
+                ]
+            },
+            "spec": {"action": "Block"},
+            "status": {"PolicyStatus": "OK"}
+        });
+        let native: NativeObject = serde_json::from_value(sent).expect("a native object");
+        assert_eq!(native.describe(), "KubeArmorPolicy ns/p");
+        assert_eq!(native.metadata.uid.as_deref(), Some("u"));
+        assert_eq!(native.owner_references()[0].uid, "o1");
+        assert!(native.labels().contains_key(MANAGED_BY));
+        assert!(native.metadata.annotations.is_none() && native.metadata.managed_fields.is_none());
+
+        let seen = native.seen().expect("its text parses");
+        assert_eq!(seen.meta.resource_version.as_deref(), Some("7"));
+        let object = seen.object;
+        assert_eq!(object["spec"]["action"], "Block");
+        assert!(object.get("status").is_none(), "{object}");
+        assert_eq!(
+            object["metadata"]["annotations"]["nimbus/generated-hash"],
+            "h"
+        );
+        let managers: Vec<&Value> = object["metadata"]["managedFields"]
+            .as_array()
+            .expect("managedFields")
+            .iter()
+            .map(|e| &e["manager"])
+            .collect();
+        assert_eq!(managers, [&json!("nimbus-kubearmor")]);
     }
 }

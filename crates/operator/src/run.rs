@@ -236,12 +236,13 @@ impl Caches {
             })
             .collect();
         Self {
-            intents: cluster_wide(client, metrics),
-            bindings: cluster_wide(client, metrics),
-            cluster_bindings: cluster_wide(client, metrics),
-            policies: cluster_wide(client, metrics),
-            cluster_policies: cluster_wide(client, metrics),
-            namespaces: cluster_wide(client, metrics),
+            intents: cluster_wide(client, metrics, without_managed_fields),
+            bindings: cluster_wide(client, metrics, without_managed_fields),
+            cluster_bindings: cluster_wide(client, metrics, without_managed_fields),
+            // Their main resource's managedFields tell who wrote them and what drifted.
+            policies: cluster_wide(client, metrics, main_resource_fields_only),
+            cluster_policies: cluster_wide(client, metrics, main_resource_fields_only),
+            namespaces: cluster_wide(client, metrics, without_managed_fields),
             natives: native_kinds
                 .iter()
                 .map(|(kind, namespace)| {
@@ -679,7 +680,8 @@ fn translation_inputs_changed(
 }
 
 /// A cache of every `K` in the cluster.
-fn cluster_wide<K>(client: &Client, metrics: &Metrics) -> Cache<K>
+/// A cache of every `K`, keeping of each object what `strip` leaves.
+fn cluster_wide<K>(client: &Client, metrics: &Metrics, strip: fn(&mut K)) -> Cache<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -689,7 +691,19 @@ where
         + Sync
         + 'static,
 {
-    counted(Cache::new(Api::all(client.clone())), metrics)
+    counted(Cache::new(Api::all(client.clone())).strip(strip), metrics)
+}
+
+/// For kinds whose managedFields nothing reads (memory: they can outweigh the object).
+fn without_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// Drops the managedFields entries of subresources (the status), which nothing reads.
+fn main_resource_fields_only<K: Resource>(obj: &mut K) {
+    if let Some(entries) = &mut obj.meta_mut().managed_fields {
+        entries.retain(|e| e.subresource.as_deref().is_none_or(str::is_empty));
+    }
 }
 
 fn counted<K>(cache: Cache<K>, metrics: &Metrics) -> Cache<K>

@@ -499,7 +499,7 @@ current-context: nimbus-testenv
 }
 
 /// Creates a Node that kwok (see [`Options::fake_nodes`]) manages: it is marked Ready and its
-/// pods are reported Running without running anything.
+/// pods are reported Running without running anything. Returns once kwok has marked it Ready.
 ///
 /// The node has no taints, 32 CPUs, 256 GiB of memory and room for 110 pods.
 pub async fn create_fake_node(client: &Client, name: &str) -> Result<Node, Error> {
@@ -529,8 +529,34 @@ pub async fn create_fake_node(client: &Client, name: &str) -> Result<Node, Error
     };
     // Created untainted (the API server runs without the TaintNodesByCondition admission
     // plugin), so the scheduler may use it as soon as it sees it.
-    Api::<Node>::all(client.clone())
+    let nodes = Api::<Node>::all(client.clone());
+    nodes
         .create(&PostParams::default(), &node)
         .await
-        .map_err(|e| Error::kube(format!("creating fake node {name}"), e))
+        .map_err(|e| Error::kube(format!("creating fake node {name}"), e))?;
+    // Only once kwok manages the node does it act on the node's pods: a pod bound to the node
+    // before that is passed over and stays Pending. kwok marking the node Ready says it does.
+    const WAIT: Duration = Duration::from_secs(60);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let node = nodes
+            .get(name)
+            .await
+            .map_err(|e| Error::kube(format!("reading fake node {name}"), e))?;
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if ready {
+            return Ok(node);
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::FakeNodeNotReady {
+                name: name.to_owned(),
+                waited: WAIT,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -25,6 +25,12 @@ pub enum Error {
     )]
     BuildScript { script: PathBuf, reason: String },
 
+    #[error(
+        "fake node {name} not marked Ready by kwok within {waited:?} (kwok stalled or not \
+         running?)"
+    )]
+    FakeNodeNotReady { name: String, waited: Duration },
+
     #[error("no process named {0} in this control plane")]
     UnknownProcess(String),
 
