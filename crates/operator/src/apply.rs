@@ -1,7 +1,7 @@
 //! The one write path of the operator: server-side apply of what we own, only when the cached
 //! object differs from what we want, so a steady state makes no write calls.
 
-use crate::cache::Creations;
+use crate::cache::{Creations, place};
 use crate::drift::{self, Write};
 use crate::error::Error;
 use jiff::Timestamp;
@@ -114,7 +114,7 @@ where
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let place = (meta.namespace.clone(), name.clone());
+    let place = place(desired);
     let unchanged = match have {
         Some(_) => written.after(&key, cached_version, &fingerprint),
         None => created.pending(&place) && written.last(&key, &fingerprint),

@@ -2,7 +2,7 @@
 //! apply/prune mechanism every engine goes through.
 
 use crate::apply::{self, is_controlled_by};
-use crate::cache::{Cache, Creations, Index};
+use crate::cache::{Cache, Creations, Index, place};
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
@@ -188,7 +188,7 @@ impl Natives {
         let Some(owned) = self.owned(generated.kind) else {
             return Err(Error::NotWatched(generated.kind.kind));
         };
-        let place = (namespace.clone(), desired.name_any());
+        let place = place(desired);
         let observed = match owned.store.get(&reference(generated)) {
             Some(obj) => Some(obj),
             // Ours, just created: `apply` knows what it holds.
