@@ -98,7 +98,8 @@ fn is_applied_by(entry: &Value, manager: &str) -> bool {
         && is_main_resource(entry)
 }
 
-fn is_main_resource(entry: &Value) -> bool {
+/// Whether a `managedFields` entry is about the object itself, not a subresource (the status).
+pub(crate) fn is_main_resource(entry: &Value) -> bool {
     entry
         .get("subresource")
         .and_then(Value::as_str)

@@ -2,7 +2,8 @@
 //! apply/prune mechanism every engine goes through.
 
 use crate::apply::{self, is_controlled_by};
-use crate::cache::{Cache, Creations, Index, place};
+use crate::cache::{Cache, Creations, Index, Place, place};
+use crate::drift;
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
@@ -26,13 +27,13 @@ pub fn managed_selector() -> String {
     format!("{MANAGED_BY} in ({})", managers.join(","))
 }
 
-/// Our objects of one native kind (watched in `namespace` only when given), and an index of
-/// them by their controller's uid.
+/// The cache of our objects of one native kind (watched in `namespace` only when given), and
+/// the reconciles' view of it.
 pub fn cache(
     client: &Client,
     kind: &'static NativeKind,
     namespace: Option<&str>,
-) -> (Cache<NativeObject>, Index) {
+) -> (Cache<NativeObject>, Owned) {
     let resource = kind.api_resource();
     let api = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
@@ -48,7 +49,12 @@ pub fn cache(
             .find(|o| o.controller == Some(true))
             .map(|o| o.uid.clone())
     });
-    (cache, owners)
+    let owned = Owned {
+        store: cache.store.clone(),
+        owners,
+        created: cache.creations(),
+    };
+    (cache, owned)
 }
 
 /// The names of every object of a native kind, ours or not (metadata only, nothing else
@@ -82,6 +88,7 @@ pub struct Names {
 
 /// Our objects of a native kind, their places by controller uid, and those we created that
 /// the store does not show yet.
+#[derive(Clone)]
 pub struct Owned {
     pub store: Store<NativeObject>,
     pub owners: Index,
@@ -136,18 +143,12 @@ impl Natives {
     pub fn owned_by(&self, uid: &str) -> Vec<(&'static NativeKind, Arc<NativeObject>)> {
         let mut found = Vec::new();
         for (kind, owned) in &self.owned {
-            let resource = kind.api_resource();
-            for (namespace, name) in owned.owners.get(uid) {
-                let key = ObjectRef::new_with(&name, resource.clone());
-                let key = match namespace {
-                    Some(ns) => key.within(&ns),
-                    None => key,
-                };
+            for place in owned.owners.get(uid) {
                 // The index may be a step behind the store.
                 found.extend(
                     owned
                         .store
-                        .get(&key)
+                        .get(&reference(kind, &place))
                         .filter(|o| is_controlled_by(&**o, uid))
                         .map(|o| (*kind, o)),
                 );
@@ -158,7 +159,10 @@ impl Natives {
 
     /// The cached object of `generated`'s kind, namespace and name, if any.
     pub fn cached(&self, generated: &Generated) -> Option<Arc<NativeObject>> {
-        self.owned(generated.kind)?.store.get(&reference(generated))
+        let place = place(&generated.object);
+        self.owned(generated.kind)?
+            .store
+            .get(&reference(generated.kind, &place))
     }
 
     /// Whether no object of `generated`'s kind, namespace and name exists, as far as the synced
@@ -167,7 +171,12 @@ impl Natives {
         let Some((_, names)) = self.names.iter().find(|(k, _)| *k == generated.kind) else {
             return false;
         };
-        *names.synced.borrow() && names.store.get(&reference(generated)).is_none()
+        let place = place(&generated.object);
+        *names.synced.borrow()
+            && names
+                .store
+                .get(&reference(generated.kind, &place))
+                .is_none()
     }
 
     /// Applies `generated` (as its engine's field manager) unless the cached object already
@@ -189,7 +198,7 @@ impl Natives {
             return Err(Error::NotWatched(generated.kind.kind));
         };
         let place = place(desired);
-        let observed = match owned.store.get(&reference(generated)) {
+        let observed = match owned.store.get(&reference(generated.kind, &place)) {
             Some(obj) => Some(obj),
             // Ours, just created: `apply` knows what it holds.
             None if owned.created.pending(&place) => None,
@@ -245,9 +254,7 @@ impl Natives {
         }
         Ok(deleted)
     }
-}
 
-impl Natives {
     async fn delete(&self, kind: &NativeKind, obj: &NativeObject) -> Result<bool, Error> {
         let api: Api<NativeObject> = self.api(kind, obj.namespace().as_deref());
         apply::delete(&api, obj, || obj.describe()).await
@@ -299,11 +306,7 @@ impl<'de> Deserialize<'de> for NativeObject {
             .pointer_mut("/metadata/managedFields")
             .and_then(Value::as_array_mut)
         {
-            entries.retain(|e| {
-                e.get("subresource")
-                    .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-            });
+            entries.retain(drift::is_main_resource);
         }
         let json = value.to_string();
         let kind = value
@@ -367,12 +370,14 @@ impl kube::Resource for NativeObject {
     }
 }
 
-/// Where `generated` is (or would be) in a cache of its kind.
-fn reference<K: kube::Resource<DynamicType = ApiResource>>(generated: &Generated) -> ObjectRef<K> {
-    let desired = &generated.object;
-    let key = ObjectRef::new_with(&desired.name_any(), generated.kind.api_resource());
-    match desired.namespace() {
-        Some(ns) => key.within(&ns),
+/// Where the object of `kind` at `place` is in a cache of that kind.
+fn reference<K: kube::Resource<DynamicType = ApiResource>>(
+    kind: &NativeKind,
+    (namespace, name): &Place,
+) -> ObjectRef<K> {
+    let key = ObjectRef::new_with(name, kind.api_resource());
+    match namespace {
+        Some(ns) => key.within(ns),
         None => key,
     }
 }

@@ -2,7 +2,7 @@
 //! the five controllers fed from those caches, and the watches driven until shutdown.
 
 use crate::availability::{self, Served};
-use crate::cache::{Cache, Driver, Index};
+use crate::cache::{Cache, Driver};
 use crate::context::{Context, EngineContext};
 use crate::controllers::{binding, cluster_binding, error_policy, intent, policy};
 use crate::error::Error;
@@ -212,7 +212,7 @@ struct Caches {
     namespaces: Cache<Namespace>,
     /// The kinds the enabled engines write: our objects (with an index by controller), and the
     /// names of everyone's.
-    natives: Vec<(&'static NativeKind, Cache<NativeObject>, Index)>,
+    natives: Vec<(&'static NativeKind, Cache<NativeObject>, natives::Owned)>,
     native_names: Vec<(&'static NativeKind, Cache<PartialObjectMeta<DynamicObject>>)>,
     /// Cluster facts the enabled engines read.
     nodes: Option<Cache<Node>>,
@@ -246,8 +246,8 @@ impl Caches {
             natives: native_kinds
                 .iter()
                 .map(|(kind, namespace)| {
-                    let (cache, owners) = natives::cache(client, kind, *namespace);
-                    (*kind, counted(cache, metrics), owners)
+                    let (cache, owned) = natives::cache(client, kind, *namespace);
+                    (*kind, counted(cache, metrics), owned)
                 })
                 .collect(),
             native_names: native_kinds
@@ -430,14 +430,7 @@ fn context(
             caches
                 .natives
                 .iter()
-                .map(|(kind, cache, owners)| {
-                    let owned = natives::Owned {
-                        store: cache.store.clone(),
-                        owners: owners.clone(),
-                        created: cache.creations(),
-                    };
-                    (*kind, owned)
-                })
+                .map(|(kind, _, owned)| (*kind, owned.clone()))
                 .collect(),
             caches
                 .native_names
