@@ -7,6 +7,7 @@
 //! `apiserver_request_total`, minus the bench's own requests), CPU time and memory of the
 //! operator process. Printed as a table and written as JSON (`target/bench-results.json`).
 
+mod converge;
 mod floor;
 mod latency;
 mod posture;
@@ -17,6 +18,7 @@ mod workload;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use converge::{Progress, Tracker};
 use nimbus_testenv::{Child, ControlPlane, Options, apply_yaml, free_port, http_get};
 use report::{Attributed, Results, Scenario, mib};
 use requests::{Counts, Own};
@@ -46,9 +48,6 @@ struct Args {
     /// Quiet time after A and C converge, counted with them, before the next scenario.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     settle: Duration,
-    /// How often convergence is polled (two LISTs per poll).
-    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
-    poll: Duration,
     /// Give up when a scenario has not converged after this long.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     timeout: Duration,
@@ -213,6 +212,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut meter = Meter {
         ops: &ops,
         pid,
+        control_plane: cp.pids(),
         peak_per_scenario: true,
     };
     let mut scenarios = Vec::new();
@@ -225,9 +225,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         plan.expected_policies()
     ));
     let start = meter.mark().await?;
+    let mut tracker = Tracker::start(&ops, &plan, 0);
     let began = Instant::now();
     workload::create_workload(&ops, &plan).await?;
-    let (wall, progress) = converge(&ops, &plan, 0, began, &args, &mut operator).await?;
+    let (wall, progress) = converge(&mut tracker, began, &args, &mut operator).await?;
+    drop(tracker);
     step(format!(
         "A: converged in {:.2} s ({} native policies); settling {:?}",
         wall.as_secs_f64(),
@@ -286,9 +288,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         plan.bindings.len()
     ));
     let start = end;
+    let mut tracker = Tracker::start(&ops, &plan, 1);
     let began = Instant::now();
     workload::relabel_bindings(&ops, &plan, 1).await?;
-    let (wall, progress) = converge(&ops, &plan, 1, began, &args, &mut operator).await?;
+    let (wall, progress) = converge(&mut tracker, began, &args, &mut operator).await?;
+    drop(tracker);
     step(format!(
         "C: converged in {:.2} s; settling {:?}",
         wall.as_secs_f64(),
@@ -357,14 +361,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "F: the floor: the operator stopped; server-side-applying its {} objects of A directly",
         objects.len()
     ));
+    let control_plane = cp.pids();
+    let cpu_start = procfs::cpu_ticks_of(&control_plane)?;
     let written = floor::write(&ops, objects, args.floor_concurrency).await?;
+    let cpu_written = procfs::cpu_ticks_of(&control_plane)?;
     step(format!("F: {:.2} s", written.wall.as_secs_f64()));
     let changed = floor::objects(&floor_plan, 1, None)?;
     step(format!(
         "F: then the {} objects C changes, server-side-applied over them",
         changed.len()
     ));
+    let cpu_churn_start = procfs::cpu_ticks_of(&control_plane)?;
     let churned = floor::write(&ops, changed, args.floor_concurrency).await?;
+    let cpu_churned = procfs::cpu_ticks_of(&control_plane)?;
     step(format!("F: {:.2} s", churned.wall.as_secs_f64()));
     let floor = report::Floor {
         objects: written.objects,
@@ -374,6 +383,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         churn_objects: churned.objects,
         churn_wall_secs: churned.wall.as_secs_f64(),
         churn_ratio: churn_wall / churned.wall.as_secs_f64(),
+        control_plane_cpu_secs: procfs::ticks_to_secs(cpu_written - cpu_start),
+        churn_control_plane_cpu_secs: procfs::ticks_to_secs(cpu_churned - cpu_churn_start),
     };
 
     let results = Results {
@@ -388,7 +399,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
             cluster_security_intent_bindings: 1,
             steady_state_secs: args.steady.as_secs_f64(),
             settle_secs: args.settle.as_secs_f64(),
-            poll_interval_secs: args.poll.as_secs_f64(),
             operator_resync: args.resync.clone(),
             operator_reconcile_concurrency: args.reconcile_concurrency,
             operator_binary: nimbus.display().to_string(),
@@ -612,49 +622,53 @@ async fn wait_namespaces_settled(
 }
 
 /// Polls at a fixed rate until every policy is done; returns the time since `began`.
+/// Waits until `tracker` sees every policy done; the time is taken the moment the last one is.
 async fn converge(
-    ops: &Ops,
-    plan: &Plan,
-    revision: u32,
+    tracker: &mut Tracker,
     began: Instant,
     args: &Args,
     operator: &mut Child,
-) -> anyhow::Result<(Duration, workload::Progress)> {
-    let mut ticks = tokio::time::interval(args.poll);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+) -> anyhow::Result<(Duration, Progress)> {
+    let mut checks = tokio::time::interval(Duration::from_secs(1));
     let mut last_report = Instant::now();
     loop {
-        ticks.tick().await;
-        let progress = workload::poll(ops, plan, revision).await?;
-        let elapsed = began.elapsed();
-        if progress.converged() {
-            return Ok((elapsed, progress));
-        }
-        if operator.has_exited() {
-            bail!(
-                "the operator exited; its log ends with:\n{}",
-                tail(&operator.output(), 40)
-            );
-        }
-        if elapsed > args.timeout {
-            bail!(
-                "not converged after {:?}: {} of {} policies done; for example:\n  {}\n\
-                 the operator's log ends with:\n{}",
-                args.timeout,
-                progress.done,
-                progress.expected,
-                progress.pending.join("\n  "),
-                tail(&operator.output(), 40)
-            );
-        }
-        if last_report.elapsed() > Duration::from_secs(10) {
-            last_report = Instant::now();
-            step(format!(
-                "  {:.0} s: {} of {} policies done",
-                elapsed.as_secs_f64(),
-                progress.done,
-                progress.expected
-            ));
+        tokio::select! {
+            converged = tracker.next() => {
+                if converged? {
+                    return Ok((began.elapsed(), tracker.progress()));
+                }
+            }
+            _ = checks.tick() => {
+                let elapsed = began.elapsed();
+                if operator.has_exited() {
+                    bail!(
+                        "the operator exited; its log ends with:\n{}",
+                        tail(&operator.output(), 40)
+                    );
+                }
+                if elapsed > args.timeout {
+                    let progress = tracker.progress();
+                    bail!(
+                        "not converged after {:?}: {} of {} policies done; for example:\n  {}\n\
+                         the operator's log ends with:\n{}",
+                        args.timeout,
+                        progress.done,
+                        progress.expected,
+                        progress.pending.join("\n  "),
+                        tail(&operator.output(), 40)
+                    );
+                }
+                if last_report.elapsed() > Duration::from_secs(10) {
+                    last_report = Instant::now();
+                    let progress = tracker.progress();
+                    step(format!(
+                        "  {:.0} s: {} of {} policies done",
+                        elapsed.as_secs_f64(),
+                        progress.done,
+                        progress.expected
+                    ));
+                }
+            }
         }
     }
 }
@@ -670,11 +684,14 @@ struct Mark {
     apiserver: Counts,
     own: Counts,
     process: procfs::Sample,
+    control_plane_cpu_ticks: u64,
 }
 
 struct Meter<'a> {
     ops: &'a Ops,
     pid: u32,
+    /// etcd, kube-apiserver, kube-controller-manager.
+    control_plane: Vec<u32>,
     /// Whether the kernel lets us reset the peak RSS at every mark.
     peak_per_scenario: bool,
 }
@@ -688,6 +705,7 @@ impl Meter<'_> {
         // response arrived.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let process = procfs::Sample::read(self.pid).context("reading the operator's /proc")?;
+        let control_plane_cpu_ticks = procfs::cpu_ticks_of(&self.control_plane)?;
         if self.peak_per_scenario
             && let Err(e) = procfs::reset_peak(self.pid)
         {
@@ -703,6 +721,7 @@ impl Meter<'_> {
             apiserver,
             own,
             process,
+            control_plane_cpu_ticks,
         })
     }
 
@@ -735,6 +754,9 @@ impl Meter<'_> {
                 end.process
                     .cpu_ticks
                     .saturating_sub(start.process.cpu_ticks),
+            ),
+            control_plane_cpu_secs: procfs::ticks_to_secs(
+                end.control_plane_cpu_ticks - start.control_plane_cpu_ticks,
             ),
             operator_peak_rss_mib: mib(end.process.peak_rss_kib),
             operator_peak_rss_scope: if self.peak_per_scenario {

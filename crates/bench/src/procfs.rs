@@ -41,6 +41,16 @@ impl Sample {
     }
 }
 
+/// CPU time of `pids` together (the control plane's processes), in clock ticks.
+pub fn cpu_ticks_of(pids: &[u32]) -> anyhow::Result<u64> {
+    pids.iter().try_fold(0, |sum, pid| {
+        let path = proc_file(*pid, "stat");
+        let stat = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Ok(sum + cpu_ticks(&stat).with_context(|| format!("parsing {}", path.display()))?)
+    })
+}
+
 /// utime + stime (fields 14 and 15 of `/proc/<pid>/stat`; the command name, field 2, may
 /// contain spaces and parentheses, so fields are counted from its closing parenthesis).
 fn cpu_ticks(stat: &str) -> anyhow::Result<u64> {

@@ -48,6 +48,9 @@ pub struct Floor {
     pub churn_wall_secs: f64,
     /// Scenario C's wall time over its floor's.
     pub churn_ratio: f64,
+    /// CPU time of etcd, kube-apiserver and kube-controller-manager while the floor wrote.
+    pub control_plane_cpu_secs: f64,
+    pub churn_control_plane_cpu_secs: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -59,7 +62,6 @@ pub struct Config {
     pub cluster_security_intent_bindings: usize,
     pub steady_state_secs: f64,
     pub settle_secs: f64,
-    pub poll_interval_secs: f64,
     pub operator_resync: Option<String>,
     pub operator_reconcile_concurrency: Option<u16>,
     pub operator_binary: String,
@@ -90,13 +92,13 @@ pub struct Expected {
 pub struct Scenario {
     pub name: &'static str,
     pub description: String,
-    /// Convergence time (A, C: first write until every policy is done, resolution = poll
-    /// interval) or the length of the quiet period (B).
+    /// Convergence time (A, C: first write until a watch shows every policy done) or the
+    /// length of the quiet period (B).
     pub wall_time_secs: f64,
     /// Requests, CPU and memory are measured over this window (A, C: until `settle` after
     /// convergence, so trailing work is included).
     pub window_secs: f64,
-    /// Policies done / expected at the end (`None` for B, which does not poll).
+    /// Policies done / expected at the end (`None` for B, which waits for nothing).
     pub policies_done: Option<(usize, usize)>,
     pub operator_requests: VerbCounts,
     /// Operator requests by `VERB resource.group/subresource`, most first.
@@ -112,6 +114,8 @@ pub struct Scenario {
     /// Requests the bench counted that the apiserver did not (should be empty).
     pub attribution_mismatch: Vec<(String, u64)>,
     pub operator_cpu_secs: f64,
+    /// CPU time of etcd, kube-apiserver and kube-controller-manager over the window.
+    pub control_plane_cpu_secs: f64,
     pub operator_peak_rss_mib: f64,
     /// Whether the peak is over this scenario alone or since the operator started.
     pub operator_peak_rss_scope: &'static str,
@@ -249,6 +253,9 @@ pub fn table(results: &Results) -> String {
     row("operator CPU time (s)", &|x| {
         format!("{:.2}", x.operator_cpu_secs)
     });
+    row("control plane CPU time (s)", &|x| {
+        format!("{:.2}", x.control_plane_cpu_secs)
+    });
     row("operator peak RSS (MiB)", &|x| {
         format!("{:.1}", x.operator_peak_rss_mib)
     });
@@ -319,14 +326,16 @@ pub fn table(results: &Results) -> String {
     let _ = writeln!(
         out,
         "\nFloor: the {} objects the operator writes for A, server-side-applied directly ({} \
-         in flight): {:.2} s; A took {:.2}x that. Then the {} objects C changes: {:.2} s; C took \
-         {:.2}x that",
+         in flight): {:.2} s (control plane CPU {:.2} s); A took {:.2}x that. Then the {} \
+         objects C changes: {:.2} s (control plane CPU {:.2} s); C took {:.2}x that",
         f.objects,
         f.concurrency,
         f.wall_secs,
+        f.control_plane_cpu_secs,
         f.cold_convergence_ratio,
         f.churn_objects,
         f.churn_wall_secs,
+        f.churn_control_plane_cpu_secs,
         f.churn_ratio
     );
     let _ = writeln!(out, "\nAttribution: {ATTRIBUTION}");

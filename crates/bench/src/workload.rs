@@ -1,19 +1,20 @@
-//! The objects the bench creates and how it decides that the operator has converged.
+//! The objects the bench creates and changes, and the client it does it with.
 
 use crate::requests::{Key, Own};
 use anyhow::Context as _;
-use futures::{StreamExt, TryStreamExt, stream};
-use kube::api::{ListParams, ObjectList, Patch, PatchParams, PostParams};
+use futures::stream::{self, BoxStream};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{ListParams, ObjectList, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
-    SecurityIntent, SecurityIntentBinding, condition,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
+    SecurityIntentBinding,
 };
-use nimbus_core::engines::{self, EngineSet, Environment, PolicyInput};
+use nimbus_core::engines;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt::Debug;
 
 /// Requests in flight while creating or updating many objects.
@@ -106,6 +107,23 @@ impl Ops {
         api.list(params)
             .await
             .with_context(|| format!("listing {}", K::plural(&())))
+    }
+
+    /// A watch from `version` (default timeout and bookmarks).
+    pub async fn watch<K>(
+        &self,
+        api: &Api<K>,
+        version: &str,
+    ) -> anyhow::Result<BoxStream<'static, kube::Result<WatchEvent<K>>>>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    {
+        self.own.record(key::<K>("WATCH"));
+        let events = api
+            .watch(&WatchParams::default(), version)
+            .await
+            .with_context(|| format!("watching {}", K::plural(&())))?;
+        Ok(events.boxed())
     }
 
     pub async fn merge_patch<K>(
@@ -344,200 +362,6 @@ pub async fn relabel_bindings(ops: &Ops, plan: &Plan, revision: u32) -> anyhow::
         .try_collect::<Vec<_>>()
         .await
         .map(drop)
-}
-
-/// How far the operator got.
-#[derive(Debug, Default)]
-pub struct Progress {
-    /// Policies in their expected final state.
-    pub done: usize,
-    pub expected: usize,
-    /// Native policies reported by the policies that are done.
-    pub native_policies: u64,
-    /// Adapter policies per finished policy, by shape (for the report).
-    pub per_policy: BTreeMap<&'static str, u64>,
-    /// A few policies that are not done yet, with the reason.
-    pub pending: Vec<String>,
-}
-
-impl Progress {
-    pub fn converged(&self) -> bool {
-        self.done == self.expected
-    }
-
-    fn record(&mut self, what: String, shape: &'static str, outcome: Result<u64, String>) {
-        match outcome {
-            Ok(n) => {
-                self.done += 1;
-                self.native_policies += n;
-                self.per_policy.insert(shape, n);
-            }
-            Err(reason) if self.pending.len() < 5 => self.pending.push(format!("{what}: {reason}")),
-            Err(_) => {}
-        }
-    }
-}
-
-/// One poll: LISTs every NimbusPolicy and ClusterNimbusPolicy and checks each expected one.
-pub async fn poll(ops: &Ops, plan: &Plan, revision: u32) -> anyhow::Result<Progress> {
-    let policies = ops
-        .list(
-            &Api::<NimbusPolicy>::all(ops.client.clone()),
-            &ListParams::default(),
-        )
-        .await?;
-    let cluster_policies = ops
-        .list(
-            &Api::<ClusterNimbusPolicy>::all(ops.client.clone()),
-            &ListParams::default(),
-        )
-        .await?;
-    Ok(progress(
-        plan,
-        revision,
-        &policies.items,
-        &cluster_policies.items,
-    ))
-}
-
-/// A policy is done when it has the expected rules (and, for a binding's, the binding's current
-/// selector), its status covers its current generation, is Ready, and counts every native
-/// policy the engines generate for it.
-pub fn progress(
-    plan: &Plan,
-    revision: u32,
-    policies: &[NimbusPolicy],
-    cluster_policies: &[ClusterNimbusPolicy],
-) -> Progress {
-    let mut out = Progress {
-        expected: plan.expected_policies(),
-        ..Progress::default()
-    };
-    let by_name: BTreeMap<(String, String), &NimbusPolicy> = policies
-        .iter()
-        .map(|p| ((p.namespace().unwrap_or_default(), p.name_any()), p))
-        .collect();
-    let binding_ids: Vec<&str> = INTENTS.iter().map(|(_, id)| *id).collect();
-    for b in &plan.bindings {
-        let what = format!("NimbusPolicy {}/{}", b.namespace, b.name);
-        let outcome = match by_name.get(&(b.namespace.clone(), b.name.clone())) {
-            None => Err("not created yet".to_owned()),
-            Some(np) => {
-                let labels = np.spec.selector.match_labels.clone().unwrap_or_default();
-                let want = BTreeMap::from([("app".to_owned(), b.app(revision))]);
-                if labels != want {
-                    Err(format!("selector {labels:?}, want {want:?}"))
-                } else {
-                    check(
-                        &np.spec.rules,
-                        &binding_ids,
-                        np.meta().generation,
-                        np.status.as_ref(),
-                        || expected_natives_namespaced(np),
-                    )
-                }
-            }
-        };
-        out.record(what, "binding NimbusPolicy", outcome);
-    }
-
-    let from_cluster_binding =
-        |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            meta.owner_references.iter().flatten().any(|o| {
-                o.controller == Some(true)
-                    && o.kind == ClusterSecurityIntentBinding::kind(&())
-                    && o.name == CLUSTER_BINDING
-            })
-        };
-    let cluster_ids: Vec<&str> = cluster_intents(plan.cluster_intents)
-        .iter()
-        .map(|(_, id)| *id)
-        .collect();
-    for ns in &plan.selected {
-        let what = format!("cluster binding's NimbusPolicy in {ns}");
-        let found = policies
-            .iter()
-            .find(|p| p.namespace().as_deref() == Some(ns) && from_cluster_binding(p.meta()));
-        let outcome = match found {
-            None => Err("not created yet".to_owned()),
-            Some(np) => check(
-                &np.spec.rules,
-                &cluster_ids,
-                np.meta().generation,
-                np.status.as_ref(),
-                || expected_natives_namespaced(np),
-            ),
-        };
-        out.record(what, "cluster-binding NimbusPolicy", outcome);
-    }
-
-    let what = "ClusterNimbusPolicy".to_owned();
-    let outcome = match cluster_policies
-        .iter()
-        .find(|p| from_cluster_binding(p.meta()))
-    {
-        None => Err("not created yet".to_owned()),
-        Some(cwnp) => check(
-            &cwnp.spec.rules,
-            &cluster_ids,
-            cwnp.meta().generation,
-            cwnp.status.as_ref(),
-            || expected_natives_cluster(cwnp),
-        ),
-    };
-    out.record(what, "ClusterNimbusPolicy", outcome);
-    out
-}
-
-fn check(
-    rules: &[nimbus_api::NimbusRule],
-    ids: &[&str],
-    generation: Option<i64>,
-    status: Option<&NimbusPolicyStatus>,
-    expected: impl FnOnce() -> u64,
-) -> Result<u64, String> {
-    let have: Vec<&str> = rules.iter().map(|r| r.id.as_str()).collect();
-    if have != ids {
-        return Err(format!("rules {have:?}, want {ids:?}"));
-    }
-    let status = status.ok_or("no status yet")?;
-    if status.observed_generation != generation {
-        return Err(format!(
-            "status is for generation {:?}, object at {generation:?}",
-            status.observed_generation
-        ));
-    }
-    if let Some(ready) = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::READY)
-        && ready.status != "True"
-    {
-        return Err(format!("not Ready: {} {}", ready.reason, ready.message));
-    }
-    let want = expected();
-    let reported = u64::try_from(status.number_of_adapter_policies).unwrap_or(0);
-    if reported != want {
-        return Err(format!("{reported} of {want} adapter policies"));
-    }
-    Ok(want)
-}
-
-/// What the engines generate for a policy with every engine installed, counted the way
-/// `status.numberOfAdapterPolicies` counts (ConfigMaps are not listed there).
-fn count(input: &PolicyInput) -> u64 {
-    // No nodes run in the bench's control plane, so the default environment (no pod CIDRs,
-    // k8tls namespace present, no virtual-patch database) is the operator's.
-    let translation = engines::translate(input, &Environment::default(), &EngineSet::all());
-    translation.objects.iter().filter(|g| g.kind.listed).count() as u64
-}
-
-fn expected_natives_namespaced(np: &NimbusPolicy) -> u64 {
-    count(&PolicyInput::namespaced(np, "bench"))
-}
-
-fn expected_natives_cluster(cwnp: &ClusterNimbusPolicy) -> u64 {
-    count(&PolicyInput::cluster(cwnp, "bench"))
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -52,23 +52,36 @@ pub fn is_controlled_by<K: Resource>(obj: &K, owner_uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == owner_uid)
 }
 
-/// An object as a cache holds it, for [`apply`] to compare: its metadata and its whole
-/// serialized form.
+/// An object as a cache holds it, for [`apply`] to compare: its metadata, and its whole
+/// serialized form, made only when the comparison is needed (see [`Written`]).
 pub struct Seen<'a> {
     pub meta: &'a ObjectMeta,
-    pub object: Value,
+    object: Box<dyn FnOnce() -> Result<Value, Error> + Send + 'a>,
 }
 
 impl<'a> Seen<'a> {
-    /// A typed cached object, serialized.
-    pub fn of<K: Resource + Serialize>(obj: &'a K) -> Result<Self, Error> {
-        let object = serde_json::to_value(obj).map_err(|source| Error::Serialize {
-            object: describe(obj),
-            source,
-        })?;
-        Ok(Self {
-            meta: obj.meta(),
-            object,
+    pub fn new(
+        meta: &'a ObjectMeta,
+        object: impl FnOnce() -> Result<Value, Error> + Send + 'a,
+    ) -> Self {
+        Self {
+            meta,
+            object: Box::new(object),
+        }
+    }
+
+    /// The whole object, serialized now.
+    pub fn object(self) -> Result<Value, Error> {
+        (self.object)()
+    }
+
+    /// A typed cached object.
+    pub fn of<K: Resource + Serialize + Sync>(obj: &'a K) -> Self {
+        Self::new(obj.meta(), move || {
+            serde_json::to_value(obj).map_err(|source| Error::Serialize {
+                object: describe(obj),
+                source,
+            })
         })
     }
 }
@@ -94,14 +107,13 @@ where
         source,
     })?;
     stamp(&mut want);
-    let (cached_version, have) = match observed {
-        Some(seen) => (seen.meta.resource_version.as_deref(), Some(seen.object)),
-        None => (None, None),
-    };
+    let cached_version = observed
+        .as_ref()
+        .and_then(|seen| seen.meta.resource_version.as_deref());
     let name = desired.name_any();
-    // The stamped hash fingerprints what we generate: a stale cached copy, or none yet of what
-    // we just created, is no reason to write it again. (With no copy and no creation pending,
-    // the object may have been deleted since our write.)
+    // The stamped hash fingerprints what we generate: a copy we already compared or wrote, a
+    // stale cached copy, or none yet of what we just created, is no reason to compare or write
+    // it again. (With no copy and no creation pending, it may have been deleted since.)
     let meta = desired.meta();
     let key = written_key(
         "object",
@@ -115,30 +127,34 @@ where
         .unwrap_or_default()
         .to_owned();
     let place = place(desired);
-    let unchanged = match have {
-        Some(_) => written.after(&key, cached_version, &fingerprint),
+    let settled = match &observed {
+        Some(_) => written.settled(&key, cached_version, &fingerprint),
         None => created.pending(&place) && written.last(&key, &fingerprint),
     };
-    if unchanged {
+    if settled {
         return Ok(false);
     }
+    let cached_version = cached_version.map(str::to_owned);
+    let have = observed.map(Seen::object).transpose()?;
     let creating = have.is_none();
     let write = drift::plan(&want, have.as_ref(), manager);
     tracing::debug!(object = %context(), ?write, "sync");
     let stored = match write {
-        Write::Nothing => return Ok(false),
-        Write::Apply => api
-            .patch(
-                &name,
-                &PatchParams::apply(manager).force(),
-                &Patch::Apply(&want),
-            )
-            .await
-            .map_err(Error::kube("applying", context()))?,
+        Write::Nothing => {
+            written.compared(key, cached_version.as_deref(), fingerprint);
+            return Ok(false);
+        }
+        Write::Apply => {
+            let params = PatchParams::apply(manager).force();
+            let request = request(api).patch(&name, &params, &Patch::Apply(&want));
+            send(api, request)
+                .await
+                .map_err(Error::kube("applying", context))?
+        }
         Write::Replace => {
             let have = have.unwrap_or_default();
             let body = replacement(want, &have, manager);
-            let body: K = serde_json::from_value(body).map_err(|source| Error::Serialize {
+            let body = serde_json::to_vec(&body).map_err(|source| Error::Serialize {
                 object: context(),
                 source,
             })?;
@@ -146,16 +162,41 @@ where
                 field_manager: Some(manager.to_owned()),
                 ..PostParams::default()
             };
-            api.replace(&name, &params, &body)
+            send(api, request(api).replace(&name, &params, body))
                 .await
-                .map_err(Error::kube("replacing", context()))?
+                .map_err(Error::kube("replacing", context))?
         }
     };
-    written.record(key, stored.meta().resource_version.as_deref(), fingerprint);
+    written.record(key, stored.as_deref(), fingerprint);
     if creating {
         created.created(place);
     }
     Ok(true)
+}
+
+/// Requests on `api`'s resources.
+fn request<K: Resource>(api: &Api<K>) -> kube::core::Request {
+    kube::core::Request::new(api.resource_url())
+}
+
+/// Sends a write; returns the resourceVersion it produced, all its response is read for
+/// (parsing the whole object, managedFields and all, cost more than the rest of the write).
+async fn send<K: Resource + Clone>(
+    api: &Api<K>,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<Option<String>, kube::Error> {
+    #[derive(Deserialize)]
+    struct Stored {
+        metadata: StoredMeta,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct StoredMeta {
+        resource_version: Option<String>,
+    }
+    let request = request.map_err(kube::Error::BuildRequest)?;
+    let stored: Stored = api.clone().into_client().request(request).await?;
+    Ok(stored.metadata.resource_version)
 }
 
 /// Annotation holding a hash of what we generated for an object, so that a change of it is seen
@@ -236,7 +277,7 @@ where
     match api.delete(&obj.name_any(), &params).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(false),
-        Err(e) => Err(Error::kube("deleting", what())(e)),
+        Err(e) => Err(Error::kube("deleting", what)(e)),
     }
 }
 
@@ -248,48 +289,83 @@ pub trait Status: Serialize + Clone + PartialEq {
     fn conditions_mut(&mut self) -> &mut Vec<Condition>;
 }
 
-/// What this process last wrote to each object, as a fingerprint, with the resourceVersion the
-/// write produced. A reconcile can read an object from a cache that has not yet seen our last
-/// write (the watch lags the write by milliseconds, and the write itself triggers more
-/// reconciles): it must not write the same thing again just because its copy is stale.
+/// What this process last wrote to each object, or found it to hold, as a fingerprint, with the
+/// resourceVersion it was written or seen at. A reconcile can read an object from a cache that
+/// has not yet seen our last write (the watch lags the write by milliseconds, and the write
+/// itself triggers more reconciles): it must not write the same thing again just because its
+/// copy is stale. And a copy already compared with what we generate need not be compared again
+/// (parsed, drift-checked) on every reconcile: a resourceVersion names one state of an object.
 #[derive(Default)]
-pub struct Written(Mutex<HashMap<String, (u64, String)>>);
+pub struct Written(Mutex<HashMap<String, Record>>);
+
+struct Record {
+    /// The resourceVersion our write produced, or that of the copy we compared.
+    version: u64,
+    fingerprint: String,
+    /// Whether the object at `version` was compared and found to be what `fingerprint` says.
+    /// Our write's response is not: a concurrent change may be in it.
+    compared: bool,
+}
 
 impl Written {
-    /// Whether `fingerprint` is what we wrote last to `key`, and the cached copy at
-    /// `cached_version` predates that write. resourceVersions are compared as numbers (etcd
-    /// revisions); one that is not a number never counts as stale.
-    fn after(&self, key: &str, cached_version: Option<&str>, fingerprint: &str) -> bool {
-        let Some(cached) = cached_version.and_then(|v| v.parse::<u64>().ok()) else {
+    /// Whether the cached copy at `cached_version` needs no comparison with `fingerprint`: we
+    /// wrote that last and the copy predates our write, or it is the copy already found to
+    /// hold it. resourceVersions are compared as numbers (etcd revisions); one that is not a
+    /// number is always compared.
+    fn settled(&self, key: &str, cached_version: Option<&str>, fingerprint: &str) -> bool {
+        let Some(cached) = version(cached_version) else {
             return false;
         };
         matches!(
             self.lock().get(key),
-            Some((written, last)) if cached < *written && last == fingerprint
+            Some(r) if r.fingerprint == fingerprint
+                && (cached < r.version || (cached == r.version && r.compared))
         )
     }
 
     /// Whether `fingerprint` is what we wrote last to `key`.
     fn last(&self, key: &str, fingerprint: &str) -> bool {
-        matches!(self.lock().get(key), Some((_, last)) if last == fingerprint)
+        matches!(self.lock().get(key), Some(r) if r.fingerprint == fingerprint)
     }
 
     fn record(&self, key: String, version: Option<&str>, fingerprint: String) {
-        let Some(version) = version.and_then(|v| v.parse::<u64>().ok()) else {
-            return;
-        };
-        let mut written = self.lock();
-        // Deleted objects are never written again to forget theirs: bound the map (forgetting
-        // costs at most one redundant write).
-        if written.len() >= 65_536 && !written.contains_key(&key) {
-            written.clear();
-        }
-        written.insert(key, (version, fingerprint));
+        self.insert(key, version, fingerprint, false);
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, (u64, String)>> {
+    /// Notes that the object at `version` was found to hold `fingerprint`, unless we wrote it
+    /// since (the cache lags behind that write).
+    fn compared(&self, key: String, version: Option<&str>, fingerprint: String) {
+        self.insert(key, version, fingerprint, true);
+    }
+
+    fn insert(&self, key: String, version: Option<&str>, fingerprint: String, compared: bool) {
+        let Some(version) = self::version(version) else {
+            return;
+        };
+        let mut records = self.lock();
+        if compared && records.get(&key).is_some_and(|r| r.version > version) {
+            return;
+        }
+        // Deleted objects are never written again to forget theirs: bound the map (forgetting
+        // costs at most one comparison or redundant write).
+        if records.len() >= 65_536 && !records.contains_key(&key) {
+            records.clear();
+        }
+        let record = Record {
+            version,
+            fingerprint,
+            compared,
+        };
+        records.insert(key, record);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Record>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+fn version(resource_version: Option<&str>) -> Option<u64> {
+    resource_version.and_then(|v| v.parse().ok())
 }
 
 /// The key of an object's `part` (the object, or its status) in [`Written`]. Built from what
@@ -361,7 +437,7 @@ where
         &obj.name_any(),
     );
     let fingerprint = comparable(&desired).to_string();
-    if written.after(&key, obj.meta().resource_version.as_deref(), &fingerprint) {
+    if written.settled(&key, obj.meta().resource_version.as_deref(), &fingerprint) {
         return Ok(false);
     }
     desired.set_last_updated(Some(now));
@@ -370,15 +446,13 @@ where
         "kind": K::kind(&()),
         "status": desired,
     });
-    let stored = api
-        .patch_status(
-            &obj.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(body),
-        )
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let request =
+        request(api).patch_subresource("status", &obj.name_any(), &params, &Patch::Apply(body));
+    let stored = send(api, request)
         .await
-        .map_err(Error::kube("writing status of", describe(obj)))?;
-    written.record(key, stored.meta().resource_version.as_deref(), fingerprint);
+        .map_err(Error::kube("writing status of", || describe(obj)))?;
+    written.record(key, stored.as_deref(), fingerprint);
     Ok(true)
 }
 
@@ -391,14 +465,29 @@ mod tests {
         let written = Written::default();
         written.record("key".into(), Some("120"), "ready".into());
         // The cache still holds the object as it was before our write.
-        assert!(written.after("key", Some("100"), "ready"));
+        assert!(written.settled("key", Some("100"), "ready"));
         // The cache caught up, or someone wrote after us: compare with what it holds.
-        assert!(!written.after("key", Some("120"), "ready"));
-        assert!(!written.after("key", Some("130"), "ready"));
-        // Something else, another object, or versions that are not numbers: write.
-        assert!(!written.after("key", Some("100"), "other"));
-        assert!(!written.after("other", Some("100"), "ready"));
-        assert!(!written.after("key", Some("a1"), "ready"));
+        assert!(!written.settled("key", Some("120"), "ready"));
+        assert!(!written.settled("key", Some("130"), "ready"));
+        // Something else, another object, or versions that are not numbers: compare.
+        assert!(!written.settled("key", Some("100"), "other"));
+        assert!(!written.settled("other", Some("100"), "ready"));
+        assert!(!written.settled("key", Some("a1"), "ready"));
+    }
+
+    #[test]
+    fn a_copy_found_as_wanted_is_not_compared_again_until_it_changes() {
+        let written = Written::default();
+        written.compared("key".into(), Some("120"), "ready".into());
+        assert!(written.settled("key", Some("120"), "ready"));
+        // Changed since, or we want something else now: compare.
+        assert!(!written.settled("key", Some("121"), "ready"));
+        assert!(!written.settled("key", Some("120"), "other"));
+        // A stale copy compared after our write does not hide the write.
+        written.record("key".into(), Some("130"), "next".into());
+        written.compared("key".into(), Some("125"), "next".into());
+        assert!(written.settled("key", Some("129"), "next"));
+        assert!(!written.settled("key", Some("130"), "next"));
     }
 
     #[test]

@@ -37,10 +37,14 @@ impl Error {
         )
     }
 
-    pub(crate) fn kube(action: &'static str, object: String) -> impl FnOnce(kube::Error) -> Self {
+    /// `object` names the object for the message; only called on failure.
+    pub(crate) fn kube(
+        action: &'static str,
+        object: impl FnOnce() -> String,
+    ) -> impl FnOnce(kube::Error) -> Self {
         move |source| Self::Kube {
             action,
-            object,
+            object: object(),
             source,
         }
     }

@@ -207,7 +207,7 @@ impl Natives {
                 .api::<NativeObject>(generated.kind, namespace.as_deref())
                 .get_opt(&desired.name_any())
                 .await
-                .map_err(Error::kube("reading", apply::describe(desired)))?
+                .map_err(Error::kube("reading", || apply::describe(desired)))?
                 .map(Arc::new),
         };
         let observed = match observed {
@@ -218,7 +218,7 @@ impl Natives {
             Some(obj) if !is_controlled_by(&*obj, owner_uid) => return Ok(Outcome::Conflict),
             observed => observed,
         };
-        let seen = observed.as_deref().map(NativeObject::seen).transpose()?;
+        let seen = observed.as_deref().map(NativeObject::seen);
         let wrote = apply::apply(
             &api,
             generated.engine.manager(),
@@ -282,14 +282,12 @@ impl NativeObject {
     }
 
     /// The whole object, managedFields included, for [`apply::apply`] to compare.
-    pub fn seen(&self) -> Result<apply::Seen<'_>, Error> {
-        let object = serde_json::from_str(&self.json).map_err(|source| Error::Serialize {
-            object: self.describe(),
-            source,
-        })?;
-        Ok(apply::Seen {
-            meta: &self.metadata,
-            object,
+    pub fn seen(&self) -> apply::Seen<'_> {
+        apply::Seen::new(&self.metadata, || {
+            serde_json::from_str(&self.json).map_err(|source| Error::Serialize {
+                object: self.describe(),
+                source,
+            })
         })
     }
 }
@@ -431,9 +429,9 @@ mod tests {
         assert!(native.labels().contains_key(MANAGED_BY));
         assert!(native.metadata.annotations.is_none() && native.metadata.managed_fields.is_none());
 
-        let seen = native.seen().expect("its text parses");
+        let seen = native.seen();
         assert_eq!(seen.meta.resource_version.as_deref(), Some("7"));
-        let object = seen.object;
+        let object = seen.object().expect("its text parses");
         assert_eq!(object["spec"]["action"], "Block");
         assert!(object.get("status").is_none(), "{object}");
         assert_eq!(

@@ -1,10 +1,13 @@
 //! ClusterSecurityIntentBinding → one ClusterNimbusPolicy plus a NimbusPolicy
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace.
 
-use super::{Context, publish_changes, unless_left_behind, update_status, write_policy};
+use super::{
+    Context, PolicyChange, publish_changes, unless_left_behind, update_status, write_policy,
+};
 use crate::apply::is_controlled_by;
 use crate::conditions::{Blocker, binding_ready, policy_result, ready};
 use crate::error::Error;
+use futures::{StreamExt, stream};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -90,42 +93,36 @@ pub async fn reconcile(
         desired
     };
 
-    // The NimbusPolicy of every namespace; all of them are converged in this pass.
+    // The NimbusPolicy of every namespace; all of them are converged in this pass, a few at a
+    // time (one namespace's write need not wait for another's).
     let policy_name = names::cluster_binding_policy_name(&name);
+    // (By index: a closure taking a reference would have to be general over its lifetime.)
+    let outcomes: Vec<_> = stream::iter(0..plan.namespaces.len())
+        .map(|i| {
+            let (ns_name, desired) = &plan.namespaces[i];
+            namespace_policy(&ctx, &csib, &policy_name, ns_name, desired)
+        })
+        .buffered(FAN_OUT)
+        .collect()
+        .await;
     let mut in_force = Vec::new();
     let mut changes = Vec::new();
-    for (ns_name, desired) in &plan.namespaces {
-        let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), ns_name);
-        let observed = ctx
-            .policies
-            .get(&ObjectRef::new(&policy_name).within(ns_name));
-        let observed = match unless_left_behind(&api, &*csib, observed).await {
-            Ok(observed) => observed,
-            Err(error) => {
-                failures.push(error.to_string());
-                first_error = first_error.or(Some(error));
-                continue;
-            }
-        };
-        let ours = observed.as_deref().filter(|p| is_controlled_by(*p, &uid));
-        if desired.is_some() && observed.is_some() && ours.is_none() {
-            conflicts.push(format!(
-                "NimbusPolicy {ns_name}/{policy_name} exists and is not owned by this binding"
-            ));
-            continue;
-        }
-        match write_policy(&ctx, &api, desired.as_ref(), ours, &ctx.policies_created).await {
-            Ok(change) => {
+    for ((ns_name, desired), outcome) in plan.namespaces.iter().zip(outcomes) {
+        match outcome {
+            Ok(Some((ours, change))) => {
                 if let Some(change) = change {
                     changes.push((Some(ns_name.clone()), change));
                 }
                 if desired.is_some() {
-                    let status = ours.and_then(|p| p.status.as_ref());
-                    let result = policy_result(ours, status, change.is_some());
+                    let status = ours.as_deref().and_then(|p| p.status.as_ref());
+                    let result = policy_result(ours.as_deref(), status, change.is_some());
                     results.push((ns_name.clone(), result));
                     in_force.push(ns_name.clone());
                 }
             }
+            Ok(None) => conflicts.push(format!(
+                "NimbusPolicy {ns_name}/{policy_name} exists and is not owned by this binding"
+            )),
             Err(error) => {
                 failures.push(error.to_string());
                 first_error = first_error.or(Some(error));
@@ -185,6 +182,47 @@ pub async fn reconcile(
         Some(e) => Err(e),
         None => Ok(action),
     }
+}
+
+/// Policies of a cluster binding written at once, one per namespace. Each reconcile otherwise
+/// sends its requests one after another (see `--reconcile-concurrency`); this one may have to
+/// write thousands.
+const FAN_OUT: usize = 16;
+
+/// Converges the binding's NimbusPolicy `policy_name` in `namespace` to `desired`. Returns the
+/// policy the binding owns there (before the write) and what changed, or `None` when another
+/// object holds the name.
+async fn namespace_policy(
+    ctx: &Context,
+    csib: &ClusterSecurityIntentBinding,
+    policy_name: &str,
+    namespace: &str,
+    desired: &Option<NimbusPolicy>,
+) -> Result<Option<(Option<Arc<NimbusPolicy>>, Option<PolicyChange>)>, Error> {
+    let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), namespace);
+    let observed = ctx
+        .policies
+        .get(&ObjectRef::new(policy_name).within(namespace));
+    let observed = unless_left_behind(&api, csib, observed).await?;
+    let uid = csib.uid().unwrap_or_default();
+    let ours = match observed {
+        Some(p) if !is_controlled_by(&*p, &uid) => {
+            if desired.is_some() {
+                return Ok(None);
+            }
+            None
+        }
+        observed => observed,
+    };
+    let change = write_policy(
+        ctx,
+        &api,
+        desired.as_ref(),
+        ours.as_deref(),
+        &ctx.policies_created,
+    )
+    .await?;
+    Ok(Some((ours, change)))
 }
 
 async fn write_status(

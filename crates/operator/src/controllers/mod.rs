@@ -110,7 +110,8 @@ where
         + serde::Serialize
         + serde::de::DeserializeOwned
         + Clone
-        + std::fmt::Debug,
+        + std::fmt::Debug
+        + Sync,
 {
     Ok(match (desired, ours) {
         (Some(desired), _) => {
@@ -118,7 +119,7 @@ where
                 api,
                 crate::apply::FIELD_MANAGER,
                 desired,
-                ours.map(Seen::of).transpose()?,
+                ours.map(Seen::of),
                 &ctx.written,
                 created,
             )
