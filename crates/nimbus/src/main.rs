@@ -80,6 +80,10 @@ pub struct RunArgs {
     /// time, so this bounds the operator's requests in flight (5 controllers).
     #[arg(long, default_value_t = nimbus_operator::DEFAULT_RECONCILE_CONCURRENCY)]
     reconcile_concurrency: u16,
+    /// Threads running the operator's tasks besides the main one. The work is mostly waiting
+    /// on the API server; each more thread costs wake-ups across threads.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: u16,
     /// Address of the Prometheus /metrics endpoint.
     #[arg(long, default_value = "0.0.0.0:8080", env = "NIMBUS_METRICS_ADDR")]
     metrics_addr: SocketAddr,
@@ -318,7 +322,7 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", engine_rbac_yaml()?);
             Ok(true)
         }
-        Command::Run(args) => block_on(async {
+        Command::Run(args) => block_on(Some(args.worker_threads.into()), async {
             let client = kube::Client::try_default()
                 .await
                 .context("connecting to the cluster (kubeconfig or in-cluster config)")?;
@@ -327,12 +331,22 @@ fn run_cli() -> anyhow::Result<bool> {
             Ok(true)
         }),
         #[cfg(feature = "dev")]
-        Command::Dev(args) => block_on(async { dev::run(args).await.map(|()| true) }),
+        Command::Dev(args) => block_on(None, async { dev::run(args).await.map(|()| true) }),
     }
 }
 
-fn block_on<T>(work: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
-    tokio::runtime::Runtime::new()
+/// Runs `work` on a runtime with `worker_threads` (default: one per core).
+fn block_on<T>(
+    worker_threads: Option<usize>,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = worker_threads {
+        runtime.worker_threads(n);
+    }
+    runtime
+        .enable_all()
+        .build()
         .context("starting the async runtime")?
         .block_on(work)
 }
