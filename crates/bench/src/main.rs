@@ -621,7 +621,6 @@ async fn wait_namespaces_settled(
     }
 }
 
-/// Polls at a fixed rate until every policy is done; returns the time since `began`.
 /// Waits until `tracker` sees every policy done; the time is taken the moment the last one is.
 async fn converge(
     tracker: &mut Tracker,

@@ -99,7 +99,7 @@ pub async fn apply<K>(
     created: &Creations,
 ) -> Result<bool, Error>
 where
-    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+    K: Resource + Serialize + Clone + Debug,
 {
     let context = || describe(desired);
     let mut want = serde_json::to_value(desired).map_err(|source| Error::Serialize {
@@ -411,7 +411,7 @@ pub async fn status<K, S>(
     written: &Written,
 ) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+    K: Resource<DynamicType = ()> + Serialize + Clone + Debug,
     S: Status,
 {
     let now = Time(Timestamp::now());
