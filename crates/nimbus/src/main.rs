@@ -80,10 +80,10 @@ pub struct RunArgs {
     /// time, so this bounds the operator's requests in flight (5 controllers).
     #[arg(long, default_value_t = nimbus_operator::DEFAULT_RECONCILE_CONCURRENCY)]
     reconcile_concurrency: u16,
-    /// Threads running the operator's tasks besides the main one. The work is mostly waiting
-    /// on the API server; each more thread costs wake-ups across threads.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
-    worker_threads: u16,
+    /// Threads running the operator's tasks besides the main one (default: one per core).
+    /// Fewer cost fewer wake-ups across threads, more keep up with bigger clusters.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: Option<u16>,
     /// Address of the Prometheus /metrics endpoint.
     #[arg(long, default_value = "0.0.0.0:8080", env = "NIMBUS_METRICS_ADDR")]
     metrics_addr: SocketAddr,
@@ -322,7 +322,7 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", engine_rbac_yaml()?);
             Ok(true)
         }
-        Command::Run(args) => block_on(Some(args.worker_threads.into()), async {
+        Command::Run(args) => block_on(args.worker_threads.map(usize::from), async {
             let client = kube::Client::try_default()
                 .await
                 .context("connecting to the cluster (kubeconfig or in-cluster config)")?;
