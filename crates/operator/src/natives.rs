@@ -159,10 +159,9 @@ impl Natives {
 
     /// The cached object of `generated`'s kind, namespace and name, if any.
     pub fn cached(&self, generated: &Generated) -> Option<Arc<NativeObject>> {
-        let place = place(&generated.object);
         self.owned(generated.kind)?
             .store
-            .get(&reference(generated.kind, &place))
+            .get(&generated_reference(generated))
     }
 
     /// Whether no object of `generated`'s kind, namespace and name exists, as far as the synced
@@ -171,12 +170,7 @@ impl Natives {
         let Some((_, names)) = self.names.iter().find(|(k, _)| *k == generated.kind) else {
             return false;
         };
-        let place = place(&generated.object);
-        *names.synced.borrow()
-            && names
-                .store
-                .get(&reference(generated.kind, &place))
-                .is_none()
+        *names.synced.borrow() && names.store.get(&generated_reference(generated)).is_none()
     }
 
     /// Applies `generated` (as its engine's field manager) unless the cached object already
@@ -366,6 +360,13 @@ impl kube::Resource for NativeObject {
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
+}
+
+/// Where `generated` is (or would be) in a cache of its kind.
+fn generated_reference<K: kube::Resource<DynamicType = ApiResource>>(
+    generated: &Generated,
+) -> ObjectRef<K> {
+    reference(generated.kind, &place(&generated.object))
 }
 
 /// Where the object of `kind` at `place` is in a cache of that kind.

@@ -672,8 +672,7 @@ fn translation_inputs_changed(
     futures::stream::select_all(streams).boxed()
 }
 
-/// A cache of every `K` in the cluster.
-/// A cache of every `K`, keeping of each object what `strip` leaves.
+/// A cache of every `K` in the cluster, keeping of each object what `strip` leaves.
 fn cluster_wide<K>(client: &Client, metrics: &Metrics, strip: fn(&mut K)) -> Cache<K>
 where
     K: Resource<DynamicType = ()>
