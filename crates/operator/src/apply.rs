@@ -1,12 +1,13 @@
-//! The one write path of the operator: server-side apply of what we own, only when the cached
-//! object differs from what we want, so a steady state makes no write calls.
+//! The one write path of the operator: creates, server-side applies or replaces of what we
+//! own, only when the cached object differs from what we want, so a steady state makes no write
+//! calls.
 
 use crate::cache::{Creations, place};
 use crate::drift::{self, Write};
 use crate::error::Error;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, GetParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -87,7 +88,8 @@ impl<'a> Seen<'a> {
 }
 
 /// Makes `observed` exactly `desired` as `manager` (see [`drift`]): nothing when it already is,
-/// else a server-side apply, or a replace when another manager added fields to the body.
+/// else a create when there is none, a server-side apply, or a replace when another manager
+/// added fields to the body.
 /// `created` holds what this process created and its cache has not shown yet. Returns whether
 /// it wrote.
 pub async fn apply<K>(
@@ -135,14 +137,34 @@ where
         return Ok(false);
     }
     let cached_version = cached_version.map(str::to_owned);
-    let have = observed.map(Seen::object).transpose()?;
-    let creating = have.is_none();
+    let mut have = observed.map(Seen::object).transpose()?;
+    if have.is_none() && created.pending(&place) {
+        // Ours, created moments ago and wanted otherwise since, before the cache shows it:
+        // what is stored decides the write (a create would fail; an apply would leave what
+        // the create owns and we no longer generate).
+        have = fetch(api, &name)
+            .await
+            .map_err(Error::kube("reading", context))?;
+    }
     let write = drift::plan(&want, have.as_ref(), manager);
     tracing::debug!(object = %context(), ?write, "sync");
+    let post_params = || PostParams {
+        field_manager: Some(manager.to_owned()),
+        ..PostParams::default()
+    };
     let stored = match write {
         Write::Nothing => {
             written.compared(key, cached_version.as_deref(), fingerprint);
             return Ok(false);
+        }
+        Write::Create => {
+            let body = serde_json::to_vec(&want).map_err(|source| Error::Serialize {
+                object: context(),
+                source,
+            })?;
+            send(api, request(api).create(&post_params(), body))
+                .await
+                .map_err(Error::kube("creating", context))?
         }
         Write::Apply => {
             let params = PatchParams::apply(manager).force();
@@ -158,20 +180,31 @@ where
                 object: context(),
                 source,
             })?;
-            let params = PostParams {
-                field_manager: Some(manager.to_owned()),
-                ..PostParams::default()
-            };
-            send(api, request(api).replace(&name, &params, body))
+            send(api, request(api).replace(&name, &post_params(), body))
                 .await
                 .map_err(Error::kube("replacing", context))?
         }
     };
     written.record(key, stored.as_deref(), fingerprint);
-    if creating {
+    if write == Write::Create {
         created.created(place);
     }
     Ok(true)
+}
+
+/// The stored object named `name`, if any.
+async fn fetch<K: Resource + Clone>(
+    api: &Api<K>,
+    name: &str,
+) -> Result<Option<Value>, kube::Error> {
+    let request = request(api)
+        .get(name, &GetParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+    match api.clone().into_client().request(request).await {
+        Ok(object) => Ok(Some(object)),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Requests on `api`'s resources.
@@ -216,12 +249,12 @@ fn stamp(want: &mut Value) {
 }
 
 /// `want` as a full replacement of `have`: our body, the observed status, our labels,
-/// annotations and owners over the observed ones (less those we applied and no longer want),
+/// annotations and owners over the observed ones (less those we wrote and no longer want),
 /// and the observed resourceVersion so that a concurrent change makes it fail rather than be
 /// overwritten.
 fn replacement(mut want: Value, have: &Value, manager: &str) -> Value {
-    // What we applied before, to tell our stale labels and annotations from others'.
-    let applied = drift::applied_fields(have, manager);
+    // What we wrote before, to tell our stale labels and annotations from others'.
+    let written: Vec<&Value> = drift::written_fields(have, manager).collect();
     let merged = |field: &str| {
         let mut map = have
             .pointer(&format!("/metadata/{field}"))
@@ -231,10 +264,10 @@ fn replacement(mut want: Value, have: &Value, manager: &str) -> Value {
         let ours = want
             .pointer(&format!("/metadata/{field}"))
             .and_then(Value::as_object);
-        let stale = applied
-            .and_then(|a| a.pointer(&format!("/f:metadata/f:{field}")))
-            .and_then(Value::as_object)
-            .into_iter()
+        let stale = written
+            .iter()
+            .filter_map(|fields| fields.pointer(&format!("/f:metadata/f:{field}")))
+            .filter_map(Value::as_object)
             .flat_map(|owned| owned.keys())
             .filter_map(|key| key.strip_prefix("f:"))
             .filter(|key| ours.is_none_or(|ours| !ours.contains_key(*key)));

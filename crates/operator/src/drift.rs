@@ -20,7 +20,11 @@ use serde_json::Value;
 pub enum Write {
     /// It already is what we want.
     Nothing,
-    /// Server-side apply (creates, sets our values).
+    /// Create it: there is none. (A create costs the API server about a quarter less than a
+    /// server-side apply that creates, and fails rather than taking over an object our cache
+    /// has not shown us.)
+    Create,
+    /// Server-side apply (sets our values).
     Apply,
     /// Replace the body: removes what we no longer generate and what others changed or added.
     Replace,
@@ -33,7 +37,7 @@ const NOT_BODY: [&str; 4] = ["metadata", "status", "apiVersion", "kind"];
 /// field manager; `observed` must carry its `metadata.managedFields`.
 pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
     let Some(observed) = observed else {
-        return Write::Apply;
+        return Write::Create;
     };
     let entries = observed
         .pointer("/metadata/managedFields")
@@ -43,8 +47,14 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
 
     // Another manager owning anything in the body changed or added something there (server
     // defaults are owned by nobody). Apply cannot take back what it does not own, and inside
-    // an atomic field it cannot even tell: replace. Our own non-apply writes are such replaces;
-    // they only matter once they hold something we no longer generate.
+    // an atomic field it cannot even tell: replace. Our own non-apply writes (creates and
+    // replaces) matter only when they hold something we no longer generate. A create owns
+    // everything the stored object has, server defaults included, so those can be told from
+    // values we once generated only by the generated hash: while the object carries the hash of
+    // what we generate, what our non-apply writes hold beyond it is defaults. (Each write of
+    // ours leaves exactly that: a create or a replace writes the whole generated body, and an
+    // apply adds to it only after this check found nothing else in them.)
+    let current = is_current(observed, desired);
     let body_fields = |e: &Value| {
         e.pointer("/fieldsV1")
             .and_then(Value::as_object)
@@ -57,22 +67,24 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
     let needs_replace = entries
         .iter()
         .filter(|e| is_main_resource(e) && !is_applied_by(e, manager))
+        .filter(|e| !(current && is_managed_by(e, manager)))
         .any(|e| {
             let fields = Value::Object(body_fields(e));
-            let wanted =
-                (e.get("manager").and_then(Value::as_str) == Some(manager)).then_some(desired);
+            let wanted = is_managed_by(e, manager).then_some(desired);
             holds_beyond(&fields, observed, wanted)
         });
     if needs_replace {
         return Write::Replace;
     }
 
-    let Some(ours) = applied_fields(observed, manager) else {
+    let applied = applied_fields(observed, manager);
+    if applied.is_none() && !entries.iter().any(|e| is_managed_by(e, manager)) {
+        // Nothing of it is ours yet.
         return Write::Apply;
-    };
+    }
     // Apply would remove what we no longer generate, but an object it empties becomes `null`,
     // which most schemas reject (an emptied `selector`): replace instead.
-    if holds_beyond(ours, observed, Some(desired)) {
+    if applied.is_some_and(|ours| holds_beyond(ours, observed, Some(desired))) {
         return Write::Replace;
     }
     if !body_covered(observed, desired) || !meta_covered(observed, desired) {
@@ -82,7 +94,7 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
 }
 
 /// The `fieldsV1` set `manager` last server-side applied to `observed`'s main resource.
-pub fn applied_fields<'a>(observed: &'a Value, manager: &str) -> Option<&'a Value> {
+fn applied_fields<'a>(observed: &'a Value, manager: &str) -> Option<&'a Value> {
     observed
         .pointer("/metadata/managedFields")?
         .as_array()?
@@ -91,11 +103,35 @@ pub fn applied_fields<'a>(observed: &'a Value, manager: &str) -> Option<&'a Valu
         .pointer("/fieldsV1")
 }
 
+/// The `fieldsV1` sets of `manager`'s writes of any kind to `observed`'s main resource.
+pub fn written_fields<'a>(observed: &'a Value, manager: &str) -> impl Iterator<Item = &'a Value> {
+    observed
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(move |e| is_managed_by(e, manager))
+        .filter_map(|e| e.pointer("/fieldsV1"))
+}
+
 /// Whether a `managedFields` entry is `manager`'s server-side apply of the main resource.
 fn is_applied_by(entry: &Value, manager: &str) -> bool {
-    entry.get("manager").and_then(Value::as_str) == Some(manager)
-        && entry.get("operation").and_then(Value::as_str) == Some("Apply")
-        && is_main_resource(entry)
+    is_managed_by(entry, manager) && entry.get("operation").and_then(Value::as_str) == Some("Apply")
+}
+
+/// Whether a `managedFields` entry is `manager`'s write of the main resource.
+fn is_managed_by(entry: &Value, manager: &str) -> bool {
+    entry.get("manager").and_then(Value::as_str) == Some(manager) && is_main_resource(entry)
+}
+
+/// Whether `observed` carries the generated hash of `desired` (see [`crate::apply`]).
+fn is_current(observed: &Value, desired: &Value) -> bool {
+    fn hash(object: &Value) -> Option<&Value> {
+        object
+            .pointer("/metadata/annotations")?
+            .get(crate::apply::GENERATED_HASH)
+    }
+    hash(desired).is_some_and(|want| hash(observed) == Some(want))
 }
 
 /// Whether a `managedFields` entry is about the object itself, not a subresource (the status).
@@ -235,6 +271,7 @@ pub fn covers(have: &Value, want: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apply::GENERATED_HASH;
     use serde_json::json;
 
     const US: &str = "nimbus-netpol";
@@ -313,8 +350,8 @@ mod tests {
     }
 
     #[test]
-    fn absence_and_missing_ownership_need_apply() {
-        assert_eq!(plan(&desired(json!({})), None, US), Write::Apply);
+    fn absence_needs_create_and_missing_ownership_apply() {
+        assert_eq!(plan(&desired(json!({})), None, US), Write::Create);
         let observed = stored(json!({"app": "web"}), vec![]);
         assert_eq!(
             plan(&desired(json!({"app": "web"})), Some(&observed), US),
@@ -407,6 +444,41 @@ mod tests {
             plan(&desired(json!({})), Some(&observed), US),
             Write::Replace
         );
+    }
+
+    /// Our create owns everything the server stored, its defaults (`policyTypes`, a port's
+    /// `protocol`) too: while the object carries the hash of what we generate, that is no
+    /// reason to write; once we generate something else, it cannot be told from what we
+    /// generated before, and only a replace makes the object exactly what we want.
+    #[test]
+    fn what_our_create_owns_beyond_what_we_generate_is_defaults_while_the_hash_is_current() {
+        let created = entry(
+            US,
+            "Update",
+            json!({
+                "f:metadata": {"f:annotations": {"f:hash": {}}, "f:labels": {"f:app.kubernetes.io/managed-by": {}},
+                               "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {}}},
+                "f:spec": {"f:podSelector": {}, "f:policyTypes": {},
+                           "f:egress": {}}
+            }),
+        );
+        let with_hash = |mut object: Value, hash: &str| {
+            object["metadata"]["annotations"] = json!({ GENERATED_HASH: hash });
+            object
+        };
+        let observed = with_hash(stored(json!({"app": "web"}), vec![created.clone()]), "h1");
+        let want = |hash| with_hash(desired(json!({"app": "web"})), hash);
+        assert_eq!(plan(&want("h1"), Some(&observed), US), Write::Nothing);
+        assert_eq!(plan(&want("h2"), Some(&observed), US), Write::Replace);
+
+        // Someone else's change is found all the same.
+        let foreign = entry(
+            "kubectl-edit",
+            "Update",
+            json!({"f:spec": {"f:podSelector": {}}}),
+        );
+        let edited = with_hash(stored(json!({"app": "evil"}), vec![created, foreign]), "h1");
+        assert_eq!(plan(&want("h1"), Some(&edited), US), Write::Replace);
     }
 
     #[test]
