@@ -53,7 +53,8 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
     // values we once generated only by the generated hash: while the object carries the hash of
     // what we generate, what our non-apply writes hold beyond it is defaults. (Each write of
     // ours leaves exactly that: a create or a replace writes the whole generated body, and an
-    // apply adds to it only after this check found nothing else in them.)
+    // apply, only on objects we applied before, adds to it only after this check found
+    // nothing else in them.)
     let current = is_current(observed, desired);
     let body_fields = |e: &Value| {
         e.pointer("/fieldsV1")
@@ -77,17 +78,25 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
         return Write::Replace;
     }
 
-    let applied = applied_fields(observed, manager);
-    if applied.is_none() && !entries.iter().any(|e| is_managed_by(e, manager)) {
-        // Nothing of it is ours yet.
-        return Write::Apply;
-    }
+    let covered = body_covered(observed, desired) && meta_covered(observed, desired);
+    let Some(applied) = applied_fields(observed, manager) else {
+        return if !entries.iter().any(|e| is_managed_by(e, manager)) {
+            // Nothing of it is ours yet.
+            Write::Apply
+        } else if covered {
+            Write::Nothing
+        } else {
+            // We created it: replaces keep it written by us as a whole (and cost the API
+            // server less than an apply).
+            Write::Replace
+        };
+    };
     // Apply would remove what we no longer generate, but an object it empties becomes `null`,
     // which most schemas reject (an emptied `selector`): replace instead.
-    if applied.is_some_and(|ours| holds_beyond(ours, observed, Some(desired))) {
+    if holds_beyond(applied, observed, Some(desired)) {
         return Write::Replace;
     }
-    if !body_covered(observed, desired) || !meta_covered(observed, desired) {
+    if !covered {
         return Write::Apply;
     }
     Write::Nothing
@@ -470,6 +479,18 @@ mod tests {
         let want = |hash| with_hash(desired(json!({"app": "web"})), hash);
         assert_eq!(plan(&want("h1"), Some(&observed), US), Write::Nothing);
         assert_eq!(plan(&want("h2"), Some(&observed), US), Write::Replace);
+
+        // What we created, we replace: only creates and replaces of ours, never an apply, then
+        // hold what it has.
+        let exact = with_hash(
+            stored(
+                json!({"app": "web"}),
+                vec![entry(US, "Update", our_fields(&["app"]))],
+            ),
+            "h1",
+        );
+        let more = with_hash(desired(json!({"app": "web", "tier": "fe"})), "h2");
+        assert_eq!(plan(&more, Some(&exact), US), Write::Replace);
 
         // Someone else's change is found all the same.
         let foreign = entry(
