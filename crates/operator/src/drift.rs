@@ -13,7 +13,7 @@
 //! manager changed or added is theirs, and apply never removes what it does not own. Those need
 //! a full replace.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The write that brings an observed object to what we want.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +141,31 @@ fn is_current(observed: &Value, desired: &Value) -> bool {
             .get(crate::apply::GENERATED_HASH)
     }
     hash(desired).is_some_and(|want| hash(observed) == Some(want))
+}
+
+/// Drops from `managedFields` what [`plan`] never reads, for caches to keep less: entries of
+/// subresources, when each write was made, and the body fields of `manager`'s creates and
+/// replaces when it never applied the object. Those are never needed: while the object carries
+/// the hash of what we generate they are exempt, and once it does not, the hash annotation
+/// differs from what we want and the object is replaced whatever they hold. (Their metadata
+/// fields stay: a replace removes the labels and annotations we wrote and no longer want.)
+pub fn keep_what_plan_reads(entries: &mut Vec<Value>, manager: Option<&str>) {
+    entries.retain(is_main_resource);
+    let applied = manager.is_some_and(|m| entries.iter().any(|e| is_applied_by(e, m)));
+    for entry in entries.iter_mut() {
+        let ours_only_written = !applied && manager.is_some_and(|m| is_managed_by(entry, m));
+        let Some(entry) = entry.as_object_mut() else {
+            continue;
+        };
+        entry.remove("time");
+        if ours_only_written && let Some(fields) = entry.get_mut("fieldsV1") {
+            let metadata = fields.get_mut("f:metadata").map(Value::take);
+            *fields = json!({});
+            if let Some(metadata) = metadata {
+                fields["f:metadata"] = metadata;
+            }
+        }
+    }
 }
 
 /// Whether a `managedFields` entry is about the object itself, not a subresource (the status).
@@ -492,6 +517,15 @@ mod tests {
         let more = with_hash(desired(json!({"app": "web", "tier": "fe"})), "h2");
         assert_eq!(plan(&more, Some(&exact), US), Write::Replace);
 
+        // Decided alike on what a cache keeps of it.
+        for (hash, write) in [("h1", Write::Nothing), ("h2", Write::Replace)] {
+            let mut kept = observed.clone();
+            let entries = kept["metadata"]["managedFields"].as_array_mut().unwrap();
+            keep_what_plan_reads(entries, Some(US));
+            assert_eq!(entries[0]["fieldsV1"].get("f:spec"), None);
+            assert_eq!(plan(&want(hash), Some(&kept), US), write);
+        }
+
         // Someone else's change is found all the same.
         let foreign = entry(
             "kubectl-edit",
@@ -500,6 +534,23 @@ mod tests {
         );
         let edited = with_hash(stored(json!({"app": "evil"}), vec![created, foreign]), "h1");
         assert_eq!(plan(&want("h1"), Some(&edited), US), Write::Replace);
+    }
+
+    /// Once we applied an object, our other writes' fields tell what we no longer generate.
+    #[test]
+    fn caches_keep_every_field_set_of_objects_we_applied() {
+        let mut entries = vec![
+            entry(US, "Apply", our_fields(&["app"])),
+            entry(US, "Update", our_fields(&["tier"])),
+            entry("kubectl-edit", "Update", our_fields(&["evil"])),
+            json!({"manager": "x", "operation": "Update", "subresource": "status", "fieldsV1": {}}),
+        ];
+        entries[1]["time"] = json!("2026-11-25T00:00:00Z");
+        let mut kept = entries.clone();
+        keep_what_plan_reads(&mut kept, Some(US));
+        entries.truncate(3);
+        entries[1].as_object_mut().unwrap().remove("time");
+        assert_eq!(kept, entries);
     }
 
     #[test]

@@ -292,13 +292,18 @@ impl<'de> Deserialize<'de> for NativeObject {
         let object = value
             .as_object_mut()
             .ok_or_else(|| D::Error::custom("a Kubernetes object must be a JSON object"))?;
-        // Kept out of the text: what drift never compares (the status, and who wrote it).
+        // Kept out of the text: what drift never compares (the status, who wrote it, when).
         object.remove("status");
+        let manager = value
+            .pointer("/metadata/labels")
+            .and_then(|labels| labels.get(MANAGED_BY))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         if let Some(entries) = value
             .pointer_mut("/metadata/managedFields")
             .and_then(Value::as_array_mut)
         {
-            entries.retain(drift::is_main_resource);
+            drift::keep_what_plan_reads(entries, manager.as_deref());
         }
         let json = value.to_string();
         let kind = value
