@@ -255,9 +255,9 @@ impl Natives {
     }
 }
 
-/// A native object as its cache keeps it: the metadata lookups read, and the object as the
-/// JSON text the API server sent (without its status), parsed only when a reconcile compares
-/// it. As a `serde_json::Value` tree, a KubeArmorPolicy with its managedFields takes
+/// A native object as its cache keeps it: the metadata lookups read, and the rest of the object
+/// as the JSON text the API server sent (without its status), parsed only when a reconcile
+/// compares it. As a `serde_json::Value` tree, a KubeArmorPolicy with its managedFields takes
 /// ~20 KiB (a B-tree node for every small map); as text, a few KiB.
 #[derive(Clone, Debug)]
 pub struct NativeObject {
@@ -278,13 +278,32 @@ impl NativeObject {
     /// The whole object, managedFields included, for [`apply::apply`] to compare.
     pub fn seen(&self) -> apply::Seen<'_> {
         apply::Seen::new(&self.metadata, || {
-            serde_json::from_str(&self.json).map_err(|source| Error::Serialize {
+            let error = |source| Error::Serialize {
                 object: self.describe(),
                 source,
-            })
+            };
+            let mut object: Value = serde_json::from_str(&self.json).map_err(error)?;
+            let typed = serde_json::to_value(&self.metadata).map_err(error)?;
+            if let (Some(meta), Value::Object(typed)) = (
+                object.get_mut("metadata").and_then(Value::as_object_mut),
+                typed,
+            ) {
+                meta.extend(typed);
+            }
+            Ok(object)
         })
     }
 }
+
+/// The metadata a [`NativeObject`] keeps typed, out of its text.
+const TYPED_METADATA: [&str; 6] = [
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "ownerReferences",
+    "labels",
+];
 
 impl<'de> Deserialize<'de> for NativeObject {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -305,27 +324,26 @@ impl<'de> Deserialize<'de> for NativeObject {
         {
             drift::keep_what_plan_reads(entries, manager.as_deref());
         }
-        let json = value.to_string();
         let kind = value
             .get("kind")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let metadata = value
+        let meta = value
             .get_mut("metadata")
-            .map(Value::take)
+            .and_then(Value::as_object_mut)
             .ok_or_else(|| D::Error::missing_field("metadata"))?;
-        let full: ObjectMeta = serde_json::from_value(metadata).map_err(D::Error::custom)?;
-        // Typed: only what lookups, ownership and pruning read (the text has the rest).
-        let metadata = ObjectMeta {
-            name: full.name,
-            namespace: full.namespace,
-            uid: full.uid,
-            resource_version: full.resource_version,
-            owner_references: full.owner_references,
-            labels: full.labels,
-            ..ObjectMeta::default()
-        };
+        // Typed, and not in the text: what lookups, ownership and pruning read. Neither:
+        // what drift never compares.
+        let typed: serde_json::Map<String, Value> = TYPED_METADATA
+            .iter()
+            .filter_map(|key| meta.remove_entry(*key))
+            .collect();
+        meta.remove("creationTimestamp");
+        meta.remove("generation");
+        let metadata: ObjectMeta =
+            serde_json::from_value(Value::Object(typed)).map_err(D::Error::custom)?;
+        let json = value.to_string();
         Ok(Self {
             metadata,
             kind,
@@ -435,10 +453,23 @@ mod tests {
         assert!(native.labels().contains_key(MANAGED_BY));
         assert!(native.metadata.annotations.is_none() && native.metadata.managed_fields.is_none());
 
+        // Kept once: typed, not in the text too.
+        assert!(!native.json.contains("ownerReferences") && !native.json.contains("\"7\""));
+
         let seen = native.seen();
         assert_eq!(seen.meta.resource_version.as_deref(), Some("7"));
         let object = seen.object().expect("its text parses");
         assert_eq!(object["spec"]["action"], "Block");
+        let meta = &object["metadata"];
+        assert_eq!(
+            (
+                &meta["name"],
+                &meta["resourceVersion"],
+                &meta["ownerReferences"][0]["uid"]
+            ),
+            (&json!("p"), &json!("7"), &json!("o1"))
+        );
+        assert_eq!(meta["labels"][MANAGED_BY], "nimbus-kubearmor");
         assert!(object.get("status").is_none(), "{object}");
         assert_eq!(
             object["metadata"]["annotations"]["nimbus/generated-hash"],
