@@ -476,6 +476,26 @@ async fn native_policies_are_kept_in_sync() {
         (ksp.data["spec"]["action"] == "Block").then_some(())
     })
     .await;
+    // Created, and the edit taken back: what the operator created it writes by creates and
+    // replaces, never by a server-side apply (which costs the API server more).
+    for name in ["d-dnsmanipulation", "d-swdeploymenttools"] {
+        let ksp = native(&e.client, &KUBEARMOR_POLICY, ns, name)
+            .await
+            .expect("the KubeArmorPolicy");
+        let manager = ksp.labels().get(MANAGED_BY).cloned();
+        let operations: Vec<String> = ksp
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|entry| entry.manager == manager)
+            .filter_map(|entry| entry.operation.clone())
+            .collect();
+        assert!(
+            !operations.is_empty() && operations.iter().all(|op| op == "Update"),
+            "{name}: the operator's writes were {operations:?}"
+        );
+    }
     // Undoing drift is news no binding change announced: the policy says so.
     let events: Api<Event> = Api::namespaced(e.client.clone(), e.ns.name());
     eventually(

@@ -88,8 +88,8 @@ impl<'a> Seen<'a> {
 }
 
 /// Makes `observed` exactly `desired` as `manager` (see [`drift`]): nothing when it already is,
-/// else a create when there is none, a server-side apply, or a replace when another manager
-/// added fields to the body.
+/// else a create when there is none, a replace to change what we created or to take back what
+/// another manager changed, or a server-side apply (objects we applied before).
 /// `created` holds what this process created and its cache has not shown yet. Returns whether
 /// it wrote.
 pub async fn apply<K>(
