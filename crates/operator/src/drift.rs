@@ -9,9 +9,11 @@
 //! annotation: inside an atomic field (a NetworkPolicy's `podSelector`) the server records only
 //! that we own the whole field, so a value we no longer generate would look like a default.
 //!
-//! Server-side apply as our field manager fixes every difference except one: what another
-//! manager changed or added is theirs, and apply never removes what it does not own. Those need
-//! a full replace.
+//! What we create, we change by replacing the whole generated body (cheaper for the API server
+//! than an apply, and it takes back whatever another manager changed or added). Objects we
+//! applied before (earlier versions did) are still applied: server-side apply fixes every
+//! difference except what another manager changed or added, which is theirs and which apply
+//! never removes; those need a replace too.
 
 use serde_json::{Value, json};
 
