@@ -330,7 +330,7 @@ pub trait Status: Serialize + Clone + PartialEq {
 /// copy is stale. And a copy already compared with what we generate need not be compared again
 /// (parsed, drift-checked) on every reconcile: a resourceVersion names one state of an object.
 /// Keys and fingerprints are kept as 64-bit hashes: a record per object, at 20,000 objects the
-/// strings took ~6 MiB.
+/// strings took 8 MiB more RSS.
 #[derive(Default)]
 pub struct Written(Mutex<HashMap<u64, Record>>);
 
