@@ -29,26 +29,26 @@ impl Sample {
                 .parse()
                 .with_context(|| format!("{field} in {}: {line:?}", status_path.display()))
         };
-        let stat_path = proc_file(pid, "stat");
-        let stat = std::fs::read_to_string(&stat_path)
-            .with_context(|| format!("reading {}", stat_path.display()))?;
         Ok(Self {
             rss_kib: kib("VmRSS")?,
             peak_rss_kib: kib("VmHWM")?,
-            cpu_ticks: cpu_ticks(&stat)
-                .with_context(|| format!("parsing {}", stat_path.display()))?,
+            cpu_ticks: cpu_ticks_of_pid(pid)?,
         })
     }
 }
 
 /// CPU time of `pids` together (the control plane's processes), in clock ticks.
 pub fn cpu_ticks_of(pids: &[u32]) -> anyhow::Result<u64> {
-    pids.iter().try_fold(0, |sum, pid| {
-        let path = proc_file(*pid, "stat");
-        let stat = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        Ok(sum + cpu_ticks(&stat).with_context(|| format!("parsing {}", path.display()))?)
-    })
+    pids.iter()
+        .try_fold(0, |sum, pid| Ok(sum + cpu_ticks_of_pid(*pid)?))
+}
+
+/// CPU time of process `pid`, in clock ticks.
+fn cpu_ticks_of_pid(pid: u32) -> anyhow::Result<u64> {
+    let path = proc_file(pid, "stat");
+    let stat =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    cpu_ticks(&stat).with_context(|| format!("parsing {}", path.display()))
 }
 
 /// utime + stime (fields 14 and 15 of `/proc/<pid>/stat`; the command name, field 2, may

@@ -105,10 +105,11 @@ where
     K: Resource + Serialize + Clone + Debug,
 {
     let context = || describe(desired);
-    let mut want = serde_json::to_value(desired).map_err(|source| Error::Serialize {
+    let unserializable = |source| Error::Serialize {
         object: context(),
         source,
-    })?;
+    };
+    let mut want = serde_json::to_value(desired).map_err(unserializable)?;
     stamp(&mut want);
     let cached_version = observed
         .as_ref()
@@ -159,10 +160,7 @@ where
             return Ok(false);
         }
         Write::Create => {
-            let body = serde_json::to_vec(&want).map_err(|source| Error::Serialize {
-                object: context(),
-                source,
-            })?;
+            let body = serde_json::to_vec(&want).map_err(unserializable)?;
             send(api, request(api).create(&post_params(), body))
                 .await
                 .map_err(Error::kube("creating", context))?
@@ -177,10 +175,7 @@ where
         Write::Replace => {
             let have = have.unwrap_or_default();
             let body = replacement(want, &have, manager);
-            let body = serde_json::to_vec(&body).map_err(|source| Error::Serialize {
-                object: context(),
-                source,
-            })?;
+            let body = serde_json::to_vec(&body).map_err(unserializable)?;
             send(api, request(api).replace(&name, &post_params(), body))
                 .await
                 .map_err(Error::kube("replacing", context))?
@@ -198,10 +193,7 @@ async fn fetch<K: Resource + Clone>(
     api: &Api<K>,
     name: &str,
 ) -> Result<Option<Value>, kube::Error> {
-    let request = request(api)
-        .get(name, &GetParams::default())
-        .map_err(kube::Error::BuildRequest)?;
-    match api.clone().into_client().request(request).await {
+    match call(api, request(api).get(name, &GetParams::default())).await {
         Ok(object) => Ok(Some(object)),
         Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
         Err(e) => Err(e),
@@ -211,6 +203,15 @@ async fn fetch<K: Resource + Clone>(
 /// Requests on `api`'s resources.
 fn request<K: Resource>(api: &Api<K>) -> kube::core::Request {
     kube::core::Request::new(api.resource_url())
+}
+
+/// Sends `request` with `api`'s client and reads the response as `T`.
+async fn call<K: Resource + Clone, T: DeserializeOwned>(
+    api: &Api<K>,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<T, kube::Error> {
+    let request = request.map_err(kube::Error::BuildRequest)?;
+    api.clone().into_client().request(request).await
 }
 
 /// Sends a write; returns the resourceVersion it produced, all its response is read for
@@ -228,8 +229,7 @@ async fn send<K: Resource + Clone>(
     struct StoredMeta {
         resource_version: Option<String>,
     }
-    let request = request.map_err(kube::Error::BuildRequest)?;
-    let stored: Stored = api.clone().into_client().request(request).await?;
+    let stored: Stored = call(api, request).await?;
     Ok(stored.metadata.resource_version)
 }
 
