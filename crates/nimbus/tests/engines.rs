@@ -496,6 +496,32 @@ async fn native_policies_are_kept_in_sync() {
             "{name}: the operator's writes were {operations:?}"
         );
     }
+    // Unlabel: the object leaves the operator's label-filtered cache, but it still controls it:
+    // its create of that name fails, and it takes the object back (label and all), in place.
+    let unlabeled = native(&e.client, &KUBEARMOR_POLICY, ns, "d-swdeploymenttools")
+        .await
+        .expect("the KubeArmorPolicy");
+    ksp_api
+        .patch(
+            "d-swdeploymenttools",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {MANAGED_BY: null}}})),
+        )
+        .await
+        .expect("user edit");
+    eventually("the label restored", CONVERGE, async |_| {
+        let ksp = native(&e.client, &KUBEARMOR_POLICY, ns, "d-swdeploymenttools").await?;
+        ksp.labels().contains_key(MANAGED_BY).then_some(())
+    })
+    .await;
+    let restored = native(&e.client, &KUBEARMOR_POLICY, ns, "d-swdeploymenttools")
+        .await
+        .expect("the KubeArmorPolicy");
+    assert_eq!(
+        restored.uid(),
+        unlabeled.uid(),
+        "taken back, not re-created"
+    );
     // Undoing drift is news no binding change announced: the policy says so.
     let events: Api<Event> = Api::namespaced(e.client.clone(), e.ns.name());
     eventually(

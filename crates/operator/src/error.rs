@@ -37,6 +37,14 @@ impl Error {
         )
     }
 
+    /// Whether a create failed because an object of that name exists.
+    pub fn is_already_exists(&self) -> bool {
+        matches!(
+            self,
+            Self::Kube { source: kube::Error::Api(status), .. } if status.is_already_exists()
+        )
+    }
+
     /// `object` names the object for the message; only called on failure.
     pub(crate) fn kube(
         action: &'static str,

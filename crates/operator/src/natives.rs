@@ -6,7 +6,7 @@ use crate::cache::{Cache, Creations, Index, Place, place};
 use crate::drift;
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
+use kube::api::{ApiResource, DynamicObject};
 use kube::core::DynamicResourceScope;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -53,53 +53,25 @@ pub fn cache(
         store: cache.store.clone(),
         owners,
         created: cache.creations(),
+        synced: cache.synced_flag(),
     };
     (cache, owned)
 }
 
-/// The names of every object of a native kind, ours or not (metadata only, nothing else
-/// kept): whether a same-named object is in the way of one the operator is about to create is
-/// answered without a GET. The label-filtered cache holds only our objects.
-pub fn names_cache(
-    client: &Client,
-    kind: &'static NativeKind,
-    namespace: Option<&str>,
-) -> Cache<PartialObjectMeta<DynamicObject>> {
-    let resource = kind.api_resource();
-    let api = match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    Cache::with(api, resource, watcher::Config::default()).strip(|meta| {
-        let keep = ObjectMeta {
-            name: meta.metadata.name.take(),
-            namespace: meta.metadata.namespace.take(),
-            ..ObjectMeta::default()
-        };
-        meta.metadata = keep;
-    })
-}
-
-/// The names of a native kind's objects, once the first list has been stored.
-pub struct Names {
-    pub store: Store<PartialObjectMeta<DynamicObject>>,
-    pub synced: watch::Receiver<bool>,
-}
-
-/// Our objects of a native kind, their places by controller uid, and those we created that
-/// the store does not show yet.
+/// Our objects of a native kind, their places by controller uid, those we created that the
+/// store does not show yet, and whether it has listed them.
 #[derive(Clone)]
 pub struct Owned {
     pub store: Store<NativeObject>,
     pub owners: Index,
     pub created: Creations,
+    pub synced: watch::Receiver<bool>,
 }
 
 /// Read access to every native cache.
 pub struct Natives {
     client: Client,
     owned: Vec<(&'static NativeKind, Owned)>,
-    names: Vec<(&'static NativeKind, Names)>,
 }
 
 /// What happened to one desired object.
@@ -111,16 +83,8 @@ pub enum Outcome {
 }
 
 impl Natives {
-    pub fn new(
-        client: Client,
-        owned: Vec<(&'static NativeKind, Owned)>,
-        names: Vec<(&'static NativeKind, Names)>,
-    ) -> Self {
-        Self {
-            client,
-            owned,
-            names,
-        }
+    pub fn new(client: Client, owned: Vec<(&'static NativeKind, Owned)>) -> Self {
+        Self { client, owned }
     }
 
     fn owned(&self, kind: &NativeKind) -> Option<&Owned> {
@@ -164,60 +128,70 @@ impl Natives {
             .get(&generated_reference(generated))
     }
 
-    /// Whether no object of `generated`'s kind, namespace and name exists, as far as the synced
-    /// names cache knows (`false` when it cannot tell).
-    fn known_absent(&self, generated: &Generated) -> bool {
-        let Some((_, names)) = self.names.iter().find(|(k, _)| *k == generated.kind) else {
-            return false;
-        };
-        *names.synced.borrow() && names.store.get(&generated_reference(generated)).is_none()
-    }
-
-    /// Applies `generated` (as its engine's field manager) unless the cached object already
-    /// matches. An object missing from our cache may still exist without our label: unless the
-    /// names cache knows no such object, it is looked up once, and taken over only if the
-    /// policy controls it. (Someone creating that name between the check and the apply is a
-    /// race either way, a GET only narrows it.)
+    /// Makes `generated` (as its engine's field manager) what is stored, unless the cached
+    /// object already matches. Our cache holds only objects with our label: when it has none of
+    /// that name, the object is created, and if one exists after all (someone else's, or ours
+    /// with the label removed) the create fails and that object is read once, then taken back
+    /// only if the policy controls it. A create never overwrites, so no read is needed first.
     pub async fn apply(
         &self,
         generated: &Generated,
         owner: &OwnerReference,
         written: &apply::Written,
     ) -> Result<Outcome, Error> {
-        let owner_uid = owner.uid.as_str();
-        let desired = &generated.object;
-        let namespace = desired.namespace();
-        let api: Api<DynamicObject> = self.api(generated.kind, namespace.as_deref());
         let Some(owned) = self.owned(generated.kind) else {
             return Err(Error::NotWatched(generated.kind.kind));
         };
-        let place = place(desired);
-        let observed = match owned.store.get(&reference(generated.kind, &place)) {
+        let observed = match owned.store.get(&generated_reference(generated)) {
             Some(obj) => Some(obj),
-            // Ours, just created: `apply` knows what it holds.
-            None if owned.created.pending(&place) => None,
-            None if self.known_absent(generated) => None,
-            None => self
-                .api::<NativeObject>(generated.kind, namespace.as_deref())
-                .get_opt(&desired.name_any())
-                .await
-                .map_err(Error::kube("reading", || apply::describe(desired)))?
-                .map(Arc::new),
+            // Before the first list, absence from the cache tells nothing.
+            None if !*owned.synced.borrow() => self.read(generated).await?,
+            None => None,
         };
+        match self.sync(generated, owner, observed, owned, written).await {
+            Err(e) if e.is_already_exists() => {
+                let found = self.read(generated).await?;
+                self.sync(generated, owner, found, owned, written).await
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// The stored object of `generated`'s kind, namespace and name, if any.
+    async fn read(&self, generated: &Generated) -> Result<Option<Arc<NativeObject>>, Error> {
+        let desired = &generated.object;
+        let found = self
+            .api::<NativeObject>(generated.kind, desired.namespace().as_deref())
+            .get_opt(&desired.name_any())
+            .await
+            .map_err(Error::kube("reading", || apply::describe(desired)))?;
+        Ok(found.map(Arc::new))
+    }
+
+    /// [`Natives::apply`] with `observed` as what is stored.
+    async fn sync(
+        &self,
+        generated: &Generated,
+        owner: &OwnerReference,
+        observed: Option<Arc<NativeObject>>,
+        owned: &Owned,
+        written: &apply::Written,
+    ) -> Result<Outcome, Error> {
         let observed = match observed {
             Some(obj) if apply::left_by_predecessor(&*obj, owner) => {
                 self.delete(generated.kind, &obj).await?;
                 None
             }
-            Some(obj) if !is_controlled_by(&*obj, owner_uid) => return Ok(Outcome::Conflict),
+            Some(obj) if !is_controlled_by(&*obj, &owner.uid) => return Ok(Outcome::Conflict),
             observed => observed,
         };
-        let seen = observed.as_deref().map(NativeObject::seen);
+        let desired = &generated.object;
+        let api: Api<DynamicObject> = self.api(generated.kind, desired.namespace().as_deref());
         let wrote = apply::apply(
             &api,
             generated.engine.manager(),
             desired,
-            seen,
+            observed.as_deref().map(NativeObject::seen),
             written,
             &owned.created,
         )

@@ -15,7 +15,6 @@ use crate::posture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
-use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -210,10 +209,8 @@ struct Caches {
     policies: Cache<NimbusPolicy>,
     cluster_policies: Cache<ClusterNimbusPolicy>,
     namespaces: Cache<Namespace>,
-    /// The kinds the enabled engines write: our objects (with an index by controller), and the
-    /// names of everyone's.
+    /// The kinds the enabled engines write: our objects, with an index by controller.
     natives: Vec<(&'static NativeKind, Cache<NativeObject>, natives::Owned)>,
-    native_names: Vec<(&'static NativeKind, Cache<PartialObjectMeta<DynamicObject>>)>,
     /// Cluster facts the enabled engines read.
     nodes: Option<Cache<Node>>,
     patch_db: Option<(ObjectRef<ConfigMap>, Cache<ConfigMap>)>,
@@ -249,10 +246,6 @@ impl Caches {
                     let (cache, owned) = natives::cache(client, kind, *namespace);
                     (*kind, counted(cache, metrics), owned)
                 })
-                .collect(),
-            native_names: native_kinds
-                .iter()
-                .map(|(kind, namespace)| (*kind, natives::names_cache(client, kind, *namespace)))
                 .collect(),
             nodes: reads(Fact::NodePodCidrs).then(|| {
                 let cache = Cache::<Node>::new(Api::all(client.clone())).strip(|n| {
@@ -330,9 +323,6 @@ impl Caches {
                 let _ = served.wait_for(|s| s.contains(kind)).await;
             }
         };
-        for (kind, cache) in &mut self.native_names {
-            drivers.push(cache.driver_after(served_kind(kind)));
-        }
         for (kind, cache, _) in &mut self.natives {
             drivers.push(cache.driver_after(served_kind(kind)));
         }
@@ -431,17 +421,6 @@ fn context(
                 .natives
                 .iter()
                 .map(|(kind, _, owned)| (*kind, owned.clone()))
-                .collect(),
-            caches
-                .native_names
-                .iter()
-                .map(|(kind, cache)| {
-                    let names = natives::Names {
-                        store: cache.store.clone(),
-                        synced: cache.synced_flag(),
-                    };
-                    (*kind, names)
-                })
                 .collect(),
         ),
         engines: EngineContext {
