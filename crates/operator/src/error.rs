@@ -30,19 +30,24 @@ impl Error {
     /// Whether retrying the same request cannot help: the apiserver found it invalid or too
     /// large. Conflicts, throttling, timeouts and unavailability are transient.
     pub fn is_permanent(&self) -> bool {
-        matches!(
-            self,
-            Self::Kube { source: kube::Error::Api(status), .. }
-                if matches!(status.code, 400 | 413 | 422)
-        )
+        self.api_status()
+            .is_some_and(|status| matches!(status.code, 400 | 413 | 422))
     }
 
     /// Whether a create failed because an object of that name exists.
     pub fn is_already_exists(&self) -> bool {
-        matches!(
-            self,
-            Self::Kube { source: kube::Error::Api(status), .. } if status.is_already_exists()
-        )
+        self.api_status().is_some_and(|s| s.is_already_exists())
+    }
+
+    /// The apiserver's answer, when it refused a request.
+    fn api_status(&self) -> Option<&kube::core::Status> {
+        match self {
+            Self::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } => Some(status),
+            _ => None,
+        }
     }
 
     /// `object` names the object for the message; only called on failure.
