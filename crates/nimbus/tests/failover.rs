@@ -4,70 +4,19 @@
 
 mod common;
 
+use common::replica::Replica;
 use common::{CONVERGE, apply, create_intent, get};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use nimbus_api::{NimbusPolicy, SecurityIntentBinding};
 use nimbus_testenv::eventually;
-use nimbus_testenv::{Child, free_port, http_get};
 use serde_json::json;
-use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-struct Replica {
-    name: String,
-    process: Child,
-    health: u16,
-    metrics: u16,
-}
-
 fn start(name: &'static str, namespace: &str, kubeconfig: &Path, dir: &Path) -> Replica {
-    let port = || free_port().expect("a free loopback port");
-    let (health, metrics) = (port(), port());
-    let args: Vec<String> = [
-        "run",
-        "--leader-elect",
-        "--leader-elect-namespace",
-        namespace,
-        "--instance",
-        name,
-        "--health-addr",
-        &format!("127.0.0.1:{health}"),
-        "--metrics-addr",
-        &format!("127.0.0.1:{metrics}"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let process = Child::spawn(
-        name,
-        Path::new(env!("CARGO_BIN_EXE_nimbus")),
-        &args,
-        &[
-            ("KUBECONFIG", kubeconfig.as_os_str()),
-            ("NIMBUS_LOG", OsStr::new("info")),
-        ],
-        dir,
-    )
-    .expect("starting a replica");
-    Replica {
-        name: name.to_owned(),
-        process,
-        health,
-        metrics,
-    }
-}
-
-/// Sum of a metric's samples whose line contains `filter`.
-async fn metric(replica: &Replica, name: &str, filter: &str) -> f64 {
-    let (_, body) = http_get(replica.metrics, "/metrics")
-        .await
-        .unwrap_or_else(|| panic!("{}: /metrics unreachable", replica.name));
-    body.lines()
-        .filter(|l| l.starts_with(name) && l.contains(filter))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let election = ["--leader-elect", "--leader-elect-namespace", namespace];
+    Replica::start(name, kubeconfig, dir, &election)
 }
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
@@ -101,12 +50,12 @@ async fn new_holder(leases: &Api<Lease>, previous: Option<&str>, limit: Duration
 async fn assert_standbys_idle(replicas: &[Replica], leader: &str) {
     for r in replicas.iter().filter(|r| r.name != leader) {
         assert_eq!(
-            metric(r, "nimbus_reconciles_total", "").await,
+            r.metric("nimbus_reconciles_total", "").await,
             0.0,
             "standby {} reconciled",
             r.name
         );
-        assert_eq!(metric(r, "nimbus_leader", "").await, 0.0, "{}", r.name);
+        assert_eq!(r.metric("nimbus_leader", "").await, 0.0, "{}", r.name);
     }
 }
 
@@ -134,8 +83,8 @@ async fn one_leader_writes_and_standbys_take_over() {
     // Every replica becomes ready (caches synced), leader or not.
     for r in &replicas {
         eventually(&format!("{} to be ready", r.name), CONVERGE, async |seen| {
-            let readyz = http_get(r.health, "/readyz").await;
-            if readyz.as_ref().map(|(code, _)| *code) == Some(200) {
+            let readyz = r.ready().await;
+            if readyz.is_ok() {
                 return Some(());
             }
             *seen = format!("{readyz:?}; its log:\n{}", r.process.output());
@@ -157,19 +106,28 @@ async fn one_leader_writes_and_standbys_take_over() {
 
     // The leader's reconcile metrics move with a change.
     let leader = replicas.iter().find(|r| r.name == first).expect("leader");
-    assert_eq!(metric(leader, "nimbus_leader", "").await, 1.0);
+    assert_eq!(leader.metric("nimbus_leader", "").await, 1.0);
     let filter = r#"controller="binding""#;
-    let before = metric(leader, "nimbus_reconciles_total", filter).await;
+    let before = leader.metric("nimbus_reconciles_total", filter).await;
     apply(&bindings, "b", &binding(&[&dns], "api")).await;
     eventually("binding reconciles counted", CONVERGE, async |_| {
-        (metric(leader, "nimbus_reconciles_total", filter).await > before).then_some(())
+        (leader.metric("nimbus_reconciles_total", filter).await > before).then_some(())
     })
     .await;
-    assert!(metric(leader, "nimbus_reconcile_duration_seconds_count", filter).await > 0.0);
+    assert!(
+        leader
+            .metric("nimbus_reconcile_duration_seconds_count", filter)
+            .await
+            > 0.0
+    );
     // The NetworkPolicy is applied by the policy controller, after the binding's reconcile.
     eventually("native objects applied counted", CONVERGE, async |_| {
         let applied = r#"engine="netpol""#;
-        (metric(leader, "nimbus_native_objects_applied_total", applied).await > 0.0).then_some(())
+        (leader
+            .metric("nimbus_native_objects_applied_total", applied)
+            .await
+            > 0.0)
+            .then_some(())
     })
     .await;
 

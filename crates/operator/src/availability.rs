@@ -10,6 +10,8 @@ use kube::{Api, Client};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{self, EngineSet, NativeKind};
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -28,27 +30,65 @@ pub fn engine_set(enabled: &BTreeSet<Engine>, served: &Served) -> EngineSet {
     }
 }
 
+/// The live set of served kinds, and whether it is known yet.
+pub struct Availability {
+    pub served: watch::Receiver<Served>,
+    /// True once every CRD-backed kind has been looked up once. Until then a kind missing from
+    /// `served` may well be served: nothing may be translated, pruned or reported from it.
+    pub discovered: watch::Receiver<bool>,
+}
+
 /// Tracks the kinds of `engines`: built-in kinds are served from the start, CRD-backed ones
 /// once their CRD exists and discovery lists them. Returns the live set and its driver.
-pub fn track(client: Client, engines: &BTreeSet<Engine>) -> (watch::Receiver<Served>, Driver) {
+pub fn track(client: Client, engines: &BTreeSet<Engine>) -> (Availability, Driver) {
     let kinds: BTreeSet<&'static NativeKind> = engines
         .iter()
         .flat_map(|e| engines::kinds(*e).iter().copied())
         .collect();
     let builtin: Served = kinds.iter().filter(|k| k.crd.is_none()).copied().collect();
     let (tx, rx) = watch::channel(builtin);
-    let trackers: Vec<Driver> = kinds
+    let crd_kinds: Vec<_> = kinds
         .into_iter()
         .filter_map(|kind| Some((kind, kind.crd?)))
-        .map(|(kind, crd)| track_crd(client.clone(), kind, crd, tx.clone()).boxed())
+        .collect();
+    // Counts the CRD-backed kinds not looked up yet; `discovered` turns true at zero.
+    let (discovered_tx, discovered) = watch::channel(crd_kinds.is_empty());
+    let unknown = Arc::new(AtomicUsize::new(crd_kinds.len()));
+    let trackers: Vec<Driver> = crd_kinds
+        .into_iter()
+        .map(|(kind, crd)| {
+            let first_lookup = FirstLookup {
+                unknown: unknown.clone(),
+                discovered: discovered_tx.clone(),
+            };
+            track_crd(client.clone(), kind, crd, tx.clone(), first_lookup).boxed()
+        })
         .collect();
     // With no CRD-backed kind there is nothing to track: the driver idles rather than end, and
     // keeps the sender so that subscribers' change streams stay open.
     let driver = future::join_all(trackers).then(move |_| async move {
-        let _served = tx;
+        let _served = (tx, discovered_tx);
         future::pending::<()>().await
     });
-    (rx, driver.boxed())
+    let availability = Availability {
+        served: rx,
+        discovered,
+    };
+    (availability, driver.boxed())
+}
+
+/// Reports one kind's first lookup; the last one makes availability known.
+struct FirstLookup {
+    unknown: Arc<AtomicUsize>,
+    discovered: watch::Sender<bool>,
+}
+
+impl FirstLookup {
+    fn done(self) {
+        if self.unknown.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.discovered.send_replace(true);
+        }
+    }
 }
 
 /// Watches one CRD's metadata (not its schema, which can be megabytes) and marks `kind`
@@ -58,7 +98,9 @@ async fn track_crd(
     kind: &'static NativeKind,
     crd: &'static str,
     served: watch::Sender<Served>,
+    first_lookup: FirstLookup,
 ) {
+    let mut first_lookup = Some(first_lookup);
     let api: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(client.clone());
     let mut events = watcher::watch_object(api, crd).default_backoff().boxed();
     while let Some(event) = events.next().await {
@@ -84,6 +126,9 @@ async fn track_crd(
                 served = now,
                 "engine kind availability changed"
             );
+        }
+        if let Some(first) = first_lookup.take() {
+            first.done();
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// Whether this replica may write (it holds the lease, or runs without election).
     pub leading: watch::Receiver<bool>,
+    /// Whether every cache has listed and engine availability is known (reconciles wait for it).
+    pub started: watch::Receiver<bool>,
     /// Namespaces cluster bindings never fan out to.
     pub protected_namespaces: ProtectedNamespaces,
     /// What this process wrote last (see [`crate::apply::Written`]).

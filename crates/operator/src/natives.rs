@@ -203,21 +203,29 @@ impl Natives {
         })
     }
 
-    /// Deletes the objects controlled by `owner_uid` that are not in `keep`. Returns the
-    /// engines of those it deleted.
-    pub async fn prune(&self, owner_uid: &str, keep: &BTreeSet<Key>) -> Result<Vec<Engine>, Error> {
+    /// Deletes the objects controlled by `owner_uid` that are not in `keep`, of the engines the
+    /// translation acted for (`translated`): another engine's objects are not known unwanted,
+    /// only not looked at. Returns the engines of those it deleted.
+    pub async fn prune(
+        &self,
+        owner_uid: &str,
+        keep: &BTreeSet<Key>,
+        translated: impl Fn(Engine) -> bool,
+    ) -> Result<Vec<Engine>, Error> {
         let mut deleted = Vec::new();
         for (kind, obj) in self.owned_by(owner_uid) {
-            if keep.contains(&Key::of(kind, &*obj)) {
+            let manager = obj.labels().get(MANAGED_BY).map(String::as_str);
+            let Some(engine) = Engine::ALL
+                .into_iter()
+                .find(|e| Some(e.manager()) == manager)
+            else {
+                continue;
+            };
+            if !translated(engine) || keep.contains(&Key::of(kind, &*obj)) {
                 continue;
             }
             if self.delete(kind, &obj).await? {
-                let manager = obj.labels().get(MANAGED_BY).map(String::as_str);
-                deleted.extend(
-                    Engine::ALL
-                        .into_iter()
-                        .find(|e| Some(e.manager()) == manager),
-                );
+                deleted.push(engine);
             }
         }
         Ok(deleted)

@@ -1,7 +1,7 @@
 //! Wiring, top to bottom: one shared cache per kind, leadership, the context reconciles read,
 //! the five controllers fed from those caches, and the watches driven until shutdown.
 
-use crate::availability::{self, Served};
+use crate::availability::{self, Availability, Served};
 use crate::cache::{Cache, Driver};
 use crate::context::{Context, EngineContext};
 use crate::controllers::{binding, cluster_binding, error_policy, intent, policy};
@@ -119,7 +119,9 @@ impl Default for Config {
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let metrics = Metrics::default();
     let mut caches = Caches::new(&client, &config, &metrics);
-    let (served, availability) = availability::track(client.clone(), &config.engines);
+    let (availability, availability_driver) = availability::track(client.clone(), &config.engines);
+    let served = availability.served.clone();
+    let started = Started::when(caches.started(&availability));
     let leadership = Leadership::start(&client, &config, &metrics);
     let reporter = Reporter {
         controller: config.reporter.clone(),
@@ -130,14 +132,13 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         metrics.events_dropped.clone(),
     );
     tokio::spawn(events_writer);
+    let signals = Signals {
+        served: served.clone(),
+        leading: leadership.leading.clone(),
+        started: started.0.clone(),
+    };
     let ctx = Arc::new(context(
-        &client,
-        &config,
-        &caches,
-        &served,
-        &leadership,
-        &metrics,
-        events,
+        &client, &config, &caches, &metrics, events, signals,
     ));
     let triggers = Triggers {
         served: served.clone(),
@@ -170,13 +171,13 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         }
         None => None,
     };
-    let ready = caches.synced();
-    let watches = caches.drive(availability, served, &shutdown);
+    let watches = caches.drive(availability_driver, served, &shutdown);
     if let Some(server) = posture {
         tokio::spawn(server);
     }
     if let Some(addr) = config.health_addr {
         // Its own task: its graceful stop must not cut the controllers' in-flight reconciles.
+        let ready = started.reached();
         let server = health::serve(addr, ready, watches.broken.clone(), shutdown.clone()).await?;
         tokio::spawn(server);
     }
@@ -285,17 +286,42 @@ impl Caches {
         inputs
     }
 
-    /// Resolves once the caches every controller reads have listed.
-    fn synced(&self) -> impl Future<Output = ()> + Send + 'static {
-        futures::future::join_all([
+    /// Resolves once every cache a reconcile reads has listed and engine availability is known,
+    /// with the caches of the native kinds served then. Before that, "not in the cache" and
+    /// "not served" may be untrue, and acting on them would delete what is in force.
+    fn started(&self, availability: &Availability) -> impl Future<Output = ()> + Send + 'static {
+        let mut listed = vec![
             self.intents.synced().boxed(),
             self.bindings.synced().boxed(),
             self.cluster_bindings.synced().boxed(),
             self.policies.synced().boxed(),
             self.cluster_policies.synced().boxed(),
             self.namespaces.synced().boxed(),
-        ])
-        .map(drop)
+        ];
+        listed.extend(self.nodes.as_ref().map(|c| c.synced().boxed()));
+        listed.extend(self.patch_db.as_ref().map(|(_, c)| c.synced().boxed()));
+        let mut discovered = availability.discovered.clone();
+        let served = availability.served.clone();
+        let natives: Vec<_> = self
+            .natives
+            .iter()
+            .map(|(kind, _, owned)| (*kind, owned.synced.clone()))
+            .collect();
+        async move {
+            future::join_all(listed).await;
+            let _ = discovered.wait_for(|known| *known).await;
+            let native_lists = natives.into_iter().map(|(kind, mut synced)| {
+                let mut served = served.clone();
+                async move {
+                    // A kind whose CRD goes away meanwhile will never list.
+                    tokio::select! {
+                        _ = synced.wait_for(|listed| *listed) => {}
+                        _ = served.wait_for(|s| !s.contains(kind)) => {}
+                    }
+                }
+            });
+            future::join_all(native_lists).await;
+        }
     }
 
     /// Drives every watch (a CRD-backed kind once its CRD is served) until the process stops.
@@ -351,6 +377,32 @@ struct Watches {
     broken: CancellationToken,
 }
 
+/// Whether the operator has started: every cache listed, engine availability known (see
+/// [`Caches::started`]). Reconciles wait for it, and `/readyz` reports it.
+struct Started(watch::Receiver<bool>);
+
+impl Started {
+    fn when(started: impl Future<Output = ()> + Send + 'static) -> Self {
+        let (tx, rx) = watch::channel(false);
+        let since = Instant::now();
+        tokio::spawn(async move {
+            started.await;
+            tracing::info!(after = ?since.elapsed(), "caches listed and engines discovered; reconciling");
+            tx.send_replace(true);
+            // Keeps the sender so that `reached` never sees the channel closed.
+            future::pending::<()>().await
+        });
+        Self(rx)
+    }
+
+    fn reached(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut started = self.0.clone();
+        async move {
+            let _ = started.wait_for(|s| *s).await;
+        }
+    }
+}
+
 /// Whether this replica leads: always without election, else while it holds the lease.
 struct Leadership {
     leading: watch::Receiver<bool>,
@@ -394,14 +446,20 @@ impl Leadership {
     }
 }
 
+/// What a reconcile reads of the runtime's state, as it changes.
+struct Signals {
+    served: watch::Receiver<Served>,
+    leading: watch::Receiver<bool>,
+    started: watch::Receiver<bool>,
+}
+
 fn context(
     client: &Client,
     config: &Config,
     caches: &Caches,
-    served: &watch::Receiver<Served>,
-    leadership: &Leadership,
     metrics: &Metrics,
     events: Events,
+    signals: Signals,
 ) -> Context {
     Context {
         client: client.clone(),
@@ -425,7 +483,7 @@ fn context(
         ),
         engines: EngineContext {
             enabled: config.engines.clone(),
-            served: served.clone(),
+            served: signals.served,
             nodes: caches.nodes.as_ref().map(|c| c.store.clone()),
             k8tls_namespace: config.k8tls_namespace.clone(),
             k8tls_image: config.k8tls_image.clone(),
@@ -436,7 +494,8 @@ fn context(
                 .map(|(key, cache)| (key.clone(), cache.store.clone())),
         },
         metrics: metrics.clone(),
-        leading: leadership.leading.clone(),
+        leading: signals.leading,
+        started: signals.started,
         written: Default::default(),
         failures: Default::default(),
         protected_namespaces: config.protected(),
@@ -484,7 +543,7 @@ fn intent_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> D
         .graceful_shutdown_on(t.stopped())
         .with_config(t.controller_config())
         .run(
-            gated("intent", intent::reconcile),
+            gated("intent", ctx.intents.clone(), intent::reconcile),
             error_policy,
             ctx.clone(),
         );
@@ -507,7 +566,7 @@ fn binding_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> 
         .graceful_shutdown_on(t.stopped())
         .with_config(t.controller_config())
         .run(
-            gated("binding", binding::reconcile),
+            gated("binding", ctx.bindings.clone(), binding::reconcile),
             error_policy,
             ctx.clone(),
         );
@@ -542,7 +601,11 @@ fn cluster_binding_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Trigg
     .graceful_shutdown_on(t.stopped())
     .with_config(t.controller_config())
     .run(
-        gated("cluster_binding", cluster_binding::reconcile),
+        gated(
+            "cluster_binding",
+            ctx.cluster_bindings.clone(),
+            cluster_binding::reconcile,
+        ),
         error_policy,
         ctx.clone(),
     );
@@ -560,7 +623,7 @@ fn policy_controller(
         owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref())
     });
     drain(controller.run(
-        gated("policy", policy::reconcile_namespaced),
+        gated("policy", ctx.policies.clone(), policy::reconcile_namespaced),
         error_policy,
         ctx.clone(),
     ))
@@ -580,7 +643,11 @@ fn cluster_policy_controller(
         owner::<ClusterNimbusPolicy, _>(&obj, None)
     });
     drain(controller.run(
-        gated("cluster_policy", policy::reconcile_cluster),
+        gated(
+            "cluster_policy",
+            ctx.cluster_policies.clone(),
+            policy::reconcile_cluster,
+        ),
         error_policy,
         ctx.clone(),
     ))
@@ -691,19 +758,34 @@ where
     cache.count_pending(gauge)
 }
 
-/// Runs `reconcile` only while this replica leads (a standby keeps its caches warm and is
-/// reconciled in full when it takes over), and records metrics about it.
+/// Runs `reconcile` once the operator has started (see [`Caches::started`]: until then a
+/// reconcile would take "not listed yet" for "absent", and delete what is in force), and only
+/// while this replica leads (a standby keeps its caches warm and is reconciled in full when it
+/// takes over); records metrics about it.
 fn gated<K, F, Fut>(
     controller: &'static str,
+    store: Store<K>,
     reconcile: F,
 ) -> impl FnMut(Arc<K>, Arc<Context>) -> futures::future::BoxFuture<'static, Result<Action, Error>>
 where
-    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
 {
     move |obj, ctx| {
+        let store = store.clone();
         async move {
+            let mut started = ctx.started.clone();
+            let obj = if *started.borrow_and_update() {
+                obj
+            } else {
+                let _ = started.wait_for(|s| *s).await;
+                // The object may have changed, or gone, while the caches filled.
+                match store.get(&ObjectRef::from_obj(&*obj)) {
+                    Some(latest) => latest,
+                    None => return Ok(Action::await_change()),
+                }
+            };
             if !*ctx.leading.borrow() {
                 return Ok(Action::await_change());
             }

@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod cases;
+pub mod monitor;
+pub mod replica;
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};

@@ -231,7 +231,9 @@ where
     // An unbound policy prunes nothing either: one its binding's operator-written content was
     // tampered with is restored by the binding controller, and what is in force meanwhile stays.
     let pruned = if bound {
-        ctx.natives.prune(uid, &keep).await?
+        ctx.natives
+            .prune(uid, &keep, |engine| engines.active(engine))
+            .await?
     } else {
         Vec::new()
     };

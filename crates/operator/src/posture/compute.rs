@@ -115,7 +115,8 @@ where
     })
 }
 
-/// Computes the postures once the workload caches have listed, then again whenever something
+/// Computes the postures once the workload caches have listed and the operator has started,
+/// then again whenever something
 /// they read changes, until the watches end.
 pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postures: Arc<Postures>) {
     let Watches {
@@ -133,6 +134,9 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
     };
     let compute = async move {
         synced.await;
+        // Before the operator's own caches have listed, everything would look unprotected.
+        let mut started = ctx.started.clone();
+        let _ = started.wait_for(|s| *s).await;
         loop {
             let started = std::time::Instant::now();
             let (workload_postures, namespace_postures) = compute(&ctx, &sources);

@@ -1,0 +1,68 @@
+//! Operator processes (`nimbus run`), as a cluster runs them: started, probed, scraped,
+//! terminated or killed.
+
+use nimbus_testenv::{Child, free_port, http_get};
+use std::ffi::OsStr;
+use std::path::Path;
+
+pub struct Replica {
+    pub name: String,
+    pub process: Child,
+    pub health: u16,
+    pub metrics: u16,
+}
+
+impl Replica {
+    /// `nimbus run` with `args` besides its health and metrics addresses; its output goes to
+    /// `<dir>/<name>.log`.
+    pub fn start(name: &'static str, kubeconfig: &Path, dir: &Path, args: &[&str]) -> Self {
+        let port = || free_port().expect("a free loopback port");
+        let (health, metrics) = (port(), port());
+        let mut all: Vec<String> = vec![
+            "run".into(),
+            "--instance".into(),
+            name.into(),
+            "--health-addr".into(),
+            format!("127.0.0.1:{health}"),
+            "--metrics-addr".into(),
+            format!("127.0.0.1:{metrics}"),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let process = Child::spawn(
+            name,
+            Path::new(env!("CARGO_BIN_EXE_nimbus")),
+            &all,
+            &[
+                ("KUBECONFIG", kubeconfig.as_os_str()),
+                ("NIMBUS_LOG", OsStr::new("info")),
+            ],
+            dir,
+        )
+        .expect("starting a replica");
+        Self {
+            name: name.to_owned(),
+            process,
+            health,
+            metrics,
+        }
+    }
+
+    /// Sum of a metric's samples whose line contains `filter`.
+    pub async fn metric(&self, name: &str, filter: &str) -> f64 {
+        let (_, body) = http_get(self.metrics, "/metrics")
+            .await
+            .unwrap_or_else(|| panic!("{}: /metrics unreachable", self.name));
+        body.lines()
+            .filter(|l| l.starts_with(name) && l.contains(filter))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Whether `/readyz` answers 200 (`Err`: what it answered instead).
+    pub async fn ready(&self) -> Result<(), String> {
+        match http_get(self.health, "/readyz").await {
+            Some((200, _)) => Ok(()),
+            other => Err(format!("/readyz: {other:?}")),
+        }
+    }
+}
