@@ -1,13 +1,21 @@
-//! A ValidatingAdmissionPolicy generated from the intent catalog: `kubectl apply` of a
-//! SecurityIntent with an unknown intent ID or parameter prints a warning naming what is known.
-//! It only warns (Nimbus accepted any ID and parameter; so do we) and needs no webhook server:
-//! the API server evaluates its CEL.
+//! ValidatingAdmissionPolicies generated from the intent catalog; the API server evaluates
+//! their CEL, so they need no webhook server.
+//! - The catalog policy: `kubectl apply` of a SecurityIntent with an unknown intent ID or
+//!   parameter prints a warning naming what is known. It only warns (Nimbus accepted any ID and
+//!   parameter; so do we).
+//! - The sensitive-intents policy: only someone who may create ClusterSecurityIntentBindings
+//!   may create or change a sensitive SecurityIntent. The `allow-sensitive` annotation of a
+//!   binding allows an intent *name*; what that intent grants comes from whoever writes it, so
+//!   writing it must take the same trust as writing the binding.
 
 use crate::catalog::INTENTS;
+use nimbus_api::{GROUP, VERSION};
 use serde_json::{Value, json};
 
-/// Name of the policy and of its binding.
+/// Name of the catalog policy and of its binding.
 pub const POLICY_NAME: &str = "nimbus-intent-catalog";
+/// Name of the sensitive-intents policy and of its binding.
+pub const SENSITIVE_POLICY_NAME: &str = "nimbus-sensitive-intents";
 
 /// A CEL string literal.
 fn literal(s: &str) -> String {
@@ -40,8 +48,8 @@ pub fn intent_catalog_policy() -> [Value; 2] {
         "spec": {
             "failurePolicy": "Ignore",
             "matchConstraints": {"resourceRules": [{
-                "apiGroups": [nimbus_api::GROUP],
-                "apiVersions": [nimbus_api::VERSION],
+                "apiGroups": [GROUP],
+                "apiVersions": [VERSION],
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["securityintents"],
             }]},
@@ -74,6 +82,54 @@ pub fn intent_catalog_policy() -> [Value; 2] {
     [policy, binding]
 }
 
+/// The sensitive-intents policy and its binding, in this order. It denies (and fails closed:
+/// an unevaluated check must not let a grant through) creating or updating a SecurityIntent
+/// whose ID is sensitive, unless the requester may create ClusterSecurityIntentBindings, as
+/// the API server's own authorizer answers. Status writes (a subresource) are not matched.
+pub fn sensitive_intents_policy() -> [Value; 2] {
+    let sensitive = list(
+        INTENTS
+            .iter()
+            .filter(|i| i.sensitive)
+            .map(|i| literal(i.id)),
+    );
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": SENSITIVE_POLICY_NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [GROUP],
+                "apiVersions": [VERSION],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["securityintents"],
+            }]},
+            "matchConditions": [{
+                "name": "sensitive-intent",
+                "expression": format!(
+                    "has(object.spec) && has(object.spec.intent) && has(object.spec.intent.id) && object.spec.intent.id in {sensitive}"
+                ),
+            }],
+            "validations": [{
+                "expression": format!(
+                    "authorizer.group({}).resource('clustersecurityintentbindings').check('create').allowed()",
+                    literal(GROUP)
+                ),
+                "messageExpression": "'a ' + object.spec.intent.id + ' SecurityIntent grants access or runs workloads: only who may create ClusterSecurityIntentBindings may create or change one, and ' + request.userInfo.username + ' may not'",
+                "reason": "Forbidden",
+            }],
+        },
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": SENSITIVE_POLICY_NAME},
+        "spec": {"policyName": SENSITIVE_POLICY_NAME, "validationActions": ["Deny"]},
+    });
+    [policy, binding]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +154,22 @@ mod tests {
             }
         }
         assert_eq!(binding["spec"]["validationActions"], json!(["Warn"]));
+    }
+
+    #[test]
+    fn exactly_the_sensitive_intents_are_guarded_and_denied() {
+        let [policy, binding] = sensitive_intents_policy();
+        let condition = policy["spec"]["matchConditions"][0]["expression"].to_string();
+        for intent in INTENTS {
+            assert_eq!(
+                condition.contains(&format!("'{}'", intent.id)),
+                intent.sensitive,
+                "{}",
+                intent.id
+            );
+        }
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+        assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
     }
 
     #[test]

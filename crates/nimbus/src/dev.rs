@@ -96,9 +96,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     apply_yaml(&client, K8TLS_ENVIRONMENT)
         .await
         .context("installing the k8tls environment")?;
-    apply_yaml(&client, &crate::admission_policy_yaml()?)
-        .await
-        .context("installing the intent-catalog admission policy")?;
+    for (policy, objects) in [
+        (
+            "intent-catalog",
+            nimbus_core::admission::intent_catalog_policy(),
+        ),
+        (
+            "sensitive-intents",
+            nimbus_core::admission::sensitive_intents_policy(),
+        ),
+    ] {
+        apply_yaml(&client, &crate::admission_policy_yaml(objects)?)
+            .await
+            .with_context(|| format!("installing the {policy} admission policy"))?;
+    }
 
     // The posture API on a loopback port, aggregated into kube-apiserver.
     let posture_api = LocalApiService {

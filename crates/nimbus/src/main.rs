@@ -45,7 +45,12 @@ enum Command {
     Crds,
     /// Print the ValidatingAdmissionPolicy that warns, at `kubectl apply`, about intent IDs and
     /// parameters the catalog does not know.
-    AdmissionPolicy,
+    AdmissionPolicy {
+        /// Print instead the one that lets only who may create ClusterSecurityIntentBindings
+        /// create or change sensitive SecurityIntents.
+        #[arg(long)]
+        sensitive_intents: bool,
+    },
     /// Print every engine's RBAC rules, derived from its registration (the Helm chart's
     /// files/engine-rbac.yaml).
     #[command(hide = true)]
@@ -314,8 +319,13 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", nimbus_api::crds_yaml().context("rendering CRDs")?);
             Ok(true)
         }
-        Command::AdmissionPolicy => {
-            print!("{}", admission_policy_yaml()?);
+        Command::AdmissionPolicy { sensitive_intents } => {
+            let objects = if sensitive_intents {
+                nimbus_core::admission::sensitive_intents_policy()
+            } else {
+                nimbus_core::admission::intent_catalog_policy()
+            };
+            print!("{}", admission_policy_yaml(objects)?);
             Ok(true)
         }
         Command::EngineRbac => {
@@ -402,10 +412,10 @@ fn engine_rbac_yaml() -> anyhow::Result<String> {
     ))
 }
 
-/// The catalog's ValidatingAdmissionPolicy and its binding, as multi-document YAML.
-fn admission_policy_yaml() -> anyhow::Result<String> {
+/// A ValidatingAdmissionPolicy and its binding, as multi-document YAML.
+fn admission_policy_yaml(objects: [serde_json::Value; 2]) -> anyhow::Result<String> {
     let mut out = String::new();
-    for object in nimbus_core::admission::intent_catalog_policy() {
+    for object in objects {
         out.push_str("---\n");
         out.push_str(&serde_yaml_ng::to_string(&object).context("rendering the admission policy")?);
     }

@@ -11,27 +11,41 @@ fn committed_crds_match_the_generated_ones() {
     );
 }
 
-/// The committed admission policy (and the chart's copy) is what the catalog generates.
+/// The committed admission policies (and the chart's copies) are what the catalog generates.
 #[test]
-fn committed_admission_policy_matches_the_catalog() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
-        .arg("admission-policy")
-        .output()
-        .expect("running nimbus admission-policy");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let generated = String::from_utf8(out.stdout).expect("UTF-8");
-    for path in [
-        "config/admission/intent-catalog.yaml",
-        "charts/nimbus/files/admission.yaml",
+fn committed_admission_policies_match_the_catalog() {
+    for (args, paths) in [
+        (
+            ["admission-policy"].as_slice(),
+            [
+                "config/admission/intent-catalog.yaml",
+                "charts/nimbus/files/admission.yaml",
+            ],
+        ),
+        (
+            ["admission-policy", "--sensitive-intents"].as_slice(),
+            [
+                "config/admission/sensitive-intents.yaml",
+                "charts/nimbus/files/sensitive-intents.yaml",
+            ],
+        ),
     ] {
-        let full = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
-        let committed =
-            std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-        assert!(committed == generated, "{path} is stale: run `make crds`");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
+            .args(args)
+            .output()
+            .expect("running nimbus admission-policy");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let generated = String::from_utf8(out.stdout).expect("UTF-8");
+        for path in paths {
+            let full = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
+            let committed =
+                std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+            assert!(committed == generated, "{path} is stale: run `make crds`");
+        }
     }
 }
 

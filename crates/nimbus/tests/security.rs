@@ -467,125 +467,239 @@ async fn a_tenant_cannot_bind_a_sandbox() {
     delete(&intents, &si).await;
 }
 
-/// 4. A dangling reference is not a blank cheque: an admin's cluster binding naming intents
-///    that do not exist yet, without the annotation, enforces neither a sandbox nor a scanner
-///    that someone allowed only to create intents fills in.
+/// 4. A dangling reference is not a blank cheque. Admins' cluster bindings name intents that do
+///    not exist yet, one of them opting in to sensitive intents with `allow-sensitive`. Someone
+///    allowed only to create intents cannot fill the names in with a sandbox or a scanner: the
+///    chart's admission policy refuses sensitive intents to whoever may not create cluster
+///    bindings, at creation and by update of an intent he wrote. Only a trusted author's
+///    intent is granted, and only through the annotated binding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dangling_reference_cannot_be_completed_into_a_sensitive_intent() {
     let ns = namespace("sec-dangle").await;
-    let author = unique("intent-author");
     let group = unique("authors");
+    let author = unique("intent-author");
+    let binder = unique("binder");
     let cluster_roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin());
-    let role = unique("intent-author");
-    apply(
-        &cluster_roles,
-        &role,
-        &json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": role},
-            "rules": [{
-                "apiGroups": ["intent.security.nimbus.com"],
-                "resources": ["securityintents"],
-                "verbs": ["create"]
-            }]
-        }),
-    )
-    .await;
     let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin());
-    apply(
-        &crbs,
-        &role,
-        &json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": author}]
-        }),
-    )
-    .await;
-
-    let later = unique("later");
-    let later_tls = unique("later-tls");
-    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
-    let csib = unique("dangling");
-    apply(
-        &csibs,
-        &csib,
-        &cluster_binding(&csib, &[&later, &later_tls], &["*"], None),
-    )
-    .await;
-
-    let as_author = impersonating(&author, &[&group]);
-    let author_intents: Api<SecurityIntent> = Api::all(as_author.clone());
-    let mut tls = common::intent(&later_tls, "assessTLS", "Audit");
-    tls["spec"]["intent"]["params"] = json!({"schedule": ["0 * * * *"]});
-    for intent in [sandbox_intent(&later, &group, "edit"), tls] {
-        let intent: SecurityIntent = serde_json::from_value(intent).expect("an intent");
-        author_intents
-            .create(&PostParams::default(), &intent)
-            .await
-            .expect("the author may create intents");
+    let grants = [
+        (
+            &author,
+            json!([{"apiGroups": ["intent.security.nimbus.com"],
+                          "resources": ["securityintents"], "verbs": ["create", "update", "get"]}]),
+        ),
+        (
+            &binder,
+            json!([{"apiGroups": ["intent.security.nimbus.com"],
+                          "resources": ["securityintents", "clustersecurityintentbindings"],
+                          "verbs": ["create"]}]),
+        ),
+    ];
+    for (user, rules) in &grants {
+        let role = format!("{user}-role");
+        apply(
+            &cluster_roles,
+            &role,
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": role}, "rules": rules}),
+        )
+        .await;
+        apply(
+            &crbs,
+            &role,
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+            }),
+        )
+        .await;
     }
 
+    let (later, later_tls) = (unique("later"), unique("later-tls"));
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    let (plain, annotated) = (unique("dangling"), unique("dangling-allowed"));
+    apply(
+        &csibs,
+        &plain,
+        &cluster_binding(&plain, &[&later, &later_tls], &["*"], None),
+    )
+    .await;
+    apply(
+        &csibs,
+        &annotated,
+        &cluster_binding(
+            &annotated,
+            &[&later, &later_tls],
+            &[ns.name()],
+            Some("namespaceSandbox,assessTLS"),
+        ),
+    )
+    .await;
+
+    let mut tls = common::intent(&later_tls, "assessTLS", "Audit");
+    tls["spec"]["intent"]["params"] = json!({"schedule": ["0 * * * *"]});
+    let sensitive = [sandbox_intent(&later, &group, "edit"), tls];
+    let create = async |client: &Client, intent: &Value| {
+        let intent: SecurityIntent = serde_json::from_value(intent.clone()).expect("an intent");
+        Api::<SecurityIntent>::all(client.clone())
+            .create(&PostParams::default(), &intent)
+            .await
+    };
+    let refused = |what: &str, result: Result<SecurityIntent, kube::Error>| match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => assert!(
+            status
+                .message
+                .contains("only who may create ClusterSecurityIntentBindings"),
+            "{what}: {}",
+            status.message
+        ),
+        other => panic!("{what} must be refused at admission: {other:?}"),
+    };
+    // The admission policy takes effect once the API server has compiled it.
+    let as_author = impersonating(&author, &[&group]);
+    eventually(
+        "the author's sandbox refused",
+        CONVERGE,
+        async |seen| match create(&as_author, &sensitive[0]).await {
+            Err(kube::Error::Api(status)) if status.code == 403 => Some(()),
+            other => {
+                if let Ok(created) = other {
+                    delete(&Api::<SecurityIntent>::all(admin()), &created.name_any()).await;
+                }
+                *seen = "admitted".to_owned();
+                None
+            }
+        },
+    )
+    .await;
+    for intent in &sensitive {
+        refused(
+            "the author's sensitive intent",
+            create(&as_author, intent).await,
+        );
+    }
+    // Nor can the author write the name as a harmless intent and turn it into a sandbox.
+    let intents_as_author: Api<SecurityIntent> = Api::all(as_author.clone());
+    create(
+        &as_author,
+        &common::intent(&later, "dnsManipulation", "Block"),
+    )
+    .await
+    .expect("the author may create ordinary intents");
+    let mut harmless = get(&intents_as_author, &later).await.expect("the intent");
+    let turned: SecurityIntent = {
+        let mut value = sensitive[0].clone();
+        value["metadata"]["resourceVersion"] = json!(harmless.resource_version());
+        serde_json::from_value(value).expect("an intent")
+    };
+    refused(
+        "turning the author's intent into a sandbox",
+        intents_as_author
+            .replace(&later, &PostParams::default(), &turned)
+            .await,
+    );
+    harmless = get(&intents_as_author, &later).await.expect("the intent");
+    assert_eq!(harmless.spec.intent.id, "dnsManipulation");
+    delete(&Api::<SecurityIntent>::all(admin()), &later).await;
+    eventually("the author's intent gone", CONVERGE, async |_| {
+        get(&intents_as_author, &later)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
     let policies: Api<NimbusPolicy> = Api::namespaced(admin(), ns.name());
-    let policy = format!("nimbus-ctlr-gen-{csib}");
+    let granted = role_bindings_for(None, &group).await;
+    assert!(granted.is_empty(), "the author's group got {granted:#?}");
+
+    // Someone trusted to grant (who may create cluster bindings) may write them: the annotated
+    // binding then grants exactly that, the other one still nothing.
+    let as_binder = impersonating(&binder, &[]);
+    for intent in &sensitive {
+        create(&as_binder, intent)
+            .await
+            .expect("who may create cluster bindings may create sensitive intents");
+    }
+    eventually("the annotated binding's sandbox", CONVERGE, async |_| {
+        let granted = role_bindings_for(Some(ns.name()), &group).await;
+        granted
+            .iter()
+            .any(|rb| rb.name_any() == sandbox_role_binding(&annotated, "edit"))
+            .then_some(())
+    })
+    .await;
     not_ready_because(
         &policies,
-        &policy,
+        &format!("nimbus-ctlr-gen-{plain}"),
         condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
     )
     .await;
-    let cluster_policies: Api<ClusterNimbusPolicy> = Api::all(admin());
     not_ready_because(
-        &cluster_policies,
-        &csib,
+        &Api::<ClusterNimbusPolicy>::all(admin()),
+        &plain,
         condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
     )
     .await;
     not_ready_because(
         &csibs,
-        &csib,
+        &plain,
         condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
     )
     .await;
-
-    let granted = role_bindings_for(None, &group).await;
-    assert!(granted.is_empty(), "the author's group got {granted:#?}");
-    let cron_jobs: Vec<String> = Api::<CronJob>::namespaced(admin(), K8TLS_NAMESPACE)
+    let scanners: Vec<String> = Api::<CronJob>::namespaced(admin(), K8TLS_NAMESPACE)
         .list(&ListParams::default())
         .await
         .expect("CronJobs")
         .items
         .iter()
         .filter(|c| {
-            c.name_any().starts_with(&csib) || c.owner_references().iter().any(|o| o.name == csib)
+            c.name_any().starts_with(&plain) || c.owner_references().iter().any(|o| o.name == plain)
         })
         .map(ResourceExt::name_any)
         .collect();
     assert!(
-        cron_jobs.is_empty(),
-        "scanners were scheduled: {cron_jobs:?}"
+        scanners.is_empty(),
+        "the plain binding scheduled scanners: {scanners:?}"
     );
+    let granted: Vec<String> = role_bindings_for(None, &group)
+        .await
+        .iter()
+        .map(|rb| format!("{}/{}", rb.namespace().unwrap_or_default(), rb.name_any()))
+        .collect();
+    assert_eq!(
+        granted,
+        [format!(
+            "{}/{}",
+            ns.name(),
+            sandbox_role_binding(&annotated, "edit")
+        )],
+        "only the annotated binding grants"
+    );
+    // Outside the namespace the trusted binder chose, the author gained nothing (the plain
+    // binding selects every namespace).
     for (verb, resource, namespace) in [
-        ("create", "apps:deployments", Some(ns.name())),
-        ("create", "pods", Some(ns.name())),
-        ("update", "configmaps", Some(ns.name())),
-        ("create", "serviceaccounts/token", Some(ns.name())),
-        ("create", "batch:cronjobs", Some(K8TLS_NAMESPACE)),
-        ("get", "secrets", Some(RELEASE_NAMESPACE)),
+        ("create", "apps:deployments", "default"),
+        ("get", "secrets", "default"),
+        ("create", "batch:cronjobs", K8TLS_NAMESPACE),
+        ("get", "secrets", RELEASE_NAMESPACE),
     ] {
         assert!(
-            !can_i(&as_author, verb, resource, namespace).await,
-            "the intent author may {verb} {resource} in {namespace:?}"
+            !can_i(&as_author, verb, resource, Some(namespace)).await,
+            "the intent author may {verb} {resource} in {namespace}"
         );
     }
 
-    delete(&csibs, &csib).await;
+    delete(&csibs, &plain).await;
+    delete(&csibs, &annotated).await;
     let intents: Api<SecurityIntent> = Api::all(admin());
     delete(&intents, &later).await;
     delete(&intents, &later_tls).await;
-    delete(&crbs, &role).await;
-    delete(&cluster_roles, &role).await;
+    for (user, _) in &grants {
+        delete(&crbs, &format!("{user}-role")).await;
+        delete(&cluster_roles, &format!("{user}-role")).await;
+    }
 }
 
 /// 5. The names of cluster bindings' per-namespace policies cannot be taken by a namespaced

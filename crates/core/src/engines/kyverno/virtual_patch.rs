@@ -48,7 +48,9 @@
 //! ```
 //!
 //! Every native policy needs `metadata.name` and a `spec` object; a Kyverno policy needs a
-//! non-empty `spec.rules` list. Selectors in the database are placeholders: they are replaced
+//! non-empty `spec.rules` list of rules that only validate (no generate, mutate,
+//! verifyImages or context: those would act with Kyverno's permissions, not the database
+//! author's). Selectors in the database are placeholders: they are replaced
 //! by the workload selector of the binding.
 //!
 //! # What gets generated
@@ -391,6 +393,7 @@ fn generator(
                 let kyverno_rule = kyverno_rule
                     .as_object_mut()
                     .ok_or_else(|| format!("spec.rules[{i}] must be an object"))?;
+                only_validates(kyverno_rule).map_err(|what| format!("spec.rules[{i}] {what}"))?;
                 kyverno_rule.insert(
                     "match".into(),
                     json!({"any": [{"resources": {"kinds": ["Pod"], "selector": ctx.selector}}]}),
@@ -446,6 +449,38 @@ fn generator(
 /// Puts `condition` first in the rule's `preconditions.all` (creating it when missing), keeping
 /// the rule's own conditions; a legacy list of conditions (which means "all") is extended the
 /// same way. The error names the misshapen field.
+/// What a Kyverno rule from the database may hold: it validates, nothing else. A rule that
+/// generates, mutates, verifies images or loads context would act with Kyverno's own
+/// permissions (its background controller may create RoleBindings), which whoever writes the
+/// database was never granted.
+const KYVERNO_RULE_KEYS: [&str; 6] = [
+    "name",
+    "match",
+    "exclude",
+    "preconditions",
+    "validate",
+    "skipBackgroundRequests",
+];
+
+fn only_validates(rule: &Map<String, Value>) -> Result<(), String> {
+    let other: Vec<&str> = rule
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !KYVERNO_RULE_KEYS.contains(k))
+        .collect();
+    if !other.is_empty() {
+        return Err(format!(
+            "may only validate; refused: {} (a patch rule may hold {})",
+            other.join(", "),
+            KYVERNO_RULE_KEYS.join(", ")
+        ));
+    }
+    if !rule.get("validate").is_some_and(Value::is_object) {
+        return Err("must validate (a `validate` object)".to_owned());
+    }
+    Ok(())
+}
+
 fn prepend_precondition(rule: &mut Map<String, Value>, condition: Value) -> Result<(), String> {
     let preconditions = rule.entry("preconditions").or_insert_with(|| json!({}));
     if preconditions.is_null() {
@@ -913,8 +948,8 @@ mod tests {
         let db = json!([{"image": "a:1", "cves": [{"cve": "CVE-2024-0001", "virtual_patch": [
             {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": [
                 {"name": "r1", "validate": {}},
-                {"name": "r2", "preconditions": [{"key": "k", "operator": "Equals", "value": "v"}]},
-                {"name": "r3", "preconditions": {"any": [{"key": "k", "operator": "Equals", "value": "v"}]}},
+                {"name": "r2", "validate": {}, "preconditions": [{"key": "k", "operator": "Equals", "value": "v"}]},
+                {"name": "r3", "validate": {}, "preconditions": {"any": [{"key": "k", "operator": "Equals", "value": "v"}]}},
             ]}}}
         ]}]}]);
         let np = np(&["CVE-2024-0001"], "Block");
@@ -943,8 +978,13 @@ mod tests {
     fn malformed_patches_are_reported_and_skipped() {
         let db = json!([{"image": "a:1", "cves": [{"cve": "CVE-2024-0001", "virtual_patch": [
             {"kyverno": {"metadata": {"name": "p"}, "spec": {}}},
-            {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": [{"preconditions": {"all": "x"}}]}}},
+            {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": [{"validate": {}, "preconditions": {"all": "x"}}]}}},
+            {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": [{"name": "nothing"}]}}},
             {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": ["x"]}}},
+            {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": [{"name": "grant", "generate": {
+                "kind": "RoleBinding", "name": "x", "data": {"roleRef": {"name": "cluster-admin"}}}}]}}},
+            {"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": [{"name": "m", "validate": {},
+                "mutate": {}, "context": [{"name": "c", "apiCall": {"urlPath": "/api/v1/secrets"}}]}]}}},
             {"karmor": {"spec": {}}},
             {"netpol": "x"},
             {"netpol": {"metadata": {"name": "ok"}, "spec": {}}},
@@ -964,12 +1004,22 @@ mod tests {
             .map(|w| w.message.as_str())
             .collect();
         let prefix = "virtual-patch database nimbus/vp-db: CVE-2024-0001, image a:1: unusable";
+        let allowed = "(a patch rule may hold name, match, exclude, preconditions, validate, skipBackgroundRequests)";
         assert_eq!(
             messages,
             [
                 format!("{prefix} kyverno patch: spec.rules must be a non-empty list"),
                 format!("{prefix} kyverno patch: spec.rules[0].preconditions.all must be a list"),
+                format!(
+                    "{prefix} kyverno patch: spec.rules[0] must validate (a `validate` object)"
+                ),
                 format!("{prefix} kyverno patch: spec.rules[0] must be an object"),
+                format!(
+                    "{prefix} kyverno patch: spec.rules[0] may only validate; refused: generate {allowed}"
+                ),
+                format!(
+                    "{prefix} kyverno patch: spec.rules[0] may only validate; refused: context, mutate {allowed}"
+                ),
                 format!("{prefix} karmor patch: metadata must be an object"),
                 format!("{prefix} netpol patch: not a JSON object"),
             ]
