@@ -172,9 +172,13 @@ where
                 .await
                 .map_err(Error::kube("applying", context))?
         }
-        Write::Replace => {
+        Write::Replace | Write::TakeBack => {
             let have = have.unwrap_or_default();
-            let body = replacement(want, &have, manager);
+            let claim = (write == Write::TakeBack).then(|| drift::claim(&want, manager));
+            let mut body = replacement(want, &have, manager);
+            if let Some(claim) = claim {
+                body["metadata"]["managedFields"] = json!([claim]);
+            }
             let body = serde_json::to_vec(&body).map_err(unserializable)?;
             send(api, request(api).replace(&name, &post_params(), body))
                 .await

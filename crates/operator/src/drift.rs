@@ -10,7 +10,9 @@
 //! that we own the whole field, so a value we no longer generate would look like a default.
 //!
 //! What we create, we change by replacing the whole generated body (cheaper for the API server
-//! than an apply, and it takes back whatever another manager changed or added). Objects we
+//! than an apply). Where another manager changed, added or merely wrote anything in the body
+//! (a predecessor's object we take over), the replace also claims the whole body as ours
+//! alone ([`Write::TakeBack`]). Objects we
 //! applied before (earlier versions did) are still applied: server-side apply fixes every
 //! difference except what another manager changed or added, which is theirs and which apply
 //! never removes; those need a replace too.
@@ -28,8 +30,13 @@ pub enum Write {
     Create,
     /// Server-side apply (sets our values).
     Apply,
-    /// Replace the body: removes what we no longer generate and what others changed or added.
+    /// Replace the body: removes what we no longer generate.
     Replace,
+    /// Replace the body, with [`claim`] as the object's only managedFields: what others
+    /// changed or added is removed, and what they only wrote with our values (a predecessor's
+    /// object taken over) becomes ours alone. A plain replace would leave them owning every
+    /// field it did not change.
+    TakeBack,
 }
 
 /// Top-level fields that are not the generated body: other managers may write them freely.
@@ -67,15 +74,18 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
             .map(|(key, owned)| (key.clone(), owned.clone()))
             .collect::<serde_json::Map<_, _>>()
     };
-    let needs_replace = entries
+    let foreign = entries
         .iter()
-        .filter(|e| is_main_resource(e) && !is_applied_by(e, manager))
-        .filter(|e| !(current && is_managed_by(e, manager)))
-        .any(|e| {
-            let fields = Value::Object(body_fields(e));
-            let wanted = is_managed_by(e, manager).then_some(desired);
-            holds_beyond(&fields, observed, wanted)
-        });
+        .filter(|e| is_main_resource(e) && !is_managed_by(e, manager))
+        .any(|e| holds_beyond(&Value::Object(body_fields(e)), observed, None));
+    if foreign {
+        return Write::TakeBack;
+    }
+    let needs_replace = !current
+        && entries
+            .iter()
+            .filter(|e| is_managed_by(e, manager) && !is_applied_by(e, manager))
+            .any(|e| holds_beyond(&Value::Object(body_fields(e)), observed, Some(desired)));
     if needs_replace {
         return Write::Replace;
     }
@@ -102,6 +112,54 @@ pub fn plan(desired: &Value, observed: Option<&Value>, manager: &str) -> Write {
         return Write::Apply;
     }
     Write::Nothing
+}
+
+/// The managedFields entry that claims all of `want` for `manager`: its body's top-level
+/// fields as wholes, and our labels, annotations and owners. Sent with a [`Write::TakeBack`],
+/// it replaces every other entry, so nothing is left unowned to look like a default, and no
+/// one else holds what we generate.
+pub fn claim(want: &Value, manager: &str) -> Value {
+    let keys =
+        |field: &str, key: &dyn Fn(&Value) -> Option<String>| -> serde_json::Map<String, Value> {
+            want.pointer(&format!("/metadata/{field}"))
+                .into_iter()
+                .flat_map(|v| match v {
+                    Value::Object(map) => map
+                        .keys()
+                        .map(|k| Some(format!("f:{k}")))
+                        .collect::<Vec<_>>(),
+                    Value::Array(items) => items.iter().map(key).collect(),
+                    _ => Vec::new(),
+                })
+                .flatten()
+                .map(|k| (k, json!({})))
+                .collect()
+        };
+    let owner = |o: &Value| Some(format!("k:{}", json!({"uid": o.get("uid")?})));
+    let mut meta = serde_json::Map::new();
+    for (field, entries) in [
+        ("labels", keys("labels", &|_| None)),
+        ("annotations", keys("annotations", &|_| None)),
+        ("ownerReferences", keys("ownerReferences", &owner)),
+    ] {
+        if !entries.is_empty() {
+            meta.insert(format!("f:{field}"), Value::Object(entries));
+        }
+    }
+    let mut fields = serde_json::Map::new();
+    fields.insert("f:metadata".into(), Value::Object(meta));
+    for key in want.as_object().into_iter().flat_map(|o| o.keys()) {
+        if !NOT_BODY.contains(&key.as_str()) {
+            fields.insert(format!("f:{key}"), json!({}));
+        }
+    }
+    json!({
+        "manager": manager,
+        "operation": "Update",
+        "apiVersion": want["apiVersion"],
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    })
 }
 
 /// The `fieldsV1` set `manager` last server-side applied to `observed`'s main resource.
@@ -327,6 +385,11 @@ mod tests {
         })
     }
 
+    fn with_hash(mut object: Value, hash: &str) -> Value {
+        object["metadata"]["annotations"] = json!({ GENERATED_HASH: hash });
+        object
+    }
+
     fn desired(labels: Value) -> Value {
         json!({
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
@@ -412,7 +475,7 @@ mod tests {
     }
 
     #[test]
-    fn a_foreign_key_inside_our_fields_needs_replace_but_foreign_metadata_does_not() {
+    fn a_foreign_key_inside_our_fields_is_taken_back_but_foreign_metadata_is_left() {
         let foreign = entry(
             "kubectl-edit",
             "Update",
@@ -424,7 +487,7 @@ mod tests {
         );
         assert_eq!(
             plan(&desired(json!({"app": "web"})), Some(&observed), US),
-            Write::Replace
+            Write::TakeBack
         );
 
         let labelled = entry(
@@ -444,8 +507,43 @@ mod tests {
         );
     }
 
+    /// A predecessor's object, every field written by it with our values: shared ownership
+    /// would leave it owning them, so it is taken back.
     #[test]
-    fn a_foreign_change_of_our_value_needs_replace() {
+    fn a_predecessors_object_with_our_values_is_taken_back() {
+        let predecessor = entry("nimbus-original", "Update", our_fields(&["app"]));
+        let observed = stored(json!({"app": "web"}), vec![predecessor]);
+        assert_eq!(
+            plan(&desired(json!({"app": "web"})), Some(&observed), US),
+            Write::TakeBack
+        );
+    }
+
+    /// What a take-back claims leaves nothing to write, and nothing foreign.
+    #[test]
+    fn a_taken_back_object_needs_nothing() {
+        let want = with_hash(desired(json!({"app": "web"})), "h1");
+        let entry = claim(&want, US);
+        assert_eq!(
+            entry["fieldsV1"],
+            json!({
+                "f:metadata": {
+                    "f:labels": {"f:app.kubernetes.io/managed-by": {}},
+                    "f:annotations": {format!("f:{GENERATED_HASH}"): {}},
+                    "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {}}
+                },
+                "f:spec": {}
+            })
+        );
+        let mut taken = stored(json!({"app": "web"}), vec![entry]);
+        taken["metadata"]["annotations"] = want["metadata"]["annotations"].clone();
+        assert_eq!(plan(&want, Some(&taken), US), Write::Nothing);
+        let more = with_hash(desired(json!({"app": "web", "tier": "fe"})), "h2");
+        assert_eq!(plan(&more, Some(&taken), US), Write::Replace);
+    }
+
+    #[test]
+    fn a_foreign_change_of_our_value_is_taken_back() {
         let foreign = entry(
             "kubectl-edit",
             "Update",
@@ -457,7 +555,7 @@ mod tests {
         );
         assert_eq!(
             plan(&desired(json!({"app": "web"})), Some(&observed), US),
-            Write::Replace
+            Write::TakeBack
         );
     }
 
@@ -498,10 +596,6 @@ mod tests {
                            "f:egress": {}}
             }),
         );
-        let with_hash = |mut object: Value, hash: &str| {
-            object["metadata"]["annotations"] = json!({ GENERATED_HASH: hash });
-            object
-        };
         let observed = with_hash(stored(json!({"app": "web"}), vec![created.clone()]), "h1");
         let want = |hash| with_hash(desired(json!({"app": "web"})), hash);
         assert_eq!(plan(&want("h1"), Some(&observed), US), Write::Nothing);
@@ -535,7 +629,7 @@ mod tests {
             json!({"f:spec": {"f:podSelector": {}}}),
         );
         let edited = with_hash(stored(json!({"app": "evil"}), vec![created, foreign]), "h1");
-        assert_eq!(plan(&want("h1"), Some(&edited), US), Write::Replace);
+        assert_eq!(plan(&want("h1"), Some(&edited), US), Write::TakeBack);
     }
 
     /// Once we applied an object, our other writes' fields tell what we no longer generate.

@@ -2,7 +2,6 @@
 //! terminated or killed.
 
 use nimbus_testenv::{Child, free_port, http_get};
-use std::ffi::OsStr;
 use std::path::Path;
 
 pub struct Replica {
@@ -28,13 +27,15 @@ impl Replica {
             format!("127.0.0.1:{metrics}"),
         ];
         all.extend(args.iter().map(|a| a.to_string()));
+        // `NIMBUS_TEST_LOG=info,nimbus_operator=debug` shows what the replica did.
+        let log = std::env::var_os("NIMBUS_TEST_LOG").unwrap_or_else(|| "info".into());
         let process = Child::spawn(
             name,
             Path::new(env!("CARGO_BIN_EXE_nimbus")),
             &all,
             &[
                 ("KUBECONFIG", kubeconfig.as_os_str()),
-                ("NIMBUS_LOG", OsStr::new("info")),
+                ("NIMBUS_LOG", log.as_os_str()),
             ],
             dir,
         )

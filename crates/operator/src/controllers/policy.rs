@@ -37,35 +37,35 @@ pub async fn reconcile_namespaced(
     // policy must be the one its binding generates (name, and namespace for a cluster binding)
     // and hold nothing anyone but the operator wrote.
     let np_name = np.name_any();
-    let bound = written_by_operator(&*np)
-        && np.owner_references().iter().any(|o| {
-            o.controller == Some(true)
-                && match o.kind.as_str() {
-                    "SecurityIntentBinding" => {
-                        o.name == np_name
-                            && ctx
-                                .bindings
-                                .get(&ObjectRef::new(&o.name).within(&namespace))
-                                .is_some_and(|b| b.uid().as_deref() == Some(&o.uid))
-                    }
-                    "ClusterSecurityIntentBinding" => {
-                        np_name == names::cluster_binding_policy_name(&o.name)
-                            && cluster_binding(&ctx, &o.name, &o.uid).is_some_and(|b| {
-                                let selector = b
-                                    .spec
-                                    .selector
-                                    .as_ref()
-                                    .and_then(|s| s.ns_selector.as_ref());
-                                selector.is_some_and(|s| {
-                                    namespaces::selects(s, &namespace, &ctx.protected_namespaces)
-                                })
-                            })
-                    }
-                    _ => false,
+    let generated = np.owner_references().iter().any(|o| {
+        o.controller == Some(true)
+            && match o.kind.as_str() {
+                "SecurityIntentBinding" => {
+                    o.name == np_name
+                        && ctx
+                            .bindings
+                            .get(&ObjectRef::new(&o.name).within(&namespace))
+                            .is_some_and(|b| b.uid().as_deref() == Some(&o.uid))
                 }
-        });
+                "ClusterSecurityIntentBinding" => {
+                    np_name == names::cluster_binding_policy_name(&o.name)
+                        && cluster_binding(&ctx, &o.name, &o.uid).is_some_and(|b| {
+                            let selector = b
+                                .spec
+                                .selector
+                                .as_ref()
+                                .and_then(|s| s.ns_selector.as_ref());
+                            selector.is_some_and(|s| {
+                                namespaces::selects(s, &namespace, &ctx.protected_namespaces)
+                            })
+                        })
+                }
+                _ => false,
+            }
+    });
     let input = PolicyInput::namespaced(&np, &uid);
-    sync(&api, &*np, np.status.as_ref(), &input, bound, &ctx).await
+    let claim = Claim::of(generated, &*np);
+    sync(&api, &*np, np.status.as_ref(), &input, claim, &ctx).await
 }
 
 pub async fn reconcile_cluster(
@@ -75,20 +75,20 @@ pub async fn reconcile_cluster(
     let uid = cwnp
         .uid()
         .ok_or_else(|| Error::MissingField(cwnp.name_any(), "metadata.uid"))?;
-    let bound = written_by_operator(&*cwnp)
-        && cwnp.owner_references().iter().any(|o| {
-            o.controller == Some(true)
-                && o.kind == "ClusterSecurityIntentBinding"
-                && o.name == cwnp.name_any()
-                && cluster_binding(&ctx, &o.name, &o.uid).is_some()
-        });
+    let generated = cwnp.owner_references().iter().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "ClusterSecurityIntentBinding"
+            && o.name == cwnp.name_any()
+            && cluster_binding(&ctx, &o.name, &o.uid).is_some()
+    });
     let input = PolicyInput::cluster(&cwnp, &uid);
+    let claim = Claim::of(generated, &*cwnp);
     sync(
         &Api::all(ctx.client.clone()),
         &*cwnp,
         cwnp.status.as_ref(),
         &input,
-        bound,
+        claim,
         &ctx,
     )
     .await
@@ -102,6 +102,32 @@ fn cluster_binding(
     ctx.cluster_bindings
         .get(&ObjectRef::new(name))
         .filter(|b| b.uid().as_deref() == Some(uid))
+}
+
+/// Whether a policy may be translated. Only a binding's policy is: whoever may write
+/// NimbusPolicies must not get what a binding's author would have to be trusted with (a
+/// sandbox RoleBinding, say).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// The policy a binding generates, as the operator wrote it.
+    Bound,
+    /// The policy a binding generates, holding fields someone else wrote: tampered with, or
+    /// left by a predecessor (the original Nimbus) being taken over. The binding controller
+    /// takes it back; until then what is in force stays, and nothing is reported: its status
+    /// would be about content the operator did not write.
+    Restoring,
+    /// Not the policy any existing binding generates.
+    NotBound,
+}
+
+impl Claim {
+    fn of<K: Resource>(generated: bool, policy: &K) -> Self {
+        match (generated, written_by_operator(policy)) {
+            (true, true) => Self::Bound,
+            (true, false) => Self::Restoring,
+            (false, _) => Self::NotBound,
+        }
+    }
 }
 
 /// Whether every field of the policy's body was written by the operator (someone able to
@@ -146,12 +172,17 @@ async fn sync<K>(
     policy: &K,
     current: Option<&NimbusPolicyStatus>,
     input: &PolicyInput<'_>,
-    bound: bool,
+    claim: Claim,
     ctx: &Context,
 ) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
+    if claim == Claim::Restoring {
+        // The binding controller's write of the policy triggers this again.
+        return Ok(Action::requeue(ctx.resync));
+    }
+    let bound = claim == Claim::Bound;
     let uid = &input.owner.uid;
     let reported = current
         .and_then(|s| s.adapter_policies.as_deref())
