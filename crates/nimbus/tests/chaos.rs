@@ -12,6 +12,8 @@
 mod common;
 
 use common::cases::Rng;
+use common::monitor::{Monitor, Watched};
+use common::replica::Replica;
 use common::{CONVERGE, get};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -25,11 +27,10 @@ use nimbus_core::engines::{
     CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, NETWORK_POLICY,
     NativeKind, ROLE_BINDING,
 };
+use nimbus_testenv::ControlPlane;
 use nimbus_testenv::eventually;
-use nimbus_testenv::{Child, ControlPlane, free_port, http_get};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -55,16 +56,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-struct Replica {
-    name: &'static str,
-    process: Child,
-    health: u16,
-}
-
 fn start_replica(name: &'static str, cp: &ControlPlane, dir: &Path) -> Replica {
-    let health = free_port().expect("port");
-    let args: Vec<String> = [
-        "run",
+    let election = [
         "--leader-elect",
         "--leader-elect-namespace",
         OPERATOR_NAMESPACE,
@@ -76,35 +69,8 @@ fn start_replica(name: &'static str, cp: &ControlPlane, dir: &Path) -> Replica {
         "3s",
         "--leader-elect-retry-period",
         "1s",
-        "--instance",
-        name,
-        "--health-addr",
-        &format!("127.0.0.1:{health}"),
-        "--metrics-addr",
-        &format!("127.0.0.1:{}", free_port().expect("port")),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let process = Child::spawn(
-        name,
-        Path::new(env!("CARGO_BIN_EXE_nimbus")),
-        &args,
-        &[
-            ("KUBECONFIG", cp.kubeconfig_path().as_os_str()),
-            (
-                "NIMBUS_LOG",
-                OsStr::new("info,nimbus_operator::cache=debug"),
-            ),
-        ],
-        dir,
-    )
-    .expect("starting a replica");
-    Replica {
-        name,
-        process,
-        health,
-    }
+    ];
+    Replica::start(name, cp.kubeconfig_path(), dir, &election)
 }
 
 async fn leader(client: &Client) -> Option<String> {
@@ -765,9 +731,7 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         .collect();
     for r in &replicas {
         eventually(&format!("{} ready", r.name), CONVERGE, async |_| {
-            http_get(r.health, "/readyz")
-                .await
-                .filter(|(code, _)| *code == 200)
+            r.ready().await.ok()
         })
         .await;
     }
@@ -781,8 +745,9 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         (0.5, "etcd"),
         (0.7, "kube-apiserver"),
     ];
-    let kill_every = total / 5;
-    let mut next_kill = kill_every;
+    // Kills at 10%, 30%, ..., 90% of the churn; one that finds no leader is tried again.
+    let kill_every = total / LEADER_KILLS;
+    let mut next_kill = kill_every / 2;
     while started.elapsed() < total {
         churn(&client, &mut rng, &mut stats).await;
         let elapsed = started.elapsed();
@@ -796,10 +761,10 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
             eprintln!("chaos: restarted {component} at {elapsed:?}");
         }
         if elapsed >= next_kill {
-            next_kill += kill_every;
             if let Some(holder) = leader(&client).await
                 && let Some(r) = replicas.iter_mut().find(|r| r.name == holder)
             {
+                next_kill += kill_every;
                 r.process.kill();
                 kills += 1;
                 let killed = Instant::now();
@@ -810,7 +775,10 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
                 let obj = json!({"apiVersion": GROUP, "kind": "SecurityIntentBinding", "metadata": {"name": probe},
                                  "spec": {"intents": [{"name": "probe"}], "selector": {}}});
                 upsert(&sibs, &probe, &obj, &mut stats, "probe binding").await;
-                let name = r.name;
+                let name = names
+                    .into_iter()
+                    .find(|n| *n == holder)
+                    .expect("a replica's name");
                 *r = start_replica(name, cp, dir.path());
                 let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), "chaos-probe");
                 eventually(
@@ -878,6 +846,167 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
                 .join("\n-----\n")
         ),
     }
-    assert!(kills >= 3, "only {kills} leader kills happened");
+    assert_eq!(kills, LEADER_KILLS, "leader kills during the churn");
     assert!(converged.is_some_and(|a| a.expected > 0));
+
+    // At rest, nothing is to change: whatever happens to the replicas or the control plane, no
+    // generated object may be deleted and re-created, even for a moment.
+    let monitor = Monitor::start(
+        &client,
+        Watched {
+            objects: monitored_kinds(),
+            statuses: vec![
+                kube::api::ApiResource::erase::<SecurityIntentBinding>(&()),
+                kube::api::ApiResource::erase::<ClusterSecurityIntentBinding>(&()),
+                kube::api::ApiResource::erase::<NimbusPolicy>(&()),
+                kube::api::ApiResource::erase::<ClusterNimbusPolicy>(&()),
+            ],
+        },
+    )
+    .await;
+    let at_rest = monitor.present().len();
+    for disruption in Disruption::ALL {
+        let started = Instant::now();
+        disruption
+            .run(cp, &client, &mut replicas, &names, dir.path())
+            .await;
+        settled(&client, &replicas).await;
+        eprintln!(
+            "  at rest: {disruption:?}, settled after {:?}",
+            started.elapsed()
+        );
+    }
+    // An object still awaiting the garbage collector after the churn may go meanwhile;
+    // anything that comes back was deleted while wanted.
+    let mut findings = monitor.findings();
+    findings.gaps.retain(|g| g.absent.is_some());
+    assert!(
+        findings.is_clean(),
+        "disruptions at rest lowered protection or misreported it: {findings}"
+    );
+    let audit = audit(&client, dir.path()).await.expect("the audit at rest");
+    assert!(
+        audit.clean(),
+        "after the disruptions at rest: missing {:?}, stale {:?}, orphaned {:?}, untruthful {:?}",
+        audit.missing,
+        audit.stale,
+        audit.orphaned,
+        audit.untruthful
+    );
+    eprintln!(
+        "  at rest: {} objects watched through {} disruptions: 0 deleted and re-created, 0 uid changes, 0 Warning Events, 0 Ready=False",
+        at_rest,
+        Disruption::ALL.len()
+    );
+}
+
+/// Leader kills during the churn.
+const LEADER_KILLS: u32 = 5;
+
+/// Every kind the operator generates here, for the monitor at rest.
+fn monitored_kinds() -> Vec<kube::api::ApiResource> {
+    let mut kinds = vec![
+        kube::api::ApiResource::erase::<NimbusPolicy>(&()),
+        kube::api::ApiResource::erase::<ClusterNimbusPolicy>(&()),
+    ];
+    kinds.extend(NATIVE_KINDS.iter().map(|k| k.api_resource()));
+    kinds
+}
+
+/// What happens to the replicas or the control plane while the cluster is at rest.
+#[derive(Debug, Clone, Copy)]
+enum Disruption {
+    LeaderKilled,
+    LeaderRestartedAsItself,
+    RollingRestart,
+    ApiServerRestarted,
+    EtcdRestarted,
+}
+
+impl Disruption {
+    const ALL: [Self; 5] = [
+        Self::LeaderKilled,
+        Self::LeaderRestartedAsItself,
+        Self::RollingRestart,
+        Self::ApiServerRestarted,
+        Self::EtcdRestarted,
+    ];
+
+    async fn run(
+        self,
+        cp: &ControlPlane,
+        client: &Client,
+        replicas: &mut [Replica],
+        names: &[&'static str],
+        dir: &Path,
+    ) {
+        match self {
+            Self::LeaderKilled | Self::LeaderRestartedAsItself => {
+                let holder = eventually("a leader", CONVERGE, async |_| leader(client).await).await;
+                let i = names
+                    .iter()
+                    .position(|n| *n == holder)
+                    .expect("the leader is a replica");
+                let killed = matches!(self, Self::LeaderKilled);
+                if killed {
+                    replicas[i].process.kill();
+                } else {
+                    replicas[i].process.terminate();
+                }
+                wait_exited(&mut replicas[i]).await;
+                if killed {
+                    // The standby takes over once the dead leader's lease expires.
+                    eventually("the standby to take over", CONVERGE, async |_| {
+                        leader(client).await.filter(|h| *h != holder)
+                    })
+                    .await;
+                }
+                replicas[i] = start_replica(names[i], cp, dir);
+            }
+            Self::RollingRestart => {
+                for i in 0..replicas.len() {
+                    replicas[i].process.terminate();
+                    wait_exited(&mut replicas[i]).await;
+                    replicas[i] = start_replica(names[i], cp, dir);
+                    let replica = &replicas[i];
+                    eventually(&format!("{} ready", replica.name), CONVERGE, async |_| {
+                        replica.ready().await.ok()
+                    })
+                    .await;
+                }
+            }
+            Self::ApiServerRestarted => cp
+                .restart("kube-apiserver")
+                .await
+                .expect("restarting kube-apiserver"),
+            Self::EtcdRestarted => cp.restart("etcd").await.expect("restarting etcd"),
+        }
+    }
+}
+
+async fn wait_exited(replica: &mut Replica) {
+    eventually(&format!("{} to exit", replica.name), CONVERGE, async |_| {
+        replica.process.has_exited().then_some(())
+    })
+    .await;
+}
+
+/// Waits until a replica leads, every replica is ready, and the leader has nothing in flight.
+async fn settled(client: &Client, replicas: &[Replica]) {
+    eventually("the replicas to settle", CONVERGE, async |seen| {
+        let holder = leader(client).await?;
+        let leader = replicas.iter().find(|r| r.name == holder)?;
+        for r in replicas {
+            if let Err(e) = r.ready().await {
+                *seen = format!("{}: {e}", r.name);
+                return None;
+            }
+        }
+        let in_flight = leader.metric("nimbus_reconciles_in_flight", "").await;
+        let pending = leader.metric("nimbus_watch_events_pending", "").await;
+        let leading = leader.metric("nimbus_leader", "").await;
+        *seen = format!("{holder}: leading {leading}, {in_flight} in flight, {pending} pending");
+        (leading == 1.0 && in_flight == 0.0 && pending == 0.0).then_some(())
+    })
+    .await;
 }
