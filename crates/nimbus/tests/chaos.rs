@@ -760,39 +760,37 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
                 .unwrap_or_else(|e| panic!("restarting {component}: {e}"));
             eprintln!("chaos: restarted {component} at {elapsed:?}");
         }
-        if elapsed >= next_kill {
-            if let Some(holder) = leader(&client).await
-                && let Some(r) = replicas.iter_mut().find(|r| r.name == holder)
-            {
-                next_kill += kill_every;
-                r.process.kill();
-                kills += 1;
-                let killed = Instant::now();
-                // Recovery: a change made right after the kill is enforced.
-                let probe = format!("probe-{kills}");
-                let sibs: Api<SecurityIntentBinding> =
-                    Api::namespaced(client.clone(), "chaos-probe");
-                let obj = json!({"apiVersion": GROUP, "kind": "SecurityIntentBinding", "metadata": {"name": probe},
-                                 "spec": {"intents": [{"name": "probe"}], "selector": {}}});
-                upsert(&sibs, &probe, &obj, &mut stats, "probe binding").await;
-                let name = names
-                    .into_iter()
-                    .find(|n| *n == holder)
-                    .expect("a replica's name");
-                *r = start_replica(name, cp, dir.path());
-                let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), "chaos-probe");
-                eventually(
-                    &format!("{probe} enforced after killing {holder}"),
-                    CONVERGE,
-                    async |_| {
-                        let s = get(&nps, &probe).await?.status?;
-                        (s.number_of_adapter_policies > 0).then_some(())
-                    },
-                )
-                .await;
-                recoveries.push(killed.elapsed());
-                remove(&sibs, &probe, &mut stats, "probe binding").await;
-            }
+        if elapsed >= next_kill
+            && let Some(holder) = leader(&client).await
+            && let Some(r) = replicas.iter_mut().find(|r| r.name == holder)
+        {
+            next_kill += kill_every;
+            r.process.kill();
+            kills += 1;
+            let killed = Instant::now();
+            // Recovery: a change made right after the kill is enforced.
+            let probe = format!("probe-{kills}");
+            let sibs: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), "chaos-probe");
+            let obj = json!({"apiVersion": GROUP, "kind": "SecurityIntentBinding", "metadata": {"name": probe},
+                             "spec": {"intents": [{"name": "probe"}], "selector": {}}});
+            upsert(&sibs, &probe, &obj, &mut stats, "probe binding").await;
+            let name = names
+                .into_iter()
+                .find(|n| *n == holder)
+                .expect("a replica's name");
+            *r = start_replica(name, cp, dir.path());
+            let nps: Api<NimbusPolicy> = Api::namespaced(client.clone(), "chaos-probe");
+            eventually(
+                &format!("{probe} enforced after killing {holder}"),
+                CONVERGE,
+                async |_| {
+                    let s = get(&nps, &probe).await?.status?;
+                    (s.number_of_adapter_policies > 0).then_some(())
+                },
+            )
+            .await;
+            recoveries.push(killed.elapsed());
+            remove(&sibs, &probe, &mut stats, "probe binding").await;
         }
         tokio::time::sleep(Duration::from_millis(rng.below(60) as u64)).await;
     }
