@@ -14,6 +14,8 @@ dev: control-plane
 test: control-plane tools kyverno
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# What the Dockerfile builds (no `dev` feature, locked dependencies), checked for the host.
+	$(CARGO) check --locked -p nimbus --no-default-features
 	$(CARGO) test --workspace --no-fail-fast
 
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok from pinned Go modules,

@@ -128,8 +128,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     };
 
     let shutdown = crate::shutdown_on_signal();
+    let health = nimbus_testenv::free_port().context("a port for /healthz and /readyz")?;
     let mut config = nimbus_operator::Config {
-        health_addr: Some(([127, 0, 0, 1], 8081).into()),
+        health_addr: Some(([127, 0, 0, 1], health).into()),
         posture: Some(nimbus_operator::posture::Config {
             addr: ([127, 0, 0, 1], posture_api.port).into(),
             certificate: nimbus_operator::posture::ServingCertificate {
@@ -160,7 +161,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     print!("{}", summary(&client).await?);
     println!(
         "\nThe control plane is up. Try:\n  KUBECONFIG={0} kubectl get si,sib,csib,np,cwnp -A\n  \
-         KUBECONFIG={0} kubectl get workloadpostures,namespacepostures -A\n",
+         KUBECONFIG={0} kubectl get workloadpostures,namespacepostures -A\n  \
+         curl http://127.0.0.1:{health}/readyz\n",
         args.kubeconfig.display()
     );
 

@@ -15,7 +15,7 @@ use nimbus_core::engines::{
 use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::{compile_binding, compile_cluster_binding, plan, validation};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -85,6 +85,9 @@ impl fmt::Display for Origin {
     }
 }
 
+/// The values the CRD allows for `spec.intent.action`.
+const ACTIONS: [&str; 2] = ["Block", "Audit"];
+
 enum Manifest {
     Intent(SecurityIntent),
     Binding(SecurityIntentBinding),
@@ -103,9 +106,10 @@ impl Manifest {
         }
     }
 
-    /// What the API server checks in `metadata` before it accepts the object: a DNS-1123
-    /// subdomain name, a DNS-1123 label namespace (bindings), valid labels and annotation keys.
-    fn metadata_problems(&self) -> Vec<String> {
+    /// What the API server checks before it accepts the object beyond what parsing checked: a
+    /// DNS-1123 subdomain name, a DNS-1123 label namespace (bindings), valid labels and
+    /// annotation keys, and an intent's action among the CRD's values.
+    fn admission_problems(&self) -> Vec<String> {
         let (meta, namespaced) = match self {
             Manifest::Intent(si) => (&si.metadata, false),
             Manifest::Binding(b) => (&b.metadata, true),
@@ -120,6 +124,15 @@ impl Manifest {
         }
         if let Some(annotations) = &meta.annotations {
             out.extend(validation::annotations(annotations, "metadata.annotations"));
+        }
+        if let Manifest::Intent(si) = self
+            && !ACTIONS.contains(&si.spec.intent.action.as_str())
+        {
+            out.push(format!(
+                "action `{}` must be {} (the CRD refuses anything else)",
+                si.spec.intent.action,
+                ACTIONS.join(" or ")
+            ));
         }
         out
     }
@@ -136,8 +149,10 @@ fn load(inputs: &Inputs) -> Loaded {
         manifests: Vec::new(),
         errors: Vec::new(),
     };
+    // Files already read, by canonical path: each is read once, whichever inputs name it.
+    let mut seen = HashSet::new();
     for path in &inputs.files {
-        match read_all(path) {
+        match read_all(path, &mut seen) {
             Ok(files) => {
                 for (file, text) in files {
                     parse(&file, &text, &mut loaded);
@@ -149,8 +164,9 @@ fn load(inputs: &Inputs) -> Loaded {
     loaded
 }
 
-/// `(display name, contents)` of a file, every manifest file under a directory, or stdin.
-fn read_all(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
+/// `(display name, contents)` of a file, every manifest file under a directory, or stdin;
+/// but none of the files in `seen`.
+fn read_all(path: &Path, seen: &mut HashSet<PathBuf>) -> anyhow::Result<Vec<(String, String)>> {
     if path == Path::new("-") {
         let mut text = String::new();
         std::io::stdin()
@@ -158,7 +174,9 @@ fn read_all(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
             .context("reading standard input")?;
         return Ok(vec![("<stdin>".into(), text)]);
     }
-    manifest_files(path)?
+    let mut files = Vec::new();
+    collect_manifest_files(path, seen, &mut files)?;
+    files
         .into_iter()
         .map(|file| {
             let text = std::fs::read_to_string(&file)
@@ -169,10 +187,27 @@ fn read_all(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
 }
 
 /// `path` itself, or the *.yaml, *.yml and *.json files under the directory `path`, recursively,
-/// in name order.
+/// in name order; each file once, however many links lead to it (so a link loop ends).
 pub fn manifest_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    collect_manifest_files(path, &mut HashSet::new(), &mut files)?;
+    Ok(files)
+}
+
+/// [`manifest_files`] of `path` into `files`, skipping what `seen` holds (canonical paths).
+fn collect_manifest_files(
+    path: &Path,
+    seen: &mut HashSet<PathBuf>,
+    files: &mut Vec<PathBuf>,
+) -> anyhow::Result<()> {
+    // What cannot be resolved is kept as named: reading it reports why.
+    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_owned());
+    if !seen.insert(canonical) {
+        return Ok(());
+    }
     if !path.is_dir() {
-        return Ok(vec![path.to_owned()]);
+        files.push(path.to_owned());
+        return Ok(());
     }
     let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
         .with_context(|| format!("{}: cannot read directory", path.display()))?
@@ -184,14 +219,83 @@ pub fn manifest_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
         })
         .collect();
     entries.sort();
-    let mut files = Vec::new();
     for entry in entries {
-        files.extend(manifest_files(&entry)?);
+        collect_manifest_files(&entry, seen, files)?;
     }
-    Ok(files)
+    Ok(())
+}
+
+/// Deepest nesting accepted in an input file: flow collections (`[`, `{`) inside each other,
+/// or block sequences opened on one line (`- - -`). Kubernetes objects nest far less, and the
+/// parser takes super-linear time on deep nesting, so deeper input is refused by a linear scan
+/// before it is parsed.
+const MAX_NESTING: usize = 100;
+
+/// The 1-based line where `text` first nests deeper than [`MAX_NESTING`], if it does.
+fn too_deep(text: &str) -> Option<usize> {
+    let (mut depth, mut line) = (0usize, 0);
+    let mut quote: Option<char> = None;
+    let mut previous = '\n';
+    // Read as if after a line break, so that the first line is read as every other.
+    let mut chars = std::iter::once('\n').chain(text.chars()).peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (_, '\n') => {
+                line += 1;
+                // A block sequence entry opening at the start of a line, and those after it.
+                let mut block = 0;
+                while chars.peek().is_some_and(|c| *c == ' ') {
+                    chars.next();
+                }
+                while chars.peek() == Some(&'-') {
+                    chars.next();
+                    if chars.peek().is_none_or(|c| *c != ' ') {
+                        break;
+                    }
+                    block += 1;
+                    while chars.peek().is_some_and(|c| *c == ' ') {
+                        chars.next();
+                    }
+                }
+                if quote.is_none() && depth + block > MAX_NESTING {
+                    return Some(line);
+                }
+                previous = ' ';
+                continue;
+            }
+            (Some('"'), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            // A quote opens a scalar only where one starts (not the one in `it's`).
+            (None, '"' | '\'') if " \t[{,:\n".contains(previous) => quote = Some(c),
+            (None, '#') if previous.is_whitespace() => {
+                while chars.peek().is_some_and(|c| *c != '\n') {
+                    chars.next();
+                }
+            }
+            (None, '[' | '{') => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Some(line);
+                }
+            }
+            (None, ']' | '}') => depth = depth.saturating_sub(1),
+            (None, _) => {}
+        }
+        previous = c;
+    }
+    None
 }
 
 fn parse(file: &str, text: &str, loaded: &mut Loaded) {
+    if let Some(line) = too_deep(text) {
+        loaded.errors.push(format!(
+            "{file}: nested more than {MAX_NESTING} levels deep at line {line}; not parsed"
+        ));
+        return;
+    }
     for (document, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let origin = Origin {
             file: file.to_owned(),
@@ -256,7 +360,7 @@ fn fatal_problems(loaded: &Loaded) -> Vec<String> {
     }
     for (origin, manifest) in &loaded.manifests {
         let what = manifest.describe();
-        for p in manifest.metadata_problems() {
+        for p in manifest.admission_problems() {
             out.push(format!("{origin}: {what}: {p}"));
         }
     }
@@ -279,12 +383,6 @@ fn semantic_problems(loaded: &Loaded, sandbox_roles: &BTreeSet<String>) -> Vec<S
                         "{origin}: {what}: unknown intent ID `{}` (known: {})",
                         intent.id,
                         known.join(", ")
-                    ));
-                }
-                if !matches!(intent.action.as_str(), "Block" | "Audit") {
-                    out.push(format!(
-                        "{origin}: {what}: action `{}` must be Block or Audit",
-                        intent.action
                     ));
                 }
                 let rule = nimbus_core::compile::rule(intent);

@@ -79,6 +79,79 @@ fn unknown_intent_ids_and_bad_actions() {
     );
 }
 
+/// `translate` refuses what the API server would refuse, as `validate` does.
+#[test]
+fn translate_refuses_an_action_the_crd_refuses() {
+    let intent = INTENT.replace("Block", "Deny");
+    let out = nimbus(
+        &["translate", "-f", "in.yaml"],
+        &[("in.yaml", &format!("{intent}---{BINDING}"))],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("action `Deny` must be Block or Audit"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "nothing is translated");
+}
+
+/// Deep nesting is refused in time linear in the input, before the parser sees it.
+#[test]
+fn deeply_nested_input_is_refused_quickly() {
+    let n = 100_000;
+    for (what, text) in [
+        ("flow lists", format!("{}{}", "[".repeat(n), "]".repeat(n))),
+        (
+            "JSON objects",
+            format!("{}1{}", "{\"a\":".repeat(n), "}".repeat(n)),
+        ),
+        ("block sequences", format!("{}x\n", "- ".repeat(n))),
+    ] {
+        let started = std::time::Instant::now();
+        let out = nimbus(&["validate", "-f", "in.yaml"], &[("in.yaml", &text)]);
+        let took = started.elapsed();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        assert!(
+            err.contains("in.yaml: nested more than 100 levels deep at line 1"),
+            "{what}: {err}"
+        );
+        assert!(took < std::time::Duration::from_secs(5), "{what}: {took:?}");
+    }
+    // Brackets in quoted strings and comments do not count; neither does an apostrophe.
+    let deep_but_quoted = format!("{INTENT}  # {}\n", "[".repeat(200)).replace(
+        "action: Block}}",
+        &format!("action: Block, description: \"{}\"}}}}", "[".repeat(200)),
+    );
+    let out = nimbus(
+        &["validate", "-f", "in.yaml"],
+        &[("in.yaml", &format!("{deep_but_quoted}---{BINDING}"))],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// A directory read through links is read once per file, and a link loop ends.
+#[test]
+fn links_to_the_same_files_are_read_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).expect("dir");
+    std::fs::write(manifests.join("intent.yaml"), INTENT).expect("intent");
+    std::fs::write(manifests.join("binding.yaml"), BINDING).expect("binding");
+    std::os::unix::fs::symlink(&manifests, manifests.join("loop")).expect("a link loop");
+    std::os::unix::fs::symlink(manifests.join("intent.yaml"), manifests.join("same.yaml"))
+        .expect("a link to a file");
+    let out = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["validate", "-f", "manifests", "-f", "manifests/intent.yaml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("running nimbus");
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(stdout.contains("2 manifests valid"), "{stdout}{err}");
+}
+
 #[test]
 fn bad_parameters() {
     let text = r#"
