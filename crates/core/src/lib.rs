@@ -12,6 +12,7 @@ pub mod objects;
 pub mod params;
 pub mod plan;
 pub mod posture;
+pub mod status;
 pub mod validation;
 
 pub use compile::{

@@ -6,10 +6,11 @@
 use crate::namespaces::{self, ProtectedNamespaces};
 use crate::{CompileError, compile_binding, compile_cluster_binding, objects};
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
-    SecurityIntentBinding,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NamespaceSelector, NimbusPolicy,
+    SecurityIntent, SecurityIntentBinding,
 };
 use std::borrow::Borrow;
 
@@ -66,17 +67,12 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
     protected: &ProtectedNamespaces,
 ) -> Result<ClusterBindingPolicies, CompileError> {
     let compiled = compile_cluster_binding(&csib.spec, intent)?;
-    let selector = csib
-        .spec
-        .selector
-        .as_ref()
-        .and_then(|s| s.ns_selector.as_ref());
     let namespace_policies = namespaces
         .into_iter()
         .filter(|ns| !namespaces::is_terminating(ns))
         .map(|ns| {
             let name = ns.name_any();
-            let selected = selector.is_some_and(|s| namespaces::selects(s, &name, protected));
+            let selected = selects_namespace(csib, &name, protected);
             let policy = compiled
                 .namespace_policy
                 .clone()
@@ -91,12 +87,82 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
             .map(|spec| objects::cluster_policy(csib, spec)),
         namespaces: namespace_policies,
         has_namespace_policies: compiled.namespace_policy.is_some(),
-        protected: selector
+        protected: namespace_selector(csib)
             .map(|s| namespaces::protected_names(s, protected))
             .unwrap_or_default(),
         bound_intents: compiled.bound_intents,
         missing_intents: compiled.missing_intents,
     })
+}
+
+fn namespace_selector(csib: &ClusterSecurityIntentBinding) -> Option<&NamespaceSelector> {
+    csib.spec.selector.as_ref()?.ns_selector.as_ref()
+}
+
+/// Whether the cluster binding selects the namespace `namespace` (a protected one never is).
+/// It says nothing of whether the selector is valid: planning the binding does.
+pub fn selects_namespace(
+    csib: &ClusterSecurityIntentBinding,
+    namespace: &str,
+    protected: &ProtectedNamespaces,
+) -> bool {
+    namespace_selector(csib).is_some_and(|s| namespaces::selects(s, namespace, protected))
+}
+
+/// Whether `np` is the NimbusPolicy an existing binding generates: its controller is a
+/// binding (looked up by namespace and name, or by name for a cluster binding, and matched by
+/// uid) whose policy has this name and this namespace, which a cluster binding must select.
+/// Only such a policy is translated: whoever may write NimbusPolicies must not get what a
+/// binding's author would have to be trusted with (a sandbox RoleBinding, say).
+pub fn generates<B, C>(
+    np: &NimbusPolicy,
+    binding: impl Fn(&str, &str) -> Option<B>,
+    cluster_binding: impl Fn(&str) -> Option<C>,
+    protected: &ProtectedNamespaces,
+) -> bool
+where
+    B: Borrow<SecurityIntentBinding>,
+    C: Borrow<ClusterSecurityIntentBinding>,
+{
+    let (name, namespace) = (np.name_any(), np.namespace().unwrap_or_default());
+    controller(np).is_some_and(|o| match o.kind.as_str() {
+        "SecurityIntentBinding" => {
+            o.name == name
+                && binding(&namespace, &o.name).is_some_and(|b| has_uid(b.borrow(), &o.uid))
+        }
+        "ClusterSecurityIntentBinding" => {
+            name == crate::names::cluster_binding_policy_name(&o.name)
+                && cluster_binding(&o.name).is_some_and(|b| {
+                    let b = b.borrow();
+                    has_uid(b, &o.uid) && selects_namespace(b, &namespace, protected)
+                })
+        }
+        _ => false,
+    })
+}
+
+/// Whether `cwnp` is the ClusterNimbusPolicy an existing cluster binding generates (see
+/// [`generates`]).
+pub fn generates_cluster_policy<C: Borrow<ClusterSecurityIntentBinding>>(
+    cwnp: &ClusterNimbusPolicy,
+    cluster_binding: impl Fn(&str) -> Option<C>,
+) -> bool {
+    controller(cwnp).is_some_and(|o| {
+        o.kind == "ClusterSecurityIntentBinding"
+            && o.name == cwnp.name_any()
+            && cluster_binding(&o.name).is_some_and(|b| has_uid(b.borrow(), &o.uid))
+    })
+}
+
+/// The controller ownerReference of `obj`, if any.
+fn controller<K: kube::Resource>(obj: &K) -> Option<&OwnerReference> {
+    obj.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+}
+
+fn has_uid<K: kube::Resource>(obj: &K, uid: &str) -> bool {
+    obj.meta().uid.as_deref() == Some(uid)
 }
 
 impl ClusterBindingPolicies {

@@ -34,6 +34,11 @@ impl Error {
             .is_some_and(|status| matches!(status.code, 400 | 413 | 422))
     }
 
+    /// Whether a write lost a race: the object changed since it was read (409 Conflict).
+    pub fn is_lost_race(&self) -> bool {
+        self.api_status().is_some_and(|s| s.is_conflict())
+    }
+
     /// Whether a create failed because an object of that name exists.
     pub fn is_already_exists(&self) -> bool {
         self.api_status().is_some_and(|s| s.is_already_exists())

@@ -4,7 +4,6 @@
 pub mod apply;
 mod availability;
 mod cache;
-mod conditions;
 mod context;
 mod controllers;
 pub mod drift;

@@ -28,7 +28,8 @@ use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
     DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, Fact, NativeKind,
 };
-use nimbus_core::namespaces::{self, ProtectedNamespaces};
+use nimbus_core::namespaces::ProtectedNamespaces;
+use nimbus_core::plan;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::future::Future;
@@ -872,15 +873,7 @@ fn selecting(
     store
         .state()
         .iter()
-        .filter(|b| {
-            let selector = b
-                .spec
-                .selector
-                .as_ref()
-                .and_then(|s| s.ns_selector.as_ref());
-            namespaces::validate(selector).is_ok()
-                && selector.is_some_and(|s| namespaces::selects(s, namespace, protected))
-        })
+        .filter(|b| plan::selects_namespace(b, namespace, protected))
         .map(|b| ObjectRef::from_obj(&**b))
         .collect()
 }

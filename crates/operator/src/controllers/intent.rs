@@ -2,11 +2,11 @@
 
 use super::Context;
 use crate::apply;
-use crate::conditions::ready;
 use crate::error::Error;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use nimbus_api::{STATUS_CREATED, SecurityIntent, SecurityIntentStatus, condition};
+use nimbus_core::status::ready;
 use std::sync::Arc;
 
 pub async fn reconcile(si: Arc<SecurityIntent>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -80,11 +80,41 @@ fn publish<K: Resource<DynamicType = ()>>(
     let event = Event {
         type_,
         reason: reason.to_owned(),
-        note: Some(crate::conditions::bounded(note, MAX_EVENT_NOTE)),
+        note: Some(nimbus_core::status::bounded(note, MAX_EVENT_NOTE)),
         action: "Reconcile".to_owned(),
         secondary: None,
     };
     ctx.events.publish(event, obj.object_ref(&()));
+}
+
+/// The first failure of a reconcile's writes, returned once its status is written (so that it
+/// is retried). A write that lost a race with another writer (409 Conflict: the object changed
+/// since it was read) is not a failure to report: the change that beat it triggers the next
+/// reconcile, which starts from what is stored.
+#[derive(Default)]
+struct Executed {
+    failure: Option<Error>,
+}
+
+impl Executed {
+    /// `result` for the status (the failure's message), keeping the first failure; a lost race
+    /// ends the reconcile at once.
+    fn record<T>(&mut self, result: Result<T, Error>) -> Result<Result<T, String>, Error> {
+        match result {
+            Ok(value) => Ok(Ok(value)),
+            Err(error) if error.is_lost_race() => Err(error),
+            Err(error) => {
+                let message = error.to_string();
+                self.failure.get_or_insert(error);
+                Ok(Err(message))
+            }
+        }
+    }
+
+    /// `action`, or the first failure.
+    fn result(self, action: Action) -> Result<Action, Error> {
+        self.failure.map_or(Ok(action), Err)
+    }
 }
 
 /// What writing one generated policy changed.
@@ -198,7 +228,7 @@ where
 }
 
 /// Writes an object's status (if it changed and says something new, see
-/// [`crate::conditions::only_pending`]) and raises a Warning event when it turns not ready,
+/// [`nimbus_core::status::only_pending`]) and raises a Warning event when it turns not ready,
 /// then schedules the next drift re-check.
 async fn update_status<K, S>(
     ctx: &Context,
@@ -216,7 +246,7 @@ where
     S: Status,
 {
     let before = current.map(Status::conditions).unwrap_or_default();
-    if crate::conditions::only_pending(before, status.conditions()) {
+    if nimbus_core::status::only_pending(before, status.conditions()) {
         return Ok(Action::requeue(ctx.resync));
     }
     let not_ready = status

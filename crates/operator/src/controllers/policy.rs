@@ -2,7 +2,6 @@
 //! translate (pure) → apply what differs → prune what is no longer wanted → write status once.
 
 use super::{Context, publish, update_status};
-use crate::conditions::policy_ready;
 use crate::error::Error;
 use crate::metrics::EngineLabels;
 use crate::natives::{Key, Outcome};
@@ -10,13 +9,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
-use nimbus_api::ClusterSecurityIntentBinding;
 use nimbus_api::{
     ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus, STATUS_CREATED, condition,
 };
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{self, EngineSet, PolicyInput, Problem};
-use nimbus_core::{names, namespaces};
+use nimbus_core::plan;
+use nimbus_core::status::policy_ready;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
@@ -32,37 +31,12 @@ pub async fn reconcile_namespaced(
         .ok_or_else(|| Error::MissingField(np.name_any(), "metadata.uid"))?;
     let namespace = np.namespace().unwrap_or_default();
     let api = Api::namespaced(ctx.client.clone(), &namespace);
-    // Only a binding's policy is translated: whoever may write NimbusPolicies must not get what
-    // a binding's author would have to be trusted with (a sandbox RoleBinding, say). So the
-    // policy must be the one its binding generates (name, and namespace for a cluster binding)
-    // and hold nothing anyone but the operator wrote.
-    let np_name = np.name_any();
-    let generated = np.owner_references().iter().any(|o| {
-        o.controller == Some(true)
-            && match o.kind.as_str() {
-                "SecurityIntentBinding" => {
-                    o.name == np_name
-                        && ctx
-                            .bindings
-                            .get(&ObjectRef::new(&o.name).within(&namespace))
-                            .is_some_and(|b| b.uid().as_deref() == Some(&o.uid))
-                }
-                "ClusterSecurityIntentBinding" => {
-                    np_name == names::cluster_binding_policy_name(&o.name)
-                        && cluster_binding(&ctx, &o.name, &o.uid).is_some_and(|b| {
-                            let selector = b
-                                .spec
-                                .selector
-                                .as_ref()
-                                .and_then(|s| s.ns_selector.as_ref());
-                            selector.is_some_and(|s| {
-                                namespaces::selects(s, &namespace, &ctx.protected_namespaces)
-                            })
-                        })
-                }
-                _ => false,
-            }
-    });
+    let generated = plan::generates(
+        &np,
+        |ns, name| ctx.bindings.get(&ObjectRef::new(name).within(ns)),
+        |name| ctx.cluster_bindings.get(&ObjectRef::new(name)),
+        &ctx.protected_namespaces,
+    );
     let input = PolicyInput::namespaced(&np, &uid);
     let claim = Claim::of(generated, &*np);
     sync(&api, &*np, np.status.as_ref(), &input, claim, &ctx).await
@@ -75,11 +49,8 @@ pub async fn reconcile_cluster(
     let uid = cwnp
         .uid()
         .ok_or_else(|| Error::MissingField(cwnp.name_any(), "metadata.uid"))?;
-    let generated = cwnp.owner_references().iter().any(|o| {
-        o.controller == Some(true)
-            && o.kind == "ClusterSecurityIntentBinding"
-            && o.name == cwnp.name_any()
-            && cluster_binding(&ctx, &o.name, &o.uid).is_some()
+    let generated = plan::generates_cluster_policy(&cwnp, |name| {
+        ctx.cluster_bindings.get(&ObjectRef::new(name))
     });
     let input = PolicyInput::cluster(&cwnp, &uid);
     let claim = Claim::of(generated, &*cwnp);
@@ -92,16 +63,6 @@ pub async fn reconcile_cluster(
         &ctx,
     )
     .await
-}
-
-fn cluster_binding(
-    ctx: &Context,
-    name: &str,
-    uid: &str,
-) -> Option<Arc<ClusterSecurityIntentBinding>> {
-    ctx.cluster_bindings
-        .get(&ObjectRef::new(name))
-        .filter(|b| b.uid().as_deref() == Some(uid))
 }
 
 /// Whether a policy may be translated. Only a binding's policy is: whoever may write

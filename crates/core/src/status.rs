@@ -1,0 +1,917 @@
+//! Every status the operator writes, decided from the plan and from what executing it did:
+//! a policy's `Ready` from the problems of its translation, a binding's from its policies' own
+//! results plus what blocks the binding itself (missing intents, conflicts, failed writes).
+//! Pure: the controllers observe, plan and execute, then ask this module what to report.
+
+use crate::CompileError;
+use crate::engines::Problem;
+use crate::names;
+use crate::namespaces::ProtectedNamespaces;
+use crate::plan::{BindingPolicies, ClusterBindingPolicies};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::{Resource, ResourceExt};
+use nimbus_api::{
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, ClusterSecurityIntentBindingStatus,
+    Condition, NimbusPolicy, NimbusPolicyStatus, STATUS_CREATED, STATUS_VALIDATION_FAIL,
+    SecurityIntentBinding, SecurityIntentBindingStatus, condition,
+};
+use std::collections::BTreeMap;
+
+/// A `Ready` condition (the transition time is filled in when it is written).
+pub fn ready(
+    ok: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) -> Condition {
+    condition(
+        if ok { "True" } else { "False" },
+        reason,
+        message.into(),
+        generation,
+    )
+}
+
+/// `Ready=Unknown`: the outcome is not known yet.
+pub fn reconciling(message: String, generation: Option<i64>) -> Condition {
+    condition(
+        "Unknown",
+        condition::REASON_RECONCILING,
+        message,
+        generation,
+    )
+}
+
+/// `text` cut at a character boundary so that, with the `… (N more bytes)` it then ends in, it
+/// is at most `max` bytes long.
+pub fn bounded(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    // Room for the suffix: the ellipsis (3 bytes), up to 20 digits and the words.
+    let mut cut = max.saturating_sub(40);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let dropped = text.len() - cut;
+    text.truncate(cut);
+    text.push_str(&format!("… ({dropped} more bytes)"));
+    text
+}
+
+/// Longest condition message written; longer ones are cut (an object's whole size is bounded
+/// by etcd, and a list of thousands of names helps nobody).
+const MAX_MESSAGE: usize = 4096;
+
+fn condition(status: &str, reason: &str, message: String, generation: Option<i64>) -> Condition {
+    let message = bounded(message, MAX_MESSAGE);
+    Condition {
+        type_: condition::READY.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+    }
+}
+
+/// The `Ready` condition a generated policy reports for what it holds now; `None` while it is
+/// being (re)written or its status is older than its spec.
+pub fn policy_result(
+    policy: Option<&(impl Resource + ?Sized)>,
+    status: Option<&NimbusPolicyStatus>,
+    just_written: bool,
+) -> Option<Condition> {
+    let generation = policy?.meta().generation;
+    let status = status.filter(|s| !just_written && s.observed_generation == generation)?;
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::READY)
+        .cloned()
+}
+
+/// What keeps a binding from being in force besides its policies' own results.
+pub struct Blocker {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A binding's `Ready`, from what its generated policies report (so it never claims more than
+/// is in force): false when something blocks it or a policy is not ready, unknown while a
+/// policy has not been translated at its current generation, true otherwise with the policies'
+/// notes (partial enforcement). `policies` pairs each policy's name with its result.
+pub fn binding_ready(
+    generation: Option<i64>,
+    blockers: Vec<Blocker>,
+    policies: &[(String, Option<Condition>)],
+) -> Condition {
+    let mut failed = blockers.first().map(|b| b.reason.to_owned());
+    let mut notes: Vec<String> = blockers.into_iter().map(|b| b.message).collect();
+    // Cluster bindings repeat one message over many namespaces: group them.
+    let mut by_message: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut pending = Vec::new();
+    for (name, result) in policies {
+        match result {
+            None => pending.push(name.as_str()),
+            Some(c) => {
+                if c.status != "True" {
+                    failed.get_or_insert_with(|| c.reason.clone());
+                }
+                if !c.message.is_empty() {
+                    by_message.entry(&c.message).or_default().push(name);
+                }
+            }
+        }
+    }
+    notes.extend(
+        by_message
+            .into_iter()
+            .map(|(message, names)| format!("{}: {message}", names.join(", "))),
+    );
+    let message = notes.join("; ");
+    match failed {
+        Some(reason) => ready(false, &reason, message, generation),
+        None if !pending.is_empty() => reconciling(
+            format!("waiting for {} to be translated", pending.join(", ")),
+            generation,
+        ),
+        None => ready(true, condition::REASON_READY, message, generation),
+    }
+}
+
+/// Whether a new status would only say "not known yet" (`Ready=Unknown`) about a generation
+/// the current one does not describe. Such a write tells nothing: a status behind its object's
+/// generation already says the change is not done, and what decides it (the generated
+/// policies' reports) triggers the next reconcile. Skipping it saves a write per change.
+pub fn only_pending(current: &[Condition], new: &[Condition]) -> bool {
+    let ready = |conditions: &[Condition]| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == condition::READY)
+            .cloned()
+    };
+    match ready(new) {
+        Some(new) if new.status == "Unknown" => ready(current)
+            .is_none_or(|current| current.observed_generation != new.observed_generation),
+        _ => false,
+    }
+}
+
+/// What executing the plan did to one policy a binding generates.
+#[derive(Debug)]
+pub enum Outcome<'a, P> {
+    /// An object the binding does not own holds the policy's name: it was left alone.
+    Conflict,
+    /// The binding's policy as observed before this reconcile (`None`: there was none), and
+    /// what writing it did: `Ok(true)` written, `Ok(false)` already as planned, `Err` why the
+    /// write failed.
+    Owned {
+        observed: Option<&'a P>,
+        write: Result<bool, String>,
+    },
+}
+
+impl<'a, P> Outcome<'a, P> {
+    /// Nothing was to be written, and nothing was: `observed` stays as it is.
+    pub fn untouched(observed: Option<&'a P>) -> Self {
+        Self::Owned {
+            observed,
+            write: Ok(false),
+        }
+    }
+}
+
+/// `Kind name exists and is not owned by this binding`.
+fn conflict(what: String) -> String {
+    format!("{what} exists and is not owned by this binding")
+}
+
+/// The `Ready` reason of a binding whose selectors do not compile.
+fn invalid(err: &CompileError) -> &'static str {
+    match err {
+        CompileError::NamespaceSelector(_) => condition::REASON_INVALID_NAMESPACE_SELECTOR,
+        CompileError::Cel(_) | CompileError::InvalidSelector(_) => {
+            condition::REASON_INVALID_SELECTOR
+        }
+    }
+}
+
+/// The status of a SecurityIntentBinding planned as `plan`, whose NimbusPolicy fared as
+/// `outcome` (with an invalid plan, nothing was written: what is in force stays, and so does
+/// what the status says is bound).
+pub fn binding_status(
+    sib: &SecurityIntentBinding,
+    plan: &Result<BindingPolicies, CompileError>,
+    outcome: Outcome<'_, NimbusPolicy>,
+) -> SecurityIntentBindingStatus {
+    let generation = sib.metadata.generation;
+    let name = sib.name_any();
+    let (observed, write) = match outcome {
+        Outcome::Conflict => {
+            let namespace = sib.namespace().unwrap_or_default();
+            let message = conflict(format!("NimbusPolicy {namespace}/{name}"));
+            let condition = ready(
+                false,
+                condition::REASON_POLICY_CONFLICT,
+                message,
+                generation,
+            );
+            return binding_status_of(None, Vec::new(), condition);
+        }
+        Outcome::Owned { observed, write } => (observed, write),
+    };
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(err) => {
+            let condition = ready(false, invalid(err), err.to_string(), generation);
+            let bound = sib
+                .status
+                .as_ref()
+                .and_then(|s| s.bound_intents.clone())
+                .unwrap_or_default();
+            return binding_status_of(observed, bound, condition);
+        }
+    };
+    let mut blockers = Vec::new();
+    if !plan.missing_intents.is_empty() {
+        blockers.push(missing(&plan.missing_intents));
+    }
+    let written = match write {
+        Ok(written) => written,
+        Err(message) => {
+            blockers.push(Blocker {
+                reason: condition::REASON_APPLY_FAILED,
+                message,
+            });
+            false
+        }
+    };
+    let results = match &plan.policy {
+        Some(_) => vec![(
+            format!("NimbusPolicy {name}"),
+            policy_result(observed, observed.and_then(|p| p.status.as_ref()), written),
+        )],
+        None => Vec::new(),
+    };
+    let condition = binding_ready(generation, blockers, &results);
+    binding_status_of(plan.policy.as_ref(), plan.bound_intents.clone(), condition)
+}
+
+fn binding_status_of(
+    policy: Option<&NimbusPolicy>,
+    bound: Vec<String>,
+    ready: Condition,
+) -> SecurityIntentBindingStatus {
+    SecurityIntentBindingStatus {
+        status: STATUS_CREATED.to_owned(),
+        last_updated: None,
+        number_of_bound_intents: policy.map_or(0, |p| p.spec.rules.len() as i32),
+        bound_intents: (policy.is_some() && !bound.is_empty()).then_some(bound),
+        nimbus_policy: policy.map(|p| p.name_any()).unwrap_or_default(),
+        observed_generation: ready.observed_generation,
+        conditions: vec![ready],
+    }
+}
+
+fn missing(intents: &[String]) -> Blocker {
+    Blocker {
+        reason: condition::REASON_INTENT_NOT_FOUND,
+        message: format!("SecurityIntents not found: {}", intents.join(", ")),
+    }
+}
+
+/// The status of a ClusterSecurityIntentBinding planned as `plan`, whose ClusterNimbusPolicy
+/// fared as `cluster` and whose per-namespace NimbusPolicies as `namespaces` (in the order of
+/// `plan.namespaces`). With an invalid plan nothing was written, and the status keeps what it
+/// said was in force.
+pub fn cluster_binding_status(
+    csib: &ClusterSecurityIntentBinding,
+    plan: &Result<ClusterBindingPolicies, CompileError>,
+    cluster: Outcome<'_, ClusterNimbusPolicy>,
+    namespaces: &[Outcome<'_, NimbusPolicy>],
+    protected: &ProtectedNamespaces,
+) -> ClusterSecurityIntentBindingStatus {
+    let generation = csib.metadata.generation;
+    let name = csib.name_any();
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(err) => {
+            // Re-evaluated on every change, so fixing the binding in place recovers it.
+            let mut status = csib.status.clone().unwrap_or_default();
+            status.status = STATUS_VALIDATION_FAIL.to_owned();
+            status.observed_generation = generation;
+            status.conditions = vec![ready(false, invalid(err), err.to_string(), generation)];
+            return status;
+        }
+    };
+    let (mut conflicts, mut failures, mut results) = (Vec::new(), Vec::new(), Vec::new());
+    let cluster_policy = match cluster {
+        Outcome::Conflict => {
+            conflicts.push(conflict(format!("ClusterNimbusPolicy {name}")));
+            None
+        }
+        Outcome::Owned { observed, write } => {
+            match write {
+                Ok(written) if plan.cluster_policy.is_some() => {
+                    let status = observed.and_then(|p| p.status.as_ref());
+                    let result = policy_result(observed, status, written);
+                    results.push((format!("ClusterNimbusPolicy {name}"), result));
+                }
+                Ok(_) => {}
+                Err(message) => failures.push(message),
+            }
+            plan.cluster_policy.as_ref()
+        }
+    };
+    let policy_name = names::cluster_binding_policy_name(&name);
+    let mut in_force = Vec::new();
+    for ((namespace, desired), outcome) in plan.namespaces.iter().zip(namespaces) {
+        match outcome {
+            Outcome::Conflict => {
+                conflicts.push(conflict(format!("NimbusPolicy {namespace}/{policy_name}")))
+            }
+            Outcome::Owned {
+                write: Err(message),
+                ..
+            } => failures.push(message.clone()),
+            Outcome::Owned {
+                observed,
+                write: Ok(written),
+            } => {
+                if desired.is_some() {
+                    let status = observed.and_then(|p| p.status.as_ref());
+                    let result = policy_result(*observed, status, *written);
+                    results.push((namespace.clone(), result));
+                    in_force.push(namespace.clone());
+                }
+            }
+        }
+    }
+    in_force.sort();
+
+    let mut blockers = Vec::new();
+    if !plan.missing_intents.is_empty() {
+        blockers.push(missing(&plan.missing_intents));
+    }
+    if !conflicts.is_empty() {
+        blockers.push(Blocker {
+            reason: condition::REASON_POLICY_CONFLICT,
+            message: conflicts.join("; "),
+        });
+    }
+    if !failures.is_empty() {
+        blockers.push(Blocker {
+            reason: condition::REASON_APPLY_FAILED,
+            message: failures.join("; "),
+        });
+    }
+    if plan.has_namespace_policies && in_force.is_empty() && blockers.is_empty() {
+        blockers.push(Blocker {
+            reason: condition::REASON_NO_NAMESPACE_SELECTED,
+            message: format!(
+                "no namespace is selected, so per-namespace intents are enforced nowhere \
+                 (protected namespaces never are: {protected})"
+            ),
+        });
+    }
+    let condition = binding_ready(generation, blockers, &results);
+    let bound = plan.bound_intents.clone();
+    ClusterSecurityIntentBindingStatus {
+        status: STATUS_CREATED.to_owned(),
+        last_updated: None,
+        number_of_bound_intents: cluster_policy.map_or(0, |p| p.spec.rules.len() as i32),
+        bound_intents: (cluster_policy.is_some() && !bound.is_empty()).then_some(bound),
+        cluster_nimbus_policy: cluster_policy.map(|p| p.name_any()).unwrap_or_default(),
+        number_of_nimbus_policies: in_force.len() as i32,
+        nimbus_policy_namespaces: (!in_force.is_empty()).then_some(in_force),
+        observed_generation: generation,
+        conditions: vec![condition],
+    }
+}
+
+/// `Ready` from the problems of a translation: false with the first blocking problem's reason
+/// when an intent is not enforced at all; true otherwise, with partial problems in the message.
+pub fn policy_ready(problems: &[Problem], generation: Option<i64>) -> Condition {
+    let message = problems
+        .iter()
+        .map(|p| p.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    match problems.iter().find(|p| p.blocking) {
+        Some(p) => ready(false, p.reason, message, generation),
+        None => ready(true, condition::REASON_READY, message, generation),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan;
+    use nimbus_api::SecurityIntent;
+    use serde_json::json;
+
+    const GENERATION: i64 = 4;
+
+    /// `Ready`'s status, reason and message.
+    type Expected = (&'static str, &'static str, &'static str);
+    /// What, the outcomes of the cluster policy and of the namespaces' policies, and `Ready`.
+    type ClusterCase<'a> = (
+        &'static str,
+        Outcome<'a, ClusterNimbusPolicy>,
+        Vec<Outcome<'a, NimbusPolicy>>,
+        Expected,
+    );
+
+    fn intent(name: &str) -> SecurityIntent {
+        serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+            "metadata": {"name": name},
+            "spec": {"intent": {"id": "dnsManipulation", "action": "Block"}}
+        }))
+        .expect("an intent")
+    }
+
+    /// A lookup of the intents that exist.
+    fn existing(names: &'static [&'static str]) -> impl Fn(&str) -> Option<SecurityIntent> {
+        move |n| names.contains(&n).then(|| intent(n))
+    }
+
+    fn sib(intents: &[&str], bound_before: &[&str]) -> SecurityIntentBinding {
+        serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+            "metadata": {"name": "b", "namespace": "shop", "uid": "u-b", "generation": GENERATION},
+            "spec": {"intents": intents.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
+                     "selector": {"workloadSelector": {"matchLabels": {"app": "web"}}}},
+            "status": {"status": "Created", "numberOfBoundIntents": 0, "nimbusPolicy": "",
+                       "boundIntents": bound_before}
+        }))
+        .expect("a binding")
+    }
+
+    fn csib(intents: &[&str], names: &[&str]) -> ClusterSecurityIntentBinding {
+        serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1",
+            "kind": "ClusterSecurityIntentBinding",
+            "metadata": {"name": "c", "uid": "u-c", "generation": GENERATION},
+            "spec": {"intents": intents.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
+                     "selector": {"nsSelector": {"matchNames": names}}}
+        }))
+        .expect("a cluster binding")
+    }
+
+    fn namespace(name: &str) -> k8s_openapi::api::core::v1::Namespace {
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("a namespace")
+    }
+
+    /// A generated policy as observed, reporting `Ready` with `reason` (`None`: no report yet).
+    fn reported<P: Resource + serde::de::DeserializeOwned>(kind: &str, reason: Option<&str>) -> P {
+        let mut value = json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": kind,
+            "metadata": {"name": "p", "namespace": "shop", "generation": 1},
+            "spec": {"rules": [{"id": "dnsManipulation", "rule": {"action": "Block"}}],
+                     "selector": {"matchLabels": {"app": "web"}}}
+        });
+        if let Some(reason) = reason {
+            let status = if reason == condition::REASON_READY {
+                "True"
+            } else {
+                "False"
+            };
+            value["status"] = json!({
+                "status": "Created", "numberOfAdapterPolicies": 1, "observedGeneration": 1,
+                "conditions": [{"type": "Ready", "status": status, "reason": reason,
+                                "message": format!("policy says {reason}"),
+                                "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]
+            });
+        }
+        serde_json::from_value(value).expect("a policy")
+    }
+
+    fn owned<P>(observed: Option<&P>, write: Result<bool, String>) -> Outcome<'_, P> {
+        Outcome::Owned { observed, write }
+    }
+
+    fn ready_of(conditions: &[Condition]) -> (&str, &str, &str) {
+        let c = &conditions[0];
+        assert_eq!(c.type_, condition::READY);
+        assert_eq!(c.observed_generation, Some(GENERATION));
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+    }
+
+    #[test]
+    fn a_bindings_status_for_every_blocker_and_policy_result() {
+        let ok: NimbusPolicy = reported("NimbusPolicy", Some(condition::REASON_READY));
+        let silent: NimbusPolicy = reported("NimbusPolicy", None);
+        let both = sib(&["a", "x"], &[]);
+        let planned = |b: &SecurityIntentBinding| plan::binding(b, existing(&["a"]));
+        let cases: Vec<(
+            &str,
+            SecurityIntentBinding,
+            Outcome<'_, NimbusPolicy>,
+            Expected,
+        )> = vec![
+            (
+                "in force",
+                sib(&["a"], &[]),
+                owned(Some(&ok), Ok(false)),
+                ("True", "Ready", "NimbusPolicy b: policy says Ready"),
+            ),
+            (
+                "just written: its policy has not reported on it",
+                sib(&["a"], &[]),
+                owned(Some(&ok), Ok(true)),
+                (
+                    "Unknown",
+                    "Reconciling",
+                    "waiting for NimbusPolicy b to be translated",
+                ),
+            ),
+            (
+                "created, not reported yet",
+                sib(&["a"], &[]),
+                owned(None, Ok(true)),
+                (
+                    "Unknown",
+                    "Reconciling",
+                    "waiting for NimbusPolicy b to be translated",
+                ),
+            ),
+            (
+                "no report yet",
+                sib(&["a"], &[]),
+                owned(Some(&silent), Ok(false)),
+                (
+                    "Unknown",
+                    "Reconciling",
+                    "waiting for NimbusPolicy b to be translated",
+                ),
+            ),
+            (
+                "an intent is missing",
+                both.clone(),
+                owned(Some(&ok), Ok(false)),
+                (
+                    "False",
+                    "IntentNotFound",
+                    "SecurityIntents not found: x; NimbusPolicy b: policy says Ready",
+                ),
+            ),
+            (
+                "no intent exists",
+                sib(&["x"], &[]),
+                owned(None, Ok(false)),
+                ("False", "IntentNotFound", "SecurityIntents not found: x"),
+            ),
+            (
+                "another object holds the name",
+                sib(&["a"], &[]),
+                Outcome::Conflict,
+                (
+                    "False",
+                    "PolicyConflict",
+                    "NimbusPolicy shop/b exists and is not owned by this binding",
+                ),
+            ),
+            (
+                "the write failed",
+                sib(&["a"], &[]),
+                owned(Some(&ok), Err("boom".into())),
+                (
+                    "False",
+                    "ApplyFailed",
+                    "boom; NimbusPolicy b: policy says Ready",
+                ),
+            ),
+        ];
+        for (what, binding, outcome, expected) in cases {
+            let status = binding_status(&binding, &planned(&binding), outcome);
+            assert_eq!(ready_of(&status.conditions), expected, "{what}");
+            assert_eq!(status.observed_generation, Some(GENERATION), "{what}");
+        }
+
+        // What the policy reports is what the binding reports.
+        for reason in [
+            condition::REASON_UNSUPPORTED_INTENT,
+            condition::REASON_ENGINE_NOT_INSTALLED,
+            condition::REASON_ENGINE_DISABLED,
+            condition::REASON_INVALID_PARAMETER,
+            condition::REASON_UNSUPPORTED_SELECTOR,
+            condition::REASON_ENGINE_NOT_READY,
+            condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
+            condition::REASON_APPLY_FAILED,
+            condition::REASON_POLICY_CONFLICT,
+            condition::REASON_NOT_BOUND,
+        ] {
+            let policy: NimbusPolicy = reported("NimbusPolicy", Some(reason));
+            let binding = sib(&["a"], &[]);
+            let status = binding_status(
+                &binding,
+                &planned(&binding),
+                owned(Some(&policy), Ok(false)),
+            );
+            let message = format!("NimbusPolicy b: policy says {reason}");
+            assert_eq!(
+                ready_of(&status.conditions),
+                ("False", reason, message.as_str())
+            );
+        }
+
+        // The Nimbus fields.
+        let status = binding_status(&both, &planned(&both), owned(Some(&ok), Ok(false)));
+        assert_eq!(
+            (
+                status.nimbus_policy.as_str(),
+                status.number_of_bound_intents,
+                status.bound_intents
+            ),
+            ("b", 1, Some(vec!["a".to_owned()]))
+        );
+        let status = binding_status(&both, &planned(&both), Outcome::Conflict);
+        assert_eq!(
+            (status.nimbus_policy.as_str(), status.bound_intents),
+            ("", None)
+        );
+
+        // A selector that does not compile leaves what is in force, and says what was bound.
+        let invalid = sib(&["a"], &["a"]);
+        let plan = Err(CompileError::InvalidSelector(vec!["bad key".into()]));
+        let status = binding_status(&invalid, &plan, Outcome::untouched(Some(&ok)));
+        assert_eq!(
+            ready_of(&status.conditions),
+            (
+                "False",
+                "InvalidSelector",
+                "invalid label selector: bad key"
+            )
+        );
+        assert_eq!(status.bound_intents, Some(vec!["a".to_owned()]));
+        assert_eq!(status.nimbus_policy, "p");
+    }
+
+    #[test]
+    fn a_cluster_bindings_status_for_every_blocker() {
+        let ok: NimbusPolicy = reported("NimbusPolicy", Some(condition::REASON_READY));
+        let cluster_ok: ClusterNimbusPolicy =
+            reported("ClusterNimbusPolicy", Some(condition::REASON_READY));
+        let namespaces = [namespace("a"), namespace("b"), namespace("kube-system")];
+        let protected = ProtectedNamespaces::defaults(None, "k8tls");
+        let planned = |c: &ClusterSecurityIntentBinding| {
+            plan::cluster_binding(c, existing(&["i"]), namespaces.iter(), &protected)
+        };
+        let everywhere = csib(&["i"], &["*"]);
+        let plan = planned(&everywhere);
+        let selected = plan.as_ref().expect("a plan").namespaces.clone();
+        assert_eq!(
+            selected
+                .iter()
+                .map(|(n, p)| (n.as_str(), p.is_some()))
+                .collect::<Vec<_>>(),
+            [("a", true), ("b", true), ("kube-system", false)]
+        );
+
+        let in_force = [
+            owned(Some(&ok), Ok(false)),
+            owned(Some(&ok), Ok(false)),
+            owned(None, Ok(false)),
+        ];
+        let status = cluster_binding_status(
+            &everywhere,
+            &plan,
+            owned(None, Ok(true)),
+            &in_force,
+            &protected,
+        );
+        assert_eq!(
+            ready_of(&status.conditions),
+            (
+                "Unknown",
+                "Reconciling",
+                "waiting for ClusterNimbusPolicy c to be translated"
+            )
+        );
+        let status = cluster_binding_status(
+            &everywhere,
+            &plan,
+            owned(Some(&cluster_ok), Ok(false)),
+            &in_force,
+            &protected,
+        );
+        assert_eq!(
+            ready_of(&status.conditions),
+            (
+                "True",
+                "Ready",
+                "ClusterNimbusPolicy c, a, b: policy says Ready"
+            )
+        );
+        assert_eq!(
+            status.nimbus_policy_namespaces,
+            Some(vec!["a".to_owned(), "b".to_owned()])
+        );
+        assert_eq!(
+            (
+                status.number_of_nimbus_policies,
+                status.cluster_nimbus_policy.as_str()
+            ),
+            (2, "c")
+        );
+
+        let cases: Vec<ClusterCase> = vec![
+            (
+                "a namespace's name is taken",
+                owned(Some(&cluster_ok), Ok(false)),
+                vec![
+                    Outcome::Conflict,
+                    owned(Some(&ok), Ok(false)),
+                    owned(None, Ok(false)),
+                ],
+                (
+                    "False",
+                    "PolicyConflict",
+                    "NimbusPolicy a/nimbus-ctlr-gen-c exists and is not owned by this binding; ClusterNimbusPolicy c, b: policy says Ready",
+                ),
+            ),
+            (
+                "the cluster policy's name is taken",
+                Outcome::Conflict,
+                vec![
+                    owned(Some(&ok), Ok(false)),
+                    owned(Some(&ok), Ok(false)),
+                    owned(None, Ok(false)),
+                ],
+                (
+                    "False",
+                    "PolicyConflict",
+                    "ClusterNimbusPolicy c exists and is not owned by this binding; a, b: policy says Ready",
+                ),
+            ),
+            (
+                "a write failed",
+                owned(Some(&cluster_ok), Err("cluster boom".into())),
+                vec![
+                    owned(Some(&ok), Ok(false)),
+                    owned(Some(&ok), Err("boom".into())),
+                    owned(None, Ok(false)),
+                ],
+                (
+                    "False",
+                    "ApplyFailed",
+                    "cluster boom; boom; a: policy says Ready",
+                ),
+            ),
+        ];
+        for (what, cluster, namespaces, expected) in cases {
+            let status =
+                cluster_binding_status(&everywhere, &plan, cluster, &namespaces, &protected);
+            assert_eq!(ready_of(&status.conditions), expected, "{what}");
+        }
+
+        let nowhere = csib(&["i"], &["kube-system"]);
+        let untouched = [
+            owned(None, Ok(false)),
+            owned(None, Ok(false)),
+            owned(None, Ok(false)),
+        ];
+        let status = cluster_binding_status(
+            &nowhere,
+            &planned(&nowhere),
+            owned(Some(&cluster_ok), Ok(false)),
+            &untouched,
+            &protected,
+        );
+        let (s, reason, message) = ready_of(&status.conditions);
+        assert_eq!((s, reason), ("False", "NoNamespaceSelected"));
+        assert!(message.starts_with("no namespace is selected"), "{message}");
+
+        let missing = csib(&["i", "gone"], &["a"]);
+        let status = cluster_binding_status(
+            &missing,
+            &planned(&missing),
+            owned(Some(&cluster_ok), Ok(false)),
+            &[
+                owned(Some(&ok), Ok(false)),
+                owned(None, Ok(false)),
+                owned(None, Ok(false)),
+            ],
+            &protected,
+        );
+        assert_eq!(ready_of(&status.conditions).1, "IntentNotFound");
+
+        let invalid = Err(CompileError::NamespaceSelector(
+            "matchNames and excludeNames".into(),
+        ));
+        let status = cluster_binding_status(
+            &everywhere,
+            &invalid,
+            Outcome::untouched(None),
+            &[],
+            &protected,
+        );
+        assert_eq!(
+            ready_of(&status.conditions),
+            (
+                "False",
+                "InvalidNamespaceSelector",
+                "invalid namespace selector: matchNames and excludeNames"
+            )
+        );
+        assert_eq!(status.status, STATUS_VALIDATION_FAIL);
+    }
+
+    fn problem(reason: &'static str, message: &str, blocking: bool) -> Problem {
+        Problem {
+            intent: "i".into(),
+            reason,
+            message: message.into(),
+            blocking,
+        }
+    }
+
+    #[test]
+    fn not_known_yet_is_written_only_over_a_status_of_the_same_generation() {
+        let pending = |generation| reconciling("waiting".into(), Some(generation));
+        let done = |generation| ready(true, condition::REASON_READY, "", Some(generation));
+        // Nothing reported yet, or a report on an older generation: the stale status says it.
+        assert!(only_pending(&[], &[pending(1)]));
+        assert!(only_pending(&[done(1)], &[pending(2)]));
+        // The same generation turning not known (an intent changed under it): say so.
+        assert!(!only_pending(&[done(2)], &[pending(2)]));
+        // Anything known is written.
+        assert!(!only_pending(&[], &[done(1)]));
+        assert!(!only_pending(&[done(1)], &[ready(false, "X", "", Some(2))]));
+    }
+
+    #[test]
+    fn a_policy_is_ready_unless_an_intent_is_left_unenforced() {
+        let partial = problem(condition::REASON_ENGINE_NOT_INSTALLED, "in part", false);
+        let c = policy_ready(std::slice::from_ref(&partial), Some(3));
+        assert_eq!((c.status.as_str(), c.message.as_str()), ("True", "in part"));
+        assert_eq!(c.observed_generation, Some(3));
+        let none = problem(condition::REASON_UNSUPPORTED_INTENT, "not at all", true);
+        let c = policy_ready(&[partial, none], Some(3));
+        assert_eq!(c.status, "False");
+        assert_eq!(c.reason, condition::REASON_UNSUPPORTED_INTENT);
+        assert_eq!(c.message, "in part; not at all");
+    }
+
+    #[test]
+    fn a_binding_is_never_readier_than_its_policies() {
+        let ok = |message: &str| Some(ready(true, condition::REASON_READY, message, Some(1)));
+        let down = Some(ready(
+            false,
+            condition::REASON_APPLY_FAILED,
+            "boom",
+            Some(1),
+        ));
+        let named = |rows: Vec<(&str, Option<Condition>)>| -> Vec<(String, Option<Condition>)> {
+            rows.into_iter().map(|(n, c)| (n.to_owned(), c)).collect()
+        };
+
+        let c = binding_ready(
+            Some(2),
+            Vec::new(),
+            &named(vec![("a", ok("")), ("b", ok(""))]),
+        );
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Ready"));
+
+        // One message over many namespaces is grouped.
+        let c = binding_ready(
+            Some(2),
+            Vec::new(),
+            &named(vec![("a", ok("m")), ("b", ok("m"))]),
+        );
+        assert_eq!(c.message, "a, b: m");
+
+        let c = binding_ready(
+            Some(2),
+            Vec::new(),
+            &named(vec![("a", ok("")), ("b", None)]),
+        );
+        assert_eq!(c.status, "Unknown");
+        assert_eq!(c.message, "waiting for b to be translated");
+
+        let c = binding_ready(
+            Some(2),
+            Vec::new(),
+            &named(vec![("a", ok("")), ("b", down)]),
+        );
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "ApplyFailed")
+        );
+        assert_eq!(c.message, "b: boom");
+
+        let blocker = Blocker {
+            reason: condition::REASON_INTENT_NOT_FOUND,
+            message: "SecurityIntents not found: x".into(),
+        };
+        let c = binding_ready(Some(2), vec![blocker], &named(vec![("a", ok(""))]));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "IntentNotFound")
+        );
+        assert_eq!(c.observed_generation, Some(2));
+    }
+}
