@@ -391,6 +391,83 @@ pub fn cluster_binding_status(
     }
 }
 
+/// What executing a policy's translation did to one generated native object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NativeOutcome {
+    /// It already was as generated.
+    Unchanged,
+    Written,
+    /// An object of that name exists and is not the policy's: it was left alone.
+    Conflict,
+    /// Why the write failed.
+    Failed(String),
+}
+
+/// One generated native object: its status entry (`Kind/name`, or `namespace/CronJob/name`),
+/// whether the status lists its kind, and what writing it did.
+#[derive(Debug, Clone)]
+pub struct NativeResult {
+    pub entry: String,
+    pub listed: bool,
+    pub outcome: NativeOutcome,
+}
+
+/// The problem of a policy that is not the one any binding generates: it is not translated.
+pub fn not_bound() -> Problem {
+    Problem {
+        intent: String::new(),
+        reason: condition::REASON_NOT_BOUND,
+        message: "not the policy an existing SecurityIntentBinding or \
+                  ClusterSecurityIntentBinding generates (or written by someone else than the \
+                  operator); not translated"
+            .to_owned(),
+        blocking: true,
+    }
+}
+
+/// The status of a NimbusPolicy or ClusterNimbusPolicy at `generation`: the problems of its
+/// translation (see [`not_bound`]), plus a conflict or failure per native object; the entries
+/// of the native objects in force, after those external adapters reported (`external`: they
+/// own them).
+pub fn policy_status(
+    generation: Option<i64>,
+    problems: &[Problem],
+    natives: &[NativeResult],
+    external: Vec<String>,
+) -> NimbusPolicyStatus {
+    let mut problems = problems.to_vec();
+    let mut entries = external;
+    for native in natives {
+        match &native.outcome {
+            NativeOutcome::Conflict => problems.push(Problem {
+                intent: String::new(),
+                reason: condition::REASON_POLICY_CONFLICT,
+                message: format!("{} exists and is not owned by this policy", native.entry),
+                blocking: true,
+            }),
+            NativeOutcome::Failed(message) => problems.push(Problem {
+                intent: String::new(),
+                reason: condition::REASON_APPLY_FAILED,
+                message: message.clone(),
+                blocking: true,
+            }),
+            NativeOutcome::Unchanged | NativeOutcome::Written => {
+                if native.listed {
+                    entries.push(native.entry.clone());
+                }
+            }
+        }
+    }
+    NimbusPolicyStatus {
+        status: STATUS_CREATED.to_owned(),
+        last_updated: None,
+        number_of_adapter_policies: entries.len() as i32,
+        adapter_policies: (!entries.is_empty()).then_some(entries),
+        observed_generation: generation,
+        conditions: vec![policy_ready(&problems, generation)],
+    }
+}
+
 /// `Ready` from the problems of a translation: false with the first blocking problem's reason
 /// when an intent is not enforced at all; true otherwise, with partial problems in the message.
 pub fn policy_ready(problems: &[Problem], generation: Option<i64>) -> Condition {
@@ -498,6 +575,70 @@ mod tests {
         assert_eq!(c.type_, condition::READY);
         assert_eq!(c.observed_generation, Some(GENERATION));
         (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+    }
+
+    #[test]
+    fn a_policys_status_lists_what_is_in_force_and_says_what_is_not() {
+        let native = |entry: &str, listed, outcome| NativeResult {
+            entry: entry.to_owned(),
+            listed,
+            outcome,
+        };
+        let partial = problem(
+            condition::REASON_ENGINE_NOT_INSTALLED,
+            "no KubeArmor",
+            false,
+        );
+        let natives = [
+            native("NetworkPolicy/a", true, NativeOutcome::Written),
+            native("ConfigMap/b", false, NativeOutcome::Unchanged),
+            native("KubeArmorPolicy/c", true, NativeOutcome::Unchanged),
+        ];
+        let status = policy_status(
+            Some(2),
+            std::slice::from_ref(&partial),
+            &natives,
+            vec!["KubeArmorPolicy/external".into()],
+        );
+        assert_eq!(
+            status.adapter_policies,
+            Some(vec![
+                "KubeArmorPolicy/external".to_owned(),
+                "NetworkPolicy/a".to_owned(),
+                "KubeArmorPolicy/c".to_owned()
+            ])
+        );
+        assert_eq!(status.number_of_adapter_policies, 3);
+        let c = &status.conditions[0];
+        assert_eq!(
+            (c.status.as_str(), c.message.as_str()),
+            ("True", "no KubeArmor")
+        );
+
+        let cases = [
+            (
+                NativeOutcome::Conflict,
+                "PolicyConflict",
+                "NetworkPolicy/a exists and is not owned by this policy",
+            ),
+            (NativeOutcome::Failed("boom".into()), "ApplyFailed", "boom"),
+        ];
+        for (outcome, reason, message) in cases {
+            let status = policy_status(
+                Some(2),
+                &[],
+                &[native("NetworkPolicy/a", true, outcome)],
+                Vec::new(),
+            );
+            let c = &status.conditions[0];
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+                ("False", reason, message)
+            );
+            assert_eq!(status.adapter_policies, None);
+        }
+        let status = policy_status(Some(2), &[not_bound()], &[], Vec::new());
+        assert_eq!(status.conditions[0].reason, condition::REASON_NOT_BOUND);
     }
 
     #[test]

@@ -23,10 +23,7 @@ use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
     SecurityIntentBinding,
 };
-use nimbus_core::engines::{
-    CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, NETWORK_POLICY,
-    NativeKind, ROLE_BINDING,
-};
+use nimbus_core::engines::{KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, all_kinds};
 use nimbus_testenv::ControlPlane;
 use nimbus_testenv::eventually;
 use serde_json::{Value, json};
@@ -34,15 +31,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const NATIVE_KINDS: [&NativeKind; 7] = [
-    &NETWORK_POLICY,
-    &KUBEARMOR_POLICY,
-    &KYVERNO_POLICY,
-    &KYVERNO_CLUSTER_POLICY,
-    &CRON_JOB,
-    &CONFIG_MAP,
-    &ROLE_BINDING,
-];
 const GROUP: &str = "intent.security.nimbus.com/v1alpha1";
 const NAMESPACES: [&str; 4] = ["chaos-a", "chaos-b", "chaos-c", "chaos-d"];
 const LEASE: &str = "nimbus-chaos";
@@ -508,7 +496,7 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
 
     let mut observed: BTreeMap<Key, Value> = BTreeMap::new();
     let managed = ListParams::default().labels("app.kubernetes.io/managed-by");
-    for kind in NATIVE_KINDS {
+    for kind in all_kinds() {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
         for o in api.list(&managed).await? {
             let mut v = serde_json::to_value(o)?;
@@ -907,7 +895,7 @@ fn monitored_kinds() -> Vec<kube::api::ApiResource> {
         kube::api::ApiResource::erase::<NimbusPolicy>(&()),
         kube::api::ApiResource::erase::<ClusterNimbusPolicy>(&()),
     ];
-    kinds.extend(NATIVE_KINDS.iter().map(|k| k.api_resource()));
+    kinds.extend(all_kinds().iter().map(|k| k.api_resource()));
     kinds
 }
 

@@ -510,6 +510,22 @@ fn default_render_grants_exactly_what_the_operator_calls() {
     );
 }
 
+/// Every engine the operator registers can be switched off from the chart (its values and the
+/// helper that spells `--disable-engines` list engines by hand: a new one must be added there).
+#[test]
+fn every_registered_engine_can_be_switched_off_from_the_chart() {
+    for engine in nimbus_core::catalog::Engine::ALL {
+        let off = format!("engines.{}.enabled=false", engine.name());
+        let objects = helm_template(&[&off]);
+        let deployment = only(&objects, "Deployment", RELEASE);
+        assert_eq!(
+            flag(deployment, "--disable-engines"),
+            Some(engine.name()),
+            "{off}"
+        );
+    }
+}
+
 #[test]
 fn disabled_engines_lose_their_permissions_and_objects() {
     let objects = helm_template(ENGINES_OFF);

@@ -13,17 +13,6 @@ use std::time::Duration;
 
 const RESYNC: Duration = Duration::from_secs(2);
 
-/// Resources of every engine's native objects.
-const NATIVE_RESOURCES: [&str; 7] = [
-    "networkpolicies",
-    "kubearmorpolicies",
-    "policies",
-    "clusterpolicies",
-    "cronjobs",
-    "configmaps",
-    "rolebindings",
-];
-
 /// Write requests (create, update, patch, apply, delete) the apiserver served for Nimbus kinds
 /// (status included) and for the native objects engines generate.
 async fn operator_writes(client: &Client) -> u64 {
@@ -38,8 +27,10 @@ async fn operator_writes(client: &Client) -> u64 {
         .filter(|l| {
             l.starts_with("apiserver_request_total{")
                 && (l.contains(r#"group="intent.security.nimbus.com""#)
-                    || NATIVE_RESOURCES.iter().any(|r| {
-                        l.contains(&format!(r#"resource="{r}""#)) && l.contains(r#"subresource="""#)
+                    // Every engine's kinds, from their registration: a new one is counted too.
+                    || nimbus_core::engines::all_kinds().iter().any(|k| {
+                        l.contains(&format!(r#"resource="{}""#, k.plural))
+                            && l.contains(r#"subresource="""#)
                     }))
         })
         .filter(|l| {

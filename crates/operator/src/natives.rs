@@ -13,6 +13,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{Generated, MANAGED_BY, NativeKind};
+use nimbus_core::status::NativeOutcome;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -74,14 +75,6 @@ pub struct Natives {
     owned: Vec<(&'static NativeKind, Owned)>,
 }
 
-/// What happened to one desired object.
-pub enum Outcome {
-    Unchanged,
-    Written,
-    /// An object of that name exists and is not ours; it is left alone.
-    Conflict,
-}
-
 impl Natives {
     pub fn new(client: Client, owned: Vec<(&'static NativeKind, Owned)>) -> Self {
         Self { client, owned }
@@ -138,7 +131,7 @@ impl Natives {
         generated: &Generated,
         owner: &OwnerReference,
         written: &apply::Written,
-    ) -> Result<Outcome, Error> {
+    ) -> Result<NativeOutcome, Error> {
         let Some(owned) = self.owned(generated.kind) else {
             return Err(Error::NotWatched(generated.kind.kind));
         };
@@ -176,13 +169,15 @@ impl Natives {
         observed: Option<Arc<NativeObject>>,
         owned: &Owned,
         written: &apply::Written,
-    ) -> Result<Outcome, Error> {
+    ) -> Result<NativeOutcome, Error> {
         let observed = match observed {
             Some(obj) if apply::left_by_predecessor(&*obj, owner) => {
                 self.delete(generated.kind, &obj).await?;
                 None
             }
-            Some(obj) if !is_controlled_by(&*obj, &owner.uid) => return Ok(Outcome::Conflict),
+            Some(obj) if !is_controlled_by(&*obj, &owner.uid) => {
+                return Ok(NativeOutcome::Conflict);
+            }
             observed => observed,
         };
         let desired = &generated.object;
@@ -197,9 +192,9 @@ impl Natives {
         )
         .await?;
         Ok(if wrote {
-            Outcome::Written
+            NativeOutcome::Written
         } else {
-            Outcome::Unchanged
+            NativeOutcome::Unchanged
         })
     }
 

@@ -1,21 +1,19 @@
 //! NimbusPolicy / ClusterNimbusPolicy → native policies. One mechanism for every engine:
 //! translate (pure) → apply what differs → prune what is no longer wanted → write status once.
 
-use super::{Context, publish, update_status};
+use super::{Context, Executed, publish, update_status};
 use crate::error::Error;
 use crate::metrics::EngineLabels;
-use crate::natives::{Key, Outcome};
+use crate::natives::Key;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
-use nimbus_api::{
-    ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus, STATUS_CREATED, condition,
-};
+use nimbus_api::{ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus};
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{self, EngineSet, PolicyInput, Problem};
+use nimbus_core::engines::{self, EngineSet, PolicyInput};
 use nimbus_core::plan;
-use nimbus_core::status::policy_ready;
+use nimbus_core::status::{self, NativeOutcome, NativeResult};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
@@ -154,71 +152,35 @@ where
     let mut translation = engines::translate(input, &env, &engines);
     if !bound {
         translation.objects.clear();
-        translation.problems = vec![Problem {
-            intent: String::new(),
-            reason: condition::REASON_NOT_BOUND,
-            message: "not the policy an existing SecurityIntentBinding or \
-                      ClusterSecurityIntentBinding generates (or written by someone else than \
-                      the operator); not translated"
-                .to_owned(),
-            blocking: true,
-        }];
+        translation.problems = vec![status::not_bound()];
     }
-    let mut problems = translation.problems;
 
-    // What external adapters reported stays listed (they own those entries).
-    let mut entries: Vec<String> = reported
-        .iter()
-        .filter(|e| {
-            engines
-                .external
-                .iter()
-                .any(|engine| is_entry_of(*engine, e))
-        })
-        .cloned()
-        .collect();
+    let mut executed = Executed::default();
+    let mut natives = Vec::new();
     let mut keep = BTreeSet::new();
-    let mut written = 0;
-    let mut failure = None;
     for generated in &translation.objects {
         keep.insert(Key::of(generated.kind, &generated.object));
-        let entry = generated.entry();
-        match ctx
+        let applied = ctx
             .natives
             .apply(generated, &input.owner, &ctx.written)
-            .await
-        {
-            Ok(outcome) => {
-                if matches!(outcome, Outcome::Written) {
-                    written += 1;
-                    ctx.metrics
-                        .applied
-                        .get_or_create(&EngineLabels {
-                            engine: generated.engine.name(),
-                        })
-                        .inc();
-                }
-                if matches!(outcome, Outcome::Conflict) {
-                    problems.push(Problem {
-                        intent: String::new(),
-                        reason: condition::REASON_POLICY_CONFLICT,
-                        message: format!("{entry} exists and is not owned by this policy"),
-                        blocking: true,
-                    });
-                } else if generated.kind.listed {
-                    entries.push(entry);
-                }
-            }
-            Err(error) => {
-                problems.push(Problem {
-                    intent: String::new(),
-                    reason: condition::REASON_APPLY_FAILED,
-                    message: error.to_string(),
-                    blocking: true,
-                });
-                failure.get_or_insert(error);
-            }
+            .await;
+        let outcome = match executed.record(applied)? {
+            Ok(outcome) => outcome,
+            Err(message) => NativeOutcome::Failed(message),
+        };
+        if outcome == NativeOutcome::Written {
+            ctx.metrics
+                .applied
+                .get_or_create(&EngineLabels {
+                    engine: generated.engine.name(),
+                })
+                .inc();
         }
+        natives.push(NativeResult {
+            entry: generated.entry(),
+            listed: generated.kind.listed,
+            outcome,
+        });
     }
     // An unbound policy prunes nothing either: one its binding's operator-written content was
     // tampered with is restored by the binding controller, and what is in force meanwhile stays.
@@ -237,30 +199,41 @@ where
             })
             .inc();
     }
-    let pruned = pruned.len();
     // A new generation comes from its binding, whose own event announced the change: an event
     // here reports only what no binding change explains (drift undone, an engine installed).
+    let written = natives
+        .iter()
+        .filter(|n| n.outcome == NativeOutcome::Written)
+        .count();
     let resync = current.and_then(|s| s.observed_generation) == policy.meta().generation;
-    if written + pruned > 0 && resync {
+    if written + pruned.len() > 0 && resync {
         let note = format!(
             "{} applied, {} removed",
             count(written, "native policy", "native policies"),
-            count(pruned, "native policy", "native policies")
+            count(pruned.len(), "native policy", "native policies")
         );
         publish(ctx, policy, EventType::Normal, "NativePoliciesSynced", note);
     }
 
-    let generation = policy.meta().generation;
-    let status = NimbusPolicyStatus {
-        status: STATUS_CREATED.to_owned(),
-        last_updated: None,
-        number_of_adapter_policies: entries.len() as i32,
-        adapter_policies: (!entries.is_empty()).then_some(entries),
-        observed_generation: generation,
-        conditions: vec![policy_ready(&problems, generation)],
-    };
+    // What external adapters reported stays listed (they own those entries).
+    let external: Vec<String> = reported
+        .iter()
+        .filter(|e| {
+            engines
+                .external
+                .iter()
+                .any(|engine| is_entry_of(*engine, e))
+        })
+        .cloned()
+        .collect();
+    let status = status::policy_status(
+        policy.meta().generation,
+        &translation.problems,
+        &natives,
+        external,
+    );
     let action = update_status(ctx, api, policy, current, status).await?;
-    failure.map_or(Ok(action), Err)
+    executed.result(action)
 }
 
 /// `1 native policy`, `2 native policies`.
