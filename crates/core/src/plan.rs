@@ -245,6 +245,96 @@ mod tests {
         assert_eq!(plan.missing_intents, ["missing"]);
     }
 
+    /// A policy is a binding's only with the name, namespace and owner uid its binding would
+    /// give it (for a cluster binding, in a namespace it selects).
+    #[test]
+    fn a_policy_is_a_bindings_only_where_the_binding_would_put_it() {
+        let sib: SecurityIntentBinding = serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+            "metadata": {"name": "web", "namespace": "a", "uid": "u-web"},
+            "spec": {"intents": [{"name": "dns"}], "selector": {}}
+        }))
+        .expect("a binding");
+        let team = csib(&["a"], &["dns"]);
+        let policy = |namespace: &str, name: &str, kind: &str, owner: &str, uid: &str| {
+            serde_json::from_value::<NimbusPolicy>(json!({
+                "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "NimbusPolicy",
+                "metadata": {"name": name, "namespace": namespace, "ownerReferences": [{
+                    "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": kind,
+                    "name": owner, "uid": uid, "controller": true}]},
+                "spec": {"rules": [], "selector": {}}
+            }))
+            .expect("a policy")
+        };
+        let protected = ProtectedNamespaces::default();
+        let generates = |np: &NimbusPolicy| {
+            super::generates(
+                np,
+                |ns, name| (ns == "a" && name == "web").then_some(&sib),
+                |name| (name == "team").then_some(&team),
+                &protected,
+            )
+        };
+        let cases = [
+            (
+                policy("a", "web", "SecurityIntentBinding", "web", "u-web"),
+                true,
+            ),
+            (
+                policy("a", "web", "SecurityIntentBinding", "web", "u-old"),
+                false,
+            ),
+            (
+                policy("a", "other", "SecurityIntentBinding", "web", "u-web"),
+                false,
+            ),
+            (
+                policy("b", "web", "SecurityIntentBinding", "web", "u-web"),
+                false,
+            ),
+            (
+                policy(
+                    "a",
+                    "nimbus-ctlr-gen-team",
+                    "ClusterSecurityIntentBinding",
+                    "team",
+                    "u",
+                ),
+                true,
+            ),
+            (
+                policy(
+                    "b",
+                    "nimbus-ctlr-gen-team",
+                    "ClusterSecurityIntentBinding",
+                    "team",
+                    "u",
+                ),
+                false,
+            ),
+            (
+                policy("a", "team", "ClusterSecurityIntentBinding", "team", "u"),
+                false,
+            ),
+            (policy("a", "web", "Deployment", "web", "u-web"), false),
+        ];
+        for (np, expected) in &cases {
+            assert_eq!(generates(np), *expected, "{:?}", np.metadata);
+        }
+        let cluster: ClusterNimbusPolicy = serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterNimbusPolicy",
+            "metadata": {"name": "team", "ownerReferences": [{
+                "apiVersion": "intent.security.nimbus.com/v1alpha1",
+                "kind": "ClusterSecurityIntentBinding", "name": "team", "uid": "u", "controller": true}]},
+            "spec": {"rules": []}
+        }))
+        .expect("a cluster policy");
+        assert!(generates_cluster_policy(&cluster, |n| (n == "team").then_some(&team)));
+        assert!(!generates_cluster_policy(&cluster, |_| None::<
+            &ClusterSecurityIntentBinding,
+        >));
+    }
+
     #[test]
     fn a_cluster_binding_without_intents_wants_nothing_anywhere() {
         let all = [namespace("a", false)];

@@ -9,12 +9,13 @@ mod common;
 use common::{CONVERGE, apply, binding, create_intent, tools_dir, unique};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
-use nimbus_api::SecurityIntentBinding;
 use nimbus_api::posture::{NamespacePosture, Verdict, WorkloadPosture};
+use nimbus_api::{NimbusPolicy, SecurityIntentBinding};
 use nimbus_testenv::{ControlPlane, LocalApiService, ServingCert, eventually};
 use serde_json::json;
 use std::process::{Command, Stdio};
@@ -273,6 +274,61 @@ async fn kubectl_follows_a_workload_from_unprotected_to_protected_to_partial() {
 
     let (ok, out, err) = kubectl(cp, &["get", "namespacepostures", ns.name()]);
     assert!(ok && shows(&out, ns.name(), "Partial"), "{out}{err}");
+}
+
+/// The posture judges a policy as its status does: one no binding generates protects nothing,
+/// even while it selects a workload and the operator has seen it.
+#[tokio::test]
+async fn a_policy_no_binding_generates_protects_nothing() {
+    let posture = posture();
+    let client = posture.cp.client().expect("client");
+    let ns = posture
+        .cp
+        .test_namespace("posture-direct")
+        .await
+        .expect("namespace");
+    deployment(&client, ns.name(), "api", 1).await;
+    let policies: Api<NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
+    let direct = json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "NimbusPolicy",
+        "metadata": {"name": "direct"},
+        "spec": {"selector": {"matchLabels": {"app": "api"}},
+                 "rules": [{"id": "dnsManipulation", "rule": {"action": "Block"}}]}
+    });
+    apply(&policies, "direct", &direct).await;
+    // An object carrying our label with the name the policy's translation would give it: not
+    // the policy's, so it proves nothing either.
+    let lookalike = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "direct-dnsmanipulation",
+                     "labels": {"app.kubernetes.io/managed-by": "nimbus-netpol"}},
+        "spec": {"podSelector": {"matchLabels": {"app": "api"}}, "policyTypes": ["Egress"]}
+    });
+    let netpols: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns.name());
+    apply(&netpols, "direct-dnsmanipulation", &lookalike).await;
+    eventually(
+        "the operator reports the policy NotBound",
+        CONVERGE,
+        async |seen| {
+            let status = policies.get("direct").await.ok()?.status?;
+            *seen = format!("{status:?}");
+            status
+                .conditions
+                .iter()
+                .any(|c| c.reason == "NotBound")
+                .then_some(())
+        },
+    )
+    .await;
+    // A workload created after that is computed with the policy in the caches.
+    deployment(&client, ns.name(), "marker", 1).await;
+    let api: Api<WorkloadPosture> = Api::namespaced(client.clone(), ns.name());
+    eventually("the marker's posture", CONVERGE, async |_| {
+        api.get("deployment-marker").await.ok()
+    })
+    .await;
+    let posture = api.get("deployment-api").await.expect("deployment-api");
+    assert_eq!(posture.verdict, Verdict::Unprotected, "{posture:#?}");
 }
 
 /// `kubectl explain` reads the fields from the OpenAPI the server publishes.

@@ -29,14 +29,8 @@ pub async fn reconcile_namespaced(
         .ok_or_else(|| Error::MissingField(np.name_any(), "metadata.uid"))?;
     let namespace = np.namespace().unwrap_or_default();
     let api = Api::namespaced(ctx.client.clone(), &namespace);
-    let generated = plan::generates(
-        &np,
-        |ns, name| ctx.bindings.get(&ObjectRef::new(name).within(ns)),
-        |name| ctx.cluster_bindings.get(&ObjectRef::new(name)),
-        &ctx.protected_namespaces,
-    );
     let input = PolicyInput::namespaced(&np, &uid);
-    let claim = Claim::of(generated, &*np);
+    let claim = Claim::namespaced(&ctx, &np);
     sync(&api, &*np, np.status.as_ref(), &input, claim, &ctx).await
 }
 
@@ -47,11 +41,8 @@ pub async fn reconcile_cluster(
     let uid = cwnp
         .uid()
         .ok_or_else(|| Error::MissingField(cwnp.name_any(), "metadata.uid"))?;
-    let generated = plan::generates_cluster_policy(&cwnp, |name| {
-        ctx.cluster_bindings.get(&ObjectRef::new(name))
-    });
     let input = PolicyInput::cluster(&cwnp, &uid);
-    let claim = Claim::of(generated, &*cwnp);
+    let claim = Claim::cluster(&ctx, &cwnp);
     sync(
         &Api::all(ctx.client.clone()),
         &*cwnp,
@@ -67,7 +58,7 @@ pub async fn reconcile_cluster(
 /// NimbusPolicies must not get what a binding's author would have to be trusted with (a
 /// sandbox RoleBinding, say).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Claim {
+pub(crate) enum Claim {
     /// The policy a binding generates, as the operator wrote it.
     Bound,
     /// The policy a binding generates, holding fields someone else wrote: tampered with, or
@@ -80,6 +71,25 @@ enum Claim {
 }
 
 impl Claim {
+    /// The claim of a NimbusPolicy, from the caches.
+    pub(crate) fn namespaced(ctx: &Context, np: &NimbusPolicy) -> Self {
+        let generated = plan::generates(
+            np,
+            |ns, name| ctx.bindings.get(&ObjectRef::new(name).within(ns)),
+            |name| ctx.cluster_bindings.get(&ObjectRef::new(name)),
+            &ctx.protected_namespaces,
+        );
+        Self::of(generated, np)
+    }
+
+    /// The claim of a ClusterNimbusPolicy, from the caches.
+    pub(crate) fn cluster(ctx: &Context, cwnp: &ClusterNimbusPolicy) -> Self {
+        let generated = plan::generates_cluster_policy(cwnp, |name| {
+            ctx.cluster_bindings.get(&ObjectRef::new(name))
+        });
+        Self::of(generated, cwnp)
+    }
+
     fn of<K: Resource>(generated: bool, policy: &K) -> Self {
         match (generated, written_by_operator(policy)) {
             (true, true) => Self::Bound,

@@ -3,8 +3,10 @@
 //! Jobs. Debounced: a burst of changes costs one computation.
 
 use super::Postures;
+use crate::apply::is_controlled_by;
 use crate::cache::{Cache, Driver};
 use crate::context::Context;
+use crate::controllers::policy::Claim;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};
@@ -162,19 +164,20 @@ pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
 
 fn compute(ctx: &Context, sources: &Workloads) -> (Vec<WorkloadPosture>, Vec<NamespacePosture>) {
     let engine_set = ctx.engine_set();
-    let present = |g: &engines::Generated| ctx.natives.cached(g).is_some();
     let mut coverage: Vec<PolicyCoverage> = Vec::new();
     for np in ctx.policies.state() {
         let uid = np.uid().unwrap_or_default();
         let input = PolicyInput::namespaced(&np, &uid);
         let binding = controlling_binding(np.owner_references(), np.namespace().as_deref());
-        coverage.push(policy_coverage(ctx, &input, binding, &engine_set, &present));
+        let claim = Claim::namespaced(ctx, &np);
+        coverage.push(policy_coverage(ctx, &input, binding, &engine_set, claim));
     }
     for cnp in ctx.cluster_policies.state() {
         let uid = cnp.uid().unwrap_or_default();
         let input = PolicyInput::cluster(&cnp, &uid);
         let binding = controlling_binding(cnp.owner_references(), None);
-        coverage.push(policy_coverage(ctx, &input, binding, &engine_set, &present));
+        let claim = Claim::cluster(ctx, &cnp);
+        coverage.push(policy_coverage(ctx, &input, binding, &engine_set, claim));
     }
 
     // The caches iterate in no fixed order; a posture must not change (and be reported as
@@ -211,14 +214,26 @@ fn compute(ctx: &Context, sources: &Workloads) -> (Vec<WorkloadPosture>, Vec<Nam
     (workload_postures, namespace_postures)
 }
 
+/// What a policy covers, decided as its status is: a policy no binding generates covers
+/// nothing, and a native object counts only when the policy controls it (not merely one of
+/// that name). One a binding generates that others wrote to is judged by what is in force.
 fn policy_coverage(
     ctx: &Context,
     input: &PolicyInput,
     binding: Option<Reference>,
     engine_set: &engines::EngineSet,
-    present: &dyn Fn(&engines::Generated) -> bool,
+    claim: Claim,
 ) -> PolicyCoverage {
-    let translation = engines::translate(input, &ctx.environment(input.rules), engine_set);
+    let mut translation = engines::translate(input, &ctx.environment(input.rules), engine_set);
+    if claim == Claim::NotBound {
+        translation.objects.clear();
+        translation.problems = vec![nimbus_core::status::not_bound()];
+    }
+    let present = |g: &engines::Generated| {
+        ctx.natives
+            .cached(g)
+            .is_some_and(|o| is_controlled_by(&*o, &input.owner.uid))
+    };
     let intent_names = bound_intent_names(ctx, binding.as_ref());
     let intent_name = |id: &str| {
         intent_names
@@ -230,7 +245,7 @@ fn policy_coverage(
         input,
         translation: &translation,
         engines: engine_set,
-        present,
+        present: &present,
         intent_name: &intent_name,
         binding,
         protected: &ctx.protected_namespaces,
