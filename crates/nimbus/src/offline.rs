@@ -9,10 +9,12 @@ use nimbus_api::{
     ClusterSecurityIntentBinding, GROUP, SecurityIntent, SecurityIntentBinding, VERSION,
 };
 use nimbus_core::catalog::{self, BindingKind, Engine};
+use nimbus_core::engines::DEFAULT_K8TLS_NAMESPACE;
 use nimbus_core::engines::{
     self, EngineSet, Environment, PolicyInput, VirtualPatches, virtual_patch,
 };
 use nimbus_core::namespaces::ProtectedNamespaces;
+use nimbus_core::status::{self, NativeOutcome, NativeResult};
 use nimbus_core::{compile_binding, compile_cluster_binding, plan, validation};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -483,7 +485,110 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<bool> {
     if problems.is_empty() {
         println!("{} manifests valid", loaded.manifests.len());
     }
+    for line in readiness(&loaded) {
+        println!("{line}");
+    }
     Ok(problems.is_empty())
+}
+
+/// The `Ready` condition the operator would write on each binding, as far as the manifests
+/// tell it: decided by the same core functions, with every engine installed, no virtual-patch
+/// database, and nothing else in the cluster (a cluster binding over `*` or `excludeNames` is
+/// judged over the namespace `default`, and over the namespaces it names).
+fn readiness(loaded: &Loaded) -> Vec<String> {
+    let intents = intents_by_name(loaded);
+    let lookup = |name: &str| intents.get(name).copied().cloned();
+    let (env, engines) = (Environment::default(), EngineSet::all());
+    let protected = ProtectedNamespaces::defaults(None, DEFAULT_K8TLS_NAMESPACE);
+    // A generated policy as it would report itself once translated and applied.
+    let translated = |input: &PolicyInput| {
+        let translation = engines::translate(input, &env, &engines);
+        let natives: Vec<NativeResult> = translation
+            .objects
+            .iter()
+            .map(|g| NativeResult {
+                entry: g.entry(),
+                listed: g.kind.listed,
+                outcome: NativeOutcome::Written,
+            })
+            .collect();
+        status::policy_status(None, &translation.problems, &natives, Vec::new())
+    };
+    let line = |what: String, ready: &[nimbus_api::Condition]| match ready.first() {
+        Some(c) if c.message.is_empty() => format!("{what}: Ready={} ({})", c.status, c.reason),
+        Some(c) => format!("{what}: Ready={} ({}: {})", c.status, c.reason, c.message),
+        None => format!("{what}: no Ready condition"),
+    };
+    let mut out = Vec::new();
+    for (_, manifest) in &loaded.manifests {
+        match manifest {
+            Manifest::Intent(_) => {}
+            Manifest::Binding(b) => {
+                let mut b = b.clone();
+                b.metadata.namespace.get_or_insert_with(|| "default".into());
+                let plan = plan::binding(&b, lookup);
+                let mut policy = plan.as_ref().ok().and_then(|p| p.policy.clone());
+                if let Some(np) = &mut policy {
+                    np.status = Some(translated(&PolicyInput::namespaced(np, "")));
+                }
+                let outcome = status::Outcome::untouched(policy.as_ref());
+                let status = status::binding_status(&b, &plan, outcome);
+                out.push(line(manifest.describe(), &status.conditions));
+            }
+            Manifest::ClusterBinding(b) => {
+                let names = b
+                    .spec
+                    .selector
+                    .as_ref()
+                    .and_then(|s| s.ns_selector.as_ref())
+                    .map(|s| s.match_names.clone().unwrap_or_default())
+                    .unwrap_or_default();
+                let mut names: BTreeSet<String> = names.into_iter().filter(|n| n != "*").collect();
+                names.insert("default".into());
+                let namespaces: Vec<Namespace> = names
+                    .iter()
+                    .map(|name| Namespace {
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            ..ObjectMeta::default()
+                        },
+                        ..Namespace::default()
+                    })
+                    .collect();
+                let plan = plan::cluster_binding(b, lookup, &namespaces, &protected);
+                let (mut cluster, mut policies) = (None, Vec::new());
+                if let Ok(plan) = &plan {
+                    cluster = plan.cluster_policy.clone().map(|mut p| {
+                        p.status = Some(translated(&PolicyInput::cluster(&p, "")));
+                        p
+                    });
+                    policies = plan
+                        .namespaces
+                        .iter()
+                        .map(|(_, p)| {
+                            p.clone().map(|mut p| {
+                                p.status = Some(translated(&PolicyInput::namespaced(&p, "")));
+                                p
+                            })
+                        })
+                        .collect();
+                }
+                let outcomes: Vec<_> = policies
+                    .iter()
+                    .map(|p| status::Outcome::untouched(p.as_ref()))
+                    .collect();
+                let status = status::cluster_binding_status(
+                    b,
+                    &plan,
+                    status::Outcome::untouched(cluster.as_ref()),
+                    &outcomes,
+                    &protected,
+                );
+                out.push(line(manifest.describe(), &status.conditions));
+            }
+        }
+    }
+    out
 }
 
 /// Namespace names among the arguments that no cluster could have (DNS-1123 labels).

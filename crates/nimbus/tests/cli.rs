@@ -152,6 +152,34 @@ fn links_to_the_same_files_are_read_once() {
     assert!(stdout.contains("2 manifests valid"), "{stdout}{err}");
 }
 
+/// `validate` says what `Ready` the operator would write, from the same core functions.
+#[test]
+fn validate_prints_the_ready_condition_the_operator_would_write() {
+    let out = nimbus(
+        &["validate", "-f", "in.yaml"],
+        &[("in.yaml", &format!("{INTENT}---{BINDING}"))],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout.contains("SecurityIntentBinding b: Ready=True (Ready)"),
+        "{stdout}"
+    );
+    let missing = BINDING.replace("[{name: dns}]", "[{name: dns}, {name: gone}]");
+    let out = nimbus(
+        &["validate", "-f", "in.yaml"],
+        &[("in.yaml", &format!("{INTENT}---{missing}"))],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "SecurityIntentBinding b: Ready=False (IntentNotFound: SecurityIntents not found: gone)"
+        ),
+        "{stdout}{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn bad_parameters() {
     let text = r#"

@@ -947,7 +947,7 @@ async fn cli_vs_cluster(
         // The operator's bookkeeping of what it generated is the one addition.
         let annotations = &mut live["metadata"]["annotations"];
         if let Some(map) = annotations.as_object_mut() {
-            map.remove(nimbus_operator::apply::GENERATED_HASH);
+            map.remove(nimbus_operator::drift::GENERATED_HASH);
             if map.is_empty() {
                 *annotations = serde_json::Value::Null;
             }

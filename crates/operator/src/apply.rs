@@ -12,7 +12,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -110,7 +110,7 @@ where
         source,
     };
     let mut want = serde_json::to_value(desired).map_err(unserializable)?;
-    stamp(&mut want);
+    drift::stamp(&mut want);
     let cached_version = observed
         .as_ref()
         .and_then(|seen| seen.meta.resource_version.as_deref());
@@ -126,7 +126,7 @@ where
         meta.namespace.as_deref(),
         &name,
     );
-    let fingerprint = want["metadata"]["annotations"][GENERATED_HASH]
+    let fingerprint = want["metadata"]["annotations"][drift::GENERATED_HASH]
         .as_str()
         .unwrap_or_default()
         .to_owned();
@@ -235,22 +235,6 @@ async fn send<K: Resource + Clone>(
     }
     let stored: Stored = call(api, request).await?;
     Ok(stored.metadata.resource_version)
-}
-
-/// Annotation holding a hash of what we generated for an object, so that a change of it is seen
-/// even where the server cannot tell our values from defaults (see [`drift`]).
-pub const GENERATED_HASH: &str = "intent.security.nimbus.com/generated-hash";
-
-/// Adds [`GENERATED_HASH`] to `want`.
-fn stamp(want: &mut Value) {
-    let digest = Sha256::digest(want.to_string());
-    let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    if let Some(meta) = want.get_mut("metadata").and_then(Value::as_object_mut) {
-        let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
-        if let Some(annotations) = annotations.as_object_mut() {
-            annotations.insert(GENERATED_HASH.to_owned(), Value::String(hash));
-        }
-    }
 }
 
 /// `want` as a full replacement of `have`: our body, the observed status, our labels,

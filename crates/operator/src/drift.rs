@@ -5,7 +5,7 @@
 //! longer want is still there; no other manager added anything to the object's body. Fields
 //! nobody owns are server defaults and are left alone, so a converged object needs no write.
 //!
-//! What we generate is recognised by a hash of it, which [`crate::apply`] stores in an
+//! What we generate is recognised by a hash of it, which [`stamp`] puts in an
 //! annotation: inside an atomic field (a NetworkPolicy's `podSelector`) the server records only
 //! that we own the whole field, so a value we no longer generate would look like a default.
 //!
@@ -18,6 +18,23 @@
 //! never removes; those need a replace too.
 
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// Annotation holding a hash of what we generated for an object, so that a change of it is seen
+/// even where the server cannot tell our values from defaults (see the module doc).
+pub const GENERATED_HASH: &str = "intent.security.nimbus.com/generated-hash";
+
+/// Adds [`GENERATED_HASH`] to `want`.
+pub fn stamp(want: &mut Value) {
+    let digest = Sha256::digest(want.to_string());
+    let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    if let Some(meta) = want.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(GENERATED_HASH.to_owned(), Value::String(hash));
+        }
+    }
+}
 
 /// The write that brings an observed object to what we want.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,12 +210,10 @@ fn is_managed_by(entry: &Value, manager: &str) -> bool {
     entry.get("manager").and_then(Value::as_str) == Some(manager) && is_main_resource(entry)
 }
 
-/// Whether `observed` carries the generated hash of `desired` (see [`crate::apply`]).
+/// Whether `observed` carries the generated hash of `desired` ([`GENERATED_HASH`]).
 fn is_current(observed: &Value, desired: &Value) -> bool {
     fn hash(object: &Value) -> Option<&Value> {
-        object
-            .pointer("/metadata/annotations")?
-            .get(crate::apply::GENERATED_HASH)
+        object.pointer("/metadata/annotations")?.get(GENERATED_HASH)
     }
     hash(desired).is_some_and(|want| hash(observed) == Some(want))
 }
@@ -365,7 +380,6 @@ pub fn covers(have: &Value, want: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::GENERATED_HASH;
     use serde_json::json;
 
     const US: &str = "nimbus-netpol";
