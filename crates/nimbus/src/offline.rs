@@ -433,6 +433,20 @@ fn semantic_problems(loaded: &Loaded, sandbox_roles: &BTreeSet<String>) -> Vec<S
 }
 
 /// The SecurityIntents among the manifests, by name.
+/// Namespaces of these names, as a cluster would list them.
+fn namespaces<'a>(names: impl IntoIterator<Item = &'a String>) -> Vec<Namespace> {
+    names
+        .into_iter()
+        .map(|name| Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        })
+        .collect()
+}
+
 fn intents_by_name(loaded: &Loaded) -> BTreeMap<String, &SecurityIntent> {
     loaded
         .manifests
@@ -545,17 +559,7 @@ fn readiness(loaded: &Loaded) -> Vec<String> {
                     .unwrap_or_default();
                 let mut names: BTreeSet<String> = names.into_iter().filter(|n| n != "*").collect();
                 names.insert("default".into());
-                let namespaces: Vec<Namespace> = names
-                    .iter()
-                    .map(|name| Namespace {
-                        metadata: ObjectMeta {
-                            name: Some(name.clone()),
-                            ..ObjectMeta::default()
-                        },
-                        ..Namespace::default()
-                    })
-                    .collect();
-                let plan = plan::cluster_binding(b, lookup, &namespaces, &protected);
+                let plan = plan::cluster_binding(b, lookup, &namespaces(&names), &protected);
                 let (mut cluster, mut policies) = (None, Vec::new());
                 if let Ok(plan) = &plan {
                     cluster = plan.cluster_policy.clone().map(|mut p| {
@@ -681,17 +685,7 @@ fn translate_all(
             Ok(())
         };
     let protected = ProtectedNamespaces::new(&args.protected_namespaces);
-    let namespaces: Vec<Namespace> = args
-        .namespaces
-        .iter()
-        .map(|name| Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        })
-        .collect();
+    let namespaces = namespaces(&args.namespaces);
     for (_, manifest) in &loaded.manifests {
         match manifest {
             Manifest::Intent(_) => {}

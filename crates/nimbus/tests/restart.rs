@@ -7,10 +7,7 @@
 mod common;
 
 use common::CONVERGE;
-use common::fleet::{
-    all_ready, create_realistic_set, generated_kinds, reporting_kinds, settled, start, workload,
-};
-use common::monitor::{Monitor, Watched};
+use common::fleet::{all_ready, create_realistic_set, monitor, settled, start, workload};
 use nimbus_testenv::eventually;
 
 const RESTARTS: usize = 10;
@@ -29,14 +26,7 @@ async fn restarts_never_delete_nor_misreport_what_is_in_force() {
     let workload = workload(&client).await;
     settled(&operator, &workload).await;
 
-    let monitor = Monitor::start(
-        &client,
-        Watched {
-            objects: generated_kinds(),
-            statuses: reporting_kinds(),
-        },
-    )
-    .await;
+    let monitor = monitor(&client).await;
     let in_force = monitor.present();
     let natives = in_force
         .keys()

@@ -9,9 +9,9 @@ mod common;
 
 use common::CONVERGE;
 use common::fleet::{
-    all_ready, create_realistic_set, generated_kinds, reporting_kinds, settled, start, workload,
+    all_ready, create_realistic_set, generated_kinds, monitor, reporting_kinds, settled, start,
+    workload,
 };
-use common::monitor::{Monitor, Watched};
 use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use nimbus_core::engines::MANAGED_BY;
@@ -168,14 +168,7 @@ async fn taking_over_from_the_original_keeps_every_object_in_place() {
         "still marked as ours before the takeover: {labelled:?}"
     );
 
-    let monitor = Monitor::start(
-        &client,
-        Watched {
-            objects: generated_kinds(),
-            statuses: reporting_kinds(),
-        },
-    )
-    .await;
+    let monitor = monitor(&client).await;
     let in_force = monitor.present();
     let operator = start(cp.kubeconfig_path(), dir.path());
     settled(&operator, &workload).await;

@@ -2,6 +2,7 @@
 //! ways to tell when that operator has settled: for tests of what happens around it
 //! (restarts, takeovers).
 
+use super::monitor::{Monitor, Watched};
 use super::replica::Replica;
 use super::{CONVERGE, apply, intent};
 use futures::{StreamExt, TryStreamExt};
@@ -45,6 +46,16 @@ pub fn generated_kinds() -> Vec<ApiResource> {
         .map(|k| k.api_resource()),
     );
     kinds
+}
+
+/// A monitor of every generated kind and of every status the operator writes (its baseline is
+/// what is there now).
+pub async fn monitor(client: &Client) -> Monitor {
+    let watched = Watched {
+        objects: generated_kinds(),
+        statuses: reporting_kinds(),
+    };
+    Monitor::start(client, watched).await
 }
 
 /// The kinds whose `Ready` condition the operator writes.
