@@ -43,6 +43,10 @@ pub mod condition {
     /// A generated policy has not been translated at its current generation yet (`Unknown`).
     /// A NimbusPolicy no binding controls: it is not translated.
     pub const REASON_NOT_BOUND: &str = "NotBound";
+    /// An intent's action is `Audit`, and an engine that enforces it has no form that reports
+    /// without enforcing (a NetworkPolicy, a RoleBinding, a Kyverno mutate or generate rule):
+    /// that engine writes nothing for it.
+    pub const REASON_NO_AUDIT_FORM: &str = "NoAuditForm";
     pub const REASON_RECONCILING: &str = "Reconciling";
     /// A cluster binding selects no namespace its per-namespace intents could apply to.
     pub const REASON_NO_NAMESPACE_SELECTED: &str = "NoNamespaceSelected";

@@ -24,6 +24,8 @@ pub mod reason {
     pub const SOME_PODS_NOT_SELECTED: &str = "SomePodsNotSelected";
     /// An engine's native object is not (yet) in the cluster.
     pub const NATIVE_POLICY_MISSING: &str = "NativePolicyMissing";
+    /// The intent's action is `Audit`: what its engines write reports and blocks nothing.
+    pub const AUDITED: &str = "Audited";
 }
 
 /// A pod, as far as the posture needs it.
@@ -186,13 +188,22 @@ impl PolicyCoverage {
                         message: format!("engine {}: {what}", engine.engine),
                     });
                 }
+                let audited = rule.rule.action == crate::engines::AUDIT;
+                if audited {
+                    reasons.push(Reason {
+                        reason: reason::AUDITED.to_owned(),
+                        message: "the intent's action is Audit: what its engines write \
+                                  reports and blocks nothing"
+                            .to_owned(),
+                    });
+                }
                 reasons.sort();
                 reasons.dedup();
                 let in_force = engines
                     .iter()
                     .filter(|e| matches!(e.state, EngineState::Enforcing | EngineState::External))
                     .count();
-                let verdict = if in_force == 0 {
+                let verdict = if in_force == 0 || audited {
                     Verdict::Unprotected
                 } else if in_force == engines.len() {
                     Verdict::Protected
@@ -514,13 +525,17 @@ mod tests {
     }
 
     fn dns_policy() -> NimbusPolicy {
+        dns_policy_with("Block")
+    }
+
+    fn dns_policy_with(action: &str) -> NimbusPolicy {
         serde_json::from_value(json!({
             "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "NimbusPolicy",
             "metadata": {"name": "dns", "namespace": "shop", "uid": "p",
                 "ownerReferences": [{"apiVersion": "intent.security.nimbus.com/v1alpha1",
                     "kind": "SecurityIntentBinding", "name": "dns", "uid": "b", "controller": true}]},
             "spec": {"selector": {"matchLabels": {"app": "web"}},
-                     "rules": [{"id": "dnsManipulation", "rule": {"action": "Block"}}]}
+                     "rules": [{"id": "dnsManipulation", "rule": {"action": action}}]}
         }))
         .expect("valid policy")
     }
@@ -532,8 +547,16 @@ mod tests {
         engines: &EngineSet,
         present: &dyn Fn(&Generated) -> bool,
     ) -> WorkloadPosture {
-        let np = dns_policy();
-        let input = PolicyInput::namespaced(&np, "p");
+        posture_of_policy(&dns_policy(), apps, engines, present)
+    }
+
+    fn posture_of_policy(
+        np: &NimbusPolicy,
+        apps: &[&str],
+        engines: &EngineSet,
+        present: &dyn Fn(&Generated) -> bool,
+    ) -> WorkloadPosture {
+        let input = PolicyInput::namespaced(np, "p");
         let translation = translate(&input, &Environment::default(), engines);
         let coverage = PolicyCoverage::new(&PolicyFacts {
             input: &input,
@@ -567,6 +590,20 @@ mod tests {
         let mut codes: Vec<&str> = p.reasons.iter().map(|r| r.reason.as_str()).collect();
         codes.dedup();
         codes
+    }
+
+    /// An audited intent protects nothing, whatever its engines wrote.
+    #[test]
+    fn an_audited_intent_is_not_protection() {
+        let np = dns_policy_with("Audit");
+        let p = posture_of_policy(&np, &["web"], &EngineSet::all(), &|_| true);
+        assert_eq!(p.verdict, Verdict::Unprotected, "{p:#?}");
+        let codes = reasons(&p);
+        assert!(codes.contains(&reason::AUDITED), "{codes:?}");
+        assert!(
+            codes.contains(&condition::REASON_NO_AUDIT_FORM),
+            "{codes:?}"
+        );
     }
 
     #[test]

@@ -16,7 +16,8 @@ use nimbus_api::{
     NimbusPolicyStatus,
 };
 use nimbus_core::engines::{
-    CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, MANAGED_BY, ROLE_BINDING,
+    CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, MANAGED_BY, NETWORK_POLICY,
+    ROLE_BINDING,
 };
 use nimbus_testenv::eventually;
 use serde_json::json;
@@ -703,6 +704,87 @@ async fn unenforceable_intents_are_reported_on_binding_and_policy() {
     assert_eq!(
         pss.data["spec"]["rules"][0]["validate"]["podSecurity"]["level"],
         "baseline"
+    );
+}
+
+/// `action: Audit` enforces nothing: KubeArmor's objects audit every rule, no NetworkPolicy is
+/// written (it would cut traffic whatever it is called), and the binding says so while Ready.
+/// An intent no engine can audit writes nothing at all and is not Ready.
+#[tokio::test]
+async fn audited_intents_enforce_nothing_and_say_what_is_not_written() {
+    let e = env("audited").await;
+    let dns = create_intent(&e.client, "dnsManipulation", "Audit").await;
+    let tmp = create_intent(&e.client, "preventExecutionFromTempOrLogsFolders", "Audit").await;
+    apply(
+        &e.bindings,
+        "a",
+        &binding("a", &[&dns, &tmp], json!({"app": "web"})),
+    )
+    .await;
+    let status = entries(
+        &e.policies,
+        "a",
+        &strings(&[
+            "KubeArmorPolicy/a-dnsmanipulation",
+            "KubeArmorPolicy/a-preventexecutionfromtemporlogsfolders",
+        ]),
+    )
+    .await;
+    let ready = &status.conditions[0];
+    assert_eq!(ready.status, "True", "{ready:?}");
+    assert!(
+        ready
+            .message
+            .contains("`dnsManipulation` is audited: netpol"),
+        "{ready:?}"
+    );
+    for name in [
+        "a-dnsmanipulation",
+        "a-preventexecutionfromtemporlogsfolders",
+    ] {
+        let policy = native(&e.client, &KUBEARMOR_POLICY, Some(e.ns.name()), name)
+            .await
+            .expect("the KubeArmorPolicy");
+        let text = policy.data["spec"].to_string();
+        assert!(
+            text.contains(r#""action":"Audit""#) && !text.contains(r#""action":"Block""#),
+            "{name}: {text}"
+        );
+    }
+    assert!(
+        native(
+            &e.client,
+            &NETWORK_POLICY,
+            Some(e.ns.name()),
+            "a-dnsmanipulation"
+        )
+        .await
+        .is_none(),
+        "an audited dnsManipulation must write no NetworkPolicy"
+    );
+
+    let egress = create_intent(&e.client, "denyExternalNetworkAccess", "Audit").await;
+    apply(
+        &e.bindings,
+        "n",
+        &binding("n", &[&egress], json!({"app": "web"})),
+    )
+    .await;
+    let condition = eventually("NoAuditForm on the binding", CONVERGE, async |_| {
+        let c = get(&e.bindings, "n")
+            .await?
+            .status?
+            .conditions
+            .into_iter()
+            .next()?;
+        (c.reason == "NoAuditForm").then_some(c)
+    })
+    .await;
+    assert_eq!(condition.status, "False", "{condition:?}");
+    let policy = get(&e.policies, "n").await.expect("the policy");
+    assert_eq!(
+        policy.status.expect("a status").number_of_adapter_policies,
+        0
     );
 }
 

@@ -51,7 +51,7 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
     // One intent per engine: NetworkPolicy + KubeArmor, Kyverno, k8tls, RBAC.
     let si = create_intent(&client, "dnsManipulation", "Block").await;
     let escape = create_intent(&client, "escapeToHost", "Block").await;
-    let coco = create_intent(&client, "cocoWorkload", "Audit").await;
+    let coco = create_intent(&client, "cocoWorkload", "Block").await;
     let tls = unique("tls");
     let mut tls_intent = common::intent(&tls, "assessTLS", "Audit");
     tls_intent["spec"]["intent"]["params"] = json!({"external_addresses": ["example.org:443"]});

@@ -11,8 +11,8 @@
 //! seccomp profile) with resource bounds, and schedules run at most hourly.
 
 use super::{
-    CLUSTER, CONFIG_MAP, CRON_JOB, Enforces, EngineSpec, Environment, Fact, Output, PolicyInput,
-    Rule, metadata, native_name, object,
+    AuditForm, CLUSTER, CONFIG_MAP, CRON_JOB, Enforces, EngineSpec, Environment, Fact, Output,
+    PolicyInput, Rule, metadata, native_name, object,
 };
 use crate::catalog::{Engine, id, param, param_value, param_values};
 use nimbus_api::condition;
@@ -41,6 +41,8 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         intent: id::ASSESS_TLS,
         origins: CLUSTER,
         reads: &[Fact::K8tlsNamespace],
+        // The scanner reports what it finds and blocks nothing, whatever the action.
+        audit: AuditForm::AssessesOnly,
     }],
     kinds: &[&CRON_JOB, &CONFIG_MAP],
     confined_to_k8tls_namespace: true,

@@ -2,8 +2,8 @@
 //! Nimbus's adapter writes, empty sections included.
 
 use super::{
-    Enforces, EngineSpec, Environment, KUBEARMOR_POLICY, NAMESPACED, Output, PolicyInput, Rule,
-    labels_only, metadata, native_name, object,
+    AUDIT, AuditForm, Enforces, EngineSpec, Environment, KUBEARMOR_POLICY, NAMESPACED, Output,
+    PolicyInput, Rule, labels_only, metadata, native_name, object,
 };
 use crate::catalog::{Engine, id};
 use crate::names::MAX_NAME_LEN;
@@ -84,26 +84,31 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             intent: id::DNS_MANIPULATION,
             origins: NAMESPACED,
             reads: &[],
+            audit: AuditForm::Reports,
         },
         Enforces {
             intent: id::SW_DEPLOYMENT_TOOLS,
             origins: NAMESPACED,
             reads: &[],
+            audit: AuditForm::Reports,
         },
         Enforces {
             intent: id::UNAUTHORIZED_SA_TOKEN_ACCESS,
             origins: NAMESPACED,
             reads: &[],
+            audit: AuditForm::Reports,
         },
         Enforces {
             intent: id::PREVENT_EXECUTION_FROM_TEMP_OR_LOGS_FOLDERS,
             origins: NAMESPACED,
             reads: &[],
+            audit: AuditForm::Reports,
         },
         Enforces {
             intent: id::ESCAPE_TO_HOST,
             origins: NAMESPACED,
             reads: &[],
+            audit: AuditForm::Reports,
         },
     ],
     kinds: &[&KUBEARMOR_POLICY],
@@ -198,10 +203,33 @@ fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
             if !rule.spec.rule.action.is_empty() {
                 spec.insert("action".into(), rule.spec.rule.action.clone().into());
             }
+            let mut spec = Value::Object(spec);
+            if rule.spec.rule.action == AUDIT {
+                // A rule's own action wins over the policy's: every one of them audits.
+                audit_every_action(&mut spec);
+            }
             object(&KUBEARMOR_POLICY, meta, json!({ "spec": spec }))
         })
         .collect::<Vec<_>>()
         .into())
+}
+
+/// Sets every `action` in `value` to `Audit`. Fixed from Nimbus, which kept a rule's `Block`
+/// under an audited policy, so KubeArmor blocked what it was asked to audit.
+fn audit_every_action(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, field) in map.iter_mut() {
+                if key == "action" {
+                    *field = AUDIT.into();
+                } else {
+                    audit_every_action(field);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(audit_every_action),
+        _ => {}
+    }
 }
 
 fn deployment_tools() -> Body {

@@ -123,6 +123,24 @@ pub struct Enforces {
     /// engine reading it is enabled, reads it only for rules that need it, and re-translates
     /// when it changes.
     pub reads: &'static [Fact],
+    /// What it writes when the intent's action is `Audit`.
+    pub audit: AuditForm,
+}
+
+/// The action under which an intent reports and enforces nothing.
+pub const AUDIT: &str = "Audit";
+
+/// What an engine writes for an intent whose action is [`AUDIT`]: never anything that enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuditForm {
+    /// Objects that report and never block: its translator renders every action as `Audit`.
+    Reports,
+    /// The same objects as for `Block`: they only assess, and never block (k8tls's scans).
+    AssessesOnly,
+    /// Nothing: it has no form that reports without enforcing (a NetworkPolicy cuts traffic, a
+    /// RoleBinding grants, a Kyverno mutate or generate rule acts). The policy says so
+    /// ([`condition::REASON_NO_AUDIT_FORM`]).
+    None,
 }
 
 impl EngineSpec {
@@ -548,8 +566,18 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
         }
         let mut enforced = false;
         let mut failures = Vec::new();
+        let mut no_audit_form = Vec::new();
         for engine in Engine::ALL {
             if !engines.active(engine) || !spec.handled_by(engine, policy.origin) {
+                continue;
+            }
+            if rule.rule.action == AUDIT
+                && engine
+                    .spec()
+                    .enforcing(&rule.id)
+                    .is_some_and(|e| e.audit == AuditForm::None)
+            {
+                no_audit_form.push(engine.name());
                 continue;
             }
             let rule = Rule {
@@ -570,6 +598,23 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                 }
                 Err(problem) => failures.push(problem),
             }
+        }
+        if !no_audit_form.is_empty() {
+            failures.push(Problem::new(
+                rule,
+                condition::REASON_NO_AUDIT_FORM,
+                format!(
+                    "intent `{}` is audited: {} cannot report without enforcing, so {} nothing \
+                     for it",
+                    rule.id,
+                    no_audit_form.join(", "),
+                    if no_audit_form.len() == 1 {
+                        "it writes"
+                    } else {
+                        "they write"
+                    },
+                ),
+            ));
         }
         // An engine that cannot act leaves the intent unenforced only if no other engine
         // enforces it (KubeArmor cannot express a selector NetworkPolicy can, for example).

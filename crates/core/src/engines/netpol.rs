@@ -1,8 +1,8 @@
 //! Kubernetes NetworkPolicy engine: dnsManipulation and denyExternalNetworkAccess.
 
 use super::{
-    Enforces, EngineSpec, Environment, Fact, NAMESPACED, NETWORK_POLICY, Output, PolicyInput, Rule,
-    metadata, native_name, object, selector_json,
+    AuditForm, Enforces, EngineSpec, Environment, Fact, NAMESPACED, NETWORK_POLICY, Output,
+    PolicyInput, Rule, metadata, native_name, object, selector_json,
 };
 use crate::catalog::{Engine, id};
 use crate::names::MAX_NAME_LEN;
@@ -20,11 +20,15 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             intent: id::DNS_MANIPULATION,
             origins: NAMESPACED,
             reads: &[Fact::NodePodCidrs],
+            // A NetworkPolicy cuts traffic whatever it is called.
+            audit: AuditForm::None,
         },
         Enforces {
             intent: id::DENY_EXTERNAL_NETWORK_ACCESS,
             origins: NAMESPACED,
             reads: &[Fact::NodePodCidrs],
+            // A NetworkPolicy cuts traffic whatever it is called.
+            audit: AuditForm::None,
         },
     ],
     kinds: &[&NETWORK_POLICY],

@@ -8,8 +8,8 @@
 //! A rule breaking either gets no RoleBinding at all.
 
 use super::{
-    CLUSTER_BINDING_NAMESPACES, Emitted, Enforces, EngineSpec, Environment, Output, PolicyInput,
-    ROLE_BINDING, Rule, metadata, native_name, object,
+    AuditForm, CLUSTER_BINDING_NAMESPACES, Emitted, Enforces, EngineSpec, Environment, Output,
+    PolicyInput, ROLE_BINDING, Rule, metadata, native_name, object,
 };
 use crate::catalog::{Engine, id, param, param_value};
 use crate::names::MAX_NAME_LEN;
@@ -92,6 +92,8 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         intent: id::NAMESPACE_SANDBOX,
         origins: CLUSTER_BINDING_NAMESPACES,
         reads: &[],
+        // A RoleBinding grants, audited or not.
+        audit: AuditForm::None,
     }],
     kinds: &[&ROLE_BINDING],
     confined_to_k8tls_namespace: false,

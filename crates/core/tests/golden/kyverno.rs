@@ -351,12 +351,12 @@ fn kyverno_coco_namespaced_bindings() {
                 json!({}),
                 vec![rule(
                     "cocoWorkload",
-                    "Audit",
+                    "Block",
                     Some("Confidential"),
                     json!({"runtimeClass": ["kata-qemu"]}),
                 )],
             ),
-            "Audit",
+            "Enforce",
             None,
             "kata-qemu",
         ),
@@ -391,7 +391,8 @@ fn kyverno_coco_cluster_binding_namespace_policy_generates_nothing() {
 /// and workloads, with the rule's runtime class (difference 4) or the default.
 #[test]
 fn kyverno_coco_cluster_policies() {
-    let audit = || rule("cocoWorkload", "Audit", Some("Confidential"), Value::Null);
+    // (Audited, cocoWorkload writes nothing: a mutate rule has no audit form; see `audit`.)
+    let block = || rule("cocoWorkload", "Block", Some("Confidential"), Value::Null);
     let cases = [
         (
             "matchNames with a runtime class",
@@ -416,31 +417,31 @@ fn kyverno_coco_cluster_policies() {
             "all namespaces",
             json!({"matchNames": ["*"]}),
             Value::Null,
-            audit(),
+            block(),
             kyverno_match("apps/v1/Deployment", None, None),
             cluster_exclude(None),
             "kata-clh",
-            "Audit",
+            "Enforce",
         ),
         (
             "all but excluded, with labels",
             json!({"matchNames": ["*"], "excludeNames": ["dev"]}),
             selector(),
-            audit(),
+            block(),
             kyverno_match("apps/v1/Deployment", None, Some(selector())),
             cluster_exclude(Some(json!(["dev"]))),
             "kata-clh",
-            "Audit",
+            "Enforce",
         ),
         (
             "excludeNames only",
             json!({"excludeNames": ["dev", "test"]}),
             Value::Null,
-            audit(),
+            block(),
             kyverno_match("apps/v1/Deployment", None, None),
             cluster_exclude(Some(json!(["dev", "test"]))),
             "kata-clh",
-            "Audit",
+            "Enforce",
         ),
     ];
     for (case, ns_selector, workloads, coco, r#match, exclude, class, vfa) in cases {

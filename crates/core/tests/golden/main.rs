@@ -32,6 +32,7 @@
 // the test functions themselves).
 #![allow(clippy::unwrap_used)]
 
+mod audit;
 mod builders;
 mod catalog;
 mod k8tls;

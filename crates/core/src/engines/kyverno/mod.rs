@@ -13,7 +13,7 @@
 pub mod virtual_patch;
 
 use super::{
-    BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact, KYVERNO_CLUSTER_POLICY,
+    AuditForm, BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact, KYVERNO_CLUSTER_POLICY,
     KYVERNO_POLICY, NAMESPACED, NativeKind, Output, PolicyInput, Rule, metadata, native_name,
     object, selector_json,
 };
@@ -36,16 +36,22 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             intent: id::ESCAPE_TO_HOST,
             origins: BINDING_OR_CLUSTER,
             reads: &[],
+            // Validate rules: `validationFailureAction: Audit` reports and admits.
+            audit: AuditForm::Reports,
         },
         Enforces {
             intent: id::COCO_WORKLOAD,
             origins: BINDING_OR_CLUSTER,
             reads: &[],
+            // A mutate rule changes the pods it admits, audited or not.
+            audit: AuditForm::None,
         },
         Enforces {
             intent: id::VIRTUAL_PATCH,
             origins: NAMESPACED,
             reads: &[Fact::VirtualPatchDb],
+            // Generate rules create the patches' policies, audited or not.
+            audit: AuditForm::None,
         },
     ],
     kinds: &[&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY],
