@@ -15,6 +15,25 @@ pub const MAX_CEL_LENGTH: usize = 1024;
 /// grant roles or run scanners its author never meant to.
 pub const ALLOW_SENSITIVE_ANNOTATION: &str = "intent.security.nimbus.com/allow-sensitive";
 
+/// The label that puts a binding, or a namespace, in shadow mode: with the value
+/// [`MODE_SHADOW`], every intent the binding binds (in that namespace) is treated as `Audit`,
+/// so nothing is enforced; removing the label promotes it to enforcement. A label, so that
+/// `kubectl get sib,csib,ns -l intent.security.nimbus.com/mode=shadow` lists what is shadowed,
+/// and Nimbus manifests stay valid as they are.
+pub const MODE_LABEL: &str = "intent.security.nimbus.com/mode";
+/// The value of [`MODE_LABEL`] for shadow mode.
+pub const MODE_SHADOW: &str = "shadow";
+
+/// `status.mode` of a binding: what it enforces.
+pub mod mode {
+    /// Its intents are enforced as their actions say.
+    pub const ENFORCE: &str = "Enforce";
+    /// In shadow mode (the binding, or its namespace, is labelled): nothing is enforced.
+    pub const SHADOW: &str = "Shadow";
+    /// A cluster binding some of whose selected namespaces are in shadow mode.
+    pub const MIXED: &str = "Mixed";
+}
+
 /// A reference to a cluster-scoped SecurityIntent by name.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 pub struct MatchIntent {
@@ -63,7 +82,8 @@ pub struct WorkloadScope {
         name = "NimbusPolicy",
         type_ = "string",
         json_path = ".status.nimbusPolicy"
-    )
+    ),
+    printcolumn(name = "Mode", type_ = "string", json_path = ".status.mode")
 )]
 pub struct SecurityIntentBindingSpec {
     /// The SecurityIntents to enforce, by name; at least one.
@@ -100,6 +120,10 @@ pub struct SecurityIntentBindingStatus {
     pub bound_intents: Option<Vec<String>>,
     /// The name of the NimbusPolicy generated for this binding (empty when none).
     pub nimbus_policy: String,
+    /// `Enforce`, or `Shadow` when the binding or its namespace carries the shadow label (see
+    /// [`MODE_LABEL`]): then nothing is enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -161,7 +185,8 @@ pub struct ClusterSelector {
         name = "ClusterNimbusPolicy",
         type_ = "string",
         json_path = ".status.clusterNimbusPolicy"
-    )
+    ),
+    printcolumn(name = "Mode", type_ = "string", json_path = ".status.mode")
 )]
 #[x_kube(validation = Rule::new("has(self.selector) && has(self.selector.nsSelector)").message("selector.nsSelector is required"))]
 pub struct ClusterSecurityIntentBindingSpec {
@@ -201,6 +226,10 @@ pub struct ClusterSecurityIntentBindingStatus {
     /// The namespaces that have this binding's NimbusPolicy in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nimbus_policy_namespaces: Option<Vec<String>>,
+    /// `Enforce`; `Shadow` when the binding carries the shadow label (see [`MODE_LABEL`]):
+    /// nothing is enforced; `Mixed` when some of its namespaces do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

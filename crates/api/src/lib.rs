@@ -22,8 +22,8 @@ mod status;
 pub use binding::{
     ALLOW_SENSITIVE_ANNOTATION, ClusterSecurityIntentBinding, ClusterSecurityIntentBindingSpec,
     ClusterSecurityIntentBindingStatus, ClusterSelector, MAX_CEL_EXPRESSIONS, MAX_CEL_LENGTH,
-    MatchIntent, SecurityIntentBinding, SecurityIntentBindingSpec, SecurityIntentBindingStatus,
-    WorkloadScope,
+    MODE_LABEL, MODE_SHADOW, MatchIntent, SecurityIntentBinding, SecurityIntentBindingSpec,
+    SecurityIntentBindingStatus, WorkloadScope, mode,
 };
 pub use intent::{Intent, SecurityIntent, SecurityIntentSpec, SecurityIntentStatus};
 pub use policy::{

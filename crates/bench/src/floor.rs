@@ -41,7 +41,7 @@ pub fn objects(
         }
     };
     for b in &plan.bindings {
-        if let Some(np) = plan::binding(&workload::binding(b, revision)?, lookup)?.policy {
+        if let Some(np) = plan::binding(&workload::binding(b, revision)?, lookup, None)?.policy {
             add(
                 dynamic(&np)?,
                 ApiResource::erase::<NimbusPolicy>(&()),

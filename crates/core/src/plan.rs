@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NamespaceSelector, NimbusPolicy,
-    SecurityIntent, SecurityIntentBinding,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, MODE_LABEL, MODE_SHADOW, NamespaceSelector,
+    NimbusPolicy, NimbusRule, SecurityIntent, SecurityIntentBinding, mode,
 };
 use std::borrow::Borrow;
 
@@ -23,6 +23,8 @@ pub struct BindingPolicies {
     pub bound_intents: Vec<String>,
     /// Referenced intents that do not exist.
     pub missing_intents: Vec<String>,
+    /// What it enforces: [`mode::ENFORCE`], or [`mode::SHADOW`] (every rule audited).
+    pub mode: &'static str,
 }
 
 /// The policies of a ClusterSecurityIntentBinding.
@@ -41,20 +43,43 @@ pub struct ClusterBindingPolicies {
     pub protected: Vec<String>,
     pub bound_intents: Vec<String>,
     pub missing_intents: Vec<String>,
+    /// What it enforces: [`mode::ENFORCE`], [`mode::SHADOW`] (every rule audited, the binding
+    /// is labelled) or [`mode::MIXED`] (some selected namespaces are labelled: their policies'
+    /// rules are audited).
+    pub mode: &'static str,
 }
 
-/// Plans a namespaced binding. `intent` looks a SecurityIntent up by name.
+/// Whether an object's labels put it in shadow mode ([`MODE_LABEL`]).
+pub fn in_shadow<K: kube::Resource>(obj: &K) -> bool {
+    obj.labels().get(MODE_LABEL).map(String::as_str) == Some(MODE_SHADOW)
+}
+
+/// Every rule of `rules` audited: what shadow mode generates.
+fn audit_all(rules: &mut [NimbusRule]) {
+    for rule in rules {
+        rule.rule.action = crate::engines::AUDIT.to_owned();
+    }
+}
+
+/// Plans a namespaced binding in `namespace` (`None`: not known, offline). `intent` looks a
+/// SecurityIntent up by name. A binding or namespace in shadow mode audits every rule.
 pub fn binding<I: Borrow<SecurityIntent>>(
     sib: &SecurityIntentBinding,
     intent: impl Fn(&str) -> Option<I>,
+    namespace: Option<&Namespace>,
 ) -> Result<BindingPolicies, CompileError> {
     let compiled = compile_binding(&sib.spec, intent)?;
+    let shadow = in_shadow(sib) || namespace.is_some_and(in_shadow);
     Ok(BindingPolicies {
-        policy: compiled
-            .policy
-            .map(|spec| objects::binding_policy(sib, spec)),
+        policy: compiled.policy.map(|mut spec| {
+            if shadow {
+                audit_all(&mut spec.rules);
+            }
+            objects::binding_policy(sib, spec)
+        }),
         bound_intents: compiled.bound_intents,
         missing_intents: compiled.missing_intents,
+        mode: if shadow { mode::SHADOW } else { mode::ENFORCE },
     })
 }
 
@@ -67,6 +92,8 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
     protected: &ProtectedNamespaces,
 ) -> Result<ClusterBindingPolicies, CompileError> {
     let compiled = compile_cluster_binding(&csib.spec, intent)?;
+    let shadow = in_shadow(csib);
+    let mut shadowed_namespaces = false;
     let namespace_policies = namespaces
         .into_iter()
         .filter(|ns| !namespaces::is_terminating(ns))
@@ -77,14 +104,24 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
                 .namespace_policy
                 .clone()
                 .filter(|_| selected)
-                .map(|spec| objects::namespace_policy(csib, &name, spec));
+                .map(|mut spec| {
+                    if shadow || in_shadow(ns) {
+                        shadowed_namespaces |= !shadow;
+                        audit_all(&mut spec.rules);
+                    }
+                    objects::namespace_policy(csib, &name, spec)
+                });
             (name, policy)
         })
         .collect();
     Ok(ClusterBindingPolicies {
-        cluster_policy: compiled
-            .cluster_policy
-            .map(|spec| objects::cluster_policy(csib, spec)),
+        cluster_policy: compiled.cluster_policy.map(|mut spec| {
+            // Cluster-wide objects cover every namespace: only the binding's own mark counts.
+            if shadow {
+                audit_all(&mut spec.rules);
+            }
+            objects::cluster_policy(csib, spec)
+        }),
         namespaces: namespace_policies,
         has_namespace_policies: compiled.namespace_policy.is_some(),
         protected: namespace_selector(csib)
@@ -92,6 +129,11 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
             .unwrap_or_default(),
         bound_intents: compiled.bound_intents,
         missing_intents: compiled.missing_intents,
+        mode: match (shadow, shadowed_namespaces) {
+            (true, _) => mode::SHADOW,
+            (false, true) => mode::MIXED,
+            (false, false) => mode::ENFORCE,
+        },
     })
 }
 
@@ -333,6 +375,86 @@ mod tests {
         assert!(!generates_cluster_policy(&cluster, |_| None::<
             &ClusterSecurityIntentBinding,
         >));
+    }
+
+    /// Shadow mode: a labelled binding, or a binding in a labelled namespace, audits every
+    /// rule; a cluster binding's labelled namespaces audit theirs (its cluster-wide policy only
+    /// when the binding itself is labelled).
+    #[test]
+    fn shadow_mode_audits_every_rule_of_what_it_marks() {
+        let shadow = |mut labels: serde_json::Value| {
+            labels[MODE_LABEL] = MODE_SHADOW.into();
+            labels
+        };
+        let actions = |rules: &[NimbusRule]| -> Vec<String> {
+            rules.iter().map(|r| r.rule.action.clone()).collect()
+        };
+        let sib = |labels: serde_json::Value| -> SecurityIntentBinding {
+            serde_json::from_value(json!({
+                "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+                "metadata": {"name": "web", "namespace": "a", "labels": labels},
+                "spec": {"intents": [{"name": "dns"}], "selector": {}}
+            }))
+            .expect("a binding")
+        };
+        let mut marked = namespace("a", false);
+        marked.metadata.labels = Some([(MODE_LABEL.to_owned(), MODE_SHADOW.to_owned())].into());
+        let plain = namespace("a", false);
+        for (marked_or_not, ns, expected) in [
+            (sib(json!({})), Some(&plain), (mode::ENFORCE, "Block")),
+            (sib(json!({})), None, (mode::ENFORCE, "Block")),
+            (
+                sib(shadow(json!({"team": "x"}))),
+                Some(&plain),
+                (mode::SHADOW, "Audit"),
+            ),
+            (sib(json!({})), Some(&marked), (mode::SHADOW, "Audit")),
+        ] {
+            let plan = binding(&marked_or_not, intent, ns).expect("valid");
+            let policy = plan.policy.expect("a policy");
+            assert_eq!(
+                (plan.mode, actions(&policy.spec.rules)),
+                (expected.0, vec![expected.1.to_owned()])
+            );
+        }
+
+        let all = [marked.clone(), namespace("b", false)];
+        let protected = ProtectedNamespaces::default();
+        let plan =
+            cluster_binding(&csib(&["a", "b"], &["dns"]), intent, &all, &protected).expect("valid");
+        assert_eq!(plan.mode, mode::MIXED);
+        let by_namespace: Vec<(&str, Vec<String>)> = plan
+            .namespaces
+            .iter()
+            .map(|(n, p)| {
+                (
+                    n.as_str(),
+                    actions(&p.as_ref().expect("selected").spec.rules),
+                )
+            })
+            .collect();
+        assert_eq!(
+            by_namespace,
+            [
+                ("a", vec!["Audit".to_owned()]),
+                ("b", vec!["Block".to_owned()])
+            ]
+        );
+        let cluster = plan.cluster_policy.expect("a cluster policy");
+        assert_eq!(actions(&cluster.spec.rules), ["Block"]);
+
+        let mut labelled = csib(&["a", "b"], &["dns"]);
+        labelled.metadata.labels = Some([(MODE_LABEL.to_owned(), MODE_SHADOW.to_owned())].into());
+        let plan = cluster_binding(&labelled, intent, &all, &protected).expect("valid");
+        assert_eq!(plan.mode, mode::SHADOW);
+        assert_eq!(
+            actions(&plan.cluster_policy.as_ref().expect("cluster").spec.rules),
+            ["Audit"]
+        );
+        assert!(
+            plan.namespace_policies()
+                .all(|p| actions(&p.spec.rules) == ["Audit"])
+        );
     }
 
     #[test]

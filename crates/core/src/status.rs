@@ -218,7 +218,7 @@ pub fn binding_status(
                 message,
                 generation,
             );
-            return binding_status_of(None, Vec::new(), condition);
+            return binding_status_of(None, Vec::new(), None, condition);
         }
         Outcome::Owned { observed, write } => (observed, write),
     };
@@ -226,12 +226,12 @@ pub fn binding_status(
         Ok(plan) => plan,
         Err(err) => {
             let condition = ready(false, invalid(err), err.to_string(), generation);
-            let bound = sib
-                .status
-                .as_ref()
+            let before = sib.status.as_ref();
+            let bound = before
                 .and_then(|s| s.bound_intents.clone())
                 .unwrap_or_default();
-            return binding_status_of(observed, bound, condition);
+            let mode = before.and_then(|s| s.mode.clone());
+            return binding_status_of(observed, bound, mode, condition);
         }
     };
     let mut blockers = Vec::new();
@@ -256,12 +256,19 @@ pub fn binding_status(
         None => Vec::new(),
     };
     let condition = binding_ready(generation, blockers, &results);
-    binding_status_of(plan.policy.as_ref(), plan.bound_intents.clone(), condition)
+    let mode = Some(plan.mode.to_owned());
+    binding_status_of(
+        plan.policy.as_ref(),
+        plan.bound_intents.clone(),
+        mode,
+        condition,
+    )
 }
 
 fn binding_status_of(
     policy: Option<&NimbusPolicy>,
     bound: Vec<String>,
+    mode: Option<String>,
     ready: Condition,
 ) -> SecurityIntentBindingStatus {
     SecurityIntentBindingStatus {
@@ -270,6 +277,7 @@ fn binding_status_of(
         number_of_bound_intents: policy.map_or(0, |p| p.spec.rules.len() as i32),
         bound_intents: (policy.is_some() && !bound.is_empty()).then_some(bound),
         nimbus_policy: policy.map(|p| p.name_any()).unwrap_or_default(),
+        mode,
         observed_generation: ready.observed_generation,
         conditions: vec![ready],
     }
@@ -386,6 +394,7 @@ pub fn cluster_binding_status(
         cluster_nimbus_policy: cluster_policy.map(|p| p.name_any()).unwrap_or_default(),
         number_of_nimbus_policies: in_force.len() as i32,
         nimbus_policy_namespaces: (!in_force.is_empty()).then_some(in_force),
+        mode: Some(plan.mode.to_owned()),
         observed_generation: generation,
         conditions: vec![condition],
     }
@@ -646,7 +655,7 @@ mod tests {
         let ok: NimbusPolicy = reported("NimbusPolicy", Some(condition::REASON_READY));
         let silent: NimbusPolicy = reported("NimbusPolicy", None);
         let both = sib(&["a", "x"], &[]);
-        let planned = |b: &SecurityIntentBinding| plan::binding(b, existing(&["a"]));
+        let planned = |b: &SecurityIntentBinding| plan::binding(b, existing(&["a"]), None);
         let cases: Vec<(
             &str,
             SecurityIntentBinding,

@@ -540,7 +540,7 @@ fn readiness(loaded: &Loaded) -> Vec<String> {
             Manifest::Binding(b) => {
                 let mut b = b.clone();
                 b.metadata.namespace.get_or_insert_with(|| "default".into());
-                let plan = plan::binding(&b, lookup);
+                let plan = plan::binding(&b, lookup, None);
                 let mut policy = plan.as_ref().ok().and_then(|p| p.policy.clone());
                 if let Some(np) = &mut policy {
                     np.status = Some(translated(&PolicyInput::namespaced(np, "")));
@@ -694,7 +694,7 @@ fn translate_all(
                 b.metadata
                     .namespace
                     .get_or_insert_with(|| args.namespace.clone());
-                if let Some(np) = plan::binding(&b, lookup)?.policy {
+                if let Some(np) = plan::binding(&b, lookup, None)?.policy {
                     let input = PolicyInput::namespaced(&np, "");
                     emit(serde_json::to_value(&np)?, &input, &mut out)?;
                 }

@@ -12,8 +12,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use nimbus_api::{
-    ALLOW_SENSITIVE_ANNOTATION, ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy,
-    NimbusPolicyStatus,
+    ALLOW_SENSITIVE_ANNOTATION, ClusterNimbusPolicy, ClusterSecurityIntentBinding, MODE_LABEL,
+    MODE_SHADOW, NimbusPolicy, NimbusPolicyStatus,
 };
 use nimbus_core::engines::{
     CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, MANAGED_BY, NETWORK_POLICY,
@@ -786,6 +786,70 @@ async fn audited_intents_enforce_nothing_and_say_what_is_not_written() {
         policy.status.expect("a status").number_of_adapter_policies,
         0
     );
+}
+
+/// Shadow mode and promotion: a binding labelled `intent.security.nimbus.com/mode: shadow` (or
+/// in a namespace so labelled) enforces nothing, and says so; removing the label enforces.
+#[tokio::test]
+async fn shadow_mode_enforces_nothing_until_promoted() {
+    let e = env("shadow").await;
+    let dns = create_intent(&e.client, "dnsManipulation", "Block").await;
+    let mut shadowed = binding("s", &[&dns], json!({"app": "web"}));
+    shadowed["metadata"]["labels"][MODE_LABEL] = json!(MODE_SHADOW);
+    apply(&e.bindings, "s", &shadowed).await;
+    let mode = async |want: &str| {
+        eventually(&format!("binding mode {want}"), CONVERGE, async |seen| {
+            let status = get(&e.bindings, "s").await?.status?;
+            *seen = format!("{status:?}");
+            (status.mode.as_deref() == Some(want)).then_some(())
+        })
+        .await
+    };
+    let in_force = async |network_policy: bool, action: &str| {
+        eventually(
+            &format!("NetworkPolicy {network_policy}, KubeArmor {action}"),
+            CONVERGE,
+            async |seen| {
+                let ns = Some(e.ns.name());
+                let netpol = native(&e.client, &NETWORK_POLICY, ns, "s-dnsmanipulation").await;
+                let ksp = native(&e.client, &KUBEARMOR_POLICY, ns, "s-dnsmanipulation").await?;
+                let text = ksp.data["spec"].to_string();
+                *seen = format!("netpol {}, {text}", netpol.is_some());
+                let actions_ok = text.contains(&format!(r#""action":"{action}""#))
+                    && !text.contains(if action == "Audit" {
+                        r#""Block""#
+                    } else {
+                        r#""Audit""#
+                    });
+                (netpol.is_some() == network_policy && actions_ok).then_some(())
+            },
+        )
+        .await
+    };
+    mode("Shadow").await;
+    in_force(false, "Audit").await;
+    let policy = get(&e.policies, "s").await.expect("the policy");
+    assert_eq!(policy.spec.rules[0].rule.action, "Audit");
+
+    // Promotion: the label goes, enforcement comes.
+    apply(
+        &e.bindings,
+        "s",
+        &binding("s", &[&dns], json!({"app": "web"})),
+    )
+    .await;
+    mode("Enforce").await;
+    in_force(true, "Block").await;
+
+    // The namespace's label shadows every binding in it.
+    let namespaces: Api<Namespace> = Api::all(e.client.clone());
+    let label = json!({"metadata": {"labels": {MODE_LABEL: MODE_SHADOW}}});
+    namespaces
+        .patch(e.ns.name(), &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("labelling the namespace");
+    mode("Shadow").await;
+    in_force(false, "Audit").await;
 }
 
 /// An object of a generated name that the policy does not own is left alone and reported.

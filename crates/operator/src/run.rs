@@ -553,10 +553,21 @@ fn intent_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> D
 
 fn binding_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> Driver {
     let by_intent = ctx.bindings.clone();
+    let in_namespace = ctx.bindings.clone();
     let controller = Controller::for_stream(caches.bindings.subscribe(), ctx.bindings.clone())
         .owns_stream(caches.policies.subscribe())
         .watches_stream(caches.intents.subscribe(), move |si: SecurityIntent| {
             referencing(&by_intent, &si.name_any(), |b| &b.spec.intents)
+        })
+        // A namespace's shadow label decides its bindings' mode.
+        .watches_stream(caches.namespaces.subscribe(), move |ns: Namespace| {
+            let name = ns.name_any();
+            in_namespace
+                .state()
+                .iter()
+                .filter(|b| b.namespace().as_deref() == Some(name.as_str()))
+                .map(|b| ObjectRef::from_obj(&**b))
+                .collect::<Vec<_>>()
         })
         .reconcile_all_on(futures::stream::select_all([
             t.availability_changed(),

@@ -28,7 +28,8 @@ pub async fn reconcile(
         .as_deref()
         .filter(|p| is_controlled_by(*p, &sib.uid().unwrap_or_default()));
 
-    let plan = plan::binding(&sib, |n| ctx.intents.get(&ObjectRef::new(n)));
+    let ns = ctx.namespaces.get(&ObjectRef::new(&namespace));
+    let plan = plan::binding(&sib, |n| ctx.intents.get(&ObjectRef::new(n)), ns.as_deref());
 
     let mut executed = Executed::default();
     let outcome = match &plan {
