@@ -800,6 +800,27 @@ pub fn explain(id: &str) -> anyhow::Result<String> {
             nimbus_api::ALLOW_SENSITIVE_ANNOTATION
         ));
     }
+    let declared: Vec<(Engine, &engines::Enforces)> = Engine::ALL
+        .into_iter()
+        .filter_map(|e| Some((e, e.spec().enforces.iter().find(|x| x.intent == i.id)?)))
+        .collect();
+    out.push_str("\nWhat each engine does:\n");
+    for (engine, enforces) in &declared {
+        out.push_str(&format!("  {engine}: {}\n", enforces.effect));
+    }
+    out.push_str("\nUnder `action: Audit` (or a binding in shadow mode), nothing is enforced:\n");
+    for (engine, enforces) in &declared {
+        let audit = match enforces.audit {
+            engines::AuditForm::Reports => {
+                "the same objects, every action Audit: reports, blocks nothing"
+            }
+            engines::AuditForm::AssessesOnly => "the same objects: it only assesses and reports",
+            engines::AuditForm::None => {
+                "writes nothing (NoAuditForm): it cannot report without enforcing"
+            }
+        };
+        out.push_str(&format!("  {engine}: {audit}\n"));
+    }
     out.push_str("\nParameters:\n");
     if i.params.is_empty() {
         out.push_str("  none\n");

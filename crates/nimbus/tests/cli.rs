@@ -438,6 +438,18 @@ fn catalog_commands() {
         String::from_utf8_lossy(&out.stdout)
             .contains("group (group name, required, all values used)")
     );
+    // What enforcing does, plainly, and what Audit does per engine.
+    let out = nimbus(&["explain", "dnsManipulation"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("netpol: a NetworkPolicy cuts EVERY egress of the selected pods except DNS"),
+        "{text}"
+    );
+    assert!(
+        text.contains("netpol: writes nothing (NoAuditForm)")
+            && text.contains("kubearmor: the same objects, every action Audit"),
+        "{text}"
+    );
     let out = nimbus(&["explain", "nope"], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(

@@ -43,6 +43,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         reads: &[Fact::K8tlsNamespace],
         // The scanner reports what it finds and blocks nothing, whatever the action.
         audit: AuditForm::AssessesOnly,
+        effect: "a k8tls CronJob scans the cluster's (or the given) TLS endpoints on a schedule and reports",
     }],
     kinds: &[&CRON_JOB, &CONFIG_MAP],
     confined_to_k8tls_namespace: true,

@@ -125,6 +125,8 @@ pub struct Enforces {
     pub reads: &'static [Fact],
     /// What it writes when the intent's action is `Audit`.
     pub audit: AuditForm,
+    /// What it does when the action is `Block`, in plain words (`nimbus explain`).
+    pub effect: &'static str,
 }
 
 /// The action under which an intent reports and enforces nothing.

@@ -22,6 +22,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             reads: &[Fact::NodePodCidrs],
             // A NetworkPolicy cuts traffic whatever it is called.
             audit: AuditForm::None,
+            effect: "a NetworkPolicy cuts EVERY egress of the selected pods except DNS (port 53) to the cluster DNS and the nodes",
         },
         Enforces {
             intent: id::DENY_EXTERNAL_NETWORK_ACCESS,
@@ -29,6 +30,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             reads: &[Fact::NodePodCidrs],
             // A NetworkPolicy cuts traffic whatever it is called.
             audit: AuditForm::None,
+            effect: "a NetworkPolicy cuts every egress of the selected pods except DNS (port 53), and admits ingress only from private and pod networks",
         },
     ],
     kinds: &[&NETWORK_POLICY],

@@ -94,6 +94,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         reads: &[],
         // A RoleBinding grants, audited or not.
         audit: AuditForm::None,
+        effect: "a RoleBinding grants the group the ClusterRole in each selected namespace",
     }],
     kinds: &[&ROLE_BINDING],
     confined_to_k8tls_namespace: false,

@@ -38,6 +38,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             reads: &[],
             // Validate rules: `validationFailureAction: Audit` reports and admits.
             audit: AuditForm::Reports,
+            effect: "Kyverno refuses pods that break the Pod Security Standard (psaLevel) at admission",
         },
         Enforces {
             intent: id::COCO_WORKLOAD,
@@ -45,6 +46,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             reads: &[],
             // A mutate rule changes the pods it admits, audited or not.
             audit: AuditForm::None,
+            effect: "Kyverno sets the confidential runtime class on the selected workloads (new and existing)",
         },
         Enforces {
             intent: id::VIRTUAL_PATCH,
@@ -52,6 +54,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             reads: &[Fact::VirtualPatchDb],
             // Generate rules create the patches' policies, audited or not.
             audit: AuditForm::None,
+            effect: "Kyverno generates the CVE database's patch policies for pods running a listed image",
         },
     ],
     kinds: &[&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY],
