@@ -27,6 +27,36 @@ pub enum Error {
 }
 
 impl Error {
+    /// What kind of failure this is, for the failure metric's `error` label: the apiserver's
+    /// reason (`Conflict`, `Invalid`, `Forbidden`, …), `Unreachable` when no answer came, or
+    /// the operator's own (`MissingField`, `NotWatched`, `Serialize`, `Listen`). A small, fixed
+    /// set: never a name or message.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } => match status.code {
+                400 => "BadRequest",
+                401 => "Unauthorized",
+                403 => "Forbidden",
+                404 => "NotFound",
+                409 if status.is_conflict() => "Conflict",
+                409 => "AlreadyExists",
+                413 => "TooLarge",
+                422 => "Invalid",
+                429 => "TooManyRequests",
+                500..=599 => "ServerError",
+                _ => "ApiError",
+            },
+            Self::Kube { .. } => "Unreachable",
+            Self::MissingField(..) => "MissingField",
+            Self::NotWatched(_) => "NotWatched",
+            Self::Serialize { .. } => "Serialize",
+            Self::Listen { .. } => "Listen",
+        }
+    }
+
     /// Whether retrying the same request cannot help: the apiserver found it invalid or too
     /// large. Conflicts, throttling, timeouts and unavailability are transient.
     pub fn is_permanent(&self) -> bool {
@@ -65,5 +95,30 @@ impl Error {
             object: object(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: u16, reason: &str) -> Error {
+        let status = kube::core::Status {
+            code,
+            reason: reason.to_owned(),
+            ..kube::core::Status::failure("refused", reason)
+        };
+        Error::kube("writing", || "x".to_owned())(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn failures_are_labelled_by_a_small_fixed_set_of_kinds() {
+        assert_eq!(refused(409, "Conflict").kind(), "Conflict");
+        assert_eq!(refused(409, "AlreadyExists").kind(), "AlreadyExists");
+        assert_eq!(refused(422, "Invalid").kind(), "Invalid");
+        assert_eq!(refused(503, "ServiceUnavailable").kind(), "ServerError");
+        assert_eq!(Error::NotWatched("X").kind(), "NotWatched");
+        assert!(refused(409, "Conflict").is_lost_race());
+        assert!(!refused(409, "AlreadyExists").is_lost_race());
     }
 }

@@ -20,6 +20,13 @@ pub struct ControllerLabels {
     pub controller: &'static str,
 }
 
+/// A failed reconcile: its controller and what kind of failure ([`Error::kind`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub controller: &'static str,
+    pub error: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EngineLabels {
     pub engine: &'static str,
@@ -40,7 +47,7 @@ struct BuildLabels {
 pub struct Metrics {
     registry: Arc<Registry>,
     pub reconciles: Family<ControllerLabels, Counter>,
-    pub reconcile_errors: Family<ControllerLabels, Counter>,
+    pub reconcile_errors: Family<FailureLabels, Counter>,
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     pub in_flight: Family<ControllerLabels, Gauge>,
     /// Watch events received but not yet taken by the controllers (kube-runtime does not
@@ -57,7 +64,7 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("nimbus");
         let reconciles = Family::<ControllerLabels, Counter>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
-        let reconcile_errors = Family::<ControllerLabels, Counter>::default();
+        let reconcile_errors = Family::<FailureLabels, Counter>::default();
         registry.register(
             "reconcile_errors",
             "Reconciles that failed (and were retried)",
@@ -131,11 +138,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn reconciled(&self, controller: &'static str, took: Duration, failed: bool) {
+    /// Counts a reconcile of `controller` that took `took` and failed with `failure`, if any.
+    pub fn reconciled(&self, controller: &'static str, took: Duration, failure: Option<&Error>) {
         let labels = ControllerLabels { controller };
         self.reconciles.get_or_create(&labels).inc();
-        if failed {
-            self.reconcile_errors.get_or_create(&labels).inc();
+        if let Some(error) = failure {
+            let error = error.kind();
+            self.reconcile_errors
+                .get_or_create(&FailureLabels { controller, error })
+                .inc();
         }
         self.reconcile_duration
             .get_or_create(&labels)

@@ -818,7 +818,7 @@ where
                 ctx.forget_failures(&key);
             }
             ctx.metrics
-                .reconciled(controller, started.elapsed(), result.is_err());
+                .reconciled(controller, started.elapsed(), result.as_ref().err());
             result
         }
         .boxed()
