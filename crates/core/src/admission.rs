@@ -41,45 +41,28 @@ pub fn intent_catalog_policy() -> [Value; 2] {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let policy = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME},
-        "spec": {
-            "failurePolicy": "Ignore",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [GROUP],
-                "apiVersions": [VERSION],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["securityintents"],
-            }]},
-            "variables": [
-                {"name": "id", "expression": "object.spec.intent.id"},
-                {"name": "known", "expression": params},
-            ],
-            "validations": [
-                {
-                    "expression": format!("variables.id in {ids}"),
-                    "messageExpression": format!(
-                        "'unknown intent ID \"' + variables.id + '\": no engine enforces it; known IDs: ' + {ids}.join(', ')"
-                    ),
-                    "reason": "Invalid",
-                },
-                {
-                    "expression": "!has(object.spec.intent.params) || !(variables.id in variables.known) || object.spec.intent.params.all(p, p in variables.known[variables.id])",
-                    "messageExpression": "'unknown parameters of ' + variables.id + ': ' + object.spec.intent.params.filter(p, !(p in variables.known[variables.id])).join(', ') + ' (it takes: ' + (variables.known[variables.id].size() == 0 ? 'none' : variables.known[variables.id].join(', ')) + ')'",
-                    "reason": "Invalid",
-                },
-            ],
-        },
+    let spec = json!({
+        "failurePolicy": "Ignore",
+        "variables": [
+            {"name": "id", "expression": "object.spec.intent.id"},
+            {"name": "known", "expression": params},
+        ],
+        "validations": [
+            {
+                "expression": format!("variables.id in {ids}"),
+                "messageExpression": format!(
+                    "'unknown intent ID \"' + variables.id + '\": no engine enforces it; known IDs: ' + {ids}.join(', ')"
+                ),
+                "reason": "Invalid",
+            },
+            {
+                "expression": "!has(object.spec.intent.params) || !(variables.id in variables.known) || object.spec.intent.params.all(p, p in variables.known[variables.id])",
+                "messageExpression": "'unknown parameters of ' + variables.id + ': ' + object.spec.intent.params.filter(p, !(p in variables.known[variables.id])).join(', ') + ' (it takes: ' + (variables.known[variables.id].size() == 0 ? 'none' : variables.known[variables.id].join(', ')) + ')'",
+                "reason": "Invalid",
+            },
+        ],
     });
-    let binding = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Warn"]},
-    });
-    [policy, binding]
+    on_intents(POLICY_NAME, spec, "Warn")
 }
 
 /// The sensitive-intents policy and its binding, in this order. It denies (and fails closed:
@@ -93,39 +76,46 @@ pub fn sensitive_intents_policy() -> [Value; 2] {
             .filter(|i| i.sensitive)
             .map(|i| literal(i.id)),
     );
+    let spec = json!({
+        "failurePolicy": "Fail",
+        "matchConditions": [{
+            "name": "sensitive-intent",
+            "expression": format!(
+                "has(object.spec) && has(object.spec.intent) && has(object.spec.intent.id) && object.spec.intent.id in {sensitive}"
+            ),
+        }],
+        "validations": [{
+            "expression": format!(
+                "authorizer.group({}).resource('clustersecurityintentbindings').check('create').allowed()",
+                literal(GROUP)
+            ),
+            "messageExpression": "'a ' + object.spec.intent.id + ' SecurityIntent grants access or runs workloads: only who may create ClusterSecurityIntentBindings may create or change one, and ' + request.userInfo.username + ' may not'",
+            "reason": "Forbidden",
+        }],
+    });
+    on_intents(SENSITIVE_POLICY_NAME, spec, "Deny")
+}
+
+/// The ValidatingAdmissionPolicy `name` with `spec`, matching the creation and update of
+/// SecurityIntents, and its binding with `action`.
+fn on_intents(name: &str, mut spec: Value, action: &str) -> [Value; 2] {
+    spec["matchConstraints"] = json!({"resourceRules": [{
+        "apiGroups": [GROUP],
+        "apiVersions": [VERSION],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["securityintents"],
+    }]});
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": SENSITIVE_POLICY_NAME},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [GROUP],
-                "apiVersions": [VERSION],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["securityintents"],
-            }]},
-            "matchConditions": [{
-                "name": "sensitive-intent",
-                "expression": format!(
-                    "has(object.spec) && has(object.spec.intent) && has(object.spec.intent.id) && object.spec.intent.id in {sensitive}"
-                ),
-            }],
-            "validations": [{
-                "expression": format!(
-                    "authorizer.group({}).resource('clustersecurityintentbindings').check('create').allowed()",
-                    literal(GROUP)
-                ),
-                "messageExpression": "'a ' + object.spec.intent.id + ' SecurityIntent grants access or runs workloads: only who may create ClusterSecurityIntentBindings may create or change one, and ' + request.userInfo.username + ' may not'",
-                "reason": "Forbidden",
-            }],
-        },
+        "metadata": {"name": name},
+        "spec": spec,
     });
     let binding = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": SENSITIVE_POLICY_NAME},
-        "spec": {"policyName": SENSITIVE_POLICY_NAME, "validationActions": ["Deny"]},
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": [action]},
     });
     [policy, binding]
 }
