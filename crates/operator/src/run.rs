@@ -389,9 +389,8 @@ impl Started {
         tokio::spawn(async move {
             started.await;
             tracing::info!(after = ?since.elapsed(), "caches listed and engines discovered; reconciling");
+            // Waiters see the value, not the closed channel: they wait for `true`, and it stays.
             tx.send_replace(true);
-            // Keeps the sender so that `reached` never sees the channel closed.
-            future::pending::<()>().await
         });
         Self(rx)
     }
