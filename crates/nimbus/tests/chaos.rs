@@ -605,17 +605,20 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
     {
         live_uids.extend(csib.uid());
     }
+    // One with our label and no controlling owner at all is nobody's to remove: orphaned too.
     for (k, v) in observed.iter().filter(|(k, _)| !expected.contains_key(*k)) {
-        let owner_alive = v["metadata"]["ownerReferences"]
+        let controller = v["metadata"]["ownerReferences"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|o| o["controller"] == true)
-            .any(|o| o["uid"].as_str().is_some_and(|u| live_uids.contains(u)));
-        if owner_alive {
-            audit.orphaned.push(k.clone());
-        } else {
+            .find(|o| o["controller"] == true);
+        let owner_gone = controller
+            .and_then(|o| o["uid"].as_str())
+            .is_some_and(|u| !live_uids.contains(u));
+        if owner_gone {
             audit.awaiting_gc.push(k.clone());
+        } else {
+            audit.orphaned.push(k.clone());
         }
     }
 
