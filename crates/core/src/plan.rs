@@ -32,7 +32,7 @@ pub struct BindingPolicies {
 pub struct ClusterBindingPolicies {
     /// Its ClusterNimbusPolicy; `None` when no referenced intent exists.
     pub cluster_policy: Option<ClusterNimbusPolicy>,
-    /// Every live namespace, in the order given, with the NimbusPolicy it should hold from this
+    /// Every live namespace, in name order, with the NimbusPolicy it should hold from this
     /// binding (`None`: none, and one left from earlier is deleted). Terminating namespaces are
     /// left out: they take their policies with them.
     pub namespaces: Vec<(String, Option<NimbusPolicy>)>,
@@ -94,7 +94,7 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
     let compiled = compile_cluster_binding(&csib.spec, intent)?;
     let shadow = in_shadow(csib);
     let mut shadowed_namespaces = false;
-    let namespace_policies = namespaces
+    let mut namespace_policies: Vec<(String, Option<NimbusPolicy>)> = namespaces
         .into_iter()
         .filter(|ns| !namespaces::is_terminating(ns))
         .map(|ns| {
@@ -114,6 +114,9 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
             (name, policy)
         })
         .collect();
+    // In name order whatever order the cache gave: what the status says of them (and so
+    // whether it is rewritten) must not change with it.
+    namespace_policies.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(ClusterBindingPolicies {
         cluster_policy: compiled.cluster_policy.map(|mut spec| {
             // Cluster-wide objects cover every namespace: only the binding's own mark counts.

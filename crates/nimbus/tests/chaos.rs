@@ -120,10 +120,25 @@ fn random_intent(rng: &mut Rng, name: &str) -> Value {
         "swDeploymentTools",
         "escapeToHost",
         "unAuthorizedSaTokenAccess",
+        "preventExecutionFromTempOrLogsFolders",
+        "cocoWorkload",
+        // Sensitive: enforced only through cluster bindings that allow them.
+        "assessTLS",
+        "namespaceSandbox",
     ]);
     let mut intent = json!({"id": id, "action": rng.pick(&["Block", "Audit"])});
-    if id == "escapeToHost" && rng.chance(60) {
-        intent["params"] = json!({"psaLevel": [rng.pick(&["baseline", "restricted"])]});
+    match id {
+        "escapeToHost" if rng.chance(60) => {
+            intent["params"] = json!({"psaLevel": [rng.pick(&["baseline", "restricted"])]});
+        }
+        "assessTLS" if rng.chance(50) => {
+            intent["params"] = json!({"schedule": [rng.pick(&["@daily", "0 * * * *"])]});
+        }
+        "namespaceSandbox" => {
+            intent["params"] = json!({"group": ["chaos-team-{namespace}"],
+                                      "clusterRole": [rng.pick(&["edit", "view"])]});
+        }
+        _ => {}
     }
     json!({"apiVersion": GROUP, "kind": "SecurityIntent", "metadata": {"name": name},
            "spec": {"intent": intent}})
@@ -171,9 +186,14 @@ fn random_cluster_binding(rng: &mut Rng, name: &str) -> Value {
         }
         json!({"matchNames": names})
     };
-    json!({"apiVersion": GROUP, "kind": "ClusterSecurityIntentBinding",
+    let mut binding = json!({"apiVersion": GROUP, "kind": "ClusterSecurityIntentBinding",
            "metadata": {"name": name},
-           "spec": {"intents": random_intents(rng), "selector": {"nsSelector": ns_selector}}})
+           "spec": {"intents": random_intents(rng), "selector": {"nsSelector": ns_selector}}});
+    if rng.chance(50) {
+        binding["metadata"]["annotations"] =
+            json!({nimbus_api::ALLOW_SENSITIVE_ANNOTATION: "namespaceSandbox,assessTLS"});
+    }
+    binding
 }
 
 /// A generated object, at random, to tamper with.
