@@ -197,7 +197,10 @@ fn random_cluster_binding(rng: &mut Rng, name: &str) -> Value {
 }
 
 /// A generated object, at random, to tamper with.
-async fn random_generated(client: &Client, rng: &mut Rng) -> Option<(Api<DynamicObject>, String)> {
+async fn random_generated(
+    client: &Client,
+    rng: &mut Rng,
+) -> Option<(Api<DynamicObject>, String, Option<String>)> {
     let kinds = [&NETWORK_POLICY, &KUBEARMOR_POLICY, &KYVERNO_POLICY];
     let kind = *rng.pick(&kinds);
     let (resource, selector) = if rng.chance(30) {
@@ -222,13 +225,17 @@ async fn random_generated(client: &Client, rng: &mut Rng) -> Option<(Api<Dynamic
     Some((
         Api::namespaced_with(client.clone(), &ns, &resource),
         obj.name_any(),
+        obj.resource_version(),
     ))
 }
 
 async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
-    let Some((api, name)) = random_generated(client, rng).await else {
+    let Some((api, name, version)) = random_generated(client, rng).await else {
         return;
     };
+    // An edit the API server stores as it was (a value the object already had, or one the
+    // schema prunes) tampered with nothing: it is counted apart, not as a tamper.
+    let changed = |stored: &DynamicObject| stored.resource_version() != version;
     let intruder = PatchParams {
         field_manager: Some("chaos-intruder".into()),
         ..Default::default()
@@ -247,12 +254,10 @@ async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
                 "selector"
             };
             let patch = json!({"spec": {selector_field: {"matchLabels": {"chaos": "added"}}}});
-            (
-                "tamper: additive edit",
-                api.patch(&name, &intruder, &Patch::Merge(&patch))
-                    .await
-                    .map(drop),
-            )
+            match api.patch(&name, &intruder, &Patch::Merge(&patch)).await {
+                Ok(stored) if !changed(&stored) => ("tamper: no-op (not counted)", Ok(())),
+                result => ("tamper: additive edit", result.map(drop)),
+            }
         }
         1 => {
             let patch = match kind.as_str() {
@@ -260,12 +265,10 @@ async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
                 "nimbuspolicies" => json!({"spec": {"rules": []}}),
                 _ => json!({"spec": {"action": "Allow"}}),
             };
-            (
-                "tamper: changed value",
-                api.patch(&name, &intruder, &Patch::Merge(&patch))
-                    .await
-                    .map(drop),
-            )
+            match api.patch(&name, &intruder, &Patch::Merge(&patch)).await {
+                Ok(stored) if !changed(&stored) => ("tamper: no-op (not counted)", Ok(())),
+                result => ("tamper: changed value", result.map(drop)),
+            }
         }
         _ => (
             "tamper: delete",
