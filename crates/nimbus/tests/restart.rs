@@ -7,7 +7,7 @@
 mod common;
 
 use common::CONVERGE;
-use common::fleet::{all_ready, create_realistic_set, monitor, settled, start, workload};
+use common::fleet::{all_ready, create_realistic_set, monitor, settled, start, start_settled};
 use nimbus_testenv::eventually;
 
 const RESTARTS: usize = 10;
@@ -21,10 +21,7 @@ async fn restarts_never_delete_nor_misreport_what_is_in_force() {
     create_realistic_set(&client, INTENTS).await;
     let dir = tempfile::tempdir().expect("log dir");
 
-    let mut operator = start(cp.kubeconfig_path(), dir.path());
-    all_ready(&client).await;
-    let workload = workload(&client).await;
-    settled(&operator, &workload).await;
+    let (mut operator, workload) = start_settled(&client, cp.kubeconfig_path(), dir.path()).await;
 
     let monitor = monitor(&client).await;
     let in_force = monitor.present();

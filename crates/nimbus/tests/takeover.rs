@@ -9,8 +9,8 @@ mod common;
 
 use common::CONVERGE;
 use common::fleet::{
-    all_ready, create_realistic_set, generated_kinds, monitor, reporting_kinds, settled, start,
-    workload,
+    all_ready, create_realistic_set, generated_kinds, listed, monitor, reporting_kinds, settled,
+    start, start_settled,
 };
 use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -129,10 +129,8 @@ async fn taking_over_from_the_original_keeps_every_object_in_place() {
 
     // What the original generated, the same objects ours generates (tests/upstream compare
     // them); then the original stops, leaving them as its operator and adapters wrote them.
-    let mut predecessor = start(cp.kubeconfig_path(), dir.path());
-    all_ready(&client).await;
-    let workload = workload(&client).await;
-    settled(&predecessor, &workload).await;
+    let (mut predecessor, workload) =
+        start_settled(&client, cp.kubeconfig_path(), dir.path()).await;
     predecessor.process.terminate();
     eventually("the predecessor to exit", CONVERGE, async |_| {
         predecessor.process.has_exited().then_some(())
@@ -146,23 +144,14 @@ async fn taking_over_from_the_original_keeps_every_object_in_place() {
         leave_as_the_original(&client, binding_kind, false).await;
     }
     let natives: Vec<ApiResource> = generated_kinds()[2..].to_vec();
-    let mut labelled = Vec::new();
-    for kind in &natives {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), kind);
-        let list = api.list(&ListParams::default()).await.expect("listing");
-        labelled.extend(
-            list.items
+    let labelled = listed(&client, &natives, &ListParams::default(), |o| {
+        o.labels().contains_key(MANAGED_BY)
+            || !o
+                .managed_fields()
                 .iter()
-                .filter(|o| {
-                    o.labels().contains_key(MANAGED_BY)
-                        || !o
-                            .managed_fields()
-                            .iter()
-                            .all(|e| e.manager.as_deref() == Some(ORIGINAL))
-                })
-                .map(|o| format!("{} {}: {:?}", kind.kind, o.name_any(), o.metadata)),
-        );
-    }
+                .all(|e| e.manager.as_deref() == Some(ORIGINAL))
+    })
+    .await;
     assert!(
         labelled.is_empty(),
         "still marked as ours before the takeover: {labelled:?}"
@@ -179,17 +168,10 @@ async fn taking_over_from_the_original_keeps_every_object_in_place() {
         "every native object labelled ours",
         CONVERGE,
         async |seen| {
-            let mut unlabelled = Vec::new();
-            for kind in &natives {
-                let api: Api<DynamicObject> = Api::all_with(client.clone(), kind);
-                let list = api.list(&ListParams::default()).await.expect("listing");
-                unlabelled.extend(
-                    list.items
-                        .iter()
-                        .filter(|o| !o.labels().contains_key(MANAGED_BY))
-                        .map(|o| format!("{} {}", kind.kind, o.name_any())),
-                );
-            }
+            let unlabelled = listed(&client, &natives, &ListParams::default(), |o| {
+                !o.labels().contains_key(MANAGED_BY)
+            })
+            .await;
             *seen = format!("unlabelled: {unlabelled:?}");
             unlabelled.is_empty().then_some(())
         },

@@ -13,7 +13,7 @@
 mod common;
 
 use common::CONVERGE;
-use common::fleet::{all_ready, create_realistic_set, generated_kinds, settled, start, workload};
+use common::fleet::{create_realistic_set, generated_kinds, listed, start_settled};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, ListParams};
@@ -22,23 +22,13 @@ use nimbus_testenv::eventually;
 
 /// `Kind namespace/name` of every generated object now.
 async fn generated(client: &kube::Client) -> Vec<String> {
-    let mut found = Vec::new();
-    for kind in generated_kinds() {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind);
-        for obj in api
-            .list(&ListParams::default())
-            .await
-            .expect("listing")
-            .items
-        {
-            let namespace = obj.metadata.namespace.unwrap_or_default();
-            let name = obj.metadata.name.unwrap_or_default();
-            found.push(format!("{} {namespace}/{name}", kind.kind));
-        }
-    }
-    found.sort();
-    found.sort();
-    found
+    listed(client, &generated_kinds(), &ListParams::default(), |_| true).await
+}
+
+/// The generated native objects left (the Nimbus kinds are gone with their CRDs).
+async fn generated_native(client: &kube::Client) -> Vec<String> {
+    let labelled = ListParams::default().labels(MANAGED_BY);
+    listed(client, &generated_kinds()[2..], &labelled, |_| true).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,9 +37,7 @@ async fn uninstalling_keeps_policies_until_bindings_go_and_leaves_nothing_after_
     let client = cp.client().expect("client");
     create_realistic_set(&client, 10).await;
     let dir = tempfile::tempdir().expect("log dir");
-    let mut operator = start(cp.kubeconfig_path(), dir.path());
-    all_ready(&client).await;
-    settled(&operator, &workload(&client).await).await;
+    let (mut operator, _) = start_settled(&client, cp.kubeconfig_path(), dir.path()).await;
     let in_force = generated(&client).await;
     assert!(in_force.len() > 20, "{in_force:?}");
 
@@ -98,7 +86,6 @@ async fn uninstalling_keeps_policies_until_bindings_go_and_leaves_nothing_after_
     // Whether the garbage collector still deletes their native objects depends on timing (it
     // cannot resolve an owner whose kind is gone): so the README says to delete the leftovers
     // by the engines' label, which leaves none.
-    // What the README says to run then: delete them by the engines' label.
     let selector = format!("{MANAGED_BY} in ({})", managers().join(","));
     for kind in &generated_kinds()[2..] {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), kind);
@@ -128,23 +115,4 @@ fn managers() -> Vec<&'static str> {
         .iter()
         .map(|e| e.manager())
         .collect()
-}
-
-/// The generated native objects left (the Nimbus kinds are gone with their CRDs).
-async fn generated_native(client: &kube::Client) -> Vec<String> {
-    let mut found = Vec::new();
-    for kind in &generated_kinds()[2..] {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), kind);
-        let labelled = ListParams::default().labels(MANAGED_BY);
-        for obj in api.list(&labelled).await.expect("listing").items {
-            found.push(format!(
-                "{} {}/{}",
-                kind.kind,
-                obj.metadata.namespace.unwrap_or_default(),
-                obj.metadata.name.unwrap_or_default()
-            ));
-        }
-    }
-    found.sort();
-    found
 }

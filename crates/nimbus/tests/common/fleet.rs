@@ -7,8 +7,8 @@ use super::replica::Replica;
 use super::{CONVERGE, apply, intent};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{ApiResource, ListParams, PostParams};
-use kube::{Api, Client, Resource};
+use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
     SecurityIntentBinding,
@@ -227,6 +227,40 @@ pub async fn settled(replica: &Replica, workload: &[(&'static str, usize)]) {
         },
     )
     .await;
+}
+
+/// `Kind namespace/name` of the objects of `kinds` that `params` lists and `keep` keeps, sorted.
+pub async fn listed(
+    client: &Client,
+    kinds: &[ApiResource],
+    params: &ListParams,
+    keep: impl Fn(&DynamicObject) -> bool,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    for kind in kinds {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), kind);
+        let list = api.list(params).await.expect("listing");
+        found.extend(list.items.iter().filter(|o| keep(o)).map(|o| {
+            let namespace = o.metadata.namespace.as_deref().unwrap_or_default();
+            format!("{} {namespace}/{}", kind.kind, o.name_any())
+        }));
+    }
+    found.sort();
+    found
+}
+
+/// Starts the operator and waits until the realistic set is Ready and the operator has
+/// settled; returns it and its workload (see [`settled`]).
+pub async fn start_settled(
+    client: &Client,
+    kubeconfig: &Path,
+    dir: &Path,
+) -> (Replica, Vec<(&'static str, usize)>) {
+    let operator = start(kubeconfig, dir);
+    all_ready(client).await;
+    let workload = workload(client).await;
+    settled(&operator, &workload).await;
+    (operator, workload)
 }
 
 pub fn start(kubeconfig: &Path, dir: &Path) -> Replica {
