@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds Kyverno's admission controller (`kyverno`) and background controller
-# (`background-controller`) from the release pinned in tools/kyverno, for the efficacy tests,
+# Builds Kyverno's admission controller (`kyverno`), background controller
+# (`background-controller`) and reports controller (`reports-controller`) from the release pinned
+# in tools/kyverno, for the efficacy tests,
 # into a cache outside the repo keyed by that module's content, with the release's CRDs
 # (`crds/`, all of which the controllers watch). A warm cache makes this a
 # no-op; a cold build downloads ~380 MB of modules and takes 15-30 minutes on 2 cores.
@@ -14,7 +15,7 @@ module="$root/tools/kyverno"
 key="$(cat "$module"/go.{mod,sum} "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 base="${NIMBUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimbus-rs}/kyverno"
 cache="$base/$key"
-bins=(kyverno background-controller)
+bins=(kyverno background-controller reports-controller)
 
 complete() { for b in "${bins[@]}"; do [[ -x "$cache/$b" ]] || return 1; done; }
 
@@ -43,9 +44,10 @@ version="$(cd "$module" && go list -m -f '{{.Version}}' github.com/kyverno/kyver
 rm -rf "$cache.partial"
 mkdir -p "$cache.partial"
 start=$SECONDS
-log "building Kyverno $version: kyverno, background-controller (cold: 15-30 min on 2 cores)"
+log "building Kyverno $version: kyverno, background-controller, reports-controller (cold: 15-30 min on 2 cores)"
 (cd "$module" && go build -ldflags "-s -w -X github.com/kyverno/kyverno/pkg/version.BuildVersion=$version" \
-  -o "$cache.partial/" github.com/kyverno/kyverno/cmd/kyverno github.com/kyverno/kyverno/cmd/background-controller)
+  -o "$cache.partial/" github.com/kyverno/kyverno/cmd/kyverno github.com/kyverno/kyverno/cmd/background-controller \
+  github.com/kyverno/kyverno/cmd/reports-controller)
 
 cp -r "$(cd "$module" && go list -m -f '{{.Dir}}' github.com/kyverno/kyverno)/config/crds" \
   "$cache.partial/crds"

@@ -26,6 +26,9 @@ pub enum Verdict {
     Partial,
     /// No intent selects it, or none of those that do is in force.
     Unprotected,
+    /// Every intent that selects it is bound in audit (its action is `Audit`, or its binding or
+    /// namespace is in shadow mode): engines at most report, nothing is enforced.
+    Audited,
 }
 
 impl Verdict {
@@ -34,6 +37,7 @@ impl Verdict {
             Verdict::Protected => "Protected",
             Verdict::Partial => "Partial",
             Verdict::Unprotected => "Unprotected",
+            Verdict::Audited => "Audited",
         }
     }
 }
@@ -78,6 +82,8 @@ pub struct WorkloadRef {
 pub enum EngineState {
     /// Its native objects are in the cluster.
     Enforcing,
+    /// Its native objects are in the cluster in their audit form: they report, never block.
+    Auditing,
     /// Switched off in this operator; an external adapter reports enforcing it.
     External,
     /// Its CRDs are not installed, so it enforces nothing.
@@ -148,6 +154,51 @@ pub struct WorkloadPosture {
     /// Why the workload is not (fully) protected.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<Reason>,
+    /// What enforcing its intents bound in audit or shadow mode would block; absent when none
+    /// is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<Preview>,
+}
+
+/// What enforcing the intents a workload is bound to in audit or shadow mode would block,
+/// computed from what the cluster holds now (pods, Services, NetworkPolicies).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Preview {
+    /// Connections inside the cluster, through a Service, that are allowed now and would be
+    /// denied; at most 100, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<BlockedConnection>,
+    /// How many more blocked connections were found than `blocked` lists.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: u32,
+    /// Engines of those intents whose effect cannot be previewed here, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_previewed: Vec<Reason>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One connection enforcement would cut.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockedConnection {
+    /// `Egress`: the workload could no longer reach `service`. `Ingress`: `client` could no
+    /// longer reach the workload through `service`.
+    pub direction: String,
+    /// The Service the connection goes through.
+    pub service: Reference,
+    /// The Service's port.
+    pub port: u16,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// For `Ingress`: the workload that could no longer connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<Reference>,
+    /// The IDs of the intents that would block it.
+    pub intents: Vec<String>,
 }
 
 /// Workloads of a namespace by verdict.
@@ -161,6 +212,9 @@ pub struct WorkloadCounts {
     pub partial: u32,
     /// Those `Unprotected`.
     pub unprotected: u32,
+    /// Those `Audited`: bound in audit or shadow mode, nothing enforced.
+    #[serde(default)]
+    pub audited: u32,
 }
 
 /// A workload of the namespace that is not fully protected.
@@ -168,7 +222,7 @@ pub struct WorkloadCounts {
 pub struct Gap {
     /// The workload as `Kind/name`.
     pub workload: String,
-    /// `Partial` or `Unprotected`.
+    /// `Partial`, `Unprotected` or `Audited`.
     pub verdict: Verdict,
     /// The reasons, as in its WorkloadPosture.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -8,10 +8,12 @@ pub mod compile;
 pub mod engines;
 pub mod names;
 pub mod namespaces;
+pub mod netpol;
 pub mod objects;
 pub mod params;
 pub mod plan;
 pub mod posture;
+pub mod preview;
 pub mod status;
 pub mod validation;
 

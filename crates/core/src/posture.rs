@@ -29,7 +29,7 @@ pub mod reason {
 }
 
 /// A pod, as far as the posture needs it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Pod {
     pub namespace: String,
     pub name: String,
@@ -37,6 +37,19 @@ pub struct Pod {
     pub created: Option<Time>,
     /// Its controlling owner.
     pub controller: Option<OwnerReference>,
+    /// Its IP (`status.podIP`), once it has one: NetworkPolicy `ipBlock`s match it.
+    pub ip: Option<std::net::IpAddr>,
+    /// Its containers' ports: a Service's named `targetPort` resolves through them.
+    pub ports: Vec<ContainerPort>,
+}
+
+/// A port a pod's container declares.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerPort {
+    pub name: Option<String>,
+    pub port: u16,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
 }
 
 /// A workload: a pod's top-level controller, or a bare pod, with the labels of its pods.
@@ -48,8 +61,8 @@ pub struct Workload {
     pub name: String,
     /// When its oldest pod was created.
     pub created: Option<Time>,
-    /// The labels of each of its pods.
-    pub pods: Vec<BTreeMap<String, String>>,
+    /// Its pods.
+    pub pods: Vec<Pod>,
 }
 
 /// Groups pods into workloads. `owner_of(namespace, kind, name)` is the controlling owner of a
@@ -89,7 +102,7 @@ pub fn workloads<'p>(
         }) {
             workload.created = pod.created.clone();
         }
-        workload.pods.push(pod.labels.clone());
+        workload.pods.push(pod.clone());
     }
     grouped.into_values().collect()
 }
@@ -154,7 +167,8 @@ impl PolicyCoverage {
             .iter()
             .enumerate()
             .filter_map(|(index, rule)| {
-                let engines = engine_coverage(facts, index, &rule.id)?;
+                let audited = rule.rule.action == crate::engines::AUDIT;
+                let engines = engine_coverage(facts, index, &rule.id, audited)?;
                 let mut reasons: Vec<Reason> = facts
                     .translation
                     .problems
@@ -188,7 +202,6 @@ impl PolicyCoverage {
                         message: format!("engine {}: {what}", engine.engine),
                     });
                 }
-                let audited = rule.rule.action == crate::engines::AUDIT;
                 if audited {
                     reasons.push(Reason {
                         reason: reason::AUDITED.to_owned(),
@@ -203,7 +216,10 @@ impl PolicyCoverage {
                     .iter()
                     .filter(|e| matches!(e.state, EngineState::Enforcing | EngineState::External))
                     .count();
-                let verdict = if in_force == 0 || audited {
+                // Audited whatever its engines do: none of them may enforce it.
+                let verdict = if audited {
+                    Verdict::Audited
+                } else if in_force == 0 {
                     Verdict::Unprotected
                 } else if in_force == engines.len() {
                     Verdict::Protected
@@ -248,10 +264,16 @@ impl PolicyCoverage {
     }
 }
 
-/// How each engine that enforces rule `index` (intent `id`) here does so. `None` when no
-/// engine acts on it at this policy's origin but one does at another origin of the same
-/// binding (a cluster binding's namespace policies leave some intents to its cluster policy).
-fn engine_coverage(facts: &PolicyFacts, index: usize, id: &str) -> Option<Vec<EngineCoverage>> {
+/// How each engine that enforces rule `index` (intent `id`, `audited` or not) here does so.
+/// `None` when no engine acts on it at this policy's origin but one does at another origin of
+/// the same binding (a cluster binding's namespace policies leave some intents to its cluster
+/// policy).
+fn engine_coverage(
+    facts: &PolicyFacts,
+    index: usize,
+    id: &str,
+    audited: bool,
+) -> Option<Vec<EngineCoverage>> {
     let origin = facts.input.origin;
     let considered = |engine, origin| {
         catalog::intent(id).is_some_and(|spec| spec.handled_by(engine, origin))
@@ -288,7 +310,12 @@ fn engine_coverage(facts: &PolicyFacts, index: usize, id: &str) -> Option<Vec<En
                 } else if generated.is_empty() {
                     EngineState::Failed
                 } else if generated.iter().all(|g| (facts.present)(g)) {
-                    EngineState::Enforcing
+                    // An audited rule is written only in forms that report (engines' AuditForm).
+                    if audited {
+                        EngineState::Auditing
+                    } else {
+                        EngineState::Enforcing
+                    }
                 } else {
                     EngineState::Pending
                 };
@@ -323,7 +350,11 @@ pub fn workload_posture(workload: &Workload, policies: &[PolicyCoverage]) -> Wor
         .iter()
         .filter(|p| p.applies_in(&workload.namespace))
     {
-        let selected = workload.pods.iter().filter(|l| policy.selects(l)).count();
+        let selected = workload
+            .pods
+            .iter()
+            .filter(|p| policy.selects(&p.labels))
+            .count();
         if selected == 0 {
             continue;
         }
@@ -381,27 +412,34 @@ pub fn workload_posture(workload: &Workload, policies: &[PolicyCoverage]) -> Wor
         verdict,
         intents,
         reasons,
+        preview: None,
     }
 }
 
-/// `Protected` when all are, `Unprotected` when none is in force (or there is none).
+/// `Protected` when all are, `Audited` when all are, `Partial` when some are in force, and
+/// `Unprotected` when none is (or there is none): audited and unprotected together enforce
+/// nothing, and the unprotected part needs attention first.
 fn combine(verdicts: impl Iterator<Item = Verdict>) -> Verdict {
     let seen: BTreeSet<Verdict> = verdicts.collect();
     match (seen.len(), seen.first()) {
         (0, _) => Verdict::Unprotected,
         (1, Some(only)) => *only,
-        _ => Verdict::Partial,
+        _ if seen.contains(&Verdict::Protected) || seen.contains(&Verdict::Partial) => {
+            Verdict::Partial
+        }
+        _ => Verdict::Unprotected,
     }
 }
 
 /// The labels every pod carries with the same value.
-fn common_labels(pods: &[BTreeMap<String, String>]) -> BTreeMap<String, String> {
+fn common_labels(pods: &[Pod]) -> BTreeMap<String, String> {
     let Some((first, rest)) = pods.split_first() else {
         return BTreeMap::new();
     };
     first
+        .labels
         .iter()
-        .filter(|(k, v)| rest.iter().all(|p| p.get(*k) == Some(*v)))
+        .filter(|(k, v)| rest.iter().all(|p| p.labels.get(*k) == Some(*v)))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
@@ -421,6 +459,7 @@ pub fn namespace_posture(
             Verdict::Protected => counts.protected += 1,
             Verdict::Partial => counts.partial += 1,
             Verdict::Unprotected => counts.unprotected += 1,
+            Verdict::Audited => counts.audited += 1,
         }
         if w.verdict != Verdict::Protected {
             let mut reasons: Vec<String> = w.reasons.iter().map(|r| r.reason.clone()).collect();
@@ -487,6 +526,7 @@ mod tests {
             labels: BTreeMap::from([("app".to_owned(), app.to_owned())]),
             created: None,
             controller,
+            ..Pod::default()
         }
     }
 
@@ -579,7 +619,10 @@ mod tests {
             created: None,
             pods: apps
                 .iter()
-                .map(|a| BTreeMap::from([("app".to_owned(), (*a).to_owned())]))
+                .map(|a| Pod {
+                    labels: BTreeMap::from([("app".to_owned(), (*a).to_owned())]),
+                    ..Pod::default()
+                })
                 .collect(),
         };
         workload_posture(&workload, &[coverage])
@@ -592,12 +635,40 @@ mod tests {
         codes
     }
 
-    /// An audited intent protects nothing, whatever its engines wrote.
+    /// An audited intent protects nothing, whatever its engines wrote: it is `Audited`, its
+    /// reporting engines `Auditing`, and with an enforced intent beside it the workload is
+    /// `Partial`, never `Protected`.
     #[test]
     fn an_audited_intent_is_not_protection() {
         let np = dns_policy_with("Audit");
         let p = posture_of_policy(&np, &["web"], &EngineSet::all(), &|_| true);
-        assert_eq!(p.verdict, Verdict::Unprotected, "{p:#?}");
+        assert_eq!(p.verdict, Verdict::Audited, "{p:#?}");
+        let states: Vec<(&str, EngineState)> = p.intents[0]
+            .engines
+            .iter()
+            .map(|e| (e.engine.as_str(), e.state))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("netpol", EngineState::Failed),
+                ("kubearmor", EngineState::Auditing)
+            ]
+        );
+        let ns = namespace_posture("shop", None, &[&p], &[]);
+        assert_eq!((ns.verdict, ns.workloads.audited), (Verdict::Audited, 1));
+        let enforced = posture_of(&["web"], &EngineSet::all(), &|_| true);
+        let mut both = enforced.clone();
+        both.intents.extend(p.intents.clone());
+        assert_eq!(
+            combine(both.intents.iter().map(|i| i.verdict)),
+            Verdict::Partial
+        );
+        let unprotected = posture_of(&["other"], &EngineSet::all(), &|_| true);
+        assert_eq!(
+            combine([Verdict::Audited, unprotected.verdict].into_iter()),
+            Verdict::Unprotected
+        );
         let codes = reasons(&p);
         assert!(codes.contains(&reason::AUDITED), "{codes:?}");
         assert!(
@@ -681,7 +752,8 @@ mod tests {
                 total: 2,
                 protected: 1,
                 partial: 0,
-                unprotected: 1
+                unprotected: 1,
+                audited: 0,
             }
         );
         assert_eq!(ns.gaps.len(), 1);

@@ -9,15 +9,17 @@ mod common;
 use common::{CONVERGE, apply, binding, create_intent, tools_dir, unique};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, WatchEvent, WatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use nimbus_api::posture::{NamespacePosture, Verdict, WorkloadPosture};
-use nimbus_api::{NimbusPolicy, SecurityIntentBinding};
+use nimbus_api::{MODE_LABEL, MODE_SHADOW, NimbusPolicy, SecurityIntentBinding};
 use nimbus_testenv::{ControlPlane, LocalApiService, ServingCert, eventually};
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -517,4 +519,213 @@ fn direct_client(posture: &Posture, user: Option<&str>, as_proxy: bool) -> Clien
         config = common::with_front_proxy_certificate(posture.cp, config);
     }
     Client::try_from(config).expect("direct client")
+}
+
+/// A pod of the preview test: `(namespace index, name, IP, container ports (name, port))`.
+/// Addresses are data only: nothing is sent anywhere.
+type TestPod = (
+    usize,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, u16)],
+);
+
+/// Shadow mode, then promotion. While the binding is in shadow the operator writes no
+/// NetworkPolicy, and the posture previews what enforcing would block; once the shadow label is
+/// removed, the NetworkPolicies it writes are judged by cyclonus on every connection through
+/// every Service of the test: the connections cyclonus denies are exactly those the preview
+/// listed, at the same workloads and in the same direction.
+#[tokio::test]
+async fn the_preview_lists_exactly_what_promotion_then_denies() {
+    let cp = posture().cp;
+    let client = cp.client().expect("client");
+    let (bound, other) = (
+        cp.test_namespace("preview").await.expect("namespace"),
+        cp.test_namespace("preview-peer").await.expect("namespace"),
+    );
+    let namespaces = [bound.name(), other.name()];
+    // 100.64.0.0/10 (shared address space) is neither private nor a pod network here, so
+    // denyExternalNetworkAccess refuses its ingress.
+    let pods: [TestPod; 5] = [
+        (0, "web", "10.244.7.10", &[("http", 8080)]),
+        (0, "db", "10.244.7.11", &[("pg", 5432)]),
+        (1, "api", "10.244.8.10", &[("http", 8080)]),
+        (1, "peer", "10.244.8.11", &[]),
+        (1, "client", "100.64.0.10", &[]),
+    ];
+    // (namespace index, Service, selected app, port, targetPort)
+    let services = [
+        (0, "web", "web", 80, json!("http")),
+        (0, "db", "db", 5432, json!(5432)),
+        (1, "api", "api", 8080, json!(8080)),
+    ];
+    for (ns, name, ip, ports) in pods {
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespaces[ns]);
+        let ports: Vec<_> = ports
+            .iter()
+            .map(|(n, p)| json!({"name": n, "containerPort": p}))
+            .collect();
+        apply(
+            &api,
+            name,
+            &json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "labels": {"app": name}},
+                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1",
+                                             "ports": ports}]}}),
+        )
+        .await;
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"podIP": ip, "podIPs": [{"ip": ip}]}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("setting the IP of {name}: {e}"));
+    }
+    for (ns, name, app, port, target) in &services {
+        apply(
+            &Api::<Service>::namespaced(client.clone(), namespaces[*ns]),
+            name,
+            &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                    "spec": {"selector": {"app": app},
+                             "ports": [{"port": port, "targetPort": target}]}}),
+        )
+        .await;
+    }
+
+    let intents = [
+        create_intent(&client, "dnsManipulation", "Block").await,
+        create_intent(&client, "denyExternalNetworkAccess", "Block").await,
+    ];
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), bound.name());
+    let mut shadowed = binding("web", &[&intents[0], &intents[1]], json!({"app": "web"}));
+    shadowed["metadata"]["labels"][MODE_LABEL] = json!(MODE_SHADOW);
+    apply(&bindings, "web", &shadowed).await;
+
+    // In shadow: the preview, and nothing written.
+    let postures: Api<WorkloadPosture> = Api::namespaced(client.clone(), bound.name());
+    let web = eventually(
+        "the web pod's posture previews what enforcing would block",
+        CONVERGE,
+        async |seen| {
+            let web = postures.get("pod-web").await.ok()?;
+            *seen = format!("{web:#?}");
+            (web.verdict == Verdict::Audited
+                && web.preview.as_ref().is_some_and(|p| !p.blocked.is_empty()))
+            .then_some(web)
+        },
+    )
+    .await;
+    let netpols = |ns: &str| Api::<NetworkPolicy>::namespaced(client.clone(), ns);
+    let written = netpols(bound.name())
+        .list(&Default::default())
+        .await
+        .expect("listing NetworkPolicies");
+    assert!(written.items.is_empty(), "shadow mode wrote {written:?}");
+    let not_previewed: Vec<&str> = web.preview.as_ref().map_or(Vec::new(), |p| {
+        p.not_previewed.iter().map(|r| r.reason.as_str()).collect()
+    });
+    assert_eq!(not_previewed, ["DecidedAtRunTime"], "{web:#?}");
+
+    // Every listed connection, across both namespaces: (workload, direction, Service, port, client).
+    let mut previewed = std::collections::BTreeSet::new();
+    for ns in namespaces {
+        let list = Api::<WorkloadPosture>::namespaced(client.clone(), ns)
+            .list(&Default::default())
+            .await
+            .expect("listing postures");
+        for posture in list.items {
+            for b in posture.preview.iter().flat_map(|p| &p.blocked) {
+                assert!(!b.intents.is_empty(), "no intent named for {b:?}");
+                // Other tests share the cluster: only this test's Services and clients count.
+                let ours = |r: &nimbus_api::posture::Reference| {
+                    r.namespace
+                        .as_deref()
+                        .is_some_and(|n| namespaces.contains(&n))
+                };
+                if !ours(&b.service) || b.client.as_ref().is_some_and(|c| !ours(c)) {
+                    continue;
+                }
+                previewed.insert((
+                    format!("{ns}/{}", posture.workload.name),
+                    b.direction.clone(),
+                    format!(
+                        "{}/{}",
+                        b.service.namespace.as_deref().unwrap_or(""),
+                        b.service.name
+                    ),
+                    b.port,
+                    b.client
+                        .as_ref()
+                        .map(|c| format!("{}/{}", c.namespace.as_deref().unwrap_or(""), c.name)),
+                ));
+            }
+        }
+    }
+
+    // Promotion: the label goes, the NetworkPolicies come.
+    bindings
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {MODE_LABEL: null}}})),
+        )
+        .await
+        .expect("removing the shadow label");
+    let policies = eventually(
+        "promotion writes both NetworkPolicies",
+        CONVERGE,
+        async |seen| {
+            let list = netpols(bound.name()).list(&Default::default()).await.ok()?;
+            *seen = format!("{} NetworkPolicies", list.items.len());
+            (list.items.len() == 2).then_some(list.items)
+        },
+    )
+    .await;
+
+    // Every connection through every Service, judged by cyclonus with what promotion wrote.
+    let peer = |(ns, name, ip, _): &TestPod| {
+        json!({"ip": ip, "namespace": namespaces[*ns],
+               "namespaceLabels": {"kubernetes.io/metadata.name": namespaces[*ns]},
+               "podLabels": {"app": name}})
+    };
+    let mut traffic = Vec::new();
+    let mut cells = BTreeMap::new();
+    for source in &pods {
+        for (ns, service, app, port, target) in &services {
+            let backend = pods
+                .iter()
+                .find(|p| p.0 == *ns && p.1 == *app)
+                .expect("a backend");
+            let target = match target.as_str() {
+                Some(name) => backend.3.iter().find(|(n, _)| *n == name).expect("port").1,
+                None => u16::try_from(target.as_u64().expect("a number")).expect("a port"),
+            };
+            let name = format!("{}/{}->{}/{service}", source.0, source.1, ns);
+            traffic.push(json!({"name": name, "source": peer(source),
+                                "destination": peer(backend), "port": target,
+                                "protocol": "TCP"}));
+            cells.insert(name, (source, *ns, *service, *port, backend));
+        }
+    }
+    let decided = common::netpol_decide(&json!({"policies": policies, "traffic": traffic}));
+    let mut denied = std::collections::BTreeSet::new();
+    for (name, (source, ns, service, port, backend)) in &cells {
+        let verdict = &decided[name];
+        let service = format!("{}/{service}", namespaces[*ns]);
+        if verdict["egress"] == json!(false) {
+            let at = format!("{}/{}", namespaces[source.0], source.1);
+            denied.insert((at, "Egress".to_owned(), service.clone(), *port, None));
+        }
+        if verdict["ingress"] == json!(false) {
+            let at = format!("{}/{}", namespaces[backend.0], backend.1);
+            let client = format!("{}/{}", namespaces[source.0], source.1);
+            denied.insert((at, "Ingress".to_owned(), service, *port, Some(client)));
+        }
+    }
+    assert!(!denied.is_empty(), "cyclonus denied nothing: {decided:?}");
+    assert_eq!(
+        previewed, denied,
+        "the preview (left) and what cyclonus denies after promotion (right) differ"
+    );
 }

@@ -356,6 +356,35 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
 
 /// Runs helm or kustomize in the workspace root and returns its stdout; fails the test with its
 /// output when it fails.
+/// Runs tools/netpol-decider (cyclonus's matcher) on `input`
+/// (`{"policies": [...], "traffic": [...]}`); `name → {"ingress", "egress", "allowed"}`.
+pub fn netpol_decide(
+    input: &serde_json::Value,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let decider = tools_dir().join("netpol-decider");
+    let mut child = Command::new(&decider)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {}: {e}", decider.display()));
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.to_string().as_bytes())
+        .expect("writing to the decider");
+    let output = child.wait_with_output().expect("decider output");
+    assert!(
+        output.status.success(),
+        "netpol-decider failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("decider JSON")
+}
+
 pub fn run_tool(tool: &str, args: &[&str]) -> String {
     let output = std::process::Command::new(tools_dir().join(tool))
         .args(args)

@@ -326,6 +326,7 @@ impl Bound {
         let selecting = Selecting {
             labels: json!({"app": "web"}),
             allow_sensitive: None,
+            shadow: false,
         };
         bind_namespaced(&self.client, self.by_sib.name(), &si, &selecting).await;
         self.csib = bind_cluster(&self.client, self.by_csib.name(), &si, &selecting).await;
@@ -632,6 +633,7 @@ async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image
     let selecting = Selecting {
         labels: json!({"app": "web"}),
         allow_sensitive: None,
+        shadow: false,
     };
     // (column, binding, pod's app label, pod's image)
     let cases = [

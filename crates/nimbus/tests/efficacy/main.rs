@@ -58,6 +58,8 @@ async fn intent(client: &Client, id: &str, action: &str, params: Value) -> Strin
 struct Selecting {
     labels: Value,
     allow_sensitive: Option<&'static str>,
+    /// The binding is in shadow mode (labelled): it enforces nothing.
+    shadow: bool,
 }
 
 fn metadata(name: &str, selecting: &Selecting) -> Value {
@@ -65,10 +67,15 @@ fn metadata(name: &str, selecting: &Selecting) -> Value {
     if let Some(ids) = selecting.allow_sensitive {
         meta["annotations"] = json!({nimbus_api::ALLOW_SENSITIVE_ANNOTATION: ids});
     }
+    if selecting.shadow {
+        meta["labels"] = json!({nimbus_api::MODE_LABEL: nimbus_api::MODE_SHADOW});
+    }
     meta
 }
 
-/// Binds `intent` in `ns` with a SecurityIntentBinding and waits until it is Ready.
+/// Binds `intent` in `ns` with a SecurityIntentBinding and waits until it is Ready (in shadow
+/// mode: until its status is settled, `Ready=False` with `NoAuditForm` when no engine can
+/// audit the intent).
 async fn bind_namespaced(client: &Client, ns: &str, intent: &str, selecting: &Selecting) {
     let name = unique("eff");
     let api = Api::<SecurityIntentBinding>::namespaced(client.clone(), ns);
@@ -79,7 +86,7 @@ async fn bind_namespaced(client: &Client, ns: &str, intent: &str, selecting: &Se
                  "selector": {"workloadSelector": {"matchLabels": selecting.labels}}}
     });
     apply(&api, &name, &binding).await;
-    ready(&api, &name).await;
+    ready(&api, &name, selecting.shadow).await;
 }
 
 /// Binds `intent` in the namespace `ns` with a ClusterSecurityIntentBinding and waits until it
@@ -96,7 +103,7 @@ async fn bind_cluster(client: &Client, ns: &str, intent: &str, selecting: &Selec
                               "workloadSelector": {"matchLabels": selecting.labels}}}
     });
     apply(&api, &name, &binding).await;
-    ready(&api, &name).await;
+    ready(&api, &name, selecting.shadow).await;
     name
 }
 
@@ -107,8 +114,9 @@ async fn unbind_cluster(client: &Client, name: &str) {
         .expect("deleting the cluster binding");
 }
 
-/// Waits until the binding reports `Ready=True` for its current generation.
-async fn ready<K>(api: &Api<K>, name: &str)
+/// Waits until the binding reports `Ready=True` for its current generation (or, `shadow`,
+/// `Ready=False` because no engine has an audit form).
+async fn ready<K>(api: &Api<K>, name: &str, shadow: bool)
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
 {
@@ -121,7 +129,7 @@ where
             .iter()
             .any(|c| {
                 c["type"] == "Ready"
-                    && c["status"] == "True"
+                    && (c["status"] == "True" || (shadow && c["reason"] == "NoAuditForm"))
                     && c["observedGeneration"] == generation
             })
             .then_some(())

@@ -1,6 +1,7 @@
 //! dnsManipulation and denyExternalNetworkAccess, through both binding kinds: the
 //! NetworkPolicies the operator wrote, evaluated by cyclonus's matcher for a pod the binding
-//! selects, one it does not, and a pod in a namespace nothing binds.
+//! selects, one it does not, a pod a binding in shadow mode selects, and a pod in a namespace
+//! nothing binds.
 
 use crate::matrix::{Matrix, verdict};
 use crate::{Selecting, bind_cluster, bind_namespaced, cluster, intent, namespace, unbind_cluster};
@@ -164,18 +165,30 @@ async fn matrix(id: &'static str) {
     let selecting = Selecting {
         labels: json!({"app": "web"}),
         allow_sensitive: None,
+        shadow: false,
     };
-    let (by_sib, by_csib, unbound) = (
+    let (by_sib, by_csib, shadowed, unbound) = (
         namespace("eff-np-sib").await,
         namespace("eff-np-csib").await,
+        namespace("eff-np-shadow").await,
         namespace("eff-np-unbound").await,
     );
     bind_namespaced(&client, by_sib.name(), &si, &selecting).await;
     let csib = bind_cluster(&client, by_csib.name(), &si, &selecting).await;
+    let in_shadow = Selecting {
+        shadow: true,
+        ..selecting
+    };
+    bind_namespaced(&client, shadowed.name(), &si, &in_shadow).await;
 
     // What the operator wrote, as the API server holds it.
     let mut policies = Vec::new();
-    for ns in [by_sib.name(), by_csib.name(), unbound.name()] {
+    for ns in [
+        by_sib.name(),
+        by_csib.name(),
+        shadowed.name(),
+        unbound.name(),
+    ] {
         let api = Api::<NetworkPolicy>::namespaced(client.clone(), ns);
         let list = api.list(&ListParams::default()).await.expect("listing");
         policies.extend(list.items);
@@ -195,6 +208,11 @@ async fn matrix(id: &'static str) {
             by_csib.name(),
             "db",
         ),
+        (
+            "selected pod, SecurityIntentBinding in shadow mode",
+            shadowed.name(),
+            "web",
+        ),
         ("pod in an unbound namespace", unbound.name(), "web"),
     ];
     let mut traffic = Vec::new();
@@ -212,9 +230,16 @@ async fn matrix(id: &'static str) {
                                 "protocol": case.protocol}));
         }
     }
-    let verdicts = decide(&json!({"policies": policies, "traffic": traffic}));
+    let verdicts: BTreeMap<String, bool> =
+        crate::common::netpol_decide(&json!({"policies": policies, "traffic": traffic}))
+            .into_iter()
+            .map(|(name, v)| (name, v["allowed"].as_bool().expect("allowed")))
+            .collect();
 
-    let selected = |s: usize| subjects[s].2 == "web" && subjects[s].1 != unbound.name();
+    // Shadow mode enforces nothing: its pod is as free as an unbound one.
+    let selected = |s: usize| {
+        subjects[s].2 == "web" && ![unbound.name(), shadowed.name()].contains(&subjects[s].1)
+    };
     let matrix = Matrix {
         id: match id {
             "dnsManipulation" => "netpol-dnsManipulation",
@@ -246,35 +271,4 @@ async fn matrix(id: &'static str) {
     unbind_cluster(&client, &csib).await;
     matrix.assert_as_promised();
     matrix.assert_in_readme();
-}
-
-/// Runs tools/netpol-decider; `name → allowed`.
-fn decide(input: &Value) -> BTreeMap<String, bool> {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let decider = crate::common::tools_dir().join("netpol-decider");
-    let mut child = Command::new(&decider)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {}: {e}", decider.display()));
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.to_string().as_bytes())
-        .expect("writing to the decider");
-    let output = child.wait_with_output().expect("decider output");
-    assert!(
-        output.status.success(),
-        "netpol-decider failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let verdicts: BTreeMap<String, Value> =
-        serde_json::from_slice(&output.stdout).expect("decider JSON");
-    verdicts
-        .into_iter()
-        .map(|(name, v)| (name, v["allowed"].as_bool().expect("allowed")))
-        .collect()
 }

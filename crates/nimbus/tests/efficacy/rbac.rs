@@ -91,6 +91,7 @@ async fn namespace_sandbox_grants_its_role_in_selected_namespaces_only() {
     let selecting = Selecting {
         labels: json!({}),
         allow_sensitive: Some("namespaceSandbox"),
+        shadow: false,
     };
     let csib = bind_cluster(&client, selected.name(), &si, &selecting).await;
 

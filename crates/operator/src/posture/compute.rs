@@ -1,6 +1,7 @@
 //! Computes every posture object from the caches: the operator's own (policies, bindings,
-//! native objects, engine availability) and metadata-only watches of pods, ReplicaSets and
-//! Jobs. Debounced: a burst of changes costs one computation.
+//! native objects, engine availability), watches of pods (stripped to what the posture reads),
+//! metadata-only watches of ReplicaSets and Jobs, and the Services and NetworkPolicies the
+//! preview evaluates. Debounced: a burst of changes costs one computation.
 
 use super::Postures;
 use crate::apply::is_controlled_by;
@@ -12,8 +13,10 @@ use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -21,6 +24,7 @@ use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
 use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
 use nimbus_core::engines::{self, PolicyInput};
 use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
+use nimbus_core::preview;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,11 +33,14 @@ use tokio::sync::Notify;
 /// Changes arriving within this window are computed together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
-/// Pods, ReplicaSets and Jobs, metadata only (labels and owners are all the posture reads).
+/// Pods (metadata, IP and container ports), ReplicaSets and Jobs (metadata only), Services and
+/// NetworkPolicies.
 pub struct Workloads {
-    pods: Store<PartialObjectMeta<Pod>>,
+    pods: Store<Pod>,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
     jobs: Store<PartialObjectMeta<Job>>,
+    services: Store<Service>,
+    network_policies: Store<NetworkPolicy>,
 }
 
 /// The watches behind [`Workloads`] and everything else the posture reads.
@@ -48,24 +55,53 @@ pub struct Watches {
 
 impl Workloads {
     pub fn watch(client: &Client) -> (Self, Watches) {
-        let mut pods = metadata_cache::<Pod>(client);
+        let mut pods = Cache::new(Api::<Pod>::all(client.clone())).strip(strip_pod);
         let mut replica_sets = metadata_cache::<ReplicaSet>(client);
         let mut jobs = metadata_cache::<Job>(client);
+        let mut services = Cache::new(Api::<Service>::all(client.clone())).strip(|svc| {
+            svc.metadata = ObjectMeta {
+                name: svc.metadata.name.take(),
+                namespace: svc.metadata.namespace.take(),
+                ..ObjectMeta::default()
+            };
+            svc.status = None;
+        });
+        let mut network_policies =
+            Cache::new(Api::<NetworkPolicy>::all(client.clone())).strip(|np| {
+                np.metadata.managed_fields = None;
+                np.metadata.annotations = None;
+            });
         let watches = Watches {
             changes: vec![
                 signal(pods.subscribe()),
                 signal(replica_sets.subscribe()),
                 signal(jobs.subscribe()),
+                signal(services.subscribe()),
+                signal(network_policies.subscribe()),
             ],
-            synced: futures::future::join3(pods.synced(), replica_sets.synced(), jobs.synced())
-                .map(drop)
-                .boxed(),
-            drivers: vec![pods.driver(), replica_sets.driver(), jobs.driver()],
+            synced: futures::future::join5(
+                pods.synced(),
+                replica_sets.synced(),
+                jobs.synced(),
+                services.synced(),
+                network_policies.synced(),
+            )
+            .map(drop)
+            .boxed(),
+            drivers: vec![
+                pods.driver(),
+                replica_sets.driver(),
+                jobs.driver(),
+                services.driver(),
+                network_policies.driver(),
+            ],
         };
         let workloads = Self {
             pods: pods.store,
             replica_sets: replica_sets.store,
             jobs: jobs.store,
+            services: services.store,
+            network_policies: network_policies.store,
         };
         (workloads, watches)
     }
@@ -84,6 +120,60 @@ impl Workloads {
                     .iter()
                     .find(|o| o.controller == Some(true))
                     .cloned(),
+                ip: p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.pod_ip.as_deref())
+                    .and_then(|ip| ip.parse().ok()),
+                ports: p
+                    .spec
+                    .iter()
+                    .flat_map(|spec| &spec.containers)
+                    .flat_map(|c| c.ports.iter().flatten())
+                    .filter_map(|port| {
+                        Some(core::ContainerPort {
+                            name: port.name.clone(),
+                            port: u16::try_from(port.container_port).ok()?,
+                            protocol: port.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn services(&self) -> Vec<preview::Service> {
+        self.services
+            .state()
+            .iter()
+            .map(|svc| {
+                let spec = svc.spec.as_ref();
+                preview::Service {
+                    namespace: svc.namespace().unwrap_or_default(),
+                    name: svc.name_any(),
+                    selector: spec.and_then(|s| s.selector.clone()),
+                    ports: spec
+                        .iter()
+                        .flat_map(|s| s.ports.iter().flatten())
+                        .filter_map(|p| {
+                            let port = u16::try_from(p.port).ok()?;
+                            let target = match &p.target_port {
+                                None => preview::Target::Number(port),
+                                Some(IntOrString::Int(n)) => {
+                                    preview::Target::Number(u16::try_from(*n).ok()?)
+                                }
+                                Some(IntOrString::String(name)) => {
+                                    preview::Target::Name(name.clone())
+                                }
+                            };
+                            Some(preview::ServicePort {
+                                port,
+                                target,
+                                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
+                            })
+                        })
+                        .collect(),
+                }
             })
             .collect()
     }
@@ -103,6 +193,29 @@ impl Workloads {
             _ => None,
         }
     }
+}
+
+/// Keeps of a pod what the posture reads: its metadata (labels, owners), its containers'
+/// ports and its IP.
+fn strip_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    pod.metadata.annotations = None;
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        containers: spec
+            .containers
+            .into_iter()
+            .map(|c| Container {
+                name: c.name,
+                ports: c.ports,
+                ..Container::default()
+            })
+            .collect(),
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|status| PodStatus {
+        pod_ip: status.pod_ip,
+        ..PodStatus::default()
+    });
 }
 
 /// A cluster-wide, metadata-only cache of `K`.
@@ -165,19 +278,29 @@ pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
 fn compute(ctx: &Context, sources: &Workloads) -> (Vec<WorkloadPosture>, Vec<NamespacePosture>) {
     let engine_set = ctx.engine_set();
     let mut coverage: Vec<PolicyCoverage> = Vec::new();
+    // The NetworkPolicies enforcing the audited and shadowed rules would write.
+    let mut planned: Vec<preview::Planned> = Vec::new();
+    let mut cover = |input: &PolicyInput, binding, claim| {
+        if claim != Claim::NotBound {
+            planned.extend(preview::planned(
+                input,
+                &ctx.environment(input.rules),
+                &engine_set,
+            ));
+        }
+        coverage.push(policy_coverage(ctx, input, binding, &engine_set, claim));
+    };
     for np in ctx.policies.state() {
         let uid = np.uid().unwrap_or_default();
-        let input = PolicyInput::namespaced(&np, &uid);
         let binding = controlling_binding(np.owner_references(), np.namespace().as_deref());
         let claim = Claim::namespaced(ctx, &np);
-        coverage.push(policy_coverage(ctx, &input, binding, &engine_set, claim));
+        cover(&PolicyInput::namespaced(&np, &uid), binding, claim);
     }
     for cnp in ctx.cluster_policies.state() {
         let uid = cnp.uid().unwrap_or_default();
-        let input = PolicyInput::cluster(&cnp, &uid);
         let binding = controlling_binding(cnp.owner_references(), None);
         let claim = Claim::cluster(ctx, &cnp);
-        coverage.push(policy_coverage(ctx, &input, binding, &engine_set, claim));
+        cover(&PolicyInput::cluster(&cnp, &uid), binding, claim);
     }
 
     // The caches iterate in no fixed order; a posture must not change (and be reported as
@@ -186,9 +309,34 @@ fn compute(ctx: &Context, sources: &Workloads) -> (Vec<WorkloadPosture>, Vec<Nam
 
     let pods = sources.pods();
     let workloads = core::workloads(&pods, |ns, kind, name| sources.owner_of(ns, kind, name));
+    let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = ctx
+        .namespaces
+        .state()
+        .iter()
+        .map(|ns| (ns.name_any(), ns.labels().clone()))
+        .collect();
+    let in_force: Vec<NetworkPolicy> = sources
+        .network_policies
+        .state()
+        .iter()
+        .map(|np| (**np).clone())
+        .collect();
+    let blocked = preview::blocked(
+        &preview::Network {
+            workloads: &workloads,
+            namespaces: &namespace_labels,
+            services: &sources.services(),
+            in_force: &in_force,
+        },
+        &planned,
+    );
     let workload_postures: Vec<_> = workloads
         .iter()
-        .map(|w| core::workload_posture(w, &coverage))
+        .map(|w| {
+            let mut posture = core::workload_posture(w, &coverage);
+            preview::attach(&mut posture, &blocked);
+            posture
+        })
         .collect();
     let mut by_namespace: BTreeMap<&str, Vec<&WorkloadPosture>> = BTreeMap::new();
     for posture in &workload_postures {

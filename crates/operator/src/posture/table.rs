@@ -15,7 +15,11 @@ impl Printed for WorkloadPosture {
     const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
         ("Workload", "string", "The workload, as Kind/name."),
         ("Pods", "integer", "How many of its pods exist."),
-        ("Verdict", "string", "Protected, Partial or Unprotected."),
+        (
+            "Verdict",
+            "string",
+            "Protected, Partial, Unprotected or Audited.",
+        ),
         (
             "Intents",
             "string",
@@ -47,6 +51,11 @@ impl Printed for NamespacePosture {
         ("Partial", "integer", "Workloads partly protected."),
         ("Unprotected", "integer", "Workloads not protected."),
         (
+            "Audited",
+            "integer",
+            "Workloads bound in audit or shadow mode only.",
+        ),
+        (
             "Intents",
             "string",
             "The IDs of the intents bound in the namespace.",
@@ -61,6 +70,7 @@ impl Printed for NamespacePosture {
             json!(self.workloads.protected),
             json!(self.workloads.partial),
             json!(self.workloads.unprotected),
+            json!(self.workloads.audited),
             json!(or_none(&intents)),
         ]
     }

@@ -1,0 +1,601 @@
+//! Preview: what enforcing the intents bound in audit or shadow mode would block, before anyone
+//! enforces them. For NetworkPolicy intents it is computed, not guessed: the NetworkPolicies
+//! that promotion would write are added to those in force, and every connection through a
+//! Service of the cluster that the evaluator ([`crate::netpol`], checked against cyclonus)
+//! allows now and denies then is listed, at the workload that would lose it. Other engines say
+//! why they cannot be previewed here.
+
+use crate::catalog::Engine;
+use crate::engines::{self, AUDIT, EngineSet, Environment, PolicyInput};
+use crate::netpol::{InvalidPolicy, Peer, PodPeer, Policies, Traffic};
+use crate::posture::{Pod, Workload};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::core::{Selector, SelectorExt};
+use nimbus_api::NimbusRule;
+use nimbus_api::posture::{BlockedConnection, Preview, Reason, Reference, WorkloadPosture};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The action promotion enforces with.
+const BLOCK: &str = "Block";
+
+/// At most this many blocked connections are listed per workload; the rest are counted.
+pub const MAX_LISTED: usize = 100;
+
+/// A Service, as far as the preview needs it.
+#[derive(Clone, Debug, Default)]
+pub struct Service {
+    pub namespace: String,
+    pub name: String,
+    /// `None`: no selector; its endpoints are managed by hand and not previewed.
+    pub selector: Option<BTreeMap<String, String>>,
+    pub ports: Vec<ServicePort>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServicePort {
+    pub port: u16,
+    pub target: Target,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+}
+
+/// A Service port's `targetPort`.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Number(u16),
+    /// A container port's name, resolved per pod.
+    Name(String),
+}
+
+/// A NetworkPolicy that enforcing an intent would write.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// The intent's ID.
+    pub intent: String,
+    pub policy: NetworkPolicy,
+}
+
+/// What the cluster holds now.
+pub struct Network<'a> {
+    pub workloads: &'a [Workload],
+    /// Labels of each namespace, by name.
+    pub namespaces: &'a BTreeMap<String, BTreeMap<String, String>>,
+    pub services: &'a [Service],
+    /// Every NetworkPolicy of the cluster.
+    pub in_force: &'a [NetworkPolicy],
+}
+
+/// The NetworkPolicies that enforcing the audited rules of `input` would write: its rules with
+/// action `Block`, translated as the operator translates them. Rules enforced already are left
+/// out (their objects are in force, or their problems reported).
+pub fn planned(input: &PolicyInput, env: &Environment, engines: &EngineSet) -> Vec<Planned> {
+    if input.rules.iter().all(|r| r.rule.action != AUDIT) {
+        return Vec::new();
+    }
+    let enforced: Vec<NimbusRule> = input
+        .rules
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.rule.action = BLOCK.to_owned();
+            r
+        })
+        .collect();
+    let enforcing = PolicyInput {
+        rules: &enforced,
+        ..input.clone()
+    };
+    engines::translate(&enforcing, env, engines)
+        .objects
+        .into_iter()
+        .filter(|g| g.engine == Engine::NetworkPolicy && input.rules[g.rule].rule.action == AUDIT)
+        .filter_map(|g| {
+            let policy = serde_json::to_value(&g.object)
+                .and_then(serde_json::from_value)
+                .ok()?;
+            Some(Planned {
+                intent: input.rules[g.rule].id.clone(),
+                policy,
+            })
+        })
+        .collect()
+}
+
+/// `(namespace, kind, name)` of a workload.
+pub type WorkloadKey = (String, String, String);
+
+/// What [`blocked`] found: the connections each workload would lose.
+pub type Found = BTreeMap<WorkloadKey, BTreeSet<BlockedConnection>>;
+
+fn key(w: &Workload) -> WorkloadKey {
+    (w.namespace.clone(), w.kind.clone(), w.name.clone())
+}
+
+/// A Service port as one of its backend pods serves it.
+struct Backend<'a> {
+    service: &'a Service,
+    port: &'a ServicePort,
+    pod: &'a Pod,
+    workload: &'a Workload,
+    /// The container port the traffic arrives at, and its name.
+    target: u16,
+    target_name: Option<String>,
+}
+
+/// Every connection through a Service that is allowed now and denied once `planned` is in
+/// force, listed at the workload that would lose it: `Egress` at the client (when its own
+/// egress is cut), `Ingress` at the server (when its ingress is cut). Only pods with an IP
+/// take part: a pod without one is not running and has no connections to lose.
+pub fn blocked(network: &Network, planned: &[Planned]) -> Result<Found, InvalidPolicy> {
+    let mut found = Found::new();
+    if planned.is_empty() {
+        return Ok(found);
+    }
+    let now = Policies::new(network.in_force)?;
+    let with = |extra: &mut dyn Iterator<Item = &Planned>| {
+        let mut all = network.in_force.to_vec();
+        all.extend(extra.map(|p| p.policy.clone()));
+        Policies::new(&all)
+    };
+    let then = with(&mut planned.iter())?;
+    let intents: BTreeSet<&str> = planned.iter().map(|p| p.intent.as_str()).collect();
+    // A connection the union of policies denies, each policy isolating that end denies alone
+    // too (allows only add up); so each intent is judged with its own policies.
+    let each = intents
+        .into_iter()
+        .map(|id| Ok((id, with(&mut planned.iter().filter(|p| p.intent == id))?)))
+        .collect::<Result<Vec<(&str, Policies)>, InvalidPolicy>>()?;
+
+    // Adding policies changes only what reaches or leaves the pods they select.
+    let selectors: Vec<(&str, Option<Selector>)> = planned
+        .iter()
+        .map(|p| {
+            let ns = p.policy.metadata.namespace.as_deref().unwrap_or_default();
+            let spec = p.policy.spec.clone().unwrap_or_default();
+            (
+                ns,
+                Selector::try_from(spec.pod_selector.unwrap_or_default()).ok(),
+            )
+        })
+        .collect();
+    let affected = |pod: &Pod| {
+        selectors.iter().any(|(ns, selector)| {
+            *ns == pod.namespace && selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
+        })
+    };
+    let backends: Vec<(Backend, bool)> = backends(network)
+        .into_iter()
+        .map(|b| {
+            let affected = affected(b.pod);
+            (b, affected)
+        })
+        .collect();
+    for client in network.workloads {
+        for source in client.pods.iter().filter(|p| p.ip.is_some()) {
+            let source_affected = affected(source);
+            for (b, _) in backends.iter().filter(|(_, a)| *a || source_affected) {
+                let traffic = Traffic {
+                    source: peer(network, source),
+                    destination: peer(network, b.pod),
+                    port: b.target,
+                    port_name: b.target_name.clone(),
+                    protocol: b.port.protocol.clone(),
+                };
+                let (before, after) = (now.decide(&traffic), then.decide(&traffic));
+                if !before.allowed() || after.allowed() {
+                    continue;
+                }
+                let by = |cut: fn(bool, bool) -> bool| -> Vec<String> {
+                    each.iter()
+                        .filter(|(_, alone)| {
+                            let d = alone.decide(&traffic);
+                            cut(d.egress, d.ingress)
+                        })
+                        .map(|(id, _)| (*id).to_owned())
+                        .collect()
+                };
+                let service = Reference {
+                    kind: "Service".to_owned(),
+                    namespace: Some(b.service.namespace.clone()),
+                    name: b.service.name.clone(),
+                };
+                if before.egress && !after.egress {
+                    found
+                        .entry(key(client))
+                        .or_default()
+                        .insert(BlockedConnection {
+                            direction: "Egress".to_owned(),
+                            service: service.clone(),
+                            port: b.port.port,
+                            protocol: b.port.protocol.clone(),
+                            client: None,
+                            intents: by(|egress, _| !egress),
+                        });
+                }
+                if before.ingress && !after.ingress {
+                    found
+                        .entry(key(b.workload))
+                        .or_default()
+                        .insert(BlockedConnection {
+                            direction: "Ingress".to_owned(),
+                            service,
+                            port: b.port.port,
+                            protocol: b.port.protocol.clone(),
+                            client: Some(Reference {
+                                kind: client.kind.clone(),
+                                namespace: Some(client.namespace.clone()),
+                                name: client.name.clone(),
+                            }),
+                            intents: by(|_, ingress| !ingress),
+                        });
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Each port of each Service with a selector, at each pod it selects that serves it.
+fn backends<'a>(network: &'a Network) -> Vec<Backend<'a>> {
+    let mut out = Vec::new();
+    for service in network.services {
+        let Some(selector) = service.selector.as_ref().filter(|s| !s.is_empty()) else {
+            continue;
+        };
+        for workload in network
+            .workloads
+            .iter()
+            .filter(|w| w.namespace == service.namespace)
+        {
+            for pod in workload.pods.iter().filter(|p| {
+                p.ip.is_some() && selector.iter().all(|(k, v)| p.labels.get(k) == Some(v))
+            }) {
+                for port in &service.ports {
+                    let served = match &port.target {
+                        Target::Number(n) => Some((
+                            *n,
+                            pod.ports
+                                .iter()
+                                .find(|c| c.port == *n && c.protocol == port.protocol)
+                                .and_then(|c| c.name.clone()),
+                        )),
+                        // A pod without a port of that name is not an endpoint of this port.
+                        Target::Name(name) => pod
+                            .ports
+                            .iter()
+                            .find(|c| {
+                                c.name.as_deref() == Some(name) && c.protocol == port.protocol
+                            })
+                            .map(|c| (c.port, Some(name.clone()))),
+                    };
+                    if let Some((target, target_name)) = served {
+                        out.push(Backend {
+                            service,
+                            port,
+                            pod,
+                            workload,
+                            target,
+                            target_name,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn peer(network: &Network, pod: &Pod) -> Peer {
+    Peer {
+        ip: pod.ip,
+        pod: Some(PodPeer {
+            namespace: pod.namespace.clone(),
+            namespace_labels: network
+                .namespaces
+                .get(&pod.namespace)
+                .cloned()
+                .unwrap_or_default(),
+            pod_labels: pod.labels.clone(),
+        }),
+    }
+}
+
+/// Why an engine's share of an audited intent is not previewed.
+fn not_previewed(engine: &str) -> Option<Reason> {
+    let (reason, message) = match engine.parse::<Engine>().ok()? {
+        Engine::KubeArmor => (
+            "DecidedAtRunTime",
+            "kubearmor: decides at run time from what processes do, so it cannot be previewed; \
+             its audit alerts show what it would block",
+        ),
+        Engine::Kyverno => (
+            "SeePolicyReports",
+            "kyverno: its background scan of the audit policy lists the violating workloads in \
+             Kyverno's PolicyReports (kubectl get policyreports -n <namespace>)",
+        ),
+        _ => return None,
+    };
+    Some(Reason {
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+    })
+}
+
+/// Adds the preview to a posture whose workload has intents bound in audit or shadow mode:
+/// the connections [`blocked`] found for it (at most [`MAX_LISTED`]), and the engines that
+/// cannot be previewed (the NetworkPolicy engine too, when a policy could not be evaluated).
+pub fn attach(posture: &mut WorkloadPosture, found: &Result<Found, InvalidPolicy>) {
+    let audited: Vec<_> = posture
+        .intents
+        .iter()
+        .filter(|i| i.action == AUDIT)
+        .collect();
+    if audited.is_empty() {
+        return;
+    }
+    let mut not: Vec<Reason> = audited
+        .iter()
+        .flat_map(|i| i.engines.iter().filter_map(|e| not_previewed(&e.engine)))
+        .collect();
+    let blocked = match found {
+        Ok(found) => found.get(&(
+            posture.metadata.namespace.clone().unwrap_or_default(),
+            posture.workload.kind.clone(),
+            posture.workload.name.clone(),
+        )),
+        Err(invalid) => {
+            not.push(Reason {
+                reason: "NotEvaluated".to_owned(),
+                message: format!("netpol: {invalid}"),
+            });
+            None
+        }
+    };
+    not.sort();
+    not.dedup();
+    let all = blocked.map(BTreeSet::len).unwrap_or_default();
+    posture.preview = Some(Preview {
+        blocked: blocked
+            .into_iter()
+            .flatten()
+            .take(MAX_LISTED)
+            .cloned()
+            .collect(),
+        omitted: u32::try_from(all.saturating_sub(MAX_LISTED)).unwrap_or(u32::MAX),
+        not_previewed: not,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nimbus_api::NimbusPolicy;
+    use serde_json::json;
+
+    fn policy(id: &str, action: &str) -> NimbusPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "NimbusPolicy",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "p",
+                "ownerReferences": [{"apiVersion": "intent.security.nimbus.com/v1alpha1",
+                    "kind": "SecurityIntentBinding", "name": "web", "uid": "b", "controller": true}]},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                     "rules": [{"id": id, "rule": {"action": action}}]}
+        }))
+        .expect("valid policy")
+    }
+
+    fn planned_for(id: &str, action: &str) -> Vec<Planned> {
+        let np = policy(id, action);
+        let input = PolicyInput::namespaced(&np, "p");
+        planned(&input, &Environment::default(), &EngineSet::all())
+    }
+
+    fn workload(ns: &str, app: &str, ip: Option<&str>, ports: &[(&str, u16)]) -> Workload {
+        Workload {
+            namespace: ns.into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: app.into(),
+            created: None,
+            pods: vec![Pod {
+                namespace: ns.into(),
+                name: format!("{app}-1"),
+                labels: BTreeMap::from([("app".to_owned(), app.to_owned())]),
+                ip: ip.map(|ip| ip.parse().expect("an IP")),
+                ports: ports
+                    .iter()
+                    .map(|(name, port)| crate::posture::ContainerPort {
+                        name: Some((*name).to_owned()),
+                        port: *port,
+                        protocol: "TCP".into(),
+                    })
+                    .collect(),
+                ..Pod::default()
+            }],
+        }
+    }
+
+    fn service(ns: &str, app: &str, port: u16, target: Target) -> Service {
+        Service {
+            namespace: ns.into(),
+            name: app.into(),
+            selector: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
+            ports: vec![ServicePort {
+                port,
+                target,
+                protocol: "TCP".into(),
+            }],
+        }
+    }
+
+    fn connections(found: &Result<Found, InvalidPolicy>) -> Vec<String> {
+        found
+            .as_ref()
+            .expect("policies that evaluate")
+            .iter()
+            .flat_map(|((ns, _, name), blocked)| {
+                blocked.iter().map(move |b| {
+                    format!(
+                        "{ns}/{name} {} {}:{}{} by {}",
+                        b.direction,
+                        b.service.name,
+                        b.port,
+                        b.client
+                            .as_ref()
+                            .map(|c| format!(" from {}", c.name))
+                            .unwrap_or_default(),
+                        b.intents.join(",")
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Only audited rules are planned, with enforcing bodies.
+    #[test]
+    fn promotion_plans_the_network_policies_of_audited_rules_only() {
+        assert!(planned_for("dnsManipulation", "Block").is_empty());
+        let planned = planned_for("dnsManipulation", "Audit");
+        assert_eq!(planned.len(), 1, "{planned:?}");
+        assert_eq!(planned[0].intent, "dnsManipulation");
+        let spec = planned[0].policy.spec.as_ref().expect("a spec");
+        assert_eq!(
+            spec.policy_types.as_deref(),
+            Some(&["Egress".to_owned()][..])
+        );
+    }
+
+    /// An egress-only intent on web cuts web's calls to db (named and numbered target ports),
+    /// not the calls others make to web; a pod without an IP takes no part.
+    #[test]
+    fn blocked_connections_are_listed_at_the_workload_that_loses_them() {
+        let workloads = [
+            workload("shop", "web", Some("10.244.0.10"), &[("http", 8080)]),
+            workload("shop", "db", Some("10.244.0.11"), &[("pg", 5432)]),
+            workload("shop", "cache", Some("10.244.0.12"), &[]),
+            workload("shop", "pending", None, &[]),
+        ];
+        let services = [
+            service("shop", "web", 80, Target::Name("http".into())),
+            service("shop", "db", 5432, Target::Name("pg".into())),
+            service("shop", "cache", 6379, Target::Number(6379)),
+            service("shop", "pending", 80, Target::Number(80)),
+        ];
+        let namespaces = BTreeMap::from([(
+            "shop".to_owned(),
+            BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), "shop".to_owned())]),
+        )]);
+        let network = Network {
+            workloads: &workloads,
+            namespaces: &namespaces,
+            services: &services,
+            in_force: &[],
+        };
+        let found = blocked(&network, &planned_for("dnsManipulation", "Audit"));
+        assert_eq!(
+            connections(&found),
+            [
+                "shop/web Egress cache:6379 by dnsManipulation",
+                "shop/web Egress db:5432 by dnsManipulation",
+                "shop/web Egress web:80 by dnsManipulation",
+            ]
+        );
+
+        // denyExternalNetworkAccess also admits ingress only from private networks.
+        let mut outside = workload("shop", "partner", Some("100.64.0.1"), &[]);
+        outside.kind = "Pod".into();
+        let workloads = [workloads[0].clone(), outside];
+        let network = Network {
+            workloads: &workloads,
+            ..network
+        };
+        let found = blocked(&network, &planned_for("denyExternalNetworkAccess", "Audit"));
+        assert_eq!(
+            connections(&found),
+            [
+                "shop/web Egress web:80 by denyExternalNetworkAccess",
+                "shop/web Ingress web:80 from partner by denyExternalNetworkAccess",
+            ]
+        );
+
+        // What a NetworkPolicy in force denies already, promotion does not take away.
+        let deny_all: NetworkPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "deny", "namespace": "shop"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+        }))
+        .expect("a NetworkPolicy");
+        let in_force = [deny_all];
+        let network = Network {
+            in_force: &in_force,
+            ..network
+        };
+        let found = blocked(&network, &planned_for("denyExternalNetworkAccess", "Audit"));
+        assert!(connections(&found).is_empty());
+    }
+
+    /// The list is bounded; KubeArmor says why it is not previewed; an enforced workload has
+    /// no preview.
+    #[test]
+    fn the_preview_is_bounded_and_says_what_it_cannot_compute() {
+        let np = policy("dnsManipulation", "Audit");
+        let input = PolicyInput::namespaced(&np, "p");
+        let translation = engines::translate(&input, &Environment::default(), &EngineSet::all());
+        let coverage = crate::posture::PolicyCoverage::new(&crate::posture::PolicyFacts {
+            input: &input,
+            translation: &translation,
+            engines: &EngineSet::all(),
+            present: &|_| true,
+            intent_name: &|_| None,
+            binding: None,
+            protected: &Default::default(),
+        });
+        let web = workload("shop", "web", Some("10.244.0.10"), &[]);
+        let mut posture = crate::posture::workload_posture(&web, &[coverage]);
+        let many: BTreeSet<BlockedConnection> = (0..MAX_LISTED + 5)
+            .map(|port| BlockedConnection {
+                direction: "Egress".into(),
+                service: Reference {
+                    kind: "Service".into(),
+                    namespace: Some("shop".into()),
+                    name: "db".into(),
+                },
+                port: u16::try_from(port).expect("a port"),
+                protocol: "TCP".into(),
+                client: None,
+                intents: vec!["dnsManipulation".into()],
+            })
+            .collect();
+        let key = ("shop".to_owned(), "Deployment".to_owned(), "web".to_owned());
+        let found = Ok(Found::from([(key, many)]));
+        attach(&mut posture, &found);
+        let preview = posture.preview.clone().expect("a preview");
+        assert_eq!((preview.blocked.len(), preview.omitted), (MAX_LISTED, 5));
+        let reasons: Vec<&str> = preview
+            .not_previewed
+            .iter()
+            .map(|r| r.reason.as_str())
+            .collect();
+        assert_eq!(reasons, ["DecidedAtRunTime"]);
+
+        let mut enforced = crate::posture::workload_posture(&web, &[]);
+        attach(&mut enforced, &found);
+        assert_eq!(enforced.preview, None);
+
+        // A policy that cannot be evaluated is said, not taken for "nothing blocked".
+        let invalid = Err(InvalidPolicy {
+            policy: "shop/odd".into(),
+            field: "spec.egress[0].to[0].ipBlock.cidr".into(),
+            reason: "not a CIDR".into(),
+        });
+        attach(&mut posture, &invalid);
+        let preview = posture.preview.expect("a preview");
+        assert!(preview.blocked.is_empty());
+        assert!(
+            preview
+                .not_previewed
+                .iter()
+                .any(|r| r.reason == "NotEvaluated"),
+            "{preview:?}"
+        );
+    }
+}
