@@ -124,6 +124,12 @@ pub struct SecurityIntentBindingStatus {
     /// [`MODE_LABEL`]): then nothing is enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// What enforcing the intents it binds in audit or shadow mode would block, summed over
+    /// the workloads it selects; absent when it audits nothing. Written by the posture
+    /// computation (field manager `nimbus-preview`); every connection is in the posture API's
+    /// WorkloadPostures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<BindingPreview>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -230,6 +236,12 @@ pub struct ClusterSecurityIntentBindingStatus {
     /// nothing is enforced; `Mixed` when some of its namespaces do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// What enforcing the intents it binds in audit or shadow mode would block, summed over
+    /// the workloads it selects; absent when it audits nothing. Written by the posture
+    /// computation (field manager `nimbus-preview`); every connection is in the posture API's
+    /// WorkloadPostures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<BindingPreview>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -238,4 +250,21 @@ pub struct ClusterSecurityIntentBindingStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// What enforcing a binding's audited and shadowed intents would block.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingPreview {
+    /// Workloads it selects that would lose a connection.
+    pub workloads: u32,
+    /// Connections through Services of the cluster that are allowed now and would be denied.
+    pub connections: u32,
+    /// The first of them, in order, e.g. `Deployment shop/web: Egress to Service shop/db
+    /// 5432/TCP`; at most 5.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<String>,
+    /// What cannot be previewed, e.g. `DecidedAtRunTime` (KubeArmor).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_previewed: Vec<String>,
 }

@@ -8,11 +8,11 @@
 use crate::catalog::Engine;
 use crate::engines::{self, AUDIT, EngineSet, Environment, PolicyInput};
 use crate::netpol::{InvalidPolicy, Peer, PodPeer, Policies, Traffic};
-use crate::posture::{Pod, Workload};
+use crate::posture::{Pod, PolicyCoverage, Workload};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::core::{Selector, SelectorExt};
-use nimbus_api::NimbusRule;
 use nimbus_api::posture::{BlockedConnection, Preview, Reason, Reference, WorkloadPosture};
+use nimbus_api::{BindingPreview, NimbusRule};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The action promotion enforces with.
@@ -366,6 +366,87 @@ pub fn attach(posture: &mut WorkloadPosture, found: &Result<Found, InvalidPolicy
     });
 }
 
+/// At most this many connections are named in a binding's status.
+pub const MAX_EXAMPLES: usize = 5;
+
+/// Each binding with intents in audit or shadow mode, and what enforcing them would block,
+/// summed from the workload postures' previews (a connection counts for a binding when one of
+/// the intents it audits on that workload would block it).
+pub fn binding_previews(
+    policies: &[PolicyCoverage],
+    postures: &[WorkloadPosture],
+) -> BTreeMap<Reference, BindingPreview> {
+    let mut found: BTreeMap<Reference, (BTreeSet<String>, BTreeSet<String>, BTreeSet<String>)> =
+        policies
+            .iter()
+            .filter(|p| p.rules.iter().any(|r| r.action == AUDIT))
+            .filter_map(|p| p.binding.clone())
+            .map(|b| (b, Default::default()))
+            .collect();
+    for posture in postures {
+        let Some(preview) = &posture.preview else {
+            continue;
+        };
+        let workload = format!(
+            "{} {}/{}",
+            posture.workload.kind,
+            posture.metadata.namespace.as_deref().unwrap_or_default(),
+            posture.workload.name
+        );
+        for intent in posture.intents.iter().filter(|i| i.action == AUDIT) {
+            let Some((workloads, connections, not)) =
+                intent.binding.as_ref().and_then(|b| found.get_mut(b))
+            else {
+                continue;
+            };
+            not.extend(preview.not_previewed.iter().map(|r| r.reason.clone()));
+            for blocked in preview
+                .blocked
+                .iter()
+                .filter(|b| b.intents.contains(&intent.id))
+            {
+                workloads.insert(workload.clone());
+                connections.insert(format!("{workload}: {}", describe(blocked)));
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|(binding, (workloads, connections, not))| {
+            let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+            let preview = BindingPreview {
+                workloads: count(workloads.len()),
+                connections: count(connections.len()),
+                examples: connections.into_iter().take(MAX_EXAMPLES).collect(),
+                not_previewed: not.into_iter().collect(),
+            };
+            (binding, preview)
+        })
+        .collect()
+}
+
+/// `Egress to Service shop/db 5432/TCP`, or `Ingress from Deployment web/client through Service
+/// shop/api 8080/TCP`.
+fn describe(b: &BlockedConnection) -> String {
+    let service = format!(
+        "Service {}/{} {}/{}",
+        b.service.namespace.as_deref().unwrap_or_default(),
+        b.service.name,
+        b.port,
+        b.protocol
+    );
+    match &b.client {
+        None => format!("{} to {service}", b.direction),
+        Some(c) => format!(
+            "{} from {} {}/{} through {service}",
+            b.direction,
+            c.kind,
+            c.namespace.as_deref().unwrap_or_default(),
+            c.name
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -597,5 +678,71 @@ mod tests {
                 .any(|r| r.reason == "NotEvaluated"),
             "{preview:?}"
         );
+    }
+
+    /// A binding's summary counts what its own audited intents would block, names the first
+    /// connections, and is there (empty) when it would block nothing.
+    #[test]
+    fn a_binding_sums_what_its_audited_intents_would_block() {
+        let binding = Reference {
+            kind: "SecurityIntentBinding".into(),
+            namespace: Some("shop".into()),
+            name: "web".into(),
+        };
+        let coverage = |action: &str| {
+            let np = policy("dnsManipulation", action);
+            let input = PolicyInput::namespaced(&np, "p");
+            let translation =
+                engines::translate(&input, &Environment::default(), &EngineSet::all());
+            crate::posture::PolicyCoverage::new(&crate::posture::PolicyFacts {
+                input: &input,
+                translation: &translation,
+                engines: &EngineSet::all(),
+                present: &|_| true,
+                intent_name: &|_| None,
+                binding: Some(binding.clone()),
+                protected: &Default::default(),
+            })
+        };
+        let audited = [coverage("Audit")];
+        let web = workload("shop", "web", Some("10.244.0.10"), &[]);
+        let connection = |port: u16, intent: &str| BlockedConnection {
+            direction: "Egress".into(),
+            service: Reference {
+                kind: "Service".into(),
+                namespace: Some("shop".into()),
+                name: "db".into(),
+            },
+            port,
+            protocol: "TCP".into(),
+            client: None,
+            intents: vec![intent.into()],
+        };
+        let key = ("shop".to_owned(), "Deployment".to_owned(), "web".to_owned());
+        let found = Ok(Found::from([(
+            key,
+            BTreeSet::from([
+                connection(5432, "dnsManipulation"),
+                connection(6379, "denyExternalNetworkAccess"),
+            ]),
+        )]));
+        let mut posture = crate::posture::workload_posture(&web, &audited);
+        attach(&mut posture, &found);
+        let previews = binding_previews(&audited, &[posture.clone()]);
+        assert_eq!(
+            previews[&binding],
+            BindingPreview {
+                workloads: 1,
+                connections: 1,
+                examples: vec![
+                    "Deployment shop/web: Egress to Service shop/db 5432/TCP".to_owned()
+                ],
+                not_previewed: vec!["DecidedAtRunTime".to_owned()],
+            }
+        );
+        let nothing = binding_previews(&audited, &[]);
+        assert_eq!(nothing[&binding], BindingPreview::default());
+        let enforced = [coverage("Block")];
+        assert!(binding_previews(&enforced, &[posture]).is_empty());
     }
 }

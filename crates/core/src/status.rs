@@ -278,6 +278,8 @@ fn binding_status_of(
         bound_intents: (policy.is_some() && !bound.is_empty()).then_some(bound),
         nimbus_policy: policy.map(|p| p.name_any()).unwrap_or_default(),
         mode,
+        // The posture computation's to write (see `preview`).
+        preview: None,
         observed_generation: ready.observed_generation,
         conditions: vec![ready],
     }
@@ -395,6 +397,8 @@ pub fn cluster_binding_status(
         number_of_nimbus_policies: in_force.len() as i32,
         nimbus_policy_namespaces: (!in_force.is_empty()).then_some(in_force),
         mode: Some(plan.mode.to_owned()),
+        // The posture computation's to write (see `preview`).
+        preview: None,
         observed_generation: generation,
         conditions: vec![condition],
     }

@@ -627,6 +627,22 @@ async fn the_preview_lists_exactly_what_promotion_then_denies() {
     });
     assert_eq!(not_previewed, ["DecidedAtRunTime"], "{web:#?}");
 
+    // The binding's status sums it up: one workload, every connection the web pod lists.
+    let listed = web.preview.as_ref().map_or(0, |p| p.blocked.len());
+    let summary = eventually("the binding's status.preview", CONVERGE, async |seen| {
+        let preview = bindings.get("web").await.ok()?.status?.preview?;
+        *seen = format!("{preview:?}");
+        (preview.connections as usize == listed).then_some(preview)
+    })
+    .await;
+    assert_eq!(summary.workloads, 1, "{summary:?}");
+    assert_eq!(summary.not_previewed, ["DecidedAtRunTime"], "{summary:?}");
+    assert!(
+        summary.examples.len() == listed.min(5)
+            && summary.examples.iter().all(|e| e.starts_with("Pod ")),
+        "{summary:?}"
+    );
+
     // Every listed connection, across both namespaces: (workload, direction, Service, port, client).
     let mut previewed = std::collections::BTreeSet::new();
     for ns in namespaces {
@@ -679,6 +695,17 @@ async fn the_preview_lists_exactly_what_promotion_then_denies() {
             let list = netpols(bound.name()).list(&Default::default()).await.ok()?;
             *seen = format!("{} NetworkPolicies", list.items.len());
             (list.items.len() == 2).then_some(list.items)
+        },
+    )
+    .await;
+
+    eventually(
+        "the promoted binding's status has no preview",
+        CONVERGE,
+        async |seen| {
+            let status = bindings.get("web").await.ok()?.status?;
+            *seen = format!("{:?}", status.preview);
+            status.preview.is_none().then_some(())
         },
     )
     .await;

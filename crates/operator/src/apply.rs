@@ -309,6 +309,9 @@ pub trait Status: Serialize + Clone + PartialEq {
     fn set_last_updated(&mut self, at: Option<Time>);
     fn conditions(&self) -> &[Condition];
     fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+    /// Clears the fields another field manager writes (a binding's `preview`), so they never
+    /// make a status look changed.
+    fn clear_foreign(&mut self) {}
 }
 
 /// What this process last wrote to each object, or found it to hold, as a fingerprint, with the
@@ -455,6 +458,7 @@ where
         };
     }
     if let Some(mut current) = current.cloned() {
+        current.clear_foreign();
         current.set_last_updated(None);
         desired.set_last_updated(None);
         if current == desired {

@@ -263,17 +263,18 @@ where
 }
 
 macro_rules! impl_status {
-    ($($t:ty),*) => {$(
+    ($($t:ty $(, foreign $foreign:ident)?);*) => {$(
         impl Status for $t {
             fn set_last_updated(&mut self, at: Option<Time>) { self.last_updated = at; }
             fn conditions(&self) -> &[Condition] { &self.conditions }
             fn conditions_mut(&mut self) -> &mut Vec<Condition> { &mut self.conditions }
+            $(fn clear_foreign(&mut self) { self.$foreign = None; })?
         }
     )*};
 }
 impl_status!(
-    SecurityIntentBindingStatus,
-    ClusterSecurityIntentBindingStatus,
+    SecurityIntentBindingStatus, foreign preview;
+    ClusterSecurityIntentBindingStatus, foreign preview;
     NimbusPolicyStatus
 );
 

@@ -3,7 +3,7 @@
 //! metadata-only watches of ReplicaSets and Jobs, and the Services and NetworkPolicies the
 //! preview evaluates. Debounced: a burst of changes costs one computation.
 
-use super::Postures;
+use super::{Postures, previews};
 use crate::apply::is_controlled_by;
 use crate::cache::{Cache, Driver};
 use crate::context::Context;
@@ -21,7 +21,7 @@ use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
-use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
+use nimbus_api::{BindingPreview, ClusterSecurityIntentBinding, SecurityIntentBinding};
 use nimbus_core::engines::{self, PolicyInput};
 use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
 use nimbus_core::preview;
@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
+use tokio_stream::wrappers::WatchStream;
 
 /// Changes arriving within this window are computed together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -242,7 +243,8 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
     let dirty = Arc::new(Notify::new());
     let feed = {
         let dirty = dirty.clone();
-        futures::stream::select_all(changes).for_each(move |()| {
+        let leading = signal(WatchStream::from_changes(ctx.leading.clone()));
+        futures::stream::select_all(changes.into_iter().chain([leading])).for_each(move |()| {
             dirty.notify_one();
             futures::future::ready(())
         })
@@ -254,11 +256,17 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
         let _ = started.wait_for(|s| *s).await;
         loop {
             let started = std::time::Instant::now();
-            let (workload_postures, namespace_postures) = compute(&ctx, &sources);
-            postures.workloads.replace(workload_postures);
-            postures.namespaces.replace(namespace_postures);
+            let computed = compute(&ctx, &sources);
+            postures.workloads.replace(computed.workloads);
+            postures.namespaces.replace(computed.namespaces);
             postures.mark_ready();
             tracing::debug!(took = ?started.elapsed(), "posture computed");
+            // A standby computes the previews too, and writes them once it leads (gaining the
+            // lead is one of the changes that recompute).
+            if *ctx.leading.borrow() && !previews::write(&ctx, &computed.previews).await {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                dirty.notify_one();
+            }
             dirty.notified().await;
             tokio::time::sleep(DEBOUNCE).await;
         }
@@ -275,7 +283,15 @@ pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
     stream.map(|_| ()).boxed()
 }
 
-fn compute(ctx: &Context, sources: &Workloads) -> (Vec<WorkloadPosture>, Vec<NamespacePosture>) {
+/// What one computation yields.
+struct Computed {
+    workloads: Vec<WorkloadPosture>,
+    namespaces: Vec<NamespacePosture>,
+    /// Each binding's `status.preview`.
+    previews: BTreeMap<Reference, BindingPreview>,
+}
+
+fn compute(ctx: &Context, sources: &Workloads) -> Computed {
     let engine_set = ctx.engine_set();
     let mut coverage: Vec<PolicyCoverage> = Vec::new();
     // The NetworkPolicies enforcing the audited and shadowed rules would write.
@@ -359,7 +375,11 @@ fn compute(ctx: &Context, sources: &Workloads) -> (Vec<WorkloadPosture>, Vec<Nam
             )
         })
         .collect();
-    (workload_postures, namespace_postures)
+    Computed {
+        previews: preview::binding_previews(&coverage, &workload_postures),
+        workloads: workload_postures,
+        namespaces: namespace_postures,
+    }
 }
 
 /// What a policy covers, decided as its status is: a policy no binding generates covers

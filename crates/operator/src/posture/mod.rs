@@ -5,6 +5,7 @@
 mod auth;
 mod compute;
 mod openapi;
+mod previews;
 mod request;
 mod server;
 mod store;
