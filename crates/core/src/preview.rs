@@ -376,13 +376,19 @@ pub fn binding_previews(
     policies: &[PolicyCoverage],
     postures: &[WorkloadPosture],
 ) -> BTreeMap<Reference, BindingPreview> {
-    let mut found: BTreeMap<Reference, (BTreeSet<String>, BTreeSet<String>, BTreeSet<String>)> =
-        policies
-            .iter()
-            .filter(|p| p.rules.iter().any(|r| r.action == AUDIT))
-            .filter_map(|p| p.binding.clone())
-            .map(|b| (b, Default::default()))
-            .collect();
+    /// Workloads, connections and reasons not previewed, each described once.
+    #[derive(Default)]
+    struct Sums {
+        workloads: BTreeSet<String>,
+        connections: BTreeSet<String>,
+        not_previewed: BTreeSet<String>,
+    }
+    let mut found: BTreeMap<Reference, Sums> = policies
+        .iter()
+        .filter(|p| p.rules.iter().any(|r| r.action == AUDIT))
+        .filter_map(|p| p.binding.clone())
+        .map(|b| (b, Default::default()))
+        .collect();
     for posture in postures {
         let Some(preview) = &posture.preview else {
             continue;
@@ -394,31 +400,31 @@ pub fn binding_previews(
             posture.workload.name
         );
         for intent in posture.intents.iter().filter(|i| i.action == AUDIT) {
-            let Some((workloads, connections, not)) =
-                intent.binding.as_ref().and_then(|b| found.get_mut(b))
-            else {
+            let Some(sums) = intent.binding.as_ref().and_then(|b| found.get_mut(b)) else {
                 continue;
             };
-            not.extend(preview.not_previewed.iter().map(|r| r.reason.clone()));
+            let reasons = preview.not_previewed.iter().map(|r| r.reason.clone());
+            sums.not_previewed.extend(reasons);
             for blocked in preview
                 .blocked
                 .iter()
                 .filter(|b| b.intents.contains(&intent.id))
             {
-                workloads.insert(workload.clone());
-                connections.insert(format!("{workload}: {}", describe(blocked)));
+                sums.workloads.insert(workload.clone());
+                let connection = format!("{workload}: {}", describe(blocked));
+                sums.connections.insert(connection);
             }
         }
     }
     found
         .into_iter()
-        .map(|(binding, (workloads, connections, not))| {
+        .map(|(binding, sums)| {
             let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
             let preview = BindingPreview {
-                workloads: count(workloads.len()),
-                connections: count(connections.len()),
-                examples: connections.into_iter().take(MAX_EXAMPLES).collect(),
-                not_previewed: not.into_iter().collect(),
+                workloads: count(sums.workloads.len()),
+                connections: count(sums.connections.len()),
+                examples: sums.connections.into_iter().take(MAX_EXAMPLES).collect(),
+                not_previewed: sums.not_previewed.into_iter().collect(),
             };
             (binding, preview)
         })
