@@ -3,10 +3,12 @@
 #              tests on a real control plane (the README's second command; CI runs it)
 # make bench - the operator benchmark (make bench-posture: the posture API's); make crds -
 #              regenerate the committed CRDs
+# make netpol-oracle - the core's NetworkPolicy evaluator against cyclonus on 100,000 random
+#              cases (make test runs 2,000)
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools kyverno crds upstream-kyverno bench bench-posture chaos
+.PHONY: dev test control-plane tools kyverno crds upstream-kyverno bench bench-posture chaos netpol-oracle
 
 dev: control-plane
 	$(CARGO) run -- dev
@@ -79,3 +81,11 @@ chaos: control-plane
 	  NIMBUS_CHAOS_SEED=$$seed NIMBUS_CHAOS_SECONDS=$(CHAOS_SECONDS) \
 	    $(CARGO) test -p nimbus --test chaos -- --nocapture || exit 1; \
 	done
+
+# The core's NetworkPolicy evaluator against cyclonus's matcher (tools/netpol-decider) at length:
+# random policies and traffic, every verdict compared (see crates/nimbus/tests/netpol_oracle.rs).
+NETPOL_ORACLE_CASES ?= 100000
+NETPOL_ORACLE_SEED ?= 1
+netpol-oracle: tools
+	NIMBUS_NETPOL_ORACLE_CASES=$(NETPOL_ORACLE_CASES) NIMBUS_NETPOL_ORACLE_SEED=$(NETPOL_ORACLE_SEED) \
+	  $(CARGO) test -p nimbus --test netpol_oracle -- --nocapture

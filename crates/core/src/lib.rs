@@ -8,6 +8,7 @@ pub mod compile;
 pub mod engines;
 pub mod names;
 pub mod namespaces;
+pub mod netpol;
 pub mod objects;
 pub mod params;
 pub mod plan;
