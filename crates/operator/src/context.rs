@@ -1,7 +1,7 @@
 use crate::availability::{self, Served};
 use crate::cache::Creations;
 use crate::metrics::Metrics;
-use crate::natives::Natives;
+use crate::write::natives::Natives;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::Client;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -41,8 +41,8 @@ pub struct Context {
     pub started: watch::Receiver<bool>,
     /// Namespaces cluster bindings never fan out to.
     pub protected_namespaces: ProtectedNamespaces,
-    /// What this process wrote last (see [`crate::apply::Written`]).
-    pub written: crate::apply::Written,
+    /// What this process wrote last (see [`crate::write::Written`]).
+    pub written: crate::write::Written,
     /// Consecutive failed reconciles per object (`kind/namespace/name`), for backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
