@@ -421,3 +421,29 @@ fn admission_policy_yaml(objects: [serde_json::Value; 2]) -> anyhow::Result<Stri
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The `--disable-engines` help spells the registered engines by hand: a new one must be
+    /// added there.
+    #[test]
+    fn the_disable_engines_help_lists_every_registered_engine() {
+        let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
+        let listed = format!("(comma-separated: {})", names.join(", "));
+        let cli = Cli::command();
+        let mut found = 0;
+        for command in cli.get_subcommands() {
+            for arg in command.get_arguments() {
+                if arg.get_long() == Some("disable-engines") {
+                    let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                    assert!(help.contains(&listed), "{}: {help}", command.get_name());
+                    found += 1;
+                }
+            }
+        }
+        assert!(found > 0, "no command takes --disable-engines");
+    }
+}
