@@ -7,6 +7,7 @@ mod context;
 mod controllers;
 mod error;
 mod events;
+mod facts;
 mod health;
 pub mod leader;
 mod metrics;
