@@ -9,7 +9,7 @@ pub mod policy;
 use crate::cache::Creations;
 use crate::context::Context;
 use crate::error::Error;
-use crate::write::{Change, Executed, write_policy};
+use crate::write::{Change, Executed, Policy, write_policy};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -71,12 +71,7 @@ async fn write_own_policy<'a, B, P>(
 ) -> Result<Outcome<'a, P>, Error>
 where
     B: Resource<DynamicType = ()>,
-    P: Resource<DynamicType = ()>
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + Clone
-        + std::fmt::Debug
-        + Sync,
+    P: Policy,
 {
     let write = executed.record(write_policy(ctx, api, desired, ours, created).await)?;
     if let Ok(Some(change)) = write {

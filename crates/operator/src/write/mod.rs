@@ -18,6 +18,7 @@ use crate::context::Context;
 use crate::error::Error;
 use kube::Resource;
 use kube::runtime::controller::Action;
+use std::fmt::Debug;
 use std::sync::Arc;
 
 /// The first failure of a reconcile's writes, returned once its status is written (so that it
@@ -50,6 +51,23 @@ impl Executed {
     }
 }
 
+/// A policy a binding generates (a NimbusPolicy or a ClusterNimbusPolicy), as the operator
+/// writes it.
+pub trait Policy:
+    Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + Clone + Debug + Sync
+{
+}
+
+impl<P> Policy for P where
+    P: Resource<DynamicType = ()>
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + Debug
+        + Sync
+{
+}
+
 /// What writing one policy a binding generates changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Change {
@@ -69,12 +87,7 @@ pub async fn write_policy<P>(
     created: &Creations,
 ) -> Result<Option<Change>, Error>
 where
-    P: Resource<DynamicType = ()>
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + Clone
-        + std::fmt::Debug
-        + Sync,
+    P: Policy,
 {
     Ok(match (desired, ours) {
         (Some(desired), _) => {
