@@ -130,6 +130,7 @@ fn read_all(path: &Path, seen: &mut HashSet<PathBuf>) -> anyhow::Result<Vec<(Str
 
 /// `path` itself, or the *.yaml, *.yml and *.json files under the directory `path`, recursively,
 /// in name order; each file once, however many links lead to it (so a link loop ends).
+#[cfg(feature = "dev")]
 pub fn manifest_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     collect_manifest_files(path, &mut HashSet::new(), &mut files)?;

@@ -5,6 +5,7 @@ mod explain;
 mod manifests;
 
 pub use explain::{explain, intents};
+#[cfg(feature = "dev")]
 pub use manifests::manifest_files;
 #[cfg(test)]
 use manifests::parse;
