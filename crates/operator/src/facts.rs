@@ -2,9 +2,8 @@
 //! (kept only while an enabled engine reads it), the change that re-translates every policy,
 //! and what it puts in a translation's [`Environment`].
 
-use crate::cache::{Cache, Driver};
+use crate::cache::{Cache, Driver, counted};
 use crate::metrics::Metrics;
-use crate::run::{Config, counted};
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
@@ -12,6 +11,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use nimbus_api::NimbusRule;
+use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{self, Environment, Fact, VirtualPatches, virtual_patch};
 use std::collections::BTreeSet;
 
@@ -25,8 +25,16 @@ pub(crate) struct FactCaches {
 }
 
 impl FactCaches {
-    pub(crate) fn new(client: &Client, config: &Config, metrics: &Metrics) -> Self {
-        let reads = |fact| config.engines.iter().any(|e| e.spec().reads(fact));
+    /// `engines`: those enabled; `virtual_patch_db`: the database's ConfigMap (`namespace`,
+    /// `name`), if one is configured.
+    pub(crate) fn new(
+        client: &Client,
+        engines: &BTreeSet<Engine>,
+        k8tls_namespace: &str,
+        virtual_patch_db: Option<&(String, String)>,
+        metrics: &Metrics,
+    ) -> Self {
+        let reads = |fact| engines.iter().any(|e| e.spec().reads(fact));
         Self {
             nodes: reads(Fact::NodePodCidrs).then(|| {
                 let cache = Cache::<Node>::new(Api::all(client.clone())).strip(|n| {
@@ -35,21 +43,19 @@ impl FactCaches {
                 });
                 counted(cache, metrics)
             }),
-            patch_db: config
-                .virtual_patch_db
-                .as_ref()
+            patch_db: virtual_patch_db
                 .filter(|_| reads(Fact::VirtualPatchDb))
                 .map(|(ns, name)| {
                     let watch = watcher::Config::default().fields(&format!("metadata.name={name}"));
                     let cache = Cache::with(Api::namespaced(client.clone(), ns), (), watch);
                     (ObjectRef::new(name).within(ns), counted(cache, metrics))
                 }),
-            k8tls_namespace: reads(Fact::K8tlsNamespace).then(|| config.k8tls_namespace.clone()),
+            k8tls_namespace: reads(Fact::K8tlsNamespace).then(|| k8tls_namespace.to_owned()),
         }
     }
 
     /// What reconciles read of them; `namespaces`: the shared cache of namespaces.
-    pub(crate) fn stores(&self, namespaces: &Store<Namespace>, config: &Config) -> Facts {
+    pub(crate) fn stores(&self, namespaces: &Store<Namespace>, k8tls_namespace: &str) -> Facts {
         Facts {
             nodes: self.nodes.as_ref().map(|c| c.store.clone()),
             virtual_patch_db: self
@@ -57,7 +63,7 @@ impl FactCaches {
                 .as_ref()
                 .map(|(key, cache)| (key.clone(), cache.store.clone())),
             namespaces: namespaces.clone(),
-            k8tls_namespace: config.k8tls_namespace.clone(),
+            k8tls_namespace: k8tls_namespace.to_owned(),
         }
     }
 

@@ -1,9 +1,9 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace: observe → plan →
 //! execute → report.
 
-use super::{Context, write_own_policy};
+use super::{Context, update_status, write_own_policy};
 use crate::error::Error;
-use crate::write::{Executed, is_controlled_by, unless_left_behind, update_status};
+use crate::write::{Executed, is_controlled_by, unless_left_behind};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};

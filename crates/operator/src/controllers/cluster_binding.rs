@@ -2,11 +2,9 @@
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace: observe → plan → execute →
 //! report.
 
-use super::{Context, publish_changes, write_own_policy};
+use super::{Context, publish_changes, update_status, write_own_policy};
 use crate::error::Error;
-use crate::write::{
-    Change, Executed, is_controlled_by, unless_left_behind, update_status, write_policy,
-};
+use crate::write::{Change, Executed, is_controlled_by, unless_left_behind, write_policy};
 use futures::{StreamExt, TryStreamExt, stream};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -151,6 +149,13 @@ async fn namespace_policy(
         }
         observed => observed,
     };
-    let write = write_policy(ctx, &api, desired, ours.as_deref(), &ctx.policies_created).await;
+    let write = write_policy(
+        &ctx.written,
+        &api,
+        desired,
+        ours.as_deref(),
+        &ctx.policies_created,
+    )
+    .await;
     Ok((ours, Some(write)))
 }

@@ -9,7 +9,7 @@ pub mod policy;
 use crate::cache::Creations;
 use crate::context::Context;
 use crate::error::Error;
-use crate::write::{Change, Executed, Policy, write_policy};
+use crate::write::{self, Change, Executed, Policy, Status, write_policy};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -73,7 +73,7 @@ where
     B: Resource<DynamicType = ()>,
     P: Policy,
 {
-    let write = executed.record(write_policy(ctx, api, desired, ours, created).await)?;
+    let write = executed.record(write_policy(&ctx.written, api, desired, ours, created).await)?;
     if let Ok(Some(change)) = write {
         publish_changes::<_, P>(ctx, binding, &binding.name_any(), &[(None, change)]);
     }
@@ -118,6 +118,42 @@ fn publish_changes<B, P>(
         }
         ctx.events.about(binding, EventType::Normal, reason, note);
     }
+}
+
+/// Writes an object's status (if it changed and says something new, see
+/// [`nimbus_core::status::only_pending`]) and raises a Warning event when it turns not ready,
+/// then schedules the next drift re-check.
+async fn update_status<K, S>(
+    ctx: &Context,
+    api: &kube::Api<K>,
+    obj: &K,
+    current: Option<&S>,
+    status: S,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = ()>
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+    S: Status,
+{
+    let before = current.map(Status::conditions).unwrap_or_default();
+    if nimbus_core::status::only_pending(before, status.conditions()) {
+        return Ok(Action::requeue(ctx.resync));
+    }
+    let not_ready = status
+        .conditions()
+        .iter()
+        .find(|c| c.status == "False")
+        .cloned();
+    if write::status::status(api, obj, current, status, &ctx.written).await?
+        && let Some(c) = not_ready
+    {
+        ctx.events
+            .about(obj, EventType::Warning, &c.reason, c.message);
+    }
+    Ok(Action::requeue(ctx.resync))
 }
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
 //! NimbusPolicy / ClusterNimbusPolicy → native policies. One mechanism for every engine:
 //! translate (pure) → apply what differs → prune what is no longer wanted → write status once.
 
-use super::Context;
+use super::{Context, update_status};
 use crate::error::Error;
 use crate::metrics::EngineLabels;
+use crate::write::Executed;
 use crate::write::natives::Key;
-use crate::write::{Executed, update_status};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;

@@ -3,9 +3,9 @@
 
 use super::Config;
 use crate::availability::{Availability, Served};
-use crate::cache::{Cache, Driver};
+use crate::cache::{Cache, Driver, counted};
 use crate::facts::FactCaches;
-use crate::metrics::{KindLabels, Metrics};
+use crate::metrics::Metrics;
 use crate::posture;
 use crate::write::natives::{self, NativeObject};
 use futures::stream::BoxStream;
@@ -68,7 +68,13 @@ impl Caches {
                     (*kind, counted(cache, metrics), owned)
                 })
                 .collect(),
-            facts: FactCaches::new(client, config, metrics),
+            facts: FactCaches::new(
+                client,
+                &config.engines,
+                &config.k8tls_namespace,
+                config.virtual_patch_db.as_ref(),
+                metrics,
+            ),
         }
     }
 
@@ -210,18 +216,4 @@ fn main_resource_fields_only<K: Resource>(obj: &mut K) {
     if let Some(entries) = &mut obj.meta_mut().managed_fields {
         entries.retain(|e| e.subresource.as_deref().is_none_or(str::is_empty));
     }
-}
-
-pub(crate) fn counted<K>(cache: Cache<K>, metrics: &Metrics) -> Cache<K>
-where
-    K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    let gauge = metrics
-        .pending_events
-        .get_or_create(&KindLabels {
-            kind: cache.kind().to_owned(),
-        })
-        .clone();
-    cache.count_pending(gauge)
 }

@@ -6,7 +6,6 @@ mod caches;
 mod controllers;
 
 use caches::Caches;
-pub(crate) use caches::counted;
 use controllers::{
     Triggers, binding_controller, cluster_binding_controller, cluster_policy_controller,
     intent_controller, policy_controller,
@@ -305,7 +304,9 @@ fn context(
         engines: EngineContext {
             enabled: config.engines.clone(),
             served: signals.served,
-            facts: caches.facts.stores(&caches.namespaces.store, config),
+            facts: caches
+                .facts
+                .stores(&caches.namespaces.store, &config.k8tls_namespace),
             k8tls_namespace: config.k8tls_namespace.clone(),
             k8tls_image: config.k8tls_image.clone(),
             sandbox_cluster_roles: config.sandbox_cluster_roles.clone(),

@@ -4,17 +4,16 @@
 //! remembers the last ones). [`Executed`] keeps a reconcile's first failed write.
 
 pub mod drift;
-pub mod natives;
+pub(crate) mod natives;
 pub mod object;
-pub mod status;
-pub mod written;
+pub(crate) mod status;
+pub(crate) mod written;
 
 pub use object::{FIELD_MANAGER, Seen, describe, is_controlled_by, left_by_predecessor};
-pub use status::{Status, update_status};
+pub use status::Status;
 pub use written::Written;
 
 use crate::cache::Creations;
-use crate::context::Context;
 use crate::error::Error;
 use kube::Resource;
 use kube::runtime::controller::Action;
@@ -80,7 +79,7 @@ pub enum Change {
 /// (`ours`) when nothing is desired. `created`: the policies of that kind this process created
 /// and the cache does not show yet. Returns what changed, if anything.
 pub async fn write_policy<P>(
-    ctx: &Context,
+    written: &Written,
     api: &kube::Api<P>,
     desired: Option<&P>,
     ours: Option<&P>,
@@ -96,7 +95,7 @@ where
                 FIELD_MANAGER,
                 desired,
                 ours.map(Seen::of),
-                &ctx.written,
+                written,
                 created,
             )
             .await?

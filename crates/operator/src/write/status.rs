@@ -3,7 +3,6 @@
 
 use super::object::{FIELD_MANAGER, describe, request, send};
 use super::written::{Written, written_key};
-use crate::context::Context;
 use crate::error::Error;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -11,8 +10,6 @@ use kube::Api;
 use kube::Resource;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use nimbus_api::{
     ClusterSecurityIntentBindingStatus, NimbusPolicyStatus, SecurityIntentBindingStatus,
     SecurityIntentStatus,
@@ -100,42 +97,6 @@ where
         .map_err(Error::kube("writing status of", || describe(obj)))?;
     written.record(&key, stored.as_deref(), &fingerprint);
     Ok(true)
-}
-
-/// Writes an object's status (if it changed and says something new, see
-/// [`nimbus_core::status::only_pending`]) and raises a Warning event when it turns not ready,
-/// then schedules the next drift re-check.
-pub async fn update_status<K, S>(
-    ctx: &Context,
-    api: &kube::Api<K>,
-    obj: &K,
-    current: Option<&S>,
-    status: S,
-) -> Result<Action, Error>
-where
-    K: Resource<DynamicType = ()>
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
-    S: Status,
-{
-    let before = current.map(Status::conditions).unwrap_or_default();
-    if nimbus_core::status::only_pending(before, status.conditions()) {
-        return Ok(Action::requeue(ctx.resync));
-    }
-    let not_ready = status
-        .conditions()
-        .iter()
-        .find(|c| c.status == "False")
-        .cloned();
-    if self::status(api, obj, current, status, &ctx.written).await?
-        && let Some(c) = not_ready
-    {
-        ctx.events
-            .about(obj, EventType::Warning, &c.reason, c.message);
-    }
-    Ok(Action::requeue(ctx.resync))
 }
 
 macro_rules! impl_status {
