@@ -2,7 +2,9 @@
 //! on NimbusPolicies and ClusterNimbusPolicies tell the moment the last one gets there, with
 //! neither the rounding up nor the apiserver load of polling with LISTs.
 
+use crate::operator::tail;
 use crate::workload::{CLUSTER_BINDING, INTENTS, Ops, Plan, cluster_intents};
+use crate::{Args, step};
 use anyhow::{Context as _, bail};
 use futures::TryStreamExt;
 use kube::api::{ListParams, WatchEvent};
@@ -10,10 +12,12 @@ use kube::{Resource, ResourceExt};
 use nimbus_api::{ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus, NimbusRule, condition};
 use nimbus_core::engines::{self, EngineSet, Environment, PolicyInput};
 use nimbus_core::names;
+use nimbus_testenv::Child;
 use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -319,4 +323,55 @@ fn count(input: &PolicyInput) -> u64 {
     // k8tls namespace present, no virtual-patch database) is the operator's.
     let translation = engines::translate(input, &Environment::default(), &EngineSet::all());
     translation.objects.iter().filter(|g| g.kind.listed).count() as u64
+}
+
+/// Waits until `tracker` sees every policy done; the time is taken the moment the last one is.
+pub(crate) async fn converge(
+    tracker: &mut Tracker,
+    began: Instant,
+    args: &Args,
+    operator: &mut Child,
+) -> anyhow::Result<(Duration, Progress)> {
+    let mut checks = tokio::time::interval(Duration::from_secs(1));
+    let mut last_report = Instant::now();
+    loop {
+        tokio::select! {
+            converged = tracker.next() => {
+                if converged? {
+                    return Ok((began.elapsed(), tracker.progress()));
+                }
+            }
+            _ = checks.tick() => {
+                let elapsed = began.elapsed();
+                if operator.has_exited() {
+                    bail!(
+                        "the operator exited; its log ends with:\n{}",
+                        tail(&operator.output(), 40)
+                    );
+                }
+                if elapsed > args.timeout {
+                    let progress = tracker.progress();
+                    bail!(
+                        "not converged after {:?}: {} of {} policies done; for example:\n  {}\n\
+                         the operator's log ends with:\n{}",
+                        args.timeout,
+                        progress.done,
+                        progress.expected,
+                        progress.pending.join("\n  "),
+                        tail(&operator.output(), 40)
+                    );
+                }
+                if last_report.elapsed() > Duration::from_secs(10) {
+                    last_report = Instant::now();
+                    let progress = tracker.progress();
+                    step(format!(
+                        "  {:.0} s: {} of {} policies done",
+                        elapsed.as_secs_f64(),
+                        progress.done,
+                        progress.expected
+                    ));
+                }
+            }
+        }
+    }
 }

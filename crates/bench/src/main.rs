@@ -10,6 +10,8 @@
 mod converge;
 mod floor;
 mod latency;
+mod meter;
+mod operator;
 mod posture;
 mod procfs;
 mod report;
@@ -18,13 +20,13 @@ mod workload;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use converge::{Progress, Tracker};
-use nimbus_testenv::{Child, ControlPlane, Options, apply_yaml, free_port, http_get};
-use report::{Attributed, Results, Scenario, mib};
-use requests::{Counts, Own};
-use std::ffi::OsString;
+use converge::{Tracker, converge};
+use meter::Meter;
+use nimbus_testenv::{ControlPlane, Options, apply_yaml, free_port};
+use operator::{build_operator, spawn_operator, tail};
+use report::{Results, mib};
+use requests::Own;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 use workload::{Ops, Plan};
 
@@ -431,130 +433,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds `nimbus` in release mode (a no-op when it is up to date) and returns the path cargo
-/// reports for it, so the binary matches the sources whatever the target directory.
-fn build_operator(root: &Path) -> anyhow::Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    step("building the operator: cargo build --release -p nimbus --bin nimbus");
-    let mut command = Command::new(&cargo);
-    // `cargo run` describes the bench package to it in the environment; passed on, that would
-    // look like a changed environment to some build scripts (ring's reads CARGO_MANIFEST_DIR)
-    // and rebuild half the dependency tree on every other build.
-    for (name, _) in std::env::vars_os() {
-        let name_str = name.to_string_lossy();
-        if name_str.starts_with("CARGO_PKG_")
-            || [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_CRATE_NAME",
-                "CARGO_BIN_NAME",
-            ]
-            .contains(&name_str.as_ref())
-        {
-            command.env_remove(&name);
-        }
-    }
-    let output = command
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "nimbus",
-            "--bin",
-            "nimbus",
-            "--message-format=json-render-diagnostics",
-        ])
-        .current_dir(root)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output();
-    let output = match output {
-        Ok(output) => output,
-        Err(e) => {
-            // No cargo (e.g. the bench binary was copied elsewhere): a sibling binary from the
-            // same build is the next best thing.
-            let sibling = std::env::current_exe()
-                .context("locating the bench binary")?
-                .with_file_name("nimbus");
-            if sibling.is_file() {
-                step(format!(
-                    "cannot run {} ({e}); using {} from the same target directory",
-                    cargo.to_string_lossy(),
-                    sibling.display()
-                ));
-                return Ok(sibling);
-            }
-            return Err(anyhow::Error::new(e).context(format!(
-                "running `{} build --release -p nimbus` (and no nimbus binary next to the bench \
-                 binary; pass --nimbus-bin)",
-                cargo.to_string_lossy()
-            )));
-        }
-    };
-    if !output.status.success() {
-        bail!(
-            "`cargo build --release -p nimbus` failed ({})",
-            output.status
-        );
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "nimbus")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo built nimbus but reported no executable for it")
-}
-
-/// Runs `nimbus <args>` against `cp` (logging at `NIMBUS_LOG`, default info) and waits until
-/// its `/readyz` on port `health` answers 200.
-async fn spawn_operator(
-    cp: &ControlPlane,
-    nimbus: &Path,
-    args: &[String],
-    health: u16,
-) -> anyhow::Result<Child> {
-    let log_level = std::env::var_os("NIMBUS_LOG").unwrap_or_else(|| OsString::from("info"));
-    let mut operator = Child::spawn(
-        "nimbus-operator",
-        nimbus,
-        args,
-        &[
-            ("KUBECONFIG", cp.kubeconfig_path().as_os_str()),
-            ("NIMBUS_LOG", log_level.as_os_str()),
-        ],
-        cp.work_dir(),
-    )
-    .with_context(|| format!("starting {}", nimbus.display()))?;
-    wait_ready(&mut operator, health).await?;
-    Ok(operator)
-}
-
-async fn wait_ready(operator: &mut Child, health: u16) -> anyhow::Result<()> {
-    const LIMIT: Duration = Duration::from_secs(120);
-    let started = Instant::now();
-    loop {
-        if http_get(health, "/readyz").await.map(|(code, _)| code) == Some(200) {
-            return Ok(());
-        }
-        if operator.has_exited() {
-            bail!(
-                "the operator exited before becoming ready; its log ends with:\n{}",
-                tail(&operator.output(), 40)
-            );
-        }
-        if started.elapsed() > LIMIT {
-            bail!(
-                "the operator's /readyz (127.0.0.1:{health}) did not answer 200 within \
-                 {LIMIT:?}; its log ends with:\n{}",
-                tail(&operator.output(), 40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until kube-controller-manager's garbage collector watches the just-installed kinds.
 /// It discovers new CRDs only every 30 s; until then objects owned by objects of those kinds
 /// make it look their owners up one by one (GETs the apiserver would count as the operator's).
@@ -618,152 +496,5 @@ async fn wait_namespaces_settled(
             );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Waits until `tracker` sees every policy done; the time is taken the moment the last one is.
-async fn converge(
-    tracker: &mut Tracker,
-    began: Instant,
-    args: &Args,
-    operator: &mut Child,
-) -> anyhow::Result<(Duration, Progress)> {
-    let mut checks = tokio::time::interval(Duration::from_secs(1));
-    let mut last_report = Instant::now();
-    loop {
-        tokio::select! {
-            converged = tracker.next() => {
-                if converged? {
-                    return Ok((began.elapsed(), tracker.progress()));
-                }
-            }
-            _ = checks.tick() => {
-                let elapsed = began.elapsed();
-                if operator.has_exited() {
-                    bail!(
-                        "the operator exited; its log ends with:\n{}",
-                        tail(&operator.output(), 40)
-                    );
-                }
-                if elapsed > args.timeout {
-                    let progress = tracker.progress();
-                    bail!(
-                        "not converged after {:?}: {} of {} policies done; for example:\n  {}\n\
-                         the operator's log ends with:\n{}",
-                        args.timeout,
-                        progress.done,
-                        progress.expected,
-                        progress.pending.join("\n  "),
-                        tail(&operator.output(), 40)
-                    );
-                }
-                if last_report.elapsed() > Duration::from_secs(10) {
-                    last_report = Instant::now();
-                    let progress = tracker.progress();
-                    step(format!(
-                        "  {:.0} s: {} of {} policies done",
-                        elapsed.as_secs_f64(),
-                        progress.done,
-                        progress.expected
-                    ));
-                }
-            }
-        }
-    }
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// A point in time with every counter the scenarios are measured by.
-struct Mark {
-    at: Instant,
-    apiserver: Counts,
-    own: Counts,
-    process: procfs::Sample,
-    control_plane_cpu_ticks: u64,
-}
-
-struct Meter<'a> {
-    ops: &'a Ops,
-    pid: u32,
-    /// etcd, kube-apiserver, kube-controller-manager.
-    control_plane: Vec<u32>,
-    /// Whether the kernel lets us reset the peak RSS at every mark.
-    peak_per_scenario: bool,
-}
-
-impl Meter<'_> {
-    /// Ends one window and starts the next: process figures (peak RSS then reset), the bench's
-    /// own requests so far, then the apiserver's counters (that scrape is counted as ours, in
-    /// the next window, where the apiserver also counts it).
-    async fn mark(&mut self) -> anyhow::Result<Mark> {
-        // A request the bench just made may be counted by the apiserver a moment after its
-        // response arrived.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let process = procfs::Sample::read(self.pid).context("reading the operator's /proc")?;
-        let control_plane_cpu_ticks = procfs::cpu_ticks_of(&self.control_plane)?;
-        if self.peak_per_scenario
-            && let Err(e) = procfs::reset_peak(self.pid)
-        {
-            step(format!(
-                "cannot reset the peak RSS ({e:#}); peaks are since operator start"
-            ));
-            self.peak_per_scenario = false;
-        }
-        let own = self.ops.own.snapshot();
-        let apiserver = requests::scrape(&self.ops.client, &self.ops.own).await?;
-        Ok(Mark {
-            at: Instant::now(),
-            apiserver,
-            own,
-            process,
-            control_plane_cpu_ticks,
-        })
-    }
-
-    fn scenario(
-        &self,
-        name: &'static str,
-        description: String,
-        wall: Duration,
-        policies_done: Option<(usize, usize)>,
-        start: &Mark,
-        end: &Mark,
-    ) -> Scenario {
-        let apiserver = end.apiserver.since(&start.apiserver);
-        let own = end.own.since(&start.own);
-        let requests = Attributed::of(&apiserver, &own, workload::operator_resource);
-        Scenario {
-            name,
-            description,
-            wall_time_secs: wall.as_secs_f64(),
-            window_secs: end.at.duration_since(start.at).as_secs_f64(),
-            policies_done,
-            operator_requests: requests.operator,
-            operator_requests_by_kind: requests.operator_by_kind,
-            bench_requests: requests.bench,
-            background_requests: requests.background,
-            background_requests_by_kind: requests.background_by_kind,
-            non_resource_requests: requests.non_resource,
-            attribution_mismatch: requests.mismatch,
-            operator_cpu_secs: procfs::ticks_to_secs(
-                end.process
-                    .cpu_ticks
-                    .saturating_sub(start.process.cpu_ticks),
-            ),
-            control_plane_cpu_secs: procfs::ticks_to_secs(
-                end.control_plane_cpu_ticks - start.control_plane_cpu_ticks,
-            ),
-            operator_peak_rss_mib: mib(end.process.peak_rss_kib),
-            operator_peak_rss_scope: if self.peak_per_scenario {
-                "scenario"
-            } else {
-                "operator start"
-            },
-            operator_rss_mib: mib(end.process.rss_kib),
-        }
     }
 }

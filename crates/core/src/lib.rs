@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod cel;
 pub mod compile;
 pub mod engines;
+pub mod intents;
 pub mod names;
 pub mod namespaces;
 pub mod netpol;

@@ -61,7 +61,7 @@ fn policy_meta<K: Resource<DynamicType = ()>>(
     let mut meta = owned_meta(owner, name, namespace);
     let sensitive = rules
         .iter()
-        .any(|r| crate::catalog::intent(&r.id).is_some_and(|i| i.sensitive));
+        .any(|r| crate::intents::intent(&r.id).is_some_and(|i| i.sensitive));
     if sensitive {
         let value = owner
             .annotations()

@@ -10,7 +10,7 @@ mod offline;
 mod cases;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines;
 use nimbus_core::namespaces::ProtectedNamespaces;
@@ -193,8 +193,8 @@ fn hostname() -> String {
 /// Which engines run and what they need.
 #[derive(clap::Args)]
 pub struct EngineArgs {
-    /// Engines not to drive (comma-separated: netpol, kubearmor, kyverno, k8tls, rbac), e.g. to
-    /// leave one to an external adapter that reads NimbusPolicies.
+    /// Engines not to drive (comma-separated: {engines}), e.g. to leave one to an external
+    /// adapter that reads NimbusPolicies.
     #[arg(long, value_delimiter = ',', env = "NIMBUS_DISABLE_ENGINES")]
     disable_engines: Vec<Engine>,
     /// Namespace of the k8tls CronJobs (holding the k8tls ServiceAccount and ConfigMaps).
@@ -300,9 +300,37 @@ fn main() -> ExitCode {
     }
 }
 
+/// Where the help names the registered engines (see [`command`]).
+const ENGINE_NAMES: &str = "{engines}";
+
+/// The command line, the registered engines named where its help lists them.
+fn command() -> clap::Command {
+    let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
+    let names = names.join(", ");
+    let mut cli = Cli::command();
+    let listing: Vec<String> = cli
+        .get_subcommands()
+        .filter(|c| c.get_arguments().any(|a| a.get_id() == "disable_engines"))
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    for name in listing {
+        cli = cli.mut_subcommand(name, |c| {
+            c.mut_arg("disable_engines", |a| {
+                let help = a.get_help().map(ToString::to_string).unwrap_or_default();
+                a.help(help.replace(ENGINE_NAMES, &names))
+            })
+        });
+    }
+    cli
+}
+
 /// Runs the command; `false` when the input it checked is invalid.
 fn run_cli() -> anyhow::Result<bool> {
-    let cli = Cli::parse();
+    // As `Cli::parse`, from [`command`].
+    let mut matches = command().get_matches();
+    let cli = Cli::from_arg_matches_mut(&mut matches)
+        .map_err(|e| e.format(&mut command()))
+        .unwrap_or_else(|e| e.exit());
     init_logging(cli.log_format);
     match cli.command {
         Command::Translate(args) => offline::translate(&args),
@@ -420,4 +448,28 @@ fn admission_policy_yaml(objects: [serde_json::Value; 2]) -> anyhow::Result<Stri
         out.push_str(&serde_yaml_ng::to_string(&object).context("rendering the admission policy")?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `--disable-engines` help names every registered engine, in registration order.
+    #[test]
+    fn the_disable_engines_help_lists_every_registered_engine() {
+        let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
+        let listed = format!("(comma-separated: {})", names.join(", "));
+        let cli = command();
+        let mut found = 0;
+        for command in cli.get_subcommands() {
+            for arg in command.get_arguments() {
+                if arg.get_long() == Some("disable-engines") {
+                    let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                    assert!(help.contains(&listed), "{}: {help}", command.get_name());
+                    found += 1;
+                }
+            }
+        }
+        assert!(found > 0, "no command takes --disable-engines");
+    }
 }

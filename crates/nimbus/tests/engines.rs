@@ -1093,7 +1093,7 @@ async fn cli_vs_cluster(
         // The operator's bookkeeping of what it generated is the one addition.
         let annotations = &mut live["metadata"]["annotations"];
         if let Some(map) = annotations.as_object_mut() {
-            map.remove(nimbus_operator::drift::GENERATED_HASH);
+            map.remove(nimbus_operator::write::drift::GENERATED_HASH);
             if map.is_empty() {
                 *annotations = serde_json::Value::Null;
             }
@@ -1114,7 +1114,7 @@ async fn cli_vs_cluster(
         let mut body = item.clone();
         body.as_object_mut().expect("object").remove("metadata");
         drop_empty_uids(&mut body);
-        if !nimbus_operator::drift::covers(&live, &body) {
+        if !nimbus_operator::write::drift::covers(&live, &body) {
             return Err(format!("{what} differs:\ncli: {body:#}\ncluster: {live:#}"));
         }
     }

@@ -4,6 +4,7 @@
 //! state older than its trigger, nor an object its trigger reported gone. (kube's
 //! shared-stream subscribers would drop deletions; and a list is stored only when complete.)
 
+use crate::metrics::{KindLabels, Metrics};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt, future};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -365,6 +366,21 @@ impl Creations {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// `cache`, reporting the events waiting in its subscribers' channels on `metrics`.
+pub fn counted<K>(cache: Cache<K>, metrics: &Metrics) -> Cache<K>
+where
+    K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let gauge = metrics
+        .pending_events
+        .get_or_create(&KindLabels {
+            kind: cache.kind().to_owned(),
+        })
+        .clone();
+    cache.count_pending(gauge)
 }
 
 #[cfg(test)]

@@ -1,16 +1,17 @@
 use crate::availability::{self, Served};
 use crate::cache::Creations;
+use crate::facts::Facts;
 use crate::metrics::Metrics;
-use crate::natives::Natives;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use crate::write::natives::Natives;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusRule, SecurityIntent,
     SecurityIntentBinding,
 };
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{self, EngineSet, Environment, Fact, VirtualPatches, virtual_patch};
+use nimbus_core::engines::{EngineSet, Environment, VirtualPatches};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -41,8 +42,8 @@ pub struct Context {
     pub started: watch::Receiver<bool>,
     /// Namespaces cluster bindings never fan out to.
     pub protected_namespaces: ProtectedNamespaces,
-    /// What this process wrote last (see [`crate::apply::Written`]).
-    pub written: crate::apply::Written,
+    /// What this process wrote last (see [`crate::write::Written`]).
+    pub written: crate::write::Written,
     /// Consecutive failed reconciles per object (`kind/namespace/name`), for backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
@@ -51,14 +52,12 @@ pub struct Context {
 pub struct EngineContext {
     pub enabled: BTreeSet<Engine>,
     pub served: watch::Receiver<Served>,
-    /// Nodes, for their pod CIDRs (only when the NetworkPolicy engine is enabled).
-    pub nodes: Option<Store<Node>>,
     pub k8tls_namespace: String,
     pub k8tls_image: String,
     /// The only ClusterRoles namespaceSandbox may grant.
     pub sandbox_cluster_roles: BTreeSet<String>,
-    /// The virtual-patch database ConfigMap, when one is configured.
-    pub virtual_patch_db: Option<(ObjectRef<ConfigMap>, Store<ConfigMap>)>,
+    /// The cluster facts engines read.
+    pub facts: Facts,
 }
 
 impl Context {
@@ -89,53 +88,20 @@ impl Context {
         availability::engine_set(&self.engines.enabled, &self.engines.served.borrow())
     }
 
-    /// `spec.podCIDRs` (or `podCIDR`) of every node, when the NetworkPolicy engine reads them.
-    pub fn node_pod_cidrs(&self) -> BTreeSet<String> {
-        let Some(nodes) = &self.engines.nodes else {
-            return BTreeSet::new();
-        };
-        nodes
-            .state()
-            .iter()
-            .filter_map(|n| n.spec.as_ref())
-            .flat_map(|s| match &s.pod_cidrs {
-                Some(cidrs) if !cidrs.is_empty() => cidrs.clone(),
-                _ => s.pod_cidr.clone().into_iter().collect(),
-            })
-            .filter(|c| !c.is_empty())
-            .collect()
-    }
-
-    /// The cluster facts the translation of `rules` depends on, from the caches (the costlier
-    /// ones only when a rule needs them).
+    /// What the translation of `rules` depends on: settings, and the cluster facts it reads.
     pub fn environment(&self, rules: &[NimbusRule]) -> Environment {
         let e = &self.engines;
-        let virtual_patches = if engines::rules_read(rules, Fact::VirtualPatchDb) {
-            match &e.virtual_patch_db {
-                None => VirtualPatches::NotConfigured,
-                Some((key, store)) => virtual_patch::from_config_map(
-                    &key.to_string(),
-                    store.get(key).as_deref().and_then(|cm| cm.data.as_ref()),
-                ),
-            }
-        } else {
-            VirtualPatches::NotConfigured
-        };
-        Environment {
-            node_pod_cidrs: if engines::rules_read(rules, Fact::NodePodCidrs) {
-                self.node_pod_cidrs()
-            } else {
-                BTreeSet::new()
-            },
-            k8tls_namespace_exists: self
-                .namespaces
-                .get(&ObjectRef::new(&e.k8tls_namespace))
-                .is_some(),
+        // The facts' fields are filled in by `read`.
+        let mut env = Environment {
+            node_pod_cidrs: BTreeSet::new(),
+            k8tls_namespace_exists: false,
+            virtual_patches: VirtualPatches::NotConfigured,
             k8tls_namespace: e.k8tls_namespace.clone(),
             k8tls_image: e.k8tls_image.clone(),
-            virtual_patches,
             sandbox_cluster_roles: e.sandbox_cluster_roles.clone(),
             protected_namespaces: self.protected_namespaces.clone(),
-        }
+        };
+        e.facts.read(rules, &mut env);
+        env
     }
 }

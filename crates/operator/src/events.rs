@@ -4,10 +4,16 @@
 //! event is dropped and counted rather than delaying what the operator enforces.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::counter::Counter;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+
+/// Longest object name an event can be recorded for (253 minus `.<16 hex digits>`).
+const MAX_EVENT_SUBJECT_NAME: usize = 253 - 17;
+/// Longest event note the API server accepts, in bytes.
+const MAX_EVENT_NOTE: usize = 1024;
 
 /// Events waiting to be written, at most.
 const QUEUE: usize = 1024;
@@ -45,6 +51,29 @@ impl Events {
             }
         };
         (Self { queue, dropped }, writer)
+    }
+
+    /// Queues an event on `obj`; it never fails nor delays the reconcile.
+    pub fn about<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        // The recorder names an event `<object>.<16 hex digits>`, which must stay a valid name.
+        if obj.name_any().len() > MAX_EVENT_SUBJECT_NAME {
+            tracing::debug!(name = %obj.name_any(), reason, "name too long for an event; not recorded");
+            return;
+        }
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(nimbus_core::status::bounded(note, MAX_EVENT_NOTE)),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        self.publish(event, obj.object_ref(&()));
     }
 
     /// Queues `event` about `subject`; never waits.

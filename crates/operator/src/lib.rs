@@ -1,20 +1,19 @@
 //! The operator runtime: shared caches, thin controllers over the pure core, one apply/status
 //! mechanism, health endpoints and graceful shutdown.
 
-pub mod apply;
 mod availability;
 mod cache;
 mod context;
 mod controllers;
-pub mod drift;
 mod error;
 mod events;
+mod facts;
 mod health;
 pub mod leader;
 mod metrics;
-mod natives;
 pub mod posture;
 mod run;
+pub mod write;
 
 pub use error::Error;
 pub use leader::LeaderElection;

@@ -14,7 +14,8 @@ use super::{
     AuditForm, CLUSTER, CONFIG_MAP, CRON_JOB, Enforces, EngineSpec, Environment, Fact, Output,
     PolicyInput, Rule, metadata, native_name, object,
 };
-use crate::catalog::{Engine, id, param, param_value, param_values};
+use super::Engine;
+use crate::intents::{id, param, param_value, param_values};
 use nimbus_api::condition;
 use serde_json::json;
 

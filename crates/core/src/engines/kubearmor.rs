@@ -5,7 +5,8 @@ use super::{
     AUDIT, AuditForm, Enforces, EngineSpec, Environment, KUBEARMOR_POLICY, NAMESPACED, Output,
     PolicyInput, Rule, labels_only, metadata, native_name, object,
 };
-use crate::catalog::{Engine, id};
+use super::Engine;
+use crate::intents::{id};
 use crate::names::MAX_NAME_LEN;
 use serde_json::{Map, Value, json};
 

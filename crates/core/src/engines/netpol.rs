@@ -4,7 +4,8 @@ use super::{
     AuditForm, Enforces, EngineSpec, Environment, Fact, NAMESPACED, NETWORK_POLICY, Output,
     PolicyInput, Rule, metadata, native_name, object, selector_json,
 };
-use crate::catalog::{Engine, id};
+use super::Engine;
+use crate::intents::{id};
 use crate::names::MAX_NAME_LEN;
 use serde_json::{Value, json};
 

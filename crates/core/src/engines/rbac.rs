@@ -11,7 +11,8 @@ use super::{
     AuditForm, CLUSTER_BINDING_NAMESPACES, Emitted, Enforces, EngineSpec, Environment, Output,
     PolicyInput, ROLE_BINDING, Rule, metadata, native_name, object,
 };
-use crate::catalog::{Engine, id, param, param_value};
+use super::Engine;
+use crate::intents::{id, param, param_value};
 use crate::names::MAX_NAME_LEN;
 use nimbus_api::{NimbusRule, condition};
 use serde_json::json;

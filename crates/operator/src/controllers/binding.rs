@@ -1,9 +1,9 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace: observe → plan →
 //! execute → report.
 
-use super::{Context, Executed, publish_changes, unless_left_behind, update_status, write_policy};
-use crate::apply::is_controlled_by;
+use super::{Context, update_status, write_own_policy};
 use crate::error::Error;
+use crate::write::{Executed, is_controlled_by, unless_left_behind};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -37,21 +37,18 @@ pub async fn reconcile(
         // A typo in the selector must not drop protection: what is in force stays.
         Err(_) => Outcome::untouched(ours),
         Ok(plan) => {
-            let write = write_policy(
+            let desired = plan.policy.as_ref();
+            let created = &ctx.policies_created;
+            write_own_policy(
                 &ctx,
+                &*sib,
                 &policies,
-                plan.policy.as_ref(),
+                desired,
                 ours,
-                &ctx.policies_created,
-            );
-            let write = executed.record(write.await)?;
-            if let Ok(Some(change)) = write {
-                publish_changes::<_, NimbusPolicy>(&ctx, &*sib, &name, &[(None, change)]);
-            }
-            Outcome::Owned {
-                observed: ours,
-                write: write.map(|change| change.is_some()),
-            }
+                created,
+                &mut executed,
+            )
+            .await?
         }
     };
 

@@ -2,12 +2,9 @@
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace: observe → plan → execute →
 //! report.
 
-use super::{
-    Context, Executed, PolicyChange, publish_changes, unless_left_behind, update_status,
-    write_policy,
-};
-use crate::apply::is_controlled_by;
+use super::{Context, publish_changes, update_status, write_own_policy};
 use crate::error::Error;
+use crate::write::{Change, Executed, is_controlled_by, unless_left_behind, write_policy};
 use futures::{StreamExt, TryStreamExt, stream};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -38,7 +35,7 @@ pub async fn reconcile(
     );
 
     let mut executed = Executed::default();
-    let (cluster, namespace_outcomes) = match &plan {
+    let (cluster, attempts) = match &plan {
         // Re-evaluated on every change, so fixing the binding in place recovers it. What is
         // in force stays in force meanwhile.
         Err(_) => (Outcome::untouched(ours), Vec::new()),
@@ -47,37 +44,32 @@ pub async fn reconcile(
                 Outcome::Conflict
             } else {
                 let desired = plan.cluster_policy.as_ref();
-                let write = write_policy(
+                let created = &ctx.cluster_policies_created;
+                write_own_policy(
                     &ctx,
+                    &*csib,
                     &cluster_api,
                     desired,
                     ours,
-                    &ctx.cluster_policies_created,
-                );
-                let write = executed.record(write.await)?;
-                if let Ok(Some(change)) = write {
-                    let changes = [(None, change)];
-                    publish_changes::<_, ClusterNimbusPolicy>(&ctx, &*csib, &name, &changes);
-                }
-                Outcome::Owned {
-                    observed: ours,
-                    write: write.map(|change| change.is_some()),
-                }
+                    created,
+                    &mut executed,
+                )
+                .await?
             };
-            (
-                cluster,
-                namespace_policies(&ctx, &csib, plan, &mut executed).await?,
-            )
+            let attempts = namespace_policies(&ctx, &csib, plan, &mut executed).await?;
+            (cluster, attempts)
         }
     };
 
-    let outcomes: Vec<Outcome<'_, NimbusPolicy>> = namespace_outcomes
+    let (observed, writes): (Vec<_>, Vec<_>) = attempts.into_iter().unzip();
+    let outcomes: Vec<Outcome<'_, NimbusPolicy>> = observed
         .iter()
+        .zip(writes)
         .map(|(observed, write)| match write {
             None => Outcome::Conflict,
             Some(write) => Outcome::Owned {
                 observed: observed.as_deref(),
-                write: write.clone().map(|change| change.is_some()),
+                write,
             },
         })
         .collect();
@@ -94,12 +86,9 @@ pub async fn reconcile(
 const FAN_OUT: usize = 16;
 
 /// What writing one namespace's policy did: the policy the binding owned there before, and the
-/// write's result, failing with `E` (`None`: another object holds the name, and nothing was
-/// written).
-type Attempt<E> = (
-    Option<Arc<NimbusPolicy>>,
-    Option<Result<Option<PolicyChange>, E>>,
-);
+/// write's result, `T` or failing with `E` (`None`: another object holds the name, and nothing
+/// was written).
+type Attempt<T, E> = (Option<Arc<NimbusPolicy>>, Option<Result<T, E>>);
 
 /// Converges the NimbusPolicy of every namespace of `plan`, a few at a time (one namespace's
 /// write need not wait for another's), in the order of `plan.namespaces`; one Event per kind
@@ -109,7 +98,7 @@ async fn namespace_policies(
     csib: &ClusterSecurityIntentBinding,
     plan: &plan::ClusterBindingPolicies,
     executed: &mut Executed,
-) -> Result<Vec<Attempt<String>>, Error> {
+) -> Result<Vec<Attempt<bool, String>>, Error> {
     let policy_name = names::cluster_binding_policy_name(&csib.name_any());
     // (By index: a closure taking a reference would have to be general over its lifetime.)
     let results: Vec<_> = stream::iter(0..plan.namespaces.len())
@@ -130,7 +119,7 @@ async fn namespace_policies(
         if let Some(Ok(Some(change))) = write {
             changes.push((Some(namespace.clone()), change));
         }
-        writes.push((observed, write));
+        writes.push((observed, write.map(|w| w.map(|change| change.is_some()))));
     }
     publish_changes::<_, NimbusPolicy>(ctx, csib, &policy_name, &changes);
     Ok(writes)
@@ -145,7 +134,7 @@ async fn namespace_policy(
     policy_name: &str,
     namespace: &str,
     desired: Option<&NimbusPolicy>,
-) -> Result<Attempt<Error>, Error> {
+) -> Result<Attempt<Option<Change>, Error>, Error> {
     let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), namespace);
     let observed = ctx
         .policies
@@ -160,6 +149,13 @@ async fn namespace_policy(
         }
         observed => observed,
     };
-    let write = write_policy(ctx, &api, desired, ours.as_deref(), &ctx.policies_created).await;
+    let write = write_policy(
+        &ctx.written,
+        &api,
+        desired,
+        ours.as_deref(),
+        &ctx.policies_created,
+    )
+    .await;
     Ok((ours, Some(write)))
 }

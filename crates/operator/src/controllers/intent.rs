@@ -1,8 +1,8 @@
 //! SecurityIntent: status `{id, action, status: Created}` plus conditions.
 
 use super::Context;
-use crate::apply;
 use crate::error::Error;
+use crate::write;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use nimbus_api::{STATUS_CREATED, SecurityIntent, SecurityIntentStatus, condition};
@@ -23,7 +23,7 @@ pub async fn reconcile(si: Arc<SecurityIntent>, ctx: Arc<Context>) -> Result<Act
         )],
     };
     let api: Api<SecurityIntent> = Api::all(ctx.client.clone());
-    apply::status(&api, &si, si.status.as_ref(), status, &ctx.written).await?;
+    write::status::status(&api, &si, si.status.as_ref(), status, &ctx.written).await?;
     tracing::debug!(name = %si.name_any(), "intent reconciled");
     Ok(Action::requeue(ctx.resync))
 }

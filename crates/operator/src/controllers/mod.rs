@@ -1,22 +1,19 @@
-//! Thin controllers: fetch from the caches, call the pure core, apply, report.
+//! Thin controllers: observe (the caches), plan (the pure core), execute ([`crate::write`]),
+//! report (the status the core decides).
 
 pub mod binding;
 pub mod cluster_binding;
 pub mod intent;
 pub mod policy;
 
-use crate::apply::{Seen, Status, describe};
 use crate::cache::Creations;
 use crate::context::Context;
 use crate::error::Error;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use crate::write::{self, Change, Executed, Policy, Status, write_policy};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
-use nimbus_api::{
-    ClusterSecurityIntentBindingStatus, NimbusPolicyStatus, SecurityIntentBindingStatus,
-    SecurityIntentStatus,
-};
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use nimbus_core::status::Outcome;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,111 +56,30 @@ fn retry_delay(failures: u32, permanent: bool, resync: Duration) -> Duration {
         .min(resync)
 }
 
-/// Longest object name an event can be recorded for (253 minus `.<16 hex digits>`).
-const MAX_EVENT_SUBJECT_NAME: usize = 253 - 17;
-/// Longest event note the API server accepts, in bytes.
-const MAX_EVENT_NOTE: usize = 1024;
-
-/// Queues an event on `obj` (see [`crate::events`]); it never fails nor delays the reconcile.
-fn publish<K: Resource<DynamicType = ()>>(
+/// Writes the policy `binding` generates under its own name (`desired`, or deletes `ours`, the
+/// one it owns, when nothing is desired), announces what changed, and returns what it did for
+/// the binding's status. `created`: the policies of that kind this process created and the
+/// cache does not show yet.
+async fn write_own_policy<'a, B, P>(
     ctx: &Context,
-    obj: &K,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    // The recorder names an event `<object>.<16 hex digits>`, which must stay a valid name.
-    if obj.name_any().len() > MAX_EVENT_SUBJECT_NAME {
-        tracing::debug!(name = %obj.name_any(), reason, "name too long for an event; not recorded");
-        return;
-    }
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(nimbus_core::status::bounded(note, MAX_EVENT_NOTE)),
-        action: "Reconcile".to_owned(),
-        secondary: None,
-    };
-    ctx.events.publish(event, obj.object_ref(&()));
-}
-
-/// The first failure of a reconcile's writes, returned once its status is written (so that it
-/// is retried). A write that lost a race with another writer (409 Conflict: the object changed
-/// since it was read) is not a failure to report: the change that beat it triggers the next
-/// reconcile, which starts from what is stored.
-#[derive(Default)]
-struct Executed {
-    failure: Option<Error>,
-}
-
-impl Executed {
-    /// `result` for the status (the failure's message), keeping the first failure; a lost race
-    /// ends the reconcile at once.
-    fn record<T>(&mut self, result: Result<T, Error>) -> Result<Result<T, String>, Error> {
-        match result {
-            Ok(value) => Ok(Ok(value)),
-            Err(error) if error.is_lost_race() => Err(error),
-            Err(error) => {
-                let message = error.to_string();
-                self.failure.get_or_insert(error);
-                Ok(Err(message))
-            }
-        }
-    }
-
-    /// `action`, or the first failure.
-    fn result(self, action: Action) -> Result<Action, Error> {
-        self.failure.map_or(Ok(action), Err)
-    }
-}
-
-/// What writing one generated policy changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum PolicyChange {
-    Created,
-    Updated,
-    Deleted,
-}
-
-/// Keeps one policy a binding generates: applies `desired`, or deletes the one the binding owns
-/// (`ours`) when nothing is desired. `created`: the policies of that kind this process created
-/// and the cache does not show yet. Returns what changed, if anything.
-async fn write_policy<P>(
-    ctx: &Context,
-    api: &kube::Api<P>,
+    binding: &B,
+    api: &Api<P>,
     desired: Option<&P>,
-    ours: Option<&P>,
+    ours: Option<&'a P>,
     created: &Creations,
-) -> Result<Option<PolicyChange>, Error>
+    executed: &mut Executed,
+) -> Result<Outcome<'a, P>, Error>
 where
-    P: Resource<DynamicType = ()>
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + Clone
-        + std::fmt::Debug
-        + Sync,
+    B: Resource<DynamicType = ()>,
+    P: Policy,
 {
-    Ok(match (desired, ours) {
-        (Some(desired), _) => {
-            crate::apply::apply(
-                api,
-                crate::apply::FIELD_MANAGER,
-                desired,
-                ours.map(Seen::of),
-                &ctx.written,
-                created,
-            )
-            .await?
-        }
-        .then_some(if ours.is_some() {
-            PolicyChange::Updated
-        } else {
-            PolicyChange::Created
-        }),
-        (None, Some(stale)) => crate::apply::delete(api, stale, || describe(stale))
-            .await?
-            .then_some(PolicyChange::Deleted),
-        (None, None) => None,
+    let write = executed.record(write_policy(&ctx.written, api, desired, ours, created).await)?;
+    if let Ok(Some(change)) = write {
+        publish_changes::<_, P>(ctx, binding, &binding.name_any(), &[(None, change)]);
+    }
+    Ok(Outcome::Owned {
+        observed: ours,
+        write: write.map(|change| change.is_some()),
     })
 }
 
@@ -174,13 +90,13 @@ fn publish_changes<B, P>(
     ctx: &Context,
     binding: &B,
     name: &str,
-    changes: &[(Option<String>, PolicyChange)],
+    changes: &[(Option<String>, Change)],
 ) where
     B: Resource<DynamicType = ()>,
     P: Resource<DynamicType = ()>,
 {
     let kind = P::kind(&());
-    let mut by_change: BTreeMap<PolicyChange, Vec<&str>> = BTreeMap::new();
+    let mut by_change: BTreeMap<Change, Vec<&str>> = BTreeMap::new();
     for (namespace, change) in changes {
         by_change
             .entry(*change)
@@ -189,41 +105,18 @@ fn publish_changes<B, P>(
     }
     for (change, namespaces) in by_change {
         let (reason, verb) = match change {
-            PolicyChange::Created => ("PolicyCreated", "created"),
-            PolicyChange::Updated => ("PolicyUpdated", "updated"),
-            PolicyChange::Deleted => ("PolicyDeleted", "deleted"),
+            Change::Created => ("PolicyCreated", "created"),
+            Change::Updated => ("PolicyUpdated", "updated"),
+            Change::Deleted => ("PolicyDeleted", "deleted"),
         };
         let mut note = format!("{kind} {name} {verb}");
         if !namespaces.is_empty() {
             note += &format!(" in {}", namespaces.join(", "));
         }
-        if change == PolicyChange::Deleted {
+        if change == Change::Deleted {
             note += ": the binding no longer wants it";
         }
-        publish(ctx, binding, EventType::Normal, reason, note);
-    }
-}
-
-/// The cached policy `observed` unless an earlier incarnation of `binding` left it behind, in
-/// which case it is deleted (see [`crate::apply::left_by_predecessor`]) and counts as absent.
-async fn unless_left_behind<B, P>(
-    api: &kube::Api<P>,
-    binding: &B,
-    observed: Option<Arc<P>>,
-) -> Result<Option<Arc<P>>, Error>
-where
-    B: Resource<DynamicType = ()>,
-    P: Resource + serde::Serialize + serde::de::DeserializeOwned + Clone + std::fmt::Debug,
-{
-    let Some(owner) = binding.controller_owner_ref(&()) else {
-        return Ok(observed);
-    };
-    match observed {
-        Some(p) if crate::apply::left_by_predecessor(&*p, &owner) => {
-            crate::apply::delete(api, &*p, || describe(&*p)).await?;
-            Ok(None)
-        }
-        observed => Ok(observed),
+        ctx.events.about(binding, EventType::Normal, reason, note);
     }
 }
 
@@ -254,39 +147,13 @@ where
         .iter()
         .find(|c| c.status == "False")
         .cloned();
-    if crate::apply::status(api, obj, current, status, &ctx.written).await?
+    if write::status::status(api, obj, current, status, &ctx.written).await?
         && let Some(c) = not_ready
     {
-        publish(ctx, obj, EventType::Warning, &c.reason, c.message);
+        ctx.events
+            .about(obj, EventType::Warning, &c.reason, c.message);
     }
     Ok(Action::requeue(ctx.resync))
-}
-
-macro_rules! impl_status {
-    ($($t:ty $(, foreign $foreign:ident)?);*) => {$(
-        impl Status for $t {
-            fn set_last_updated(&mut self, at: Option<Time>) { self.last_updated = at; }
-            fn conditions(&self) -> &[Condition] { &self.conditions }
-            fn conditions_mut(&mut self) -> &mut Vec<Condition> { &mut self.conditions }
-            $(fn clear_foreign(&mut self) { self.$foreign = None; })?
-        }
-    )*};
-}
-impl_status!(
-    SecurityIntentBindingStatus, foreign preview;
-    ClusterSecurityIntentBindingStatus, foreign preview;
-    NimbusPolicyStatus
-);
-
-impl Status for SecurityIntentStatus {
-    /// A SecurityIntent's status has no timestamp in Nimbus.
-    fn set_last_updated(&mut self, _: Option<Time>) {}
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
 }
 
 #[cfg(test)]

@@ -1,17 +1,18 @@
 //! NimbusPolicy / ClusterNimbusPolicy → native policies. One mechanism for every engine:
 //! translate (pure) → apply what differs → prune what is no longer wanted → write status once.
 
-use super::{Context, Executed, publish, update_status};
+use super::{Context, update_status};
 use crate::error::Error;
 use crate::metrics::EngineLabels;
-use crate::natives::Key;
+use crate::write::Executed;
+use crate::write::natives::Key;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use nimbus_api::{ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus};
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{self, EngineSet, PolicyInput};
+use nimbus_core::engines::{self, EngineSet, Generated, PolicyInput};
 use nimbus_core::plan;
 use nimbus_core::status::{self, NativeOutcome, NativeResult};
 use serde::Serialize;
@@ -114,7 +115,7 @@ fn written_by_operator<K: Resource>(policy: &K) -> bool {
                     .is_some_and(|fields| fields.keys().any(|k| k != "f:metadata"))
             })
         })
-        .all(|e| e.manager.as_deref() == Some(crate::apply::FIELD_MANAGER))
+        .all(|e| e.manager.as_deref() == Some(crate::write::FIELD_MANAGER))
 }
 
 /// Engines switched off here for which an external adapter listed objects in `entries` (the
@@ -166,10 +167,51 @@ where
     }
 
     let mut executed = Executed::default();
+    let natives = apply_natives(ctx, input, &translation.objects, &mut executed).await?;
+    // An unbound policy prunes nothing either: one its binding's operator-written content was
+    // tampered with is restored by the binding controller, and what is in force meanwhile stays.
+    let pruned = if bound {
+        let keep = translation
+            .objects
+            .iter()
+            .map(|generated| Key::of(generated.kind, &generated.object))
+            .collect();
+        prune_natives(ctx, uid, &keep, &engines).await?
+    } else {
+        Vec::new()
+    };
+    announce(ctx, policy, current, &natives, &pruned);
+
+    // What external adapters reported stays listed (they own those entries).
+    let external: Vec<String> = reported
+        .iter()
+        .filter(|e| {
+            engines
+                .external
+                .iter()
+                .any(|engine| is_entry_of(*engine, e))
+        })
+        .cloned()
+        .collect();
+    let status = status::policy_status(
+        policy.meta().generation,
+        &translation.problems,
+        &natives,
+        external,
+    );
+    let action = update_status(ctx, api, policy, current, status).await?;
+    executed.result(action)
+}
+
+/// Applies every generated native object, one after another, as the policy `input` owns.
+async fn apply_natives(
+    ctx: &Context,
+    input: &PolicyInput<'_>,
+    objects: &[Generated],
+    executed: &mut Executed,
+) -> Result<Vec<NativeResult>, Error> {
     let mut natives = Vec::new();
-    let mut keep = BTreeSet::new();
-    for generated in &translation.objects {
-        keep.insert(Key::of(generated.kind, &generated.object));
+    for generated in objects {
         let applied = ctx
             .natives
             .apply(generated, &input.owner, &ctx.written)
@@ -192,15 +234,21 @@ where
             outcome,
         });
     }
-    // An unbound policy prunes nothing either: one its binding's operator-written content was
-    // tampered with is restored by the binding controller, and what is in force meanwhile stays.
-    let pruned = if bound {
-        ctx.natives
-            .prune(uid, &keep, |engine| engines.active(engine))
-            .await?
-    } else {
-        Vec::new()
-    };
+    Ok(natives)
+}
+
+/// Deletes the native objects the policy with `uid` controls and no longer generates, of the
+/// engines that translated it. Returns the engines of those deleted.
+async fn prune_natives(
+    ctx: &Context,
+    uid: &str,
+    keep: &BTreeSet<Key>,
+    engines: &EngineSet,
+) -> Result<Vec<Engine>, Error> {
+    let pruned = ctx
+        .natives
+        .prune(uid, keep, |engine| engines.active(engine))
+        .await?;
     for engine in &pruned {
         ctx.metrics
             .pruned
@@ -209,8 +257,19 @@ where
             })
             .inc();
     }
-    // A new generation comes from its binding, whose own event announced the change: an event
-    // here reports only what no binding change explains (drift undone, an engine installed).
+    Ok(pruned)
+}
+
+/// One Normal event on `policy` when its native objects changed and no binding change explains
+/// it: a new generation comes from its binding, whose own event announced the change, so an
+/// event here reports drift undone, an engine installed.
+fn announce<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    policy: &K,
+    current: Option<&NimbusPolicyStatus>,
+    natives: &[NativeResult],
+    pruned: &[Engine],
+) {
     let written = natives
         .iter()
         .filter(|n| n.outcome == NativeOutcome::Written)
@@ -222,28 +281,9 @@ where
             count(written, "native policy", "native policies"),
             count(pruned.len(), "native policy", "native policies")
         );
-        publish(ctx, policy, EventType::Normal, "NativePoliciesSynced", note);
+        ctx.events
+            .about(policy, EventType::Normal, "NativePoliciesSynced", note);
     }
-
-    // What external adapters reported stays listed (they own those entries).
-    let external: Vec<String> = reported
-        .iter()
-        .filter(|e| {
-            engines
-                .external
-                .iter()
-                .any(|engine| is_entry_of(*engine, e))
-        })
-        .cloned()
-        .collect();
-    let status = status::policy_status(
-        policy.meta().generation,
-        &translation.problems,
-        &natives,
-        external,
-    );
-    let action = update_status(ctx, api, policy, current, status).await?;
-    executed.result(action)
 }
 
 /// `1 native policy`, `2 native policies`.

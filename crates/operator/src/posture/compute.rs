@@ -4,10 +4,10 @@
 //! preview evaluates. Debounced: a burst of changes costs one computation.
 
 use super::{Postures, previews};
-use crate::apply::is_controlled_by;
 use crate::cache::{Cache, Driver};
 use crate::context::Context;
 use crate::controllers::policy::Claim;
+use crate::write::object::is_controlled_by;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};

@@ -2,29 +2,33 @@
 //! then discovery, OpenAPI, and get / list / watch of the posture kinds, as JSON or as the Table
 //! `kubectl get` asks for, with errors as `Status` objects.
 
+mod response;
+mod stream;
+
 use super::Postures;
 use super::auth::{Attributes, Authorizer, RequestHeader, User};
 use super::openapi::{self, Documents};
 use super::request::{ListQuery, Resource, Target, target};
-use super::store::{Change, Event, Store, key_of};
-use super::table::{Include, Printed, table};
+use super::store::{Store, key_of};
+use super::table::{Printed, table};
 use crate::error::Error;
 use axum::body::Body;
 use bytes::Bytes;
 use futures::StreamExt;
-use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use nimbus_api::posture::{GROUP, PostureKind};
+use nimbus_api::posture::GROUP;
+use response::{Form, document, json_response, not_found, respond, status};
 use rustls::ServerConfig;
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use stream::{Encoder, expired, send};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
@@ -401,74 +405,6 @@ impl Server {
     }
 }
 
-/// Sends `event` as this watch sees it (an object entering or leaving a selection is added
-/// or deleted); `false` when the client is gone.
-async fn send<T: Printed + Serialize>(
-    tx: &mpsc::Sender<Bytes>,
-    encoder: &mut Encoder,
-    event: &Event<T>,
-    in_scope: &impl Fn(&T) -> bool,
-) -> bool {
-    let was = event.previous.as_deref().is_some_and(in_scope);
-    let is = event.change != Change::Deleted && in_scope(&event.object);
-    let change = match (was, is) {
-        (false, false) => return true,
-        (false, true) => Change::Added,
-        (true, true) => Change::Modified,
-        (true, false) => Change::Deleted,
-    };
-    tx.send(encoder.event(change, event)).await.is_ok()
-}
-
-struct Encoder {
-    form: Form,
-    headers_sent: bool,
-}
-
-impl Encoder {
-    fn event<T: Printed + Serialize>(&mut self, change: Change, event: &Event<T>) -> Bytes {
-        let object = match self.form {
-            Form::Json => serde_json::to_value(&*event.object).unwrap_or(Value::Null),
-            Form::Table(include) => {
-                let headers = !std::mem::replace(&mut self.headers_sent, true);
-                table(
-                    [&*event.object],
-                    json!({"resourceVersion": event.version.to_string()}),
-                    include,
-                    headers,
-                )
-            }
-        };
-        line(&json!({"type": change.as_str(), "object": object}))
-    }
-
-    fn bookmark<T: PostureKind>(&self, version: u64, initial_events_end: bool) -> Bytes {
-        let mut metadata = json!({"resourceVersion": version.to_string()});
-        if initial_events_end {
-            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-        }
-        line(&json!({"type": "BOOKMARK", "object": {
-            "apiVersion": openapi::group_version(),
-            "kind": T::KIND,
-            "metadata": metadata,
-        }}))
-    }
-}
-
-fn expired(version: u64) -> Bytes {
-    line(&json!({"type": "ERROR", "object": status_body(
-        StatusCode::GONE,
-        "Expired",
-        &format!("too old resource version: {version} (it was not handed out by this server, or is no longer kept)"),
-    )}))
-}
-
-fn line(value: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
-    bytes.push(b'\n');
-    Bytes::from(bytes)
-}
-
 struct Read {
     namespace: Option<String>,
     name: Option<String>,
@@ -510,103 +446,4 @@ fn query_watch(query: &ListQuery) -> Result<WatchFrom, String> {
 
 fn continue_token(key: &(String, String)) -> String {
     format!("{}/{}", key.0, key.1)
-}
-
-#[derive(Clone, Copy)]
-enum Form {
-    Json,
-    Table(Include),
-}
-
-impl Form {
-    /// A Table when the client accepts `meta.k8s.io/v1` Tables (`kubectl get` does).
-    fn of(headers: &HeaderMap, include_object: Option<&str>) -> Self {
-        let table = headers
-            .get_all(header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|media| {
-                let params: Vec<&str> = media.split(';').map(str::trim).collect();
-                params.contains(&"as=Table")
-                    && params.contains(&"g=meta.k8s.io")
-                    && params.contains(&"v=v1")
-            });
-        if table {
-            Form::Table(Include::parse(include_object))
-        } else {
-            Form::Json
-        }
-    }
-}
-
-fn document(headers: &HeaderMap, body: &[u8], etag: &str) -> Response<Body> {
-    let quoted = format!("\"{etag}\"");
-    let unchanged = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == quoted);
-    let builder = Response::builder().header(header::ETAG, quoted);
-    let response = if unchanged {
-        builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
-    } else {
-        builder
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(body.to_vec()))
-    };
-    response.unwrap_or_else(|_| Response::new(Body::empty()))
-}
-
-fn respond(code: StatusCode, content_type: &str, body: impl Into<Body>) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, content_type)
-        .body(body.into())
-        .unwrap_or_else(|_| Response::new(Body::empty()))
-}
-
-fn json_response(value: &impl Serialize) -> Response<Body> {
-    match serde_json::to_vec(value) {
-        Ok(bytes) => respond(StatusCode::OK, "application/json", bytes),
-        Err(error) => status(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            &format!("encoding the response: {error}"),
-        ),
-    }
-}
-
-fn status_body(code: StatusCode, reason: &str, message: &str) -> Value {
-    json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code.as_u16(),
-    })
-}
-
-fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
-    respond(
-        code,
-        "application/json",
-        serde_json::to_vec(&status_body(code, reason, message)).unwrap_or_default(),
-    )
-}
-
-fn not_found<T: PostureKind>(name: &str) -> Response<Body> {
-    let mut body = status_body(
-        StatusCode::NOT_FOUND,
-        "NotFound",
-        &format!("{}.{GROUP} \"{name}\" not found", T::PLURAL),
-    );
-    body["details"] = json!({"name": name, "group": GROUP, "kind": T::PLURAL});
-    respond(
-        StatusCode::NOT_FOUND,
-        "application/json",
-        serde_json::to_vec(&body).unwrap_or_default(),
-    )
 }

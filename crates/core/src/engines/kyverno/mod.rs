@@ -17,7 +17,8 @@ use super::{
     KYVERNO_POLICY, NAMESPACED, NativeKind, Output, PolicyInput, Rule, metadata, native_name,
     object, selector_json,
 };
-use crate::catalog::{Engine, id, param, param_value};
+use super::Engine;
+use crate::intents::{id, param, param_value};
 use crate::names::MAX_NAME_LEN;
 use kube::Resource;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};

@@ -80,7 +80,7 @@
 //! rule is rewritten, not only the first; malformed entries are reported instead of crashing.
 
 use super::{Extra, build};
-use crate::catalog::{id, param, param_values};
+use crate::intents::{id, param, param_values};
 use crate::engines::{
     Emitted, Environment, KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, NativeKind, Output,
     PolicyInput, Problem, Rule,

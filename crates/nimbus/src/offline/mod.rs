@@ -1,13 +1,21 @@
 //! The offline CLI: `translate`, `validate`, `intents`, `explain`. The same pure core the
 //! operator runs, fed from manifest files instead of a cluster.
 
+mod explain;
+mod manifests;
+
+pub use explain::{explain, intents};
+#[cfg(feature = "dev")]
+pub use manifests::manifest_files;
+#[cfg(test)]
+use manifests::parse;
+use manifests::{Loaded, Manifest, load};
+
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use nimbus_api::{
-    ClusterSecurityIntentBinding, GROUP, SecurityIntent, SecurityIntentBinding, VERSION,
-};
+use nimbus_api::SecurityIntent;
 use nimbus_core::catalog::{self, BindingKind, Engine};
 use nimbus_core::engines::DEFAULT_K8TLS_NAMESPACE;
 use nimbus_core::engines::{
@@ -17,10 +25,8 @@ use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::status::{self, NativeOutcome, NativeResult};
 use nimbus_core::{compile_binding, compile_cluster_binding, plan, validation};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::fmt;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Inputs {
@@ -72,277 +78,6 @@ pub struct ValidateArgs {
 pub enum Format {
     Yaml,
     Json,
-}
-
-/// Where a problem comes from.
-#[derive(Clone, Debug)]
-struct Origin {
-    file: String,
-    document: usize,
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (document {})", self.file, self.document + 1)
-    }
-}
-
-/// The values the CRD allows for `spec.intent.action`.
-const ACTIONS: [&str; 2] = ["Block", "Audit"];
-
-enum Manifest {
-    Intent(SecurityIntent),
-    Binding(SecurityIntentBinding),
-    ClusterBinding(ClusterSecurityIntentBinding),
-}
-
-impl Manifest {
-    /// `<Kind> <name>`, for messages.
-    fn describe(&self) -> String {
-        match self {
-            Manifest::Intent(si) => format!("SecurityIntent {}", si.name_any()),
-            Manifest::Binding(b) => format!("SecurityIntentBinding {}", b.name_any()),
-            Manifest::ClusterBinding(b) => {
-                format!("ClusterSecurityIntentBinding {}", b.name_any())
-            }
-        }
-    }
-
-    /// What the API server checks before it accepts the object beyond what parsing checked: a
-    /// DNS-1123 subdomain name, a DNS-1123 label namespace (bindings), valid labels and
-    /// annotation keys, and an intent's action among the CRD's values.
-    fn admission_problems(&self) -> Vec<String> {
-        let (meta, namespaced) = match self {
-            Manifest::Intent(si) => (&si.metadata, false),
-            Manifest::Binding(b) => (&b.metadata, true),
-            Manifest::ClusterBinding(b) => (&b.metadata, false),
-        };
-        let mut out = validation::object_name(meta.name.as_deref(), "metadata.name");
-        if let (true, Some(ns)) = (namespaced, &meta.namespace) {
-            out.extend(validation::namespace_name(ns, "metadata.namespace"));
-        }
-        if let Some(labels) = &meta.labels {
-            out.extend(validation::labels(labels, "metadata.labels"));
-        }
-        if let Some(annotations) = &meta.annotations {
-            out.extend(validation::annotations(annotations, "metadata.annotations"));
-        }
-        if let Manifest::Intent(si) = self
-            && !ACTIONS.contains(&si.spec.intent.action.as_str())
-        {
-            out.push(format!(
-                "action `{}` must be {} (the CRD refuses anything else)",
-                si.spec.intent.action,
-                ACTIONS.join(" or ")
-            ));
-        }
-        out
-    }
-}
-
-/// The manifests that parsed, and one message per problem found on the way.
-struct Loaded {
-    manifests: Vec<(Origin, Manifest)>,
-    errors: Vec<String>,
-}
-
-fn load(inputs: &Inputs) -> Loaded {
-    let mut loaded = Loaded {
-        manifests: Vec::new(),
-        errors: Vec::new(),
-    };
-    // Files already read, by canonical path: each is read once, whichever inputs name it.
-    let mut seen = HashSet::new();
-    for path in &inputs.files {
-        match read_all(path, &mut seen) {
-            Ok(files) => {
-                for (file, text) in files {
-                    parse(&file, &text, &mut loaded);
-                }
-            }
-            Err(e) => loaded.errors.push(format!("{e:#}")),
-        }
-    }
-    loaded
-}
-
-/// `(display name, contents)` of a file, every manifest file under a directory, or stdin;
-/// but none of the files in `seen`.
-fn read_all(path: &Path, seen: &mut HashSet<PathBuf>) -> anyhow::Result<Vec<(String, String)>> {
-    if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading standard input")?;
-        return Ok(vec![("<stdin>".into(), text)]);
-    }
-    let mut files = Vec::new();
-    collect_manifest_files(path, seen, &mut files)?;
-    files
-        .into_iter()
-        .map(|file| {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("{}: cannot read file", file.display()))?;
-            Ok((file.display().to_string(), text))
-        })
-        .collect()
-}
-
-/// `path` itself, or the *.yaml, *.yml and *.json files under the directory `path`, recursively,
-/// in name order; each file once, however many links lead to it (so a link loop ends).
-pub fn manifest_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    collect_manifest_files(path, &mut HashSet::new(), &mut files)?;
-    Ok(files)
-}
-
-/// [`manifest_files`] of `path` into `files`, skipping what `seen` holds (canonical paths).
-fn collect_manifest_files(
-    path: &Path,
-    seen: &mut HashSet<PathBuf>,
-    files: &mut Vec<PathBuf>,
-) -> anyhow::Result<()> {
-    // What cannot be resolved is kept as named: reading it reports why.
-    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_owned());
-    if !seen.insert(canonical) {
-        return Ok(());
-    }
-    if !path.is_dir() {
-        files.push(path.to_owned());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-        .with_context(|| format!("{}: cannot read directory", path.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_dir()
-                || p.extension()
-                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-        })
-        .collect();
-    entries.sort();
-    for entry in entries {
-        collect_manifest_files(&entry, seen, files)?;
-    }
-    Ok(())
-}
-
-/// Deepest nesting accepted in an input file: flow collections (`[`, `{`) inside each other,
-/// or block sequences opened on one line (`- - -`). Kubernetes objects nest far less, and the
-/// parser takes super-linear time on deep nesting, so deeper input is refused by a linear scan
-/// before it is parsed.
-const MAX_NESTING: usize = 100;
-
-/// The 1-based line where `text` first nests deeper than [`MAX_NESTING`], if it does.
-fn too_deep(text: &str) -> Option<usize> {
-    let (mut depth, mut line) = (0usize, 0);
-    let mut quote: Option<char> = None;
-    let mut previous = '\n';
-    // Read as if after a line break, so that the first line is read as every other.
-    let mut chars = std::iter::once('\n').chain(text.chars()).peekable();
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (_, '\n') => {
-                line += 1;
-                // A block sequence entry opening at the start of a line, and those after it.
-                let mut block = 0;
-                while chars.peek().is_some_and(|c| *c == ' ') {
-                    chars.next();
-                }
-                while chars.peek() == Some(&'-') {
-                    chars.next();
-                    if chars.peek().is_none_or(|c| *c != ' ') {
-                        break;
-                    }
-                    block += 1;
-                    while chars.peek().is_some_and(|c| *c == ' ') {
-                        chars.next();
-                    }
-                }
-                if quote.is_none() && depth + block > MAX_NESTING {
-                    return Some(line);
-                }
-                previous = ' ';
-                continue;
-            }
-            (Some('"'), '\\') => {
-                chars.next();
-            }
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            // A quote opens a scalar only where one starts (not the one in `it's`).
-            (None, '"' | '\'') if " \t[{,:\n".contains(previous) => quote = Some(c),
-            (None, '#') if previous.is_whitespace() => {
-                while chars.peek().is_some_and(|c| *c != '\n') {
-                    chars.next();
-                }
-            }
-            (None, '[' | '{') => {
-                depth += 1;
-                if depth > MAX_NESTING {
-                    return Some(line);
-                }
-            }
-            (None, ']' | '}') => depth = depth.saturating_sub(1),
-            (None, _) => {}
-        }
-        previous = c;
-    }
-    None
-}
-
-fn parse(file: &str, text: &str, loaded: &mut Loaded) {
-    if let Some(line) = too_deep(text) {
-        loaded.errors.push(format!(
-            "{file}: nested more than {MAX_NESTING} levels deep at line {line}; not parsed"
-        ));
-        return;
-    }
-    for (document, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let origin = Origin {
-            file: file.to_owned(),
-            document,
-        };
-        let value = match <Value as serde::Deserialize>::deserialize(doc) {
-            Ok(Value::Null) => continue,
-            Ok(v) => v,
-            Err(e) => {
-                loaded
-                    .errors
-                    .push(format!("{origin}: malformed YAML/JSON: {e}"));
-                // The rest of the stream cannot be trusted after a syntax error.
-                return;
-            }
-        };
-        match manifest(value) {
-            Ok(m) => loaded.manifests.push((origin, m)),
-            Err(e) => loaded.errors.push(format!("{origin}: {e}")),
-        }
-    }
-}
-
-fn manifest(value: Value) -> Result<Manifest, String> {
-    let api_version = value["apiVersion"].as_str().unwrap_or_default().to_owned();
-    let kind = value["kind"].as_str().unwrap_or_default().to_owned();
-    if api_version != format!("{GROUP}/{VERSION}") {
-        return Err(format!(
-            "unknown kind `{kind}` of `{api_version}` (expected SecurityIntent, SecurityIntentBinding or ClusterSecurityIntentBinding of {GROUP}/{VERSION})"
-        ));
-    }
-    let name = value["metadata"]["name"].as_str().unwrap_or("?").to_owned();
-    let typed = |e: serde_json::Error| format!("{kind} {name}: {e}");
-    match kind.as_str() {
-        "SecurityIntent" => serde_json::from_value(value)
-            .map(Manifest::Intent)
-            .map_err(typed),
-        "SecurityIntentBinding" => serde_json::from_value(value)
-            .map(Manifest::Binding)
-            .map_err(typed),
-        "ClusterSecurityIntentBinding" => serde_json::from_value(value)
-            .map(Manifest::ClusterBinding)
-            .map_err(typed),
-        other => Err(format!("unknown kind `{other}` in {GROUP}/{VERSION}")),
-    }
 }
 
 /// Every problem the schema, the catalog and the cross-references reveal, one per line.
@@ -737,113 +472,6 @@ fn render(objects: &[Value], format: Format) -> anyhow::Result<String> {
             out
         }
     })
-}
-
-/// `nimbus intents`: the catalog as a table.
-pub fn intents() -> String {
-    let mut rows = vec![[
-        "ID".to_owned(),
-        "ENGINES".to_owned(),
-        "PARAMETERS".to_owned(),
-    ]];
-    for i in catalog::INTENTS {
-        let engines: BTreeSet<&str> = i.engines().iter().map(|e| e.name()).collect();
-        let params: Vec<String> = i
-            .params
-            .iter()
-            .map(|p| match (p.default, p.required) {
-                (Some(d), _) => format!("{}={d}", p.name),
-                (None, true) => format!("{} (required)", p.name),
-                (None, false) => p.name.to_owned(),
-            })
-            .collect();
-        rows.push([
-            i.id.to_owned(),
-            engines.into_iter().collect::<Vec<_>>().join(","),
-            if params.is_empty() {
-                "-".into()
-            } else {
-                params.join(" ")
-            },
-        ]);
-    }
-    let width = |c: usize| rows.iter().map(|r| r[c].len()).max().unwrap_or(0);
-    let (w0, w1) = (width(0), width(1));
-    rows.iter()
-        .map(|r| format!("{:w0$}  {:w1$}  {}\n", r[0], r[1], r[2]))
-        .collect()
-}
-
-/// `nimbus explain <id>`.
-pub fn explain(id: &str) -> anyhow::Result<String> {
-    let Some(i) = catalog::intent(id) else {
-        let known: Vec<_> = catalog::INTENTS.iter().map(|i| i.id).collect();
-        anyhow::bail!("unknown intent ID `{id}` (known: {})", known.join(", "));
-    };
-    let mut out = format!("{}\n  {}\n\nEnforced by:\n", i.id, i.summary);
-    for kind in [BindingKind::Namespaced, BindingKind::Cluster] {
-        let engines: Vec<&str> = i.engines_for(kind).iter().map(|e| e.name()).collect();
-        let through = match kind {
-            BindingKind::Namespaced => "SecurityIntentBinding",
-            BindingKind::Cluster => "ClusterSecurityIntentBinding",
-        };
-        let engines = if engines.is_empty() {
-            "(not supported)".to_owned()
-        } else {
-            engines.join(", ")
-        };
-        out.push_str(&format!("  through a {through}: {engines}\n"));
-    }
-    if i.sensitive {
-        out.push_str(&format!(
-            "  only when the binding lists it in its {} annotation\n",
-            nimbus_api::ALLOW_SENSITIVE_ANNOTATION
-        ));
-    }
-    let declared: Vec<(Engine, &engines::Enforces)> = Engine::ALL
-        .into_iter()
-        .filter_map(|e| Some((e, e.spec().enforces.iter().find(|x| x.intent == i.id)?)))
-        .collect();
-    out.push_str("\nWhat each engine does:\n");
-    for (engine, enforces) in &declared {
-        out.push_str(&format!("  {engine}: {}\n", enforces.effect));
-    }
-    out.push_str("\nUnder `action: Audit` (or a binding in shadow mode), nothing is enforced:\n");
-    for (engine, enforces) in &declared {
-        let audit = match enforces.audit {
-            engines::AuditForm::Reports => {
-                "the same objects, every action Audit: reports, blocks nothing"
-            }
-            engines::AuditForm::AssessesOnly => "the same objects: it only assesses and reports",
-            engines::AuditForm::None => {
-                "writes nothing (NoAuditForm): it cannot report without enforcing"
-            }
-        };
-        out.push_str(&format!("  {engine}: {audit}\n"));
-    }
-    out.push_str("\nParameters:\n");
-    if i.params.is_empty() {
-        out.push_str("  none\n");
-    }
-    for p in i.params {
-        let mut facts = vec![p.kind.to_string()];
-        if let Some(d) = p.default {
-            facts.push(format!("default {d}"));
-        }
-        if p.required {
-            facts.push("required".into());
-        }
-        if p.multiple {
-            facts.push("all values used".into());
-        }
-        out.push_str(&format!(
-            "  {} ({}): {}\n",
-            p.name,
-            facts.join(", "),
-            p.description
-        ));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,22 +1,19 @@
-//! The one write path of the operator: creates, server-side applies or replaces of what we
-//! own, only when the cached object differs from what we want, so a steady state makes no write
-//! calls.
+//! The one object write path of the operator: creates, server-side applies or replaces of what
+//! we own, only when the cached object differs from what we want, so a steady state makes no
+//! write calls.
 
+use super::drift::{self, Write};
+use super::written::{Written, written_key};
 use crate::cache::{Creations, place};
-use crate::drift::{self, Write};
 use crate::error::Error;
-use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, GetParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use std::collections::HashMap;
 use std::fmt::Debug;
-use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Field manager of the Nimbus objects the operator writes (engines use their own).
 pub const FIELD_MANAGER: &str = "nimbus-operator";
@@ -205,7 +202,7 @@ async fn fetch<K: Resource + Clone>(
 }
 
 /// Requests on `api`'s resources.
-fn request<K: Resource>(api: &Api<K>) -> kube::core::Request {
+pub(super) fn request<K: Resource>(api: &Api<K>) -> kube::core::Request {
     kube::core::Request::new(api.resource_url())
 }
 
@@ -220,7 +217,7 @@ async fn call<K: Resource + Clone, T: DeserializeOwned>(
 
 /// Sends a write; returns the resourceVersion it produced, all its response is read for
 /// (parsing the whole object, managedFields and all, cost more than the rest of the write).
-async fn send<K: Resource + Clone>(
+pub(super) async fn send<K: Resource + Clone>(
     api: &Api<K>,
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
 ) -> Result<Option<String>, kube::Error> {
@@ -303,228 +300,9 @@ where
     }
 }
 
-/// A status as the operator computes it; timestamps are filled in only when it is written.
-pub trait Status: Serialize + Clone + PartialEq {
-    /// Sets `lastUpdated`, for kinds whose status has it.
-    fn set_last_updated(&mut self, at: Option<Time>);
-    fn conditions(&self) -> &[Condition];
-    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
-    /// Clears the fields another field manager writes (a binding's `preview`), so they never
-    /// make a status look changed.
-    fn clear_foreign(&mut self) {}
-}
-
-/// What this process last wrote to each object, or found it to hold, as a fingerprint, with the
-/// resourceVersion it was written or seen at. A reconcile can read an object from a cache that
-/// has not yet seen our last write (the watch lags the write by milliseconds, and the write
-/// itself triggers more reconciles): it must not write the same thing again just because its
-/// copy is stale. And a copy already compared with what we generate need not be compared again
-/// (parsed, drift-checked) on every reconcile: a resourceVersion names one state of an object.
-/// Keys and fingerprints are kept as 64-bit hashes: a record per object, at 20,000 objects the
-/// strings took 8 MiB more RSS.
-#[derive(Default)]
-pub struct Written(Mutex<HashMap<u64, Record>>);
-
-struct Record {
-    /// The resourceVersion our write produced, or that of the copy we compared.
-    version: u64,
-    fingerprint: u64,
-    /// Whether the object at `version` was compared and found to be what `fingerprint` says.
-    /// Our write's response is not: a concurrent change may be in it.
-    compared: bool,
-}
-
-impl Written {
-    /// Whether the cached copy at `cached_version` needs no comparison with `fingerprint`: we
-    /// wrote that last and the copy predates our write, or it is the copy already found to
-    /// hold it. resourceVersions are compared as numbers (etcd revisions); one that is not a
-    /// number is always compared.
-    fn settled(&self, key: &str, cached_version: Option<&str>, fingerprint: &str) -> bool {
-        let Some(cached) = version(cached_version) else {
-            return false;
-        };
-        matches!(
-            self.lock().get(&digest(key)),
-            Some(r) if r.fingerprint == digest(fingerprint)
-                && (cached < r.version || (cached == r.version && r.compared))
-        )
-    }
-
-    /// Whether `fingerprint` is what we wrote last to `key`.
-    fn last(&self, key: &str, fingerprint: &str) -> bool {
-        matches!(self.lock().get(&digest(key)), Some(r) if r.fingerprint == digest(fingerprint))
-    }
-
-    fn record(&self, key: &str, version: Option<&str>, fingerprint: &str) {
-        self.insert(key, version, fingerprint, false);
-    }
-
-    /// Notes that the object at `version` was found to hold `fingerprint`, unless we wrote it
-    /// since (the cache lags behind that write).
-    fn compared(&self, key: &str, version: Option<&str>, fingerprint: &str) {
-        self.insert(key, version, fingerprint, true);
-    }
-
-    fn insert(&self, key: &str, version: Option<&str>, fingerprint: &str, compared: bool) {
-        let Some(version) = self::version(version) else {
-            return;
-        };
-        let key = digest(key);
-        let mut records = self.lock();
-        if compared && records.get(&key).is_some_and(|r| r.version > version) {
-            return;
-        }
-        // Deleted objects are never written again to forget theirs: bound the map (forgetting
-        // costs at most one comparison or redundant write).
-        if records.len() >= 65_536 && !records.contains_key(&key) {
-            records.clear();
-        }
-        let record = Record {
-            version,
-            fingerprint: digest(fingerprint),
-            compared,
-        };
-        records.insert(key, record);
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Record>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// A 64-bit hash of `text` (std's default hasher: the same for every `DefaultHasher::new()`).
-fn digest(text: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
-}
-
-fn version(resource_version: Option<&str>) -> Option<u64> {
-    resource_version.and_then(|v| v.parse().ok())
-}
-
-/// The key of an object's `part` (the object, or its status) in [`Written`]. Built from what
-/// is at hand: this runs for every object of every reconcile.
-fn written_key(
-    part: &str,
-    api_version: impl std::fmt::Display,
-    kind: impl std::fmt::Display,
-    namespace: Option<&str>,
-    name: &str,
-) -> String {
-    format!(
-        "{part} {api_version} {kind} {}/{name}",
-        namespace.unwrap_or_default()
-    )
-}
-
-/// A status as compared: without `lastUpdated` and the conditions' `lastTransitionTime`.
-fn comparable<S: Status>(status: &S) -> Value {
-    let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
-    if let Some(map) = value.as_object_mut() {
-        map.remove("lastUpdated");
-    }
-    if let Some(conditions) = value.get_mut("conditions").and_then(Value::as_array_mut) {
-        for condition in conditions {
-            if let Some(c) = condition.as_object_mut() {
-                c.remove("lastTransitionTime");
-            }
-        }
-    }
-    value
-}
-
-/// Writes `desired` as the status of `obj` unless the current status already says the same
-/// (or `written` shows we wrote it and the cached `obj` predates that write).
-/// `lastUpdated` and conditions' `lastTransitionTime` do not count as differences, so a
-/// reconcile of an unchanged object writes nothing. Returns whether it wrote.
-pub async fn status<K, S>(
-    api: &Api<K>,
-    obj: &K,
-    current: Option<&S>,
-    mut desired: S,
-    written: &Written,
-) -> Result<bool, Error>
-where
-    K: Resource<DynamicType = ()> + Serialize + Clone + Debug,
-    S: Status,
-{
-    let now = Time(Timestamp::now());
-    let previous = current.map(Status::conditions).unwrap_or_default();
-    for c in desired.conditions_mut().iter_mut() {
-        c.last_transition_time = match previous.iter().find(|p| p.type_ == c.type_) {
-            Some(p) if p.status == c.status => p.last_transition_time.clone(),
-            _ => now.clone(),
-        };
-    }
-    if let Some(mut current) = current.cloned() {
-        current.clear_foreign();
-        current.set_last_updated(None);
-        desired.set_last_updated(None);
-        if current == desired {
-            return Ok(false);
-        }
-    }
-    let key = written_key(
-        "status",
-        K::api_version(&()),
-        K::kind(&()),
-        obj.meta().namespace.as_deref(),
-        &obj.name_any(),
-    );
-    let fingerprint = comparable(&desired).to_string();
-    if written.settled(&key, obj.meta().resource_version.as_deref(), &fingerprint) {
-        return Ok(false);
-    }
-    desired.set_last_updated(Some(now));
-    let body = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": desired,
-    });
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let request =
-        request(api).patch_subresource("status", &obj.name_any(), &params, &Patch::Apply(body));
-    let stored = send(api, request)
-        .await
-        .map_err(Error::kube("writing status of", || describe(obj)))?;
-    written.record(&key, stored.as_deref(), &fingerprint);
-    Ok(true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn what_we_wrote_is_not_rewritten_from_a_stale_copy() {
-        let written = Written::default();
-        written.record("key", Some("120"), "ready");
-        // The cache still holds the object as it was before our write.
-        assert!(written.settled("key", Some("100"), "ready"));
-        // The cache caught up, or someone wrote after us: compare with what it holds.
-        assert!(!written.settled("key", Some("120"), "ready"));
-        assert!(!written.settled("key", Some("130"), "ready"));
-        // Something else, another object, or versions that are not numbers: compare.
-        assert!(!written.settled("key", Some("100"), "other"));
-        assert!(!written.settled("other", Some("100"), "ready"));
-        assert!(!written.settled("key", Some("a1"), "ready"));
-    }
-
-    #[test]
-    fn a_copy_found_as_wanted_is_not_compared_again_until_it_changes() {
-        let written = Written::default();
-        written.compared("key", Some("120"), "ready");
-        assert!(written.settled("key", Some("120"), "ready"));
-        // Changed since, or we want something else now: compare.
-        assert!(!written.settled("key", Some("121"), "ready"));
-        assert!(!written.settled("key", Some("120"), "other"));
-        // A stale copy compared after our write does not hide the write.
-        written.record("key", Some("130"), "next");
-        written.compared("key", Some("125"), "next");
-        assert!(written.settled("key", Some("129"), "next"));
-        assert!(!written.settled("key", Some("130"), "next"));
-    }
 
     #[test]
     fn a_replacement_drops_our_stale_labels_and_keeps_others() {

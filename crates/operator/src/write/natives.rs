@@ -1,9 +1,10 @@
 //! The native objects engines write: one label-filtered cache per kind, and the one
 //! apply/prune mechanism every engine goes through.
 
-use crate::apply::{self, is_controlled_by};
+use super::drift;
+use super::object::{self, is_controlled_by};
+use super::written::Written;
 use crate::cache::{Cache, Creations, Index, Place, place};
-use crate::drift;
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject};
@@ -130,7 +131,7 @@ impl Natives {
         &self,
         generated: &Generated,
         owner: &OwnerReference,
-        written: &apply::Written,
+        written: &Written,
     ) -> Result<NativeOutcome, Error> {
         let Some(owned) = self.owned(generated.kind) else {
             return Err(Error::NotWatched(generated.kind.kind));
@@ -157,7 +158,7 @@ impl Natives {
             .api::<NativeObject>(generated.kind, desired.namespace().as_deref())
             .get_opt(&desired.name_any())
             .await
-            .map_err(Error::kube("reading", || apply::describe(desired)))?;
+            .map_err(Error::kube("reading", || object::describe(desired)))?;
         Ok(found.map(Arc::new))
     }
 
@@ -168,10 +169,10 @@ impl Natives {
         owner: &OwnerReference,
         observed: Option<Arc<NativeObject>>,
         owned: &Owned,
-        written: &apply::Written,
+        written: &Written,
     ) -> Result<NativeOutcome, Error> {
         let observed = match observed {
-            Some(obj) if apply::left_by_predecessor(&*obj, owner) => {
+            Some(obj) if object::left_by_predecessor(&*obj, owner) => {
                 self.delete(generated.kind, &obj).await?;
                 None
             }
@@ -182,7 +183,7 @@ impl Natives {
         };
         let desired = &generated.object;
         let api: Api<DynamicObject> = self.api(generated.kind, desired.namespace().as_deref());
-        let wrote = apply::apply(
+        let wrote = object::apply(
             &api,
             generated.engine.manager(),
             desired,
@@ -228,7 +229,7 @@ impl Natives {
 
     async fn delete(&self, kind: &NativeKind, obj: &NativeObject) -> Result<bool, Error> {
         let api: Api<NativeObject> = self.api(kind, obj.namespace().as_deref());
-        apply::delete(&api, obj, || obj.describe()).await
+        object::delete(&api, obj, || obj.describe()).await
     }
 }
 
@@ -252,9 +253,9 @@ impl NativeObject {
         }
     }
 
-    /// The whole object, managedFields included, for [`apply::apply`] to compare.
-    pub fn seen(&self) -> apply::Seen<'_> {
-        apply::Seen::new(&self.metadata, || {
+    /// The whole object, managedFields included, for [`object::apply`] to compare.
+    pub fn seen(&self) -> object::Seen<'_> {
+        object::Seen::new(&self.metadata, || {
             let error = |source| Error::Serialize {
                 object: self.describe(),
                 source,

@@ -1,0 +1,85 @@
+//! A watch's stream: each event as the watch sees it, as JSON lines (objects or Table rows),
+//! bookmarks, and the error that makes a client relist.
+
+use super::super::openapi;
+use super::super::store::{Change, Event};
+use super::super::table::{Printed, table};
+use super::response::{Form, status_body};
+use bytes::Bytes;
+use http::StatusCode;
+use nimbus_api::posture::PostureKind;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// Sends `event` as this watch sees it (an object entering or leaving a selection is added
+/// or deleted); `false` when the client is gone.
+pub(super) async fn send<T: Printed + Serialize>(
+    tx: &mpsc::Sender<Bytes>,
+    encoder: &mut Encoder,
+    event: &Event<T>,
+    in_scope: &impl Fn(&T) -> bool,
+) -> bool {
+    let was = event.previous.as_deref().is_some_and(in_scope);
+    let is = event.change != Change::Deleted && in_scope(&event.object);
+    let change = match (was, is) {
+        (false, false) => return true,
+        (false, true) => Change::Added,
+        (true, true) => Change::Modified,
+        (true, false) => Change::Deleted,
+    };
+    tx.send(encoder.event(change, event)).await.is_ok()
+}
+
+pub(super) struct Encoder {
+    pub(super) form: Form,
+    pub(super) headers_sent: bool,
+}
+
+impl Encoder {
+    pub(super) fn event<T: Printed + Serialize>(
+        &mut self,
+        change: Change,
+        event: &Event<T>,
+    ) -> Bytes {
+        let object = match self.form {
+            Form::Json => serde_json::to_value(&*event.object).unwrap_or(Value::Null),
+            Form::Table(include) => {
+                let headers = !std::mem::replace(&mut self.headers_sent, true);
+                table(
+                    [&*event.object],
+                    json!({"resourceVersion": event.version.to_string()}),
+                    include,
+                    headers,
+                )
+            }
+        };
+        line(&json!({"type": change.as_str(), "object": object}))
+    }
+
+    pub(super) fn bookmark<T: PostureKind>(&self, version: u64, initial_events_end: bool) -> Bytes {
+        let mut metadata = json!({"resourceVersion": version.to_string()});
+        if initial_events_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        line(&json!({"type": "BOOKMARK", "object": {
+            "apiVersion": openapi::group_version(),
+            "kind": T::KIND,
+            "metadata": metadata,
+        }}))
+    }
+}
+
+pub(super) fn expired(version: u64) -> Bytes {
+    line(&json!({"type": "ERROR", "object": status_body(
+        StatusCode::GONE,
+        "Expired",
+        &format!("too old resource version: {version} (it was not handed out by this server, or is no longer kept)"),
+    )}))
+}
+
+pub(super) fn line(value: &Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}

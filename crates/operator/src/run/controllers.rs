@@ -1,0 +1,358 @@
+//! The five controllers, fed from the shared caches: what triggers each, and the gate every
+//! reconcile passes (started, leading) with its metrics.
+
+use super::caches::Caches;
+use crate::availability::Served;
+use crate::cache::Driver;
+use crate::context::Context;
+use crate::controllers::{binding, cluster_binding, error_policy, intent, policy};
+use crate::error::Error;
+use crate::metrics::ControllerLabels;
+use crate::write::natives::NativeObject;
+use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt, future};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::runtime::Controller;
+use kube::runtime::controller::{self, Action};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use nimbus_api::{ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent};
+use nimbus_core::namespaces::ProtectedNamespaces;
+use nimbus_core::plan;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::watch;
+use tokio_stream::wrappers::WatchStream;
+use tokio_util::sync::CancellationToken;
+
+/// Events that make a controller reconcile everything, or stop.
+pub(super) struct Triggers {
+    pub(super) served: watch::Receiver<Served>,
+    pub(super) leading: watch::Receiver<bool>,
+    pub(super) shutdown: CancellationToken,
+    /// Reconciles each controller runs at once.
+    pub(super) concurrency: u16,
+}
+
+impl Triggers {
+    fn controller_config(&self) -> controller::Config {
+        controller::Config::default().concurrency(self.concurrency)
+    }
+
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let token = self.shutdown.clone();
+        async move { token.cancelled().await }
+    }
+
+    /// An engine's kinds became served, or stopped being.
+    fn availability_changed(&self) -> BoxStream<'static, ()> {
+        WatchStream::from_changes(self.served.clone())
+            .map(|_| ())
+            .boxed()
+    }
+
+    /// This replica became leader: as a standby it skipped all work.
+    fn leadership_gained(&self) -> BoxStream<'static, ()> {
+        WatchStream::from_changes(self.leading.clone())
+            .filter(|leads| future::ready(*leads))
+            .map(|_| ())
+            .boxed()
+    }
+}
+
+pub(super) fn intent_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> Driver {
+    let controller = Controller::for_stream(caches.intents.subscribe(), ctx.intents.clone())
+        .reconcile_all_on(t.leadership_gained())
+        .graceful_shutdown_on(t.stopped())
+        .with_config(t.controller_config())
+        .run(
+            gated("intent", ctx.intents.clone(), intent::reconcile),
+            error_policy,
+            ctx.clone(),
+        );
+    drain(controller)
+}
+
+pub(super) fn binding_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> Driver {
+    let by_intent = ctx.bindings.clone();
+    let in_namespace = ctx.bindings.clone();
+    let controller = Controller::for_stream(caches.bindings.subscribe(), ctx.bindings.clone())
+        .owns_stream(caches.policies.subscribe())
+        .watches_stream(caches.intents.subscribe(), move |si: SecurityIntent| {
+            referencing(&by_intent, &si.name_any(), |b| &b.spec.intents)
+        })
+        // A namespace's shadow label decides its bindings' mode.
+        .watches_stream(caches.namespaces.subscribe(), move |ns: Namespace| {
+            let name = ns.name_any();
+            in_namespace
+                .state()
+                .iter()
+                .filter(|b| b.namespace().as_deref() == Some(name.as_str()))
+                .map(|b| ObjectRef::from_obj(&**b))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_all_on(futures::stream::select_all([
+            t.availability_changed(),
+            t.leadership_gained(),
+            // What it created may have come and gone while the watch was down.
+            caches.policies.relisted(),
+        ]))
+        .graceful_shutdown_on(t.stopped())
+        .with_config(t.controller_config())
+        .run(
+            gated("binding", ctx.bindings.clone(), binding::reconcile),
+            error_policy,
+            ctx.clone(),
+        );
+    drain(controller)
+}
+
+pub(super) fn cluster_binding_controller(
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+) -> Driver {
+    let by_intent = ctx.cluster_bindings.clone();
+    let by_namespace = ctx.cluster_bindings.clone();
+    let protected = ctx.protected_namespaces.clone();
+    let controller = Controller::for_stream(
+        caches.cluster_bindings.subscribe(),
+        ctx.cluster_bindings.clone(),
+    )
+    .owns_stream(caches.cluster_policies.subscribe())
+    // `owns` would look the cluster-scoped owner up inside the child's namespace.
+    .watches_stream(caches.policies.subscribe(), |np: NimbusPolicy| {
+        owner::<ClusterSecurityIntentBinding, _>(&np, None)
+    })
+    .watches_stream(caches.intents.subscribe(), move |si: SecurityIntent| {
+        referencing(&by_intent, &si.name_any(), |b| &b.spec.intents)
+    })
+    .watches_stream(caches.namespaces.subscribe(), move |ns: Namespace| {
+        selecting(&by_namespace, &ns.name_any(), &protected)
+    })
+    .reconcile_all_on(futures::stream::select_all([
+        t.availability_changed(),
+        t.leadership_gained(),
+        caches.policies.relisted(),
+        caches.cluster_policies.relisted(),
+    ]))
+    .graceful_shutdown_on(t.stopped())
+    .with_config(t.controller_config())
+    .run(
+        gated(
+            "cluster_binding",
+            ctx.cluster_bindings.clone(),
+            cluster_binding::reconcile,
+        ),
+        error_policy,
+        ctx.clone(),
+    );
+    drain(controller)
+}
+
+pub(super) fn policy_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> Driver {
+    let controller = Controller::for_stream(caches.policies.subscribe(), ctx.policies.clone());
+    let controller = translating(controller, ctx, caches, t, |obj| {
+        owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref())
+    });
+    drain(controller.run(
+        gated("policy", ctx.policies.clone(), policy::reconcile_namespaced),
+        error_policy,
+        ctx.clone(),
+    ))
+}
+
+pub(super) fn cluster_policy_controller(
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+) -> Driver {
+    let controller = Controller::for_stream(
+        caches.cluster_policies.subscribe(),
+        ctx.cluster_policies.clone(),
+    );
+    let controller = translating(controller, ctx, caches, t, |obj| {
+        owner::<ClusterNimbusPolicy, _>(&obj, None)
+    });
+    drain(controller.run(
+        gated(
+            "cluster_policy",
+            ctx.cluster_policies.clone(),
+            policy::reconcile_cluster,
+        ),
+        error_policy,
+        ctx.clone(),
+    ))
+}
+
+/// A policy controller's triggers: a change to a native object reconciles the policy owning it
+/// (`owner_of`), and a change to what translations read reconciles every policy.
+fn translating<P>(
+    mut controller: Controller<P>,
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+    owner_of: fn(NativeObject) -> Option<ObjectRef<P>>,
+) -> Controller<P>
+where
+    P: Resource<DynamicType = ()>
+        + Clone
+        + Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    for (kind, cache, _) in &mut caches.natives {
+        controller =
+            controller.watches_stream_with(cache.subscribe(), owner_of, kind.api_resource());
+    }
+    controller
+        .reconcile_all_on(translation_inputs_changed(ctx, caches, t))
+        .graceful_shutdown_on(t.stopped())
+        .with_config(t.controller_config())
+}
+
+/// When every policy is re-translated: what a translation reads changed (engine availability,
+/// the cluster facts engines read), leadership was gained, or a native kind was relisted (what a
+/// policy created may have come and gone while that watch was down).
+fn translation_inputs_changed(
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+) -> BoxStream<'static, ()> {
+    let mut streams = vec![t.availability_changed(), t.leadership_gained()];
+    streams.extend(
+        caches
+            .facts
+            .changes(&ctx.engines.facts, &mut caches.namespaces),
+    );
+    streams.extend(caches.natives.iter_mut().map(|(_, c, _)| c.relisted()));
+    futures::stream::select_all(streams).boxed()
+}
+
+/// Runs `reconcile` once the operator has started (see [`Caches::started`]: until then a
+/// reconcile would take "not listed yet" for "absent", and delete what is in force), and only
+/// while this replica leads (a standby keeps its caches warm and is reconciled in full when it
+/// takes over); records metrics about it.
+fn gated<K, F, Fut>(
+    controller: &'static str,
+    store: Store<K>,
+    reconcile: F,
+) -> impl FnMut(Arc<K>, Arc<Context>) -> futures::future::BoxFuture<'static, Result<Action, Error>>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    move |obj, ctx| {
+        let store = store.clone();
+        async move {
+            let mut started = ctx.started.clone();
+            let obj = if *started.borrow_and_update() {
+                obj
+            } else {
+                let _ = started.wait_for(|s| *s).await;
+                // The object may have changed, or gone, while the caches filled.
+                match store.get(&ObjectRef::from_obj(&*obj)) {
+                    Some(latest) => latest,
+                    None => return Ok(Action::await_change()),
+                }
+            };
+            if !*ctx.leading.borrow() {
+                return Ok(Action::await_change());
+            }
+            let labels = ControllerLabels { controller };
+            let in_flight = ctx.metrics.in_flight.get_or_create(&labels).clone();
+            in_flight.inc();
+            let started = Instant::now();
+            let key = crate::controllers::failure_key(&*obj);
+            // Named for the debug log only when it is on: this runs for every reconcile.
+            let subject =
+                tracing::enabled!(tracing::Level::DEBUG).then(|| (obj.name_any(), obj.namespace()));
+            let result = reconcile(obj, ctx.clone()).await;
+            if let Some((name, namespace)) = subject {
+                tracing::debug!(controller, %name, ?namespace, ?result, "reconciled");
+            }
+            in_flight.dec();
+            if result.is_ok() {
+                ctx.forget_failures(&key);
+            }
+            ctx.metrics
+                .reconciled(controller, started.elapsed(), result.as_ref().err());
+            result
+        }
+        .boxed()
+    }
+}
+
+/// Runs a controller, logging what it reports.
+fn drain<T: Debug, E: std::fmt::Display>(
+    stream: impl Stream<Item = Result<T, E>> + Send + 'static,
+) -> Driver {
+    stream
+        .for_each(|result| {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller event");
+            }
+            future::ready(())
+        })
+        .boxed()
+}
+
+/// Bindings in `store` that reference the intent `intent`.
+fn referencing<B>(
+    store: &Store<B>,
+    intent: &str,
+    intents: impl Fn(&B) -> &Vec<nimbus_api::MatchIntent>,
+) -> Vec<ObjectRef<B>>
+where
+    B: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .filter(|b| intents(b).iter().any(|m| m.name == intent))
+        .map(|b| ObjectRef::from_obj(&**b))
+        .collect()
+}
+
+/// Cluster bindings whose namespace selector selects `namespace`.
+fn selecting(
+    store: &Store<ClusterSecurityIntentBinding>,
+    namespace: &str,
+    protected: &ProtectedNamespaces,
+) -> Vec<ObjectRef<ClusterSecurityIntentBinding>> {
+    store
+        .state()
+        .iter()
+        .filter(|b| plan::selects_namespace(b, namespace, protected))
+        .map(|b| ObjectRef::from_obj(&**b))
+        .collect()
+}
+
+/// The controlling owner of `child` if it is a `K`, in `namespace` (`None` for a cluster-scoped
+/// owner; kube's `owns` would look one up inside the child's namespace).
+fn owner<K, C>(child: &C, namespace: Option<&str>) -> Option<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+    C: Resource,
+{
+    child
+        .owner_references()
+        .iter()
+        .find(|o| {
+            o.controller == Some(true)
+                && o.kind == K::kind(&())
+                && o.api_version == K::api_version(&())
+        })
+        .map(|o| {
+            let key = ObjectRef::new(&o.name);
+            match namespace {
+                Some(ns) => key.within(ns),
+                None => key,
+            }
+        })
+}
