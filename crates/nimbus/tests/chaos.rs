@@ -862,7 +862,10 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
     assert!(converged.is_some_and(|a| a.expected > 0));
 
     // At rest, nothing is to change: whatever happens to the replicas or the control plane, no
-    // generated object may be deleted and re-created, even for a moment.
+    // generated object may be deleted and re-created, even for a moment. The churn's last
+    // reconciles and the Events they queued are done first: a Warning the churn caused is not
+    // the disruptions' doing.
+    settled(&client, &replicas).await;
     let monitor = Monitor::start(
         &client,
         Watched {
@@ -1016,9 +1019,13 @@ async fn settled(client: &Client, replicas: &[Replica]) {
         }
         let in_flight = leader.metric("nimbus_reconciles_in_flight", "").await;
         let pending = leader.metric("nimbus_watch_events_pending", "").await;
+        let queued = leader.metric("nimbus_events_queued", "").await;
         let leading = leader.metric("nimbus_leader", "").await;
-        *seen = format!("{holder}: leading {leading}, {in_flight} in flight, {pending} pending");
-        (leading == 1.0 && in_flight == 0.0 && pending == 0.0).then_some(())
+        *seen = format!(
+            "{holder}: leading {leading}, {in_flight} in flight, {pending} pending, \
+             {queued} Events queued"
+        );
+        (leading == 1.0 && in_flight == 0.0 && pending == 0.0 && queued == 0.0).then_some(())
     })
     .await;
 }

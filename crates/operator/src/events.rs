@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -29,13 +30,20 @@ enum Item {
 pub struct Events {
     queue: mpsc::Sender<Item>,
     dropped: Counter,
+    /// Events queued and not yet written (or given up on).
+    queued: Gauge,
 }
 
 impl Events {
     /// The queue, and the task that writes it through `recorder` (it ends once every
     /// [`Events`] is dropped).
-    pub fn start(recorder: Recorder, dropped: Counter) -> (Self, impl Future<Output = ()>) {
+    pub fn start(
+        recorder: Recorder,
+        dropped: Counter,
+        queued: Gauge,
+    ) -> (Self, impl Future<Output = ()>) {
         let (queue, mut items) = mpsc::channel(QUEUE);
+        let writing = queued.clone();
         let writer = async move {
             while let Some(item) = items.recv().await {
                 match item {
@@ -43,6 +51,7 @@ impl Events {
                         if let Err(error) = recorder.publish(&event, &subject).await {
                             tracing::warn!(%error, name = ?subject.name, reason = %event.reason, "recording event failed");
                         }
+                        writing.dec();
                     }
                     Item::Flush(done) => {
                         let _ = done.send(());
@@ -50,7 +59,12 @@ impl Events {
                 }
             }
         };
-        (Self { queue, dropped }, writer)
+        let events = Self {
+            queue,
+            dropped,
+            queued,
+        };
+        (events, writer)
     }
 
     /// Queues an event on `obj`; it never fails nor delays the reconcile.
@@ -78,11 +92,14 @@ impl Events {
 
     /// Queues `event` about `subject`; never waits.
     pub fn publish(&self, event: Event, subject: ObjectReference) {
+        // Counted before it is sent: the writer may take it at once.
+        self.queued.inc();
         if self
             .queue
             .try_send(Item::Event(Box::new(event), subject))
             .is_err()
         {
+            self.queued.dec();
             self.dropped.inc();
             tracing::debug!("event queue full or closed; event dropped");
         }
@@ -116,8 +133,12 @@ mod tests {
             controller: "test".into(),
             instance: None,
         };
-        let dropped = Counter::default();
-        let (events, _writer) = Events::start(Recorder::new(client, reporter), dropped.clone());
+        let (dropped, queued) = (Counter::default(), Gauge::default());
+        let (events, _writer) = Events::start(
+            Recorder::new(client, reporter),
+            dropped.clone(),
+            queued.clone(),
+        );
         for _ in 0..QUEUE + 3 {
             events.publish(
                 Event {
@@ -131,5 +152,6 @@ mod tests {
             );
         }
         assert_eq!(dropped.get(), 3);
+        assert_eq!(queued.get(), i64::try_from(QUEUE).expect("a small number"));
     }
 }

@@ -56,6 +56,8 @@ pub struct Metrics {
     pub applied: Family<EngineLabels, Counter>,
     pub pruned: Family<EngineLabels, Counter>,
     pub events_dropped: Counter,
+    /// Kubernetes Events queued and not yet written.
+    pub events_queued: Gauge,
     pub leader: Gauge,
 }
 
@@ -109,6 +111,12 @@ impl Default for Metrics {
             "Kubernetes Events not written because too many were waiting",
             events_dropped.clone(),
         );
+        let events_queued = Gauge::default();
+        registry.register(
+            "events_queued",
+            "Kubernetes Events waiting to be written",
+            events_queued.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -132,6 +140,7 @@ impl Default for Metrics {
             applied,
             pruned,
             events_dropped,
+            events_queued,
             leader,
         }
     }

@@ -126,6 +126,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let (events, events_writer) = Events::start(
         Recorder::new(client.clone(), reporter),
         metrics.events_dropped.clone(),
+        metrics.events_queued.clone(),
     );
     tokio::spawn(events_writer);
     let signals = Signals {
