@@ -1,10 +1,12 @@
-//! escapeToHost, cocoWorkload and virtualPatch, enforced by the real Kyverno: its admission and background
-//! controllers (v1.19.1, built from the Go module pinned in tools/kyverno by
-//! hack/build-kyverno.sh) run as processes beside a control plane of their own, registered as
-//! webhooks the API server calls on 127.0.0.1. Workloads are created through the API server
-//! (dry run: nothing is scheduled) in a namespace bound by a SecurityIntentBinding, one bound by
-//! a ClusterSecurityIntentBinding, and one nothing binds; the matrices show what Kyverno made of
-//! each.
+//! escapeToHost, cocoWorkload and virtualPatch, enforced by the real Kyverno: its admission,
+//! background and reports controllers (v1.19.1, built from the Go module pinned in tools/kyverno
+//! by hack/build-kyverno.sh) run as processes beside a control plane of their own, the admission
+//! controller registered as webhooks the API server calls on 127.0.0.1. Workloads are created
+//! through the API server (dry run: nothing is scheduled) in a namespace bound by a
+//! SecurityIntentBinding, one bound by a ClusterSecurityIntentBinding, and one nothing binds;
+//! the matrices show what Kyverno made of each. In audit and shadow mode the pods are stored
+//! (nothing schedules them either), and Kyverno's own PolicyReports, written by its reports
+//! controller, say which of them break the policy.
 
 use crate::common::{
     CONVERGE, VIRTUAL_PATCH_DB, built_by, install_engine_crd, install_virtual_patch_db,
@@ -21,6 +23,7 @@ use nimbus_testenv::{
     Child, ControlPlane, Options, TestNamespace, apply_yaml, eventually, free_port,
 };
 use serde_json::{Value, json};
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -30,6 +33,7 @@ use std::time::Duration;
 const KYVERNO_START: Duration = Duration::from_secs(180);
 const NAMESPACE: &str = "kyverno";
 const BACKGROUND_SA: &str = "system:serviceaccount:kyverno:kyverno-background-controller";
+const REPORTS_SA: &str = "system:serviceaccount:kyverno:kyverno-reports-controller";
 
 /// What Kyverno needs besides its CRDs (its configuration, and the grants it checks before it
 /// accepts a policy with generate or mutate-existing rules).
@@ -53,12 +57,14 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-
 subjects:
   - {kind: ServiceAccount, name: kyverno-admission-controller, namespace: kyverno}
   - {kind: ServiceAccount, name: kyverno-background-controller, namespace: kyverno}
+  - {kind: ServiceAccount, name: kyverno-reports-controller, namespace: kyverno}
 "#;
 
 struct Kyverno {
     control_plane: ControlPlane,
     _admission: Child,
     _background: Child,
+    _reports: Child,
 }
 
 /// The control plane with Kyverno and the operator running on it (started once per process).
@@ -98,28 +104,35 @@ async fn start() -> Kyverno {
     let dir = control_plane.work_dir().to_owned();
     let admin = control_plane.kubeconfig_path().to_owned();
     let background = impersonating(&admin, BACKGROUND_SA, &dir.join("background.kubeconfig"));
+    let reports = impersonating(&admin, REPORTS_SA, &dir.join("reports.kubeconfig"));
     let port = free_port().expect("port");
     let common = |kubeconfig: &Path| -> Vec<String> {
         [
             format!("--kubeconfig={}", kubeconfig.display()),
             "--disableMetrics=true".into(),
             "--otelConfig=grpc".into(),
-            "--controllerRuntimeMetricsAddress=0".into(),
             "--leaderElectionRetryPeriod=1s".into(),
             "--loggingFormat=text".into(),
             "--autoMemLimitEnabled=false".into(),
         ]
         .into()
     };
+    // The reports controller has no controller-runtime metrics server, nor this flag.
+    let no_runtime_metrics = || "--controllerRuntimeMetricsAddress=0".to_owned();
     let mut admission_args = common(&admin);
     admission_args.extend([
+        no_runtime_metrics(),
         format!("--serverIP=127.0.0.1:{port}"),
         "--webhookServerHost=127.0.0.1".into(),
         format!("--webhookServerPort={port}"),
         "--caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca".into(),
         "--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair".into(),
+        // Reports come from the reports controller's background scans alone: one scan of a pod
+        // evaluates every policy of its namespace at once (admission writes audit and enforce
+        // results apart), which is what lets a report say a policy has no result for a pod.
         "--admissionReports=false".into(),
         format!("--backgroundServiceAccountName={BACKGROUND_SA}"),
+        format!("--reportsServiceAccountName={REPORTS_SA}"),
     ]);
     let env = |pod: &'static str, account: &'static str| {
         [
@@ -142,11 +155,26 @@ async fn start() -> Kyverno {
     let background = Child::spawn(
         "kyverno-background",
         &bin.join("background-controller"),
-        &common(&background),
+        &[common(&background), vec![no_runtime_metrics()]].concat(),
         &env("kyverno-background-0", "kyverno-background-controller"),
         &dir,
     )
     .expect("starting Kyverno's background controller");
+    // Scans what the policies with `background: true` match and aggregates the results into
+    // PolicyReports (wgpolicyk8s.io/v1alpha2, crds/policyreport: openreports.io only with
+    // --openreportsEnabled). A pod is scanned 30 s after it appears and its report written
+    // 10 s after the scan (constants of v1.19.1, no flag shortens them); the rescan interval
+    // (--backgroundScanInterval, 1 h) plays no part in the tests.
+    let mut reports_args = common(&reports);
+    reports_args.push("--admissionReports=false".into());
+    let reports = Child::spawn(
+        "kyverno-reports",
+        &bin.join("reports-controller"),
+        &reports_args,
+        &env("kyverno-reports-0", "kyverno-reports-controller"),
+        &dir,
+    )
+    .expect("starting Kyverno's reports controller");
 
     // Ready: its policy webhook is registered at our port, and the background controller leads.
     let webhooks = dynamic(
@@ -168,18 +196,24 @@ async fn start() -> Kyverno {
     .await;
     let leases =
         Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), NAMESPACE);
-    eventually(
-        "Kyverno's background controller to lead",
-        KYVERNO_START,
-        async |_| {
-            let lease = leases
-                .get_opt("kyverno-background-controller")
-                .await
-                .ok()??;
-            (lease.spec?.holder_identity? == "kyverno-background-0").then_some(())
-        },
-    )
-    .await;
+    for (lease, holder, child) in [
+        (
+            "kyverno-background-controller",
+            "kyverno-background-0",
+            &background,
+        ),
+        ("kyverno-reports-controller", "kyverno-reports-0", &reports),
+    ] {
+        eventually(&format!("{lease} to lead"), KYVERNO_START, async |seen| {
+            // On a timeout, the controller's last words say why it does not lead.
+            let output = child.output();
+            let tail: Vec<&str> = output.lines().rev().take(5).collect();
+            *seen = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
+            let lease = leases.get_opt(lease).await.ok()??;
+            (lease.spec?.holder_identity? == holder).then_some(())
+        })
+        .await;
+    }
 
     let config = control_plane.config().clone();
     std::thread::spawn(move || {
@@ -201,6 +235,7 @@ async fn start() -> Kyverno {
         control_plane,
         _admission: admission,
         _background: background,
+        _reports: reports,
     }
 }
 
@@ -394,8 +429,24 @@ fn container(security_context: Value) -> Value {
     json!({"name": "app", "image": "registry.invalid/app:1", "securityContext": security_context})
 }
 
-/// `admitted`, or `denied (<Pod Security reason>)` with the reason from Kyverno's message.
+/// `admitted`, or `denied (<Pod Security reason>)` with the reason from Kyverno's message
+/// (dry run: the pod is not stored).
 async fn admission(client: &Client, ns: &str, app: &str, spec: Value) -> String {
+    match try_create_pod(client, ns, app, spec, true).await {
+        Ok(_) => "admitted".to_owned(),
+        Err(denied) => denied,
+    }
+}
+
+/// Creates a pod (`dry_run`: only admission sees it); returns it as stored, or the cell
+/// `denied (<Pod Security reason>)` when Kyverno refused it.
+async fn try_create_pod(
+    client: &Client,
+    ns: &str,
+    app: &str,
+    spec: Value,
+    dry_run: bool,
+) -> Result<Pod, String> {
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"generateName": "eff-", "labels": {"app": app}},
@@ -403,14 +454,14 @@ async fn admission(client: &Client, ns: &str, app: &str, spec: Value) -> String 
     }))
     .expect("pod");
     let params = PostParams {
-        dry_run: true,
+        dry_run,
         ..Default::default()
     };
     match Api::<Pod>::namespaced(client.clone(), ns)
         .create(&params, &pod)
         .await
     {
-        Ok(_) => "admitted".to_owned(),
+        Ok(pod) => Ok(pod),
         Err(kube::Error::Api(e)) if e.message.contains("blocked due to the following policies") => {
             let reason = e
                 .message
@@ -418,7 +469,7 @@ async fn admission(client: &Client, ns: &str, app: &str, spec: Value) -> String 
                 .nth(1)
                 .and_then(|r| r.split(", field error list").next())
                 .unwrap_or(&e.message);
-            format!("denied ({reason})")
+            Err(format!("denied ({reason})"))
         }
         Err(e) => panic!("creating a pod in {ns}: {e}"),
     }
@@ -485,9 +536,240 @@ async fn escape_to_host_restricted_denies_root_pods_where_bound() {
     escape_to_host("kyverno-escapeToHost-restricted", "restricted", "Block").await;
 }
 
+/// How long Kyverno takes to report on a new pod: the reports controller scans a pod 30 s after
+/// it appears and aggregates the scan into its PolicyReport 10 s later (v1.19.1's constants; a
+/// new or changed policy rescans at once). Measured: 40 s; the rest is for two busy cores.
+const REPORTED: Duration = Duration::from_secs(90);
+
+/// The policy every pod passes, in each namespace of the report matrix. A pod's report holds
+/// its result once Kyverno has scanned the pod, and one scan evaluates every policy of the
+/// pod's namespace: a report with this result and none of Nimbus's policy means Kyverno found
+/// nothing to say, not that it has not looked yet.
+const SENTINEL: &str = "report-sentinel";
+
+async fn install_sentinel(client: &Client, ns: &str) {
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kyverno.io/v1", "kind": "Policy",
+        "metadata": {"name": SENTINEL, "namespace": ns},
+        "spec": {
+            "validationFailureAction": "Audit",
+            "background": true,
+            "rules": [{
+                "name": "every-pod-passes",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "a pod has a name", "pattern": {"metadata": {"name": "?*"}}},
+            }],
+        },
+    }))
+    .expect("sentinel policy");
+    Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        ns,
+        &engines::KYVERNO_POLICY.api_resource(),
+    )
+    .create(&PostParams::default(), &policy)
+    .await
+    .unwrap_or_else(|e| panic!("creating the sentinel policy in {ns}: {e}"));
+}
+
+/// What the PolicyReports of `ns` say about each pod scanned so far (by pod UID): the results
+/// of every policy but the sentinel, `none` when there are none.
+async fn reported(client: &Client, ns: &str) -> HashMap<String, String> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
+        "policyreports",
+    );
+    let reports = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource)
+        .list(&ListParams::default())
+        .await
+        .expect("listing PolicyReports");
+    let sentinel = format!("{ns}/{SENTINEL}");
+    let mut out = HashMap::new();
+    for report in reports.items {
+        let results = report.data["results"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if !results.iter().any(|r| r["policy"] == sentinel.as_str()) {
+            continue;
+        }
+        // Nimbus's policy is the only other one whose scope can include the pod (a `Policy` of
+        // its namespace or the `ClusterPolicy` of a cluster binding selecting it).
+        let verdicts: BTreeSet<&str> = results
+            .iter()
+            .filter(|r| r["policy"] != sentinel.as_str())
+            .filter_map(|r| r["result"].as_str())
+            .collect();
+        let verdict = if verdicts.is_empty() {
+            "none".to_owned()
+        } else {
+            verdicts.into_iter().collect::<Vec<_>>().join(", ")
+        };
+        if let Some(uid) = report.data["scope"]["uid"].as_str() {
+            out.insert(uid.to_owned(), verdict);
+        }
+    }
+    out
+}
+
+/// How a namespace of the report matrix is bound.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Audit,
+    Shadow,
+    Block,
+    Unbound,
+}
+
+/// What a pod gets under escapeToHost psaLevel=baseline: in audit and shadow every selected pod
+/// is admitted and Kyverno's report says whether it breaks the level; an enforcing binding
+/// denies the pods that break it; Nimbus's policy says nothing about the pods it does not
+/// select.
+fn reported_promise(mode: Mode, selected: bool, pod: &str) -> String {
+    let violates = escape_promise("baseline", true, pod) == "denied";
+    match (mode, selected && mode != Mode::Unbound, violates) {
+        (_, false, _) => "admitted, report: none",
+        (Mode::Block, true, true) => "denied",
+        (_, true, true) => "admitted, report: fail",
+        (_, true, false) => "admitted, report: pass",
+    }
+    .to_owned()
+}
+
+/// escapeToHost in audit (a SecurityIntentBinding and a ClusterSecurityIntentBinding of an
+/// `action: Audit` intent) and in shadow (a binding of an `action: Block` intent labelled
+/// shadow), beside the same Block intent enforcing and a namespace nothing binds. Pods are
+/// created for real and the cell is what Kyverno did at admission, then what its own
+/// PolicyReport (from the reports controller's background scan) says of the pod for Nimbus's
+/// policy.
 #[tokio::test]
-async fn escape_to_host_audit_admits_everything() {
-    escape_to_host("kyverno-escapeToHost-audit", "baseline", "Audit").await;
+async fn escape_to_host_audit_and_shadow_admit_and_report() {
+    let cp = cluster();
+    let client = cp.client().expect("client");
+    let params = json!({"psaLevel": ["baseline"]});
+    let audit = intent(&client, "escapeToHost", "Audit", params.clone()).await;
+    let block = intent(&client, "escapeToHost", "Block", params).await;
+    let selecting = |shadow| Selecting {
+        labels: json!({"app": "web"}),
+        allow_sensitive: None,
+        shadow,
+    };
+    let by_sib = namespace(cp, "eff-kyv-audit").await;
+    let by_csib = namespace(cp, "eff-kyv-audit-csib").await;
+    let shadowed = namespace(cp, "eff-kyv-shadow").await;
+    let enforced = namespace(cp, "eff-kyv-block").await;
+    let unbound = namespace(cp, "eff-kyv-unbound").await;
+    bind_namespaced(&client, by_sib.name(), &audit, &selecting(false)).await;
+    let csib = bind_cluster(&client, by_csib.name(), &audit, &selecting(false)).await;
+    bind_namespaced(&client, shadowed.name(), &block, &selecting(true)).await;
+    bind_namespaced(&client, enforced.name(), &block, &selecting(false)).await;
+    let all = [&by_sib, &by_csib, &shadowed, &enforced, &unbound].map(|ns| ns.name());
+    for ns in all {
+        install_sentinel(&client, ns).await;
+    }
+    kyverno_policies_ready(&client, &all).await;
+
+    // (column, mode, namespace, app label)
+    let subjects = [
+        (
+            "selected, SecurityIntentBinding, action Audit",
+            Mode::Audit,
+            by_sib.name(),
+            "web",
+        ),
+        (
+            "unselected, SecurityIntentBinding, action Audit",
+            Mode::Audit,
+            by_sib.name(),
+            "db",
+        ),
+        (
+            "selected, ClusterSecurityIntentBinding, action Audit",
+            Mode::Audit,
+            by_csib.name(),
+            "web",
+        ),
+        (
+            "selected, SecurityIntentBinding in shadow mode, action Block",
+            Mode::Shadow,
+            shadowed.name(),
+            "web",
+        ),
+        (
+            "unselected, SecurityIntentBinding in shadow mode, action Block",
+            Mode::Shadow,
+            shadowed.name(),
+            "db",
+        ),
+        (
+            "selected, SecurityIntentBinding, action Block",
+            Mode::Block,
+            enforced.name(),
+            "web",
+        ),
+        (
+            "in an unbound namespace",
+            Mode::Unbound,
+            unbound.name(),
+            "web",
+        ),
+    ];
+    // Per row, per subject: the admitted pod's UID, or the denial's cell.
+    let mut created = Vec::new();
+    let mut expected = Vec::new();
+    for (name, spec) in PODS {
+        let mut cells = Vec::new();
+        let mut promised = Vec::new();
+        for (_, mode, ns, app) in &subjects {
+            let pod = try_create_pod(&client, ns, app, spec(), false).await;
+            cells.push(pod.map(|p| p.metadata.uid.expect("uid")));
+            promised.push(reported_promise(*mode, *app == "web", name));
+        }
+        created.push((*name, cells));
+        expected.push(((*name).to_owned(), promised));
+    }
+    let rows = eventually(
+        "Kyverno's reports of the admitted pods",
+        REPORTED,
+        async |seen| {
+            let mut reports = HashMap::new();
+            for ns in all {
+                reports.extend(reported(&client, ns).await);
+            }
+            let mut rows = Vec::new();
+            let mut pending = Vec::new();
+            for (name, cells) in &created {
+                let mut row = Vec::new();
+                for (cell, (subject, ..)) in cells.iter().zip(&subjects) {
+                    row.push(match cell {
+                        Err(denied) => denied.clone(),
+                        Ok(uid) => match reports.get(uid) {
+                            Some(verdict) => format!("admitted, report: {verdict}"),
+                            None => {
+                                pending.push(format!("{name} / {subject}"));
+                                continue;
+                            }
+                        },
+                    });
+                }
+                rows.push(((*name).to_owned(), row));
+            }
+            *seen = format!("no report yet of {pending:?}");
+            pending.is_empty().then_some(rows)
+        },
+    )
+    .await;
+    let matrix = Matrix {
+        id: "kyverno-escapeToHost-audit",
+        title: "escapeToHost psaLevel=baseline in audit and shadow mode (Kyverno v1.19.1 admission and reports controllers)".to_owned(),
+        case_header: "pod",
+        subjects: subjects.iter().map(|(s, ..)| (*s).to_owned()).collect(),
+        rows,
+        expected,
+    };
+    unbind_cluster(&client, &csib).await;
+    matrix.assert_as_promised();
+    matrix.assert_in_readme();
 }
 
 fn deployment(app: &str) -> Deployment {

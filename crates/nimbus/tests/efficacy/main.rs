@@ -4,8 +4,9 @@
 //!
 //! - NetworkPolicy: cyclonus's NetworkPolicy matcher (`tools/netpol-decider`, built from its Go
 //!   module), an implementation of the NetworkPolicy semantics independent of ours;
-//! - Kyverno policies: Kyverno itself, its admission and background controllers built from its
-//!   Go module and run as the webhooks of a control plane of their own (`kyverno.rs`);
+//! - Kyverno policies: Kyverno itself, its admission, background and reports controllers built
+//!   from its Go module and run beside a control plane of their own, the admission controller
+//!   as its webhooks (`kyverno.rs`);
 //! - RBAC (namespaceSandbox): the API server's own RBAC authorizer, asked through
 //!   SubjectAccessReviews.
 //!
