@@ -152,8 +152,6 @@ struct Verdict {
 
 /// Runs tools/netpol-decider on a batch; a verdict map per scenario, traffic named by index.
 fn decide(batch: &[Scenario]) -> Vec<BTreeMap<String, Verdict>> {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
     let scenarios: Vec<Value> = batch
         .iter()
         .map(|s| {
@@ -163,29 +161,8 @@ fn decide(batch: &[Scenario]) -> Vec<BTreeMap<String, Verdict>> {
             json!({"policies": s.policies, "traffic": traffic})
         })
         .collect();
-    let input = json!({ "scenarios": scenarios }).to_string();
-    let decider = common::tools_dir().join("netpol-decider");
-    let mut child = Command::new(&decider)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {}: {e}", decider.display()));
-    // The decider reads all of its input before it writes: no deadlock on full pipes.
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("writing to the decider");
-    let output = child.wait_with_output().expect("decider output");
-    assert!(
-        output.status.success(),
-        "netpol-decider failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     let verdicts: Vec<BTreeMap<String, Verdict>> =
-        serde_json::from_slice(&output.stdout).expect("decider JSON");
+        common::netpol_decide(&json!({ "scenarios": scenarios }));
     assert_eq!(verdicts.len(), batch.len(), "a verdict map per scenario");
     verdicts
 }

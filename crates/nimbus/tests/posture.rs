@@ -735,7 +735,8 @@ async fn the_preview_lists_exactly_what_promotion_then_denies() {
             cells.insert(name, (source, *ns, *service, *port, backend));
         }
     }
-    let decided = common::netpol_decide(&json!({"policies": policies, "traffic": traffic}));
+    let decided: BTreeMap<String, serde_json::Value> =
+        common::netpol_decide(&json!({"policies": policies, "traffic": traffic}));
     let mut denied = std::collections::BTreeSet::new();
     for (name, (source, ns, service, port, backend)) in &cells {
         let verdict = &decided[name];

@@ -356,11 +356,10 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
 
 /// Runs helm or kustomize in the workspace root and returns its stdout; fails the test with its
 /// output when it fails.
-/// Runs tools/netpol-decider (cyclonus's matcher) on `input`
-/// (`{"policies": [...], "traffic": [...]}`); `name → {"ingress", "egress", "allowed"}`.
-pub fn netpol_decide(
-    input: &serde_json::Value,
-) -> std::collections::BTreeMap<String, serde_json::Value> {
+/// Runs tools/netpol-decider (cyclonus's matcher) on `input`: `{"policies", "traffic"}`, answered
+/// with `name → {"ingress", "egress", "allowed"}`, or `{"scenarios": [...]}`, answered with one
+/// such map per scenario.
+pub fn netpol_decide<T: serde::de::DeserializeOwned>(input: &serde_json::Value) -> T {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let decider = tools_dir().join("netpol-decider");
@@ -370,6 +369,7 @@ pub fn netpol_decide(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("running {}: {e}", decider.display()));
+    // The decider reads all of its input before it writes: no deadlock on full pipes.
     child
         .stdin
         .take()

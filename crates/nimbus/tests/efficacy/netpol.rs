@@ -230,11 +230,12 @@ async fn matrix(id: &'static str) {
                                 "protocol": case.protocol}));
         }
     }
-    let verdicts: BTreeMap<String, bool> =
-        crate::common::netpol_decide(&json!({"policies": policies, "traffic": traffic}))
-            .into_iter()
-            .map(|(name, v)| (name, v["allowed"].as_bool().expect("allowed")))
-            .collect();
+    let verdicts: BTreeMap<String, bool> = crate::common::netpol_decide::<BTreeMap<String, Value>>(
+        &json!({"policies": policies, "traffic": traffic}),
+    )
+    .into_iter()
+    .map(|(name, v)| (name, v["allowed"].as_bool().expect("allowed")))
+    .collect();
 
     // Shadow mode enforces nothing: its pod is as free as an unbound one.
     let selected = |s: usize| {
