@@ -68,9 +68,13 @@ pub struct Network<'a> {
 /// The NetworkPolicies that enforcing the audited rules of `input` would write: its rules with
 /// action `Block`, translated as the operator translates them. Rules enforced already are left
 /// out (their objects are in force, or their problems reported).
-pub fn planned(input: &PolicyInput, env: &Environment, engines: &EngineSet) -> Vec<Planned> {
+pub fn planned(
+    input: &PolicyInput,
+    env: &Environment,
+    engines: &EngineSet,
+) -> Result<Vec<Planned>, InvalidPolicy> {
     if input.rules.iter().all(|r| r.rule.action != AUDIT) {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let enforced: Vec<NimbusRule> = input
         .rules
@@ -89,11 +93,15 @@ pub fn planned(input: &PolicyInput, env: &Environment, engines: &EngineSet) -> V
         .objects
         .into_iter()
         .filter(|g| g.engine == Engine::NetworkPolicy && input.rules[g.rule].rule.action == AUDIT)
-        .filter_map(|g| {
+        .map(|g| {
             let policy = serde_json::to_value(&g.object)
                 .and_then(serde_json::from_value)
-                .ok()?;
-            Some(Planned {
+                .map_err(|e| InvalidPolicy {
+                    policy: g.entry(),
+                    field: "spec".to_owned(),
+                    reason: format!("not a NetworkPolicy: {e}"),
+                })?;
+            Ok(Planned {
                 intent: input.rules[g.rule].id.clone(),
                 policy,
             })
@@ -474,7 +482,7 @@ mod tests {
     fn planned_for(id: &str, action: &str) -> Vec<Planned> {
         let np = policy(id, action);
         let input = PolicyInput::namespaced(&np, "p");
-        planned(&input, &Environment::default(), &EngineSet::all())
+        planned(&input, &Environment::default(), &EngineSet::all()).expect("NetworkPolicies")
     }
 
     fn workload(ns: &str, app: &str, ip: Option<&str>, ports: &[(&str, u16)]) -> Workload {
@@ -663,6 +671,13 @@ mod tests {
             .map(|r| r.reason.as_str())
             .collect();
         assert_eq!(reasons, ["DecidedAtRunTime"]);
+        // Kyverno's audit policies are judged by Kyverno's own reports; what blocks nothing
+        // (RBAC grants, k8tls scans) and what is computed (NetworkPolicy) needs no word.
+        let reason = |engine: &str| not_previewed(engine).map(|r| r.reason);
+        assert_eq!(reason("kyverno").as_deref(), Some("SeePolicyReports"));
+        for engine in ["netpol", "rbac", "k8tls"] {
+            assert_eq!(reason(engine), None, "{engine}");
+        }
 
         let mut enforced = crate::posture::workload_posture(&web, &[]);
         attach(&mut enforced, &found);

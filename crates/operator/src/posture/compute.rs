@@ -23,6 +23,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
 use nimbus_api::{BindingPreview, ClusterSecurityIntentBinding, SecurityIntentBinding};
 use nimbus_core::engines::{self, PolicyInput};
+use nimbus_core::netpol::InvalidPolicy;
 use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
 use nimbus_core::preview;
 use std::collections::BTreeMap;
@@ -295,14 +296,15 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
     let engine_set = ctx.engine_set();
     let mut coverage: Vec<PolicyCoverage> = Vec::new();
     // The NetworkPolicies enforcing the audited and shadowed rules would write.
-    let mut planned: Vec<preview::Planned> = Vec::new();
+    let mut planned: Result<Vec<preview::Planned>, InvalidPolicy> = Ok(Vec::new());
     let mut cover = |input: &PolicyInput, binding, claim| {
-        if claim != Claim::NotBound {
-            planned.extend(preview::planned(
-                input,
-                &ctx.environment(input.rules),
-                &engine_set,
-            ));
+        if claim != Claim::NotBound
+            && let Ok(all) = &mut planned
+        {
+            match preview::planned(input, &ctx.environment(input.rules), &engine_set) {
+                Ok(more) => all.extend(more),
+                Err(invalid) => planned = Err(invalid),
+            }
         }
         coverage.push(policy_coverage(ctx, input, binding, &engine_set, claim));
     };
@@ -337,15 +339,13 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
         .iter()
         .map(|np| (**np).clone())
         .collect();
-    let blocked = preview::blocked(
-        &preview::Network {
-            workloads: &workloads,
-            namespaces: &namespace_labels,
-            services: &sources.services(),
-            in_force: &in_force,
-        },
-        &planned,
-    );
+    let network = preview::Network {
+        workloads: &workloads,
+        namespaces: &namespace_labels,
+        services: &sources.services(),
+        in_force: &in_force,
+    };
+    let blocked = planned.and_then(|planned| preview::blocked(&network, &planned));
     let workload_postures: Vec<_> = workloads
         .iter()
         .map(|w| {
