@@ -11,7 +11,9 @@ use crate::netpol::{InvalidPolicy, Peer, PodPeer, Policies, Traffic};
 use crate::posture::{Pod, PolicyCoverage, Workload};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::core::{Selector, SelectorExt};
-use nimbus_api::posture::{BlockedConnection, Preview, Reason, Reference, WorkloadPosture};
+use nimbus_api::posture::{
+    BlockedConnection, EngineState, Preview, Reason, Reference, WorkloadPosture,
+};
 use nimbus_api::{BindingPreview, NimbusRule};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -309,12 +311,17 @@ fn peer(network: &Network, pod: &Pod) -> Peer {
 }
 
 /// Why an engine's share of an audited intent is not previewed.
-fn not_previewed(engine: &str) -> Option<Reason> {
+fn not_previewed(engine: &str, state: EngineState) -> Option<Reason> {
     let (reason, message) = match engine.parse::<Engine>().ok()? {
         Engine::KubeArmor => (
             "DecidedAtRunTime",
             "kubearmor: decides at run time from what processes do, so it cannot be previewed; \
              its audit alerts show what it would block",
+        ),
+        Engine::Kyverno if state == EngineState::NotInstalled => (
+            "EngineNotInstalled",
+            "kyverno: not installed, so which workloads its audit policy would report cannot be \
+             computed",
         ),
         Engine::Kyverno => (
             "SeePolicyReports",
@@ -343,7 +350,11 @@ pub fn attach(posture: &mut WorkloadPosture, found: &Result<Found, InvalidPolicy
     }
     let mut not: Vec<Reason> = audited
         .iter()
-        .flat_map(|i| i.engines.iter().filter_map(|e| not_previewed(&e.engine)))
+        .flat_map(|i| {
+            i.engines
+                .iter()
+                .filter_map(|e| not_previewed(&e.engine, e.state))
+        })
         .collect();
     let blocked = match found {
         Ok(found) => found.get(&(
@@ -673,10 +684,18 @@ mod tests {
         assert_eq!(reasons, ["DecidedAtRunTime"]);
         // Kyverno's audit policies are judged by Kyverno's own reports; what blocks nothing
         // (RBAC grants, k8tls scans) and what is computed (NetworkPolicy) needs no word.
-        let reason = |engine: &str| not_previewed(engine).map(|r| r.reason);
-        assert_eq!(reason("kyverno").as_deref(), Some("SeePolicyReports"));
+        let reason = |engine: &str, state| not_previewed(engine, state).map(|r| r.reason);
+        let installed = EngineState::Auditing;
+        assert_eq!(
+            reason("kyverno", installed).as_deref(),
+            Some("SeePolicyReports")
+        );
+        assert_eq!(
+            reason("kyverno", EngineState::NotInstalled).as_deref(),
+            Some("EngineNotInstalled")
+        );
         for engine in ["netpol", "rbac", "k8tls"] {
-            assert_eq!(reason(engine), None, "{engine}");
+            assert_eq!(reason(engine, installed), None, "{engine}");
         }
 
         let mut enforced = crate::posture::workload_posture(&web, &[]);
