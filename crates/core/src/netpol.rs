@@ -180,6 +180,15 @@ impl Policies {
         Ok(out)
     }
 
+    /// Whether any of the policies applies to `pod`, in either direction: only traffic to or
+    /// from such a pod can they change.
+    pub fn isolate(&self, pod: &PodPeer) -> bool {
+        self.ingress
+            .iter()
+            .chain(&self.egress)
+            .any(|t| t.applies_to(pod))
+    }
+
     /// Whether the policies let `traffic` through, each direction judged at its pod end.
     pub fn decide(&self, traffic: &Traffic) -> Decision {
         Decision {

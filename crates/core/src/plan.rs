@@ -54,10 +54,10 @@ pub fn in_shadow<K: kube::Resource>(obj: &K) -> bool {
     obj.labels().get(MODE_LABEL).map(String::as_str) == Some(MODE_SHADOW)
 }
 
-/// Every rule of `rules` audited: what shadow mode generates.
-fn audit_all(rules: &mut [NimbusRule]) {
+/// Every rule of `rules` with `action`: shadow mode audits all, the preview enforces all.
+pub fn set_action(rules: &mut [NimbusRule], action: &str) {
     for rule in rules {
-        rule.rule.action = crate::engines::AUDIT.to_owned();
+        rule.rule.action = action.to_owned();
     }
 }
 
@@ -73,7 +73,7 @@ pub fn binding<I: Borrow<SecurityIntent>>(
     Ok(BindingPolicies {
         policy: compiled.policy.map(|mut spec| {
             if shadow {
-                audit_all(&mut spec.rules);
+                set_action(&mut spec.rules, crate::engines::AUDIT);
             }
             objects::binding_policy(sib, spec)
         }),
@@ -107,7 +107,7 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
                 .map(|mut spec| {
                     if shadow || in_shadow(ns) {
                         shadowed_namespaces |= !shadow;
-                        audit_all(&mut spec.rules);
+                        set_action(&mut spec.rules, crate::engines::AUDIT);
                     }
                     objects::namespace_policy(csib, &name, spec)
                 });
@@ -121,7 +121,7 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
         cluster_policy: compiled.cluster_policy.map(|mut spec| {
             // Cluster-wide objects cover every namespace: only the binding's own mark counts.
             if shadow {
-                audit_all(&mut spec.rules);
+                set_action(&mut spec.rules, crate::engines::AUDIT);
             }
             objects::cluster_policy(csib, spec)
         }),

@@ -10,7 +10,6 @@ use crate::engines::{self, AUDIT, EngineSet, Environment, PolicyInput};
 use crate::netpol::{InvalidPolicy, Peer, PodPeer, Policies, Traffic};
 use crate::posture::{Pod, PolicyCoverage, Workload};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::core::{Selector, SelectorExt};
 use nimbus_api::posture::{
     BlockedConnection, EngineState, Preview, Reason, Reference, WorkloadPosture,
 };
@@ -78,15 +77,8 @@ pub fn planned(
     if input.rules.iter().all(|r| r.rule.action != AUDIT) {
         return Ok(Vec::new());
     }
-    let enforced: Vec<NimbusRule> = input
-        .rules
-        .iter()
-        .map(|r| {
-            let mut r = r.clone();
-            r.rule.action = BLOCK.to_owned();
-            r
-        })
-        .collect();
+    let mut enforced: Vec<NimbusRule> = input.rules.to_vec();
+    crate::plan::set_action(&mut enforced, BLOCK);
     let enforcing = PolicyInput {
         rules: &enforced,
         ..input.clone()
@@ -156,23 +148,10 @@ pub fn blocked(network: &Network, planned: &[Planned]) -> Result<Found, InvalidP
         .map(|id| Ok((id, with(&mut planned.iter().filter(|p| p.intent == id))?)))
         .collect::<Result<Vec<(&str, Policies)>, InvalidPolicy>>()?;
 
-    // Adding policies changes only what reaches or leaves the pods they select.
-    let selectors: Vec<(&str, Option<Selector>)> = planned
-        .iter()
-        .map(|p| {
-            let ns = p.policy.metadata.namespace.as_deref().unwrap_or_default();
-            let spec = p.policy.spec.clone().unwrap_or_default();
-            (
-                ns,
-                Selector::try_from(spec.pod_selector.unwrap_or_default()).ok(),
-            )
-        })
-        .collect();
-    let affected = |pod: &Pod| {
-        selectors.iter().any(|(ns, selector)| {
-            *ns == pod.namespace && selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
-        })
-    };
+    // Adding policies changes only what reaches or leaves the pods they apply to.
+    let planned_alone =
+        Policies::new(&planned.iter().map(|p| p.policy.clone()).collect::<Vec<_>>())?;
+    let affected = |pod: &Pod| planned_alone.isolate(&pod_peer(network, pod));
     let backends: Vec<(Backend, bool)> = backends(network)
         .into_iter()
         .map(|b| {
@@ -298,15 +277,19 @@ fn backends<'a>(network: &'a Network) -> Vec<Backend<'a>> {
 fn peer(network: &Network, pod: &Pod) -> Peer {
     Peer {
         ip: pod.ip,
-        pod: Some(PodPeer {
-            namespace: pod.namespace.clone(),
-            namespace_labels: network
-                .namespaces
-                .get(&pod.namespace)
-                .cloned()
-                .unwrap_or_default(),
-            pod_labels: pod.labels.clone(),
-        }),
+        pod: Some(pod_peer(network, pod)),
+    }
+}
+
+fn pod_peer(network: &Network, pod: &Pod) -> PodPeer {
+    PodPeer {
+        namespace: pod.namespace.clone(),
+        namespace_labels: network
+            .namespaces
+            .get(&pod.namespace)
+            .cloned()
+            .unwrap_or_default(),
+        pod_labels: pod.labels.clone(),
     }
 }
 

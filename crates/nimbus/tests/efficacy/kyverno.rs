@@ -519,8 +519,7 @@ async fn escape_to_host(id: &'static str, level: &'static str) {
         expected,
     };
     b.done().await;
-    matrix.assert_as_promised();
-    matrix.assert_in_readme();
+    matrix.assert();
 }
 
 #[tokio::test]
@@ -765,8 +764,7 @@ async fn escape_to_host_audit_and_shadow_admit_and_report() {
         expected,
     };
     unbind_cluster(&client, &csib).await;
-    matrix.assert_as_promised();
-    matrix.assert_in_readme();
+    matrix.assert();
 }
 
 fn deployment(app: &str) -> Deployment {
@@ -874,8 +872,7 @@ async fn coco_workload_sets_the_runtime_class_of_selected_deployments() {
         expected,
     };
     b.done().await;
-    matrix.assert_as_promised();
-    matrix.assert_in_readme();
+    matrix.assert();
 }
 
 /// A pod that stays (nothing schedules it): the trigger of virtualPatch's generate rules.
@@ -1038,6 +1035,5 @@ async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image
     for csib in csibs {
         unbind_cluster(&client, &csib).await;
     }
-    matrix.assert_as_promised();
-    matrix.assert_in_readme();
+    matrix.assert();
 }

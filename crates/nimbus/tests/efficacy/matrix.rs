@@ -18,9 +18,15 @@ pub struct Matrix {
 }
 
 impl Matrix {
+    /// Both checks: the measurement keeps the promise, and the README shows it.
+    pub fn assert(&self) {
+        self.assert_as_promised();
+        self.assert_in_readme();
+    }
+
     /// Fails with every cell where the measurement differs from the promise (a measured
     /// `denied (reason)` keeps the promise `denied`).
-    pub fn assert_as_promised(&self) {
+    fn assert_as_promised(&self) {
         let mut wrong = Vec::new();
         for ((case, got), (_, want)) in self.rows.iter().zip(&self.expected) {
             for ((subject, got), want) in self.subjects.iter().zip(got).zip(want) {
@@ -57,7 +63,7 @@ impl Matrix {
     }
 
     /// The README's block for this matrix must show exactly what was measured.
-    pub fn assert_in_readme(&self) {
+    fn assert_in_readme(&self) {
         static README: Mutex<()> = Mutex::new(());
         let _one_writer = README.lock().unwrap_or_else(|e| e.into_inner());
         let path = crate::common::workspace_root().join("README.md");

@@ -150,8 +150,7 @@ async fn namespace_sandbox_grants_its_role_in_selected_namespaces_only() {
         expected,
     };
     unbind_cluster(&client, &csib).await;
-    matrix.assert_as_promised();
-    matrix.assert_in_readme();
+    matrix.assert();
 }
 
 async fn allowed(client: &Client, group: &str, case: &Case, namespace: Option<&str>) -> bool {

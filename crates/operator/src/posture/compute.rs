@@ -296,15 +296,14 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
     let engine_set = ctx.engine_set();
     let mut coverage: Vec<PolicyCoverage> = Vec::new();
     // The NetworkPolicies enforcing the audited and shadowed rules would write.
-    let mut planned: Result<Vec<preview::Planned>, InvalidPolicy> = Ok(Vec::new());
+    let mut planned: Vec<Result<Vec<preview::Planned>, InvalidPolicy>> = Vec::new();
     let mut cover = |input: &PolicyInput, binding, claim| {
-        if claim != Claim::NotBound
-            && let Ok(all) = &mut planned
-        {
-            match preview::planned(input, &ctx.environment(input.rules), &engine_set) {
-                Ok(more) => all.extend(more),
-                Err(invalid) => planned = Err(invalid),
-            }
+        if claim != Claim::NotBound {
+            planned.push(preview::planned(
+                input,
+                &ctx.environment(input.rules),
+                &engine_set,
+            ));
         }
         coverage.push(policy_coverage(ctx, input, binding, &engine_set, claim));
     };
@@ -345,7 +344,10 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
         services: &sources.services(),
         in_force: &in_force,
     };
-    let blocked = planned.and_then(|planned| preview::blocked(&network, &planned));
+    let blocked = planned
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|planned| preview::blocked(&network, &planned.concat()));
     let workload_postures: Vec<_> = workloads
         .iter()
         .map(|w| {
