@@ -130,8 +130,19 @@ pub struct Policies {
 impl Policies {
     /// Parses the selectors, CIDRs and ports of `policies`; see the module documentation for
     /// what is refused.
-    pub fn new(policies: &[NetworkPolicy]) -> Result<Self, InvalidPolicy> {
+    pub fn new<'a>(
+        policies: impl IntoIterator<Item = &'a NetworkPolicy>,
+    ) -> Result<Self, InvalidPolicy> {
         let mut out = Self::default();
+        out.add(policies)?;
+        Ok(out)
+    }
+
+    /// Adds `policies` to the set (parsed as [`Policies::new`] does).
+    pub fn add<'a>(
+        &mut self,
+        policies: impl IntoIterator<Item = &'a NetworkPolicy>,
+    ) -> Result<(), InvalidPolicy> {
         let no_spec = NetworkPolicySpec::default();
         for policy in policies {
             let namespace = match policy.metadata.namespace.as_deref() {
@@ -166,7 +177,7 @@ impl Policies {
                     let at = format!("spec.ingress[{i}]");
                     rules.push(cx.rule(&rule.ports, &rule.from, &at, "from")?);
                 }
-                out.ingress.push(cx.target(pod_selector.clone(), rules));
+                self.ingress.push(cx.target(pod_selector.clone(), rules));
             }
             if egress {
                 let mut rules = Vec::new();
@@ -174,10 +185,10 @@ impl Policies {
                     let at = format!("spec.egress[{i}]");
                     rules.push(cx.rule(&rule.ports, &rule.to, &at, "to")?);
                 }
-                out.egress.push(cx.target(pod_selector, rules));
+                self.egress.push(cx.target(pod_selector, rules));
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Whether any of the policies applies to `pod`, in either direction: only traffic to or

@@ -63,7 +63,7 @@ pub struct Network<'a> {
     pub namespaces: &'a BTreeMap<String, BTreeMap<String, String>>,
     pub services: &'a [Service],
     /// Every NetworkPolicy of the cluster.
-    pub in_force: &'a [NetworkPolicy],
+    pub in_force: &'a [&'a NetworkPolicy],
 }
 
 /// The NetworkPolicies that enforcing the audited rules of `input` would write: its rules with
@@ -133,11 +133,12 @@ pub fn blocked(network: &Network, planned: &[Planned]) -> Result<Found, InvalidP
     if planned.is_empty() {
         return Ok(found);
     }
-    let now = Policies::new(network.in_force)?;
+    // The policies in force are parsed once; each "then" is a copy with planned ones added.
+    let now = Policies::new(network.in_force.iter().copied())?;
     let with = |extra: &mut dyn Iterator<Item = &Planned>| {
-        let mut all = network.in_force.to_vec();
-        all.extend(extra.map(|p| p.policy.clone()));
-        Policies::new(&all)
+        let mut set = now.clone();
+        set.add(extra.map(|p| &p.policy))?;
+        Ok::<_, InvalidPolicy>(set)
     };
     let then = with(&mut planned.iter())?;
     let intents: BTreeSet<&str> = planned.iter().map(|p| p.intent.as_str()).collect();
@@ -148,24 +149,26 @@ pub fn blocked(network: &Network, planned: &[Planned]) -> Result<Found, InvalidP
         .map(|id| Ok((id, with(&mut planned.iter().filter(|p| p.intent == id))?)))
         .collect::<Result<Vec<(&str, Policies)>, InvalidPolicy>>()?;
 
-    // Adding policies changes only what reaches or leaves the pods they apply to.
-    let planned_alone =
-        Policies::new(&planned.iter().map(|p| p.policy.clone()).collect::<Vec<_>>())?;
-    let affected = |pod: &Pod| planned_alone.isolate(&pod_peer(network, pod));
-    let backends: Vec<(Backend, bool)> = backends(network)
+    // Adding policies changes only what reaches or leaves the pods they apply to. Each pod's
+    // peer is built once: `(backend, its peer, affected)`.
+    let planned_alone = Policies::new(planned.iter().map(|p| &p.policy))?;
+    let affected = |peer: &Peer| peer.pod.as_ref().is_some_and(|p| planned_alone.isolate(p));
+    let backends: Vec<(Backend, Peer, bool)> = backends(network)
         .into_iter()
         .map(|b| {
-            let affected = affected(b.pod);
-            (b, affected)
+            let peer = peer(network, b.pod);
+            let affected = affected(&peer);
+            (b, peer, affected)
         })
         .collect();
     for client in network.workloads {
         for source in client.pods.iter().filter(|p| p.ip.is_some()) {
-            let source_affected = affected(source);
-            for (b, _) in backends.iter().filter(|(_, a)| *a || source_affected) {
+            let source = peer(network, source);
+            let source_affected = affected(&source);
+            for (b, destination, _) in backends.iter().filter(|(.., a)| *a || source_affected) {
                 let traffic = Traffic {
-                    source: peer(network, source),
-                    destination: peer(network, b.pod),
+                    source: source.clone(),
+                    destination: destination.clone(),
                     port: b.target,
                     port_name: b.target_name.clone(),
                     protocol: b.port.protocol.clone(),
@@ -613,7 +616,7 @@ mod tests {
             "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
         }))
         .expect("a NetworkPolicy");
-        let in_force = [deny_all];
+        let in_force = [&deny_all];
         let network = Network {
             in_force: &in_force,
             ..network

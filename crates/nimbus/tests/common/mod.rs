@@ -354,8 +354,6 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
     Ok(dir)
 }
 
-/// Runs helm or kustomize in the workspace root and returns its stdout; fails the test with its
-/// output when it fails.
 /// Runs tools/netpol-decider (cyclonus's matcher) on `input`: `{"policies", "traffic"}`, answered
 /// with `name → {"ingress", "egress", "allowed"}`, or `{"scenarios": [...]}`, answered with one
 /// such map per scenario.
@@ -385,6 +383,8 @@ pub fn netpol_decide<T: serde::de::DeserializeOwned>(input: &serde_json::Value) 
     serde_json::from_slice(&output.stdout).expect("decider JSON")
 }
 
+/// Runs helm or kustomize in the workspace root and returns its stdout; fails the test with its
+/// output when it fails.
 pub fn run_tool(tool: &str, args: &[&str]) -> String {
     let output = std::process::Command::new(tools_dir().join(tool))
         .args(args)

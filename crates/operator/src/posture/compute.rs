@@ -298,14 +298,18 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
     // The NetworkPolicies enforcing the audited and shadowed rules would write.
     let mut planned: Vec<Result<Vec<preview::Planned>, InvalidPolicy>> = Vec::new();
     let mut cover = |input: &PolicyInput, binding, claim| {
+        let env = ctx.environment(input.rules);
         if claim != Claim::NotBound {
-            planned.push(preview::planned(
-                input,
-                &ctx.environment(input.rules),
-                &engine_set,
-            ));
+            planned.push(preview::planned(input, &env, &engine_set));
         }
-        coverage.push(policy_coverage(ctx, input, binding, &engine_set, claim));
+        coverage.push(policy_coverage(
+            ctx,
+            input,
+            &env,
+            binding,
+            &engine_set,
+            claim,
+        ));
     };
     for np in ctx.policies.state() {
         let uid = np.uid().unwrap_or_default();
@@ -332,12 +336,8 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
         .iter()
         .map(|ns| (ns.name_any(), ns.labels().clone()))
         .collect();
-    let in_force: Vec<NetworkPolicy> = sources
-        .network_policies
-        .state()
-        .iter()
-        .map(|np| (**np).clone())
-        .collect();
+    let network_policies = sources.network_policies.state();
+    let in_force: Vec<&NetworkPolicy> = network_policies.iter().map(AsRef::as_ref).collect();
     let network = preview::Network {
         workloads: &workloads,
         namespaces: &namespace_labels,
@@ -390,11 +390,12 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
 fn policy_coverage(
     ctx: &Context,
     input: &PolicyInput,
+    env: &engines::Environment,
     binding: Option<Reference>,
     engine_set: &engines::EngineSet,
     claim: Claim,
 ) -> PolicyCoverage {
-    let mut translation = engines::translate(input, &ctx.environment(input.rules), engine_set);
+    let mut translation = engines::translate(input, env, engine_set);
     if claim == Claim::NotBound {
         translation.objects.clear();
         translation.problems = vec![nimbus_core::status::not_bound()];
