@@ -19,7 +19,8 @@
 // chart ships: an argocd-cm ConfigMap (or a patch of one) and a YAML list of healthCheckExprs.
 // Output (stdout, JSON): one entry per object, in order:
 // {"kind", "namespace", "name", "kstatus": {"status", "message"}, "argocd": {"status",
-// "message"}, "flux": {"status"}}; an entry's "error" says what could not be judged.
+// "message"}, "flux": {"status", "message"}}; an entry's "errors" say what could not be judged
+// (no health check for its kind, a script that fails).
 package main
 
 import (
@@ -115,7 +116,8 @@ func judge(obj *unstructured.Unstructured, scripts map[string]string, exprs []fl
 	} else if evaluator, err := fluxcel.NewStatusEvaluator(&check.HealthCheckExpressions); err != nil {
 		fail("flux", err)
 	} else if res, err := evaluator.Evaluate(context.Background(), obj); err != nil {
-		fail("flux", err)
+		// As Flux's generic status reader reports it: Unknown, and waited on.
+		j.Flux = &verdict{Status: status.UnknownStatus.String(), Message: err.Error()}
 	} else {
 		j.Flux = &verdict{Status: res.Status.String(), Message: res.Message}
 	}

@@ -249,6 +249,7 @@ async fn gitops_tools_judge_every_kind_by_its_conditions() {
     }
     let cluster_ok = unique("c-ok");
     let cluster_sensitive = unique("c-sensitive");
+    let cluster_unsupported = unique("c-unsupported");
     let csib = |name: &str, intent: &str| {
         json!({
             "apiVersion": "intent.security.nimbus.com/v1alpha1",
@@ -265,167 +266,46 @@ async fn gitops_tools_judge_every_kind_by_its_conditions() {
         &csib(&cluster_sensitive, &sandbox),
     )
     .await;
+    apply(
+        &csibs,
+        &cluster_unsupported,
+        &csib(&cluster_unsupported, &unknown),
+    )
+    .await;
     let per_namespace = |binding: &str| format!("nimbus-ctlr-gen-{binding}");
 
     let n = Some(ns);
+    let (ok_ns, sensitive_ns) = (
+        per_namespace(&cluster_ok),
+        per_namespace(&cluster_sensitive),
+    );
+    #[rustfmt::skip]
     let cases = vec![
         // In force.
         case("in force", "SecurityIntent", None, &dns, CURRENT, "Ready"),
-        case(
-            "in force",
-            "SecurityIntentBinding",
-            n,
-            "ok",
-            CURRENT,
-            "Ready",
-        ),
+        case("in force", "SecurityIntentBinding", n, "ok", CURRENT, "Ready"),
         case("in force", "NimbusPolicy", n, "ok", CURRENT, "Ready"),
-        case(
-            "in force",
-            "ClusterSecurityIntentBinding",
-            None,
-            &cluster_ok,
-            CURRENT,
-            "Ready",
-        ),
-        case(
-            "in force",
-            "ClusterNimbusPolicy",
-            None,
-            &cluster_ok,
-            CURRENT,
-            "Ready",
-        ),
-        case(
-            "in force",
-            "NimbusPolicy",
-            n,
-            &per_namespace(&cluster_ok),
-            CURRENT,
-            "Ready",
-        ),
+        case("in force", "ClusterSecurityIntentBinding", None, &cluster_ok, CURRENT, "Ready"),
+        case("in force", "ClusterNimbusPolicy", None, &cluster_ok, CURRENT, "Ready"),
+        case("in force", "NimbusPolicy", n, &ok_ns, CURRENT, "Ready"),
         // Waiting for something the operator watches.
-        case(
-            "engine not installed",
-            "SecurityIntentBinding",
-            n,
-            "waiting",
-            IN_PROGRESS,
-            "EngineNotInstalled",
-        ),
-        case(
-            "engine not installed",
-            "NimbusPolicy",
-            n,
-            "waiting",
-            IN_PROGRESS,
-            "EngineNotInstalled",
-        ),
-        case(
-            "intent not created yet",
-            "SecurityIntentBinding",
-            n,
-            "missing",
-            IN_PROGRESS,
-            "IntentNotFound",
-        ),
+        case("engine not installed", "SecurityIntentBinding", n, "waiting", IN_PROGRESS, "EngineNotInstalled"),
+        case("engine not installed", "NimbusPolicy", n, "waiting", IN_PROGRESS, "EngineNotInstalled"),
+        case("intent not created yet", "SecurityIntentBinding", n, "missing", IN_PROGRESS, "IntentNotFound"),
         // Stalled until someone changes something.
-        case(
-            "unknown intent ID",
-            "SecurityIntent",
-            None,
-            &unknown,
-            FAILED,
-            "UnsupportedIntent",
-        ),
-        case(
-            "unknown intent ID",
-            "SecurityIntentBinding",
-            n,
-            "unsupported",
-            FAILED,
-            "UnsupportedIntent",
-        ),
-        case(
-            "unknown intent ID",
-            "NimbusPolicy",
-            n,
-            "unsupported",
-            FAILED,
-            "UnsupportedIntent",
-        ),
-        case(
-            "bad parameter",
-            "SecurityIntent",
-            None,
-            &bad_param,
-            FAILED,
-            "InvalidParameter",
-        ),
-        case(
-            "bad parameter",
-            "SecurityIntentBinding",
-            n,
-            "badparam",
-            FAILED,
-            "InvalidParameter",
-        ),
-        case(
-            "bad parameter",
-            "NimbusPolicy",
-            n,
-            "badparam",
-            FAILED,
-            "InvalidParameter",
-        ),
-        case(
-            "selector",
-            "SecurityIntentBinding",
-            n,
-            "badselector",
-            FAILED,
-            "InvalidSelector",
-        ),
-        case(
-            "name taken",
-            "SecurityIntentBinding",
-            n,
-            "conflict",
-            FAILED,
-            "PolicyConflict",
-        ),
-        case(
-            "not bound",
-            "NimbusPolicy",
-            n,
-            "conflict",
-            FAILED,
-            "NotBound",
-        ),
-        case(
-            "sensitive",
-            "ClusterSecurityIntentBinding",
-            None,
-            &cluster_sensitive,
-            FAILED,
-            "SensitiveIntentNotAllowed",
-        ),
-        case(
-            "sensitive",
-            "ClusterNimbusPolicy",
-            None,
-            &cluster_sensitive,
-            FAILED,
-            "SensitiveIntentNotAllowed",
-        ),
-        case(
-            "sensitive",
-            "NimbusPolicy",
-            n,
-            &per_namespace(&cluster_sensitive),
-            FAILED,
-            "SensitiveIntentNotAllowed",
-        ),
+        case("unknown intent ID", "SecurityIntent", None, &unknown, FAILED, "UnsupportedIntent"),
+        case("unknown intent ID", "SecurityIntentBinding", n, "unsupported", FAILED, "UnsupportedIntent"),
+        case("unknown intent ID", "NimbusPolicy", n, "unsupported", FAILED, "UnsupportedIntent"),
+        case("unknown intent ID", "ClusterSecurityIntentBinding", None, &cluster_unsupported, FAILED, "UnsupportedIntent"),
+        case("unknown intent ID", "ClusterNimbusPolicy", None, &cluster_unsupported, FAILED, "UnsupportedIntent"),
+        case("bad parameter", "SecurityIntent", None, &bad_param, FAILED, "InvalidParameter"),
+        case("bad parameter", "SecurityIntentBinding", n, "badparam", FAILED, "InvalidParameter"),
+        case("bad parameter", "NimbusPolicy", n, "badparam", FAILED, "InvalidParameter"),
+        case("selector", "SecurityIntentBinding", n, "badselector", FAILED, "InvalidSelector"),
+        case("name taken", "SecurityIntentBinding", n, "conflict", FAILED, "PolicyConflict"),
+        case("not bound", "NimbusPolicy", n, "conflict", FAILED, "NotBound"),
+        case("sensitive", "ClusterSecurityIntentBinding", None, &cluster_sensitive, FAILED, "SensitiveIntentNotAllowed"),
+        case("sensitive", "NimbusPolicy", n, &sensitive_ns, FAILED, "SensitiveIntentNotAllowed"),
     ];
     judged_as_expected(&client, &cases).await;
 
@@ -454,36 +334,17 @@ async fn gitops_tools_judge_every_kind_by_its_conditions() {
             &cluster_ok,
             &params,
             &merge(
-                json!({"spec": {"selector": {"nsSelector": {"excludeNames": ["kube-public"]}}}}),
+                json!({"spec": {"selector": {"workloadSelector": {"matchLabels": {"tier": "front"}}}}}),
             ),
         )
         .await
         .expect("changing the cluster binding");
+    let unobserved = "Generation 2 is not observed yet";
+    #[rustfmt::skip]
     let unobserved = [
-        case(
-            "changed",
-            "SecurityIntent",
-            None,
-            &dns,
-            IN_PROGRESS,
-            "Generation 2 is not observed yet",
-        ),
-        case(
-            "changed",
-            "SecurityIntentBinding",
-            n,
-            "ok",
-            IN_PROGRESS,
-            "Generation 2 is not observed yet",
-        ),
-        case(
-            "changed",
-            "ClusterSecurityIntentBinding",
-            None,
-            &cluster_ok,
-            IN_PROGRESS,
-            "Generation 2 is not observed yet",
-        ),
+        case("changed", "SecurityIntent", None, &dns, IN_PROGRESS, unobserved),
+        case("changed", "SecurityIntentBinding", n, "ok", IN_PROGRESS, unobserved),
+        case("changed", "ClusterSecurityIntentBinding", None, &cluster_ok, IN_PROGRESS, unobserved),
     ];
     judged_as_expected(&client, &unobserved).await;
 
