@@ -315,28 +315,21 @@ async fn gitops_tools_judge_every_kind_by_its_conditions() {
         .await
         .expect("operator task")
         .expect("operator stopped cleanly");
-    let merge = |value: Value| Patch::Merge(value);
     let params = PatchParams::default();
+    let severity = Patch::Merge(json!({"spec": {"intent": {"severity": "High"}}}));
+    let selector = Patch::Merge(json!({
+        "spec": {"selector": {"workloadSelector": {"matchLabels": {"tier": "front"}}}}
+    }));
     intents
-        .patch(
-            &dns,
-            &params,
-            &merge(json!({"spec": {"intent": {"severity": "High"}}})),
-        )
+        .patch(&dns, &params, &severity)
         .await
         .expect("changing the intent");
     bindings
-        .patch("ok", &params, &merge(json!({"spec": {"selector": {"workloadSelector": {"matchLabels": {"tier": "front"}}}}})))
+        .patch("ok", &params, &selector)
         .await
         .expect("changing the binding");
     csibs
-        .patch(
-            &cluster_ok,
-            &params,
-            &merge(
-                json!({"spec": {"selector": {"workloadSelector": {"matchLabels": {"tier": "front"}}}}}),
-            ),
-        )
+        .patch(&cluster_ok, &params, &selector)
         .await
         .expect("changing the cluster binding");
     let unobserved = "Generation 2 is not observed yet";
