@@ -1217,14 +1217,15 @@ mod tests {
             reason: condition::REASON_POLICY_CONFLICT,
             message: "taken".into(),
         };
-        type Abnormal = Option<(&'static str, &'static str, &'static str)>;
-        let cases: Vec<(
-            &str,
+        /// What, the blockers, the policies' reports, `Ready` and the abnormal condition.
+        type Case<'a> = (
+            &'a str,
             Vec<Blocker>,
-            Vec<(&str, Option<PolicyReport>)>,
+            Vec<(&'a str, Option<PolicyReport>)>,
             Expected,
-            Abnormal,
-        )> = vec![
+            Option<Expected>,
+        );
+        let cases: Vec<Case> = vec![
             (
                 "all ready",
                 vec![],
