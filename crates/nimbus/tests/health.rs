@@ -150,10 +150,33 @@ async fn judged_as_expected(client: &kube::Client, cases: &[Case]) {
     }
 }
 
-fn operator_config() -> nimbus_operator::Config {
-    nimbus_operator::Config {
-        resync: Duration::from_secs(300),
-        ..Default::default()
+/// The operator, run in the test's runtime until [`Running::stop`].
+struct Running {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), nimbus_operator::Error>>,
+}
+
+impl Running {
+    fn start(client: &kube::Client) -> Self {
+        let shutdown = CancellationToken::new();
+        let config = nimbus_operator::Config {
+            resync: Duration::from_secs(300),
+            ..Default::default()
+        };
+        let task = tokio::spawn(nimbus_operator::run(
+            client.clone(),
+            config,
+            shutdown.clone(),
+        ));
+        Self { shutdown, task }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.task
+            .await
+            .expect("operator task")
+            .expect("operator stopped cleanly");
     }
 }
 
@@ -179,12 +202,7 @@ fn case(
 async fn gitops_tools_judge_every_kind_by_its_conditions() {
     let cp = common::cluster();
     let client = cp.client().expect("client");
-    let shutdown = CancellationToken::new();
-    let operator = tokio::spawn(nimbus_operator::run(
-        client.clone(),
-        operator_config(),
-        shutdown.clone(),
-    ));
+    let operator = Running::start(&client);
     let ns = cp.test_namespace("health").await.expect("namespace");
     let ns = ns.name();
     let intents: Api<SecurityIntent> = Api::all(client.clone());
@@ -310,11 +328,7 @@ async fn gitops_tools_judge_every_kind_by_its_conditions() {
     judged_as_expected(&client, &cases).await;
 
     // A change the operator has not observed yet: stopped, it cannot.
-    shutdown.cancel();
-    operator
-        .await
-        .expect("operator task")
-        .expect("operator stopped cleanly");
+    operator.stop().await;
     let params = PatchParams::default();
     let severity = Patch::Merge(json!({"spec": {"intent": {"severity": "High"}}}));
     let selector = Patch::Merge(json!({
@@ -332,28 +346,19 @@ async fn gitops_tools_judge_every_kind_by_its_conditions() {
         .patch(&cluster_ok, &params, &selector)
         .await
         .expect("changing the cluster binding");
-    let unobserved = "Generation 2 is not observed yet";
+    let not_observed = "Generation 2 is not observed yet";
     #[rustfmt::skip]
     let unobserved = [
-        case("changed", "SecurityIntent", None, &dns, IN_PROGRESS, unobserved),
-        case("changed", "SecurityIntentBinding", n, "ok", IN_PROGRESS, unobserved),
-        case("changed", "ClusterSecurityIntentBinding", None, &cluster_ok, IN_PROGRESS, unobserved),
+        case("changed", "SecurityIntent", None, &dns, IN_PROGRESS, not_observed),
+        case("changed", "SecurityIntentBinding", n, "ok", IN_PROGRESS, not_observed),
+        case("changed", "ClusterSecurityIntentBinding", None, &cluster_ok, IN_PROGRESS, not_observed),
     ];
     judged_as_expected(&client, &unobserved).await;
 
     // Started again, the operator observes the changes and everything is as before.
-    let shutdown = CancellationToken::new();
-    let operator = tokio::spawn(nimbus_operator::run(
-        client.clone(),
-        operator_config(),
-        shutdown.clone(),
-    ));
+    let operator = Running::start(&client);
     judged_as_expected(&client, &cases).await;
-    shutdown.cancel();
-    operator
-        .await
-        .expect("operator task")
-        .expect("operator stopped cleanly");
+    operator.stop().await;
 }
 
 /// The argocd-cm snippet the chart ships carries health.lua, the script beside it, verbatim.
