@@ -59,7 +59,8 @@ upstream-kyverno:
 	cd tools/kyverno && dir="$$(GOFLAGS=-mod=readonly go mod download -json github.com/kyverno/kyverno \
 	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')" && test -n "$$dir" && \
 	  install -m 644 "$$dir"/config/crds/kyverno/kyverno.io_policies.yaml \
-	    "$$dir"/config/crds/kyverno/kyverno.io_clusterpolicies.yaml ../../upstream/kyverno/
+	    "$$dir"/config/crds/kyverno/kyverno.io_clusterpolicies.yaml \
+	    "$$dir"/config/crds/policyreport/wgpolicyk8s.io_policyreports.yaml ../../upstream/kyverno/
 
 # Operator benchmark on a real local control plane: cold convergence, steady state, churn.
 # Prints a table and writes target/bench-results.json; resize with e.g.

@@ -272,8 +272,13 @@ pub struct BindingPreview {
     pub workloads: u32,
     /// Connections through Services of the cluster that are allowed now and would be denied.
     pub connections: u32,
-    /// The first of them, in order, e.g. `Deployment shop/web: Egress to Service shop/db
-    /// 5432/TCP`; at most 5.
+    /// Workloads it selects whose resources break a validate rule, by the engine's own reports
+    /// (Kyverno's background scan): enforcing would refuse their next pods or rollouts.
+    #[serde(default)]
+    pub refused: u32,
+    /// The first connections and refusals, in order, e.g. `Deployment shop/web: Egress to
+    /// Service shop/db 5432/TCP` or `Pod shop/web-1: refused by Policy shop/web-escapetohost
+    /// rule pod-security`; at most 5.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub examples: Vec<String>,
     /// What cannot be previewed, e.g. `DecidedAtRunTime` (KubeArmor).

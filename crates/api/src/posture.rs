@@ -176,9 +176,33 @@ pub struct Preview {
     /// How many more blocked connections were found than `blocked` lists.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u32,
+    /// Validate rules the workload breaks, by the engine's own reports of its audit policies
+    /// (Kyverno's background scan): enforcing would refuse these resources at their next
+    /// admission (a new pod, a rollout); running pods keep running. One entry per rule.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refusal>,
     /// Engines of those intents whose effect cannot be previewed here, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_previewed: Vec<Reason>,
+}
+
+/// A validate rule that the engine's report says resources of the workload break.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    /// The ID of the intent the rule enforces.
+    pub intent: String,
+    /// The engine's policy, e.g. a Kyverno `Policy` or `ClusterPolicy`.
+    pub policy: Reference,
+    /// The rule, as the engine names it (Kyverno's `autogen-` rules judge pod controllers).
+    pub rule: String,
+    /// The engine's message for the first of `resources`.
+    pub message: String,
+    /// The resources reported breaking it: the workload itself or its pods; at most 5, in
+    /// order.
+    pub resources: Vec<Reference>,
+    /// How many resources of the workload are reported breaking it.
+    pub count: u32,
 }
 
 fn is_zero(n: &u32) -> bool {

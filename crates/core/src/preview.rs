@@ -2,7 +2,9 @@
 //! enforces them. For NetworkPolicy intents it is computed, not guessed: the NetworkPolicies
 //! that promotion would write are added to those in force, and every connection through a
 //! Service of the cluster that the evaluator ([`crate::netpol`], checked against cyclonus)
-//! allows now and denies then is listed, at the workload that would lose it. Other engines say
+//! allows now and denies then is listed, at the workload that would lose it. For Kyverno's
+//! validate rules it is read, not computed: Kyverno's background scan of the audit policy
+//! reports each resource that breaks a rule, which enforcing would refuse. Other engines say
 //! why they cannot be previewed here.
 
 use crate::catalog::Engine;
@@ -11,10 +13,12 @@ use crate::netpol::{InvalidPolicy, Peer, PodPeer, Policies, Traffic};
 use crate::posture::{Pod, PolicyCoverage, Workload};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use nimbus_api::posture::{
-    BlockedConnection, EngineState, Preview, Reason, Reference, WorkloadPosture,
+    BlockedConnection, EngineCoverage, EngineState, Preview, Reason, Reference, Refusal,
+    WorkloadPosture,
 };
 use nimbus_api::{BindingPreview, NimbusRule};
-use std::collections::{BTreeMap, BTreeSet};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The action promotion enforces with.
 const BLOCK: &str = "Block";
@@ -296,58 +300,241 @@ fn pod_peer(network: &Network, pod: &Pod) -> PodPeer {
     }
 }
 
-/// Why an engine's share of an audited intent is not previewed.
-fn not_previewed(engine: &str, state: EngineState) -> Option<Reason> {
-    let (reason, message) = match engine.parse::<Engine>().ok()? {
-        Engine::KubeArmor => (
+/// One resource's report from Kyverno's background scan (a `wgpolicyk8s.io/v1alpha2`
+/// PolicyReport: since Kyverno 1.13, one per resource, named by its `scope`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// The resource reported on.
+    pub scope: Reference,
+    pub results: Vec<ReportResult>,
+}
+
+/// One rule's result for the resource.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportResult {
+    /// The policy as Kyverno keys it: `<namespace>/<name>` for a `Policy`, `<name>` for a
+    /// `ClusterPolicy`.
+    pub policy: String,
+    pub rule: String,
+    /// `pass`, `fail`, `warn`, `error` or `skip`.
+    pub result: String,
+    pub message: String,
+}
+
+impl Report {
+    /// Reads a PolicyReport; `None` when it has no namespaced scope (reports of the
+    /// namespace-wide kind, or malformed ones, say nothing of a workload).
+    pub fn from_json(report: &Value) -> Option<Self> {
+        let scope = &report["scope"];
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        Some(Self {
+            scope: Reference {
+                kind: text(&scope["kind"])?,
+                namespace: Some(text(&scope["namespace"])?),
+                name: text(&scope["name"])?,
+            },
+            results: report["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| {
+                    Some(ReportResult {
+                        policy: text(&r["policy"])?,
+                        rule: text(&r["rule"]).unwrap_or_default(),
+                        result: text(&r["result"])?,
+                        message: text(&r["message"]).unwrap_or_default(),
+                    })
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Why Kyverno's reports cannot be read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Unreadable {
+    /// The PolicyReport kind is not served: Kyverno runs without its reports controller.
+    NotServed,
+    /// Served, but not listed yet.
+    NotListed,
+}
+
+/// The reports of each workload: its own, and those of its pods and their controllers (a
+/// Deployment's ReplicaSets); or why there are none to read.
+pub type Reported<'a> = Result<BTreeMap<WorkloadKey, Vec<&'a Report>>, Unreadable>;
+
+/// Files each report under the workload its resource belongs to.
+pub fn reported<'a>(
+    workloads: &[Workload],
+    reports: &'a Result<Vec<Report>, Unreadable>,
+) -> Reported<'a> {
+    let reports = reports.as_ref().map_err(|why| *why)?;
+    let mut owner: HashMap<(&str, &str, &str), WorkloadKey> = HashMap::new();
+    for w in workloads {
+        let ns = w.namespace.as_str();
+        owner.insert((ns, w.kind.as_str(), w.name.as_str()), key(w));
+        for pod in &w.pods {
+            owner.insert((ns, "Pod", pod.name.as_str()), key(w));
+            if let Some(c) = &pod.controller {
+                owner.insert((ns, c.kind.as_str(), c.name.as_str()), key(w));
+            }
+        }
+    }
+    let mut by_workload: BTreeMap<WorkloadKey, Vec<&Report>> = BTreeMap::new();
+    for report in reports {
+        let scope = &report.scope;
+        let ns = scope.namespace.as_deref().unwrap_or_default();
+        if let Some(w) = owner.get(&(ns, scope.kind.as_str(), scope.name.as_str())) {
+            by_workload.entry(w.clone()).or_default().push(report);
+        }
+    }
+    Ok(by_workload)
+}
+
+/// How Kyverno keys a policy in its reports.
+fn kyverno_key(policy: &Reference) -> String {
+    match &policy.namespace {
+        Some(ns) => format!("{ns}/{}", policy.name),
+        None => policy.name.clone(),
+    }
+}
+
+/// What Kyverno's reports say of one audited intent on a workload: the rules its resources
+/// break, or why that cannot be told.
+fn refusals(
+    intent: &str,
+    kyverno: &EngineCoverage,
+    reports: &[&Report],
+) -> Result<Vec<Refusal>, Reason> {
+    let policies: BTreeMap<String, &Reference> = kyverno
+        .objects
+        .iter()
+        .map(|p| (kyverno_key(p), p))
+        .collect();
+    let mut scanned = false;
+    // (policy key, rule) -> (resources in order, the message of each)
+    let mut broken: BTreeMap<(&str, &str), BTreeMap<&Reference, &str>> = BTreeMap::new();
+    for report in reports {
+        for result in report
+            .results
+            .iter()
+            .filter(|r| policies.contains_key(&r.policy))
+        {
+            scanned = true;
+            if result.result == "fail" {
+                broken
+                    .entry((&result.policy, &result.rule))
+                    .or_default()
+                    .insert(&report.scope, &result.message);
+            }
+        }
+    }
+    if !scanned {
+        return Err(Reason {
+            reason: "NotScannedYet".to_owned(),
+            message: format!(
+                "kyverno: its background scan has not reported on this workload for {} yet",
+                policies.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    Ok(broken
+        .into_iter()
+        .filter_map(|((policy, rule), resources)| {
+            let (_, message) = resources.first_key_value()?;
+            Some(Refusal {
+                intent: intent.to_owned(),
+                policy: (*policies.get(policy)?).clone(),
+                rule: rule.to_owned(),
+                message: (*message).to_owned(),
+                count: u32::try_from(resources.len()).unwrap_or(u32::MAX),
+                resources: resources.into_keys().take(MAX_EXAMPLES).cloned().collect(),
+            })
+        })
+        .collect())
+}
+
+/// What one engine's share of an audited intent on a workload would refuse, or why that
+/// cannot be previewed. NetworkPolicy is computed apart ([`blocked`]); what blocks nothing
+/// (RBAC grants, k8tls scans) needs no word.
+fn engine_preview(
+    intent: &str,
+    engine: &EngineCoverage,
+    reported: &Reported,
+    workload: &WorkloadKey,
+) -> Result<Vec<Refusal>, Reason> {
+    let not = |reason: &str, message: &str| {
+        Err(Reason {
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        })
+    };
+    match (engine.engine.parse::<Engine>(), engine.state) {
+        (Ok(Engine::KubeArmor), _) => not(
             "DecidedAtRunTime",
             "kubearmor: decides at run time from what processes do, so it cannot be previewed; \
              its audit alerts show what it would block",
         ),
-        Engine::Kyverno if state == EngineState::NotInstalled => (
+        (Ok(Engine::Kyverno), EngineState::NotInstalled) => not(
             "EngineNotInstalled",
-            "kyverno: not installed, so which workloads its audit policy would report cannot be \
+            "kyverno: not installed, so which workloads its audit policy would refuse cannot be \
              computed",
         ),
-        Engine::Kyverno => (
-            "SeePolicyReports",
-            "kyverno: its background scan of the audit policy lists the violating workloads in \
-             Kyverno's PolicyReports (kubectl get policyreports -n <namespace>)",
-        ),
-        _ => return None,
-    };
-    Some(Reason {
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-    })
+        (Ok(Engine::Kyverno), EngineState::Auditing | EngineState::Pending) => match reported {
+            Err(Unreadable::NotServed) => not(
+                "ReportsNotServed",
+                "kyverno: its PolicyReports (wgpolicyk8s.io/v1alpha2) are not served, so which \
+                 workloads its audit policy would refuse cannot be read; install Kyverno's \
+                 reports controller",
+            ),
+            Err(Unreadable::NotListed) => not(
+                "ReportsNotRead",
+                "kyverno: its PolicyReports have not been read yet",
+            ),
+            Ok(by_workload) => refusals(
+                intent,
+                engine,
+                by_workload
+                    .get(workload)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default(),
+            ),
+        },
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// Adds the preview to a posture whose workload has intents bound in audit or shadow mode:
-/// the connections [`blocked`] found for it (at most [`MAX_LISTED`]), and the engines that
-/// cannot be previewed (the NetworkPolicy engine too, when a policy could not be evaluated).
-pub fn attach(posture: &mut WorkloadPosture, found: &Result<Found, InvalidPolicy>) {
-    let audited: Vec<_> = posture
-        .intents
-        .iter()
-        .filter(|i| i.action == AUDIT)
-        .collect();
-    if audited.is_empty() {
+/// the connections [`blocked`] found for it (at most [`MAX_LISTED`]), the validate rules
+/// Kyverno's reports say it breaks, and the engines that cannot be previewed (the
+/// NetworkPolicy engine too, when a policy could not be evaluated).
+pub fn attach(
+    posture: &mut WorkloadPosture,
+    found: &Result<Found, InvalidPolicy>,
+    reported: &Reported,
+) {
+    let workload = (
+        posture.metadata.namespace.clone().unwrap_or_default(),
+        posture.workload.kind.clone(),
+        posture.workload.name.clone(),
+    );
+    let mut not: Vec<Reason> = Vec::new();
+    let mut refused: Vec<Refusal> = Vec::new();
+    let mut audited = false;
+    for intent in posture.intents.iter().filter(|i| i.action == AUDIT) {
+        audited = true;
+        for engine in &intent.engines {
+            match engine_preview(&intent.id, engine, reported, &workload) {
+                Ok(found) => refused.extend(found),
+                Err(reason) => not.push(reason),
+            }
+        }
+    }
+    if !audited {
         return;
     }
-    let mut not: Vec<Reason> = audited
-        .iter()
-        .flat_map(|i| {
-            i.engines
-                .iter()
-                .filter_map(|e| not_previewed(&e.engine, e.state))
-        })
-        .collect();
     let blocked = match found {
-        Ok(found) => found.get(&(
-            posture.metadata.namespace.clone().unwrap_or_default(),
-            posture.workload.kind.clone(),
-            posture.workload.name.clone(),
-        )),
+        Ok(found) => found.get(&workload),
         Err(invalid) => {
             not.push(Reason {
                 reason: "NotEvaluated".to_owned(),
@@ -358,6 +545,8 @@ pub fn attach(posture: &mut WorkloadPosture, found: &Result<Found, InvalidPolicy
     };
     not.sort();
     not.dedup();
+    refused.sort();
+    refused.dedup();
     let all = blocked.map(BTreeSet::len).unwrap_or_default();
     posture.preview = Some(Preview {
         blocked: blocked
@@ -367,11 +556,13 @@ pub fn attach(posture: &mut WorkloadPosture, found: &Result<Found, InvalidPolicy
             .cloned()
             .collect(),
         omitted: u32::try_from(all.saturating_sub(MAX_LISTED)).unwrap_or(u32::MAX),
+        refused,
         not_previewed: not,
     });
 }
 
-/// At most this many connections are named in a binding's status.
+/// At most this many connections and refusals are named in a binding's status, and resources
+/// in a refusal.
 pub const MAX_EXAMPLES: usize = 5;
 
 /// Each binding with intents in audit or shadow mode, and what enforcing them would block,
@@ -386,6 +577,8 @@ pub fn binding_previews(
     struct Sums {
         workloads: BTreeSet<String>,
         connections: BTreeSet<String>,
+        refused: BTreeSet<String>,
+        refusals: BTreeSet<String>,
         not_previewed: BTreeSet<String>,
     }
     let mut found: BTreeMap<Reference, Sums> = policies
@@ -419,6 +612,16 @@ pub fn binding_previews(
                 let connection = format!("{workload}: {}", describe(blocked));
                 sums.connections.insert(connection);
             }
+            for refusal in preview.refused.iter().filter(|r| r.intent == intent.id) {
+                sums.refused.insert(workload.clone());
+                let policy = &refusal.policy;
+                sums.refusals.insert(format!(
+                    "{workload}: refused by {} {} rule {}",
+                    policy.kind,
+                    kyverno_key(policy),
+                    refusal.rule
+                ));
+            }
         }
     }
     found
@@ -428,7 +631,13 @@ pub fn binding_previews(
             let preview = BindingPreview {
                 workloads: count(sums.workloads.len()),
                 connections: count(sums.connections.len()),
-                examples: sums.connections.into_iter().take(MAX_EXAMPLES).collect(),
+                refused: count(sums.refused.len()),
+                examples: sums
+                    .connections
+                    .into_iter()
+                    .chain(sums.refusals)
+                    .take(MAX_EXAMPLES)
+                    .collect(),
                 not_previewed: sums.not_previewed.into_iter().collect(),
             };
             (binding, preview)
@@ -461,6 +670,7 @@ fn describe(b: &BlockedConnection) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use nimbus_api::NimbusPolicy;
     use serde_json::json;
 
@@ -659,7 +869,7 @@ mod tests {
             .collect();
         let key = ("shop".to_owned(), "Deployment".to_owned(), "web".to_owned());
         let found = Ok(Found::from([(key, many)]));
-        attach(&mut posture, &found);
+        attach(&mut posture, &found, &Err(Unreadable::NotServed));
         let preview = posture.preview.clone().expect("a preview");
         assert_eq!((preview.blocked.len(), preview.omitted), (MAX_LISTED, 5));
         let reasons: Vec<&str> = preview
@@ -668,24 +878,40 @@ mod tests {
             .map(|r| r.reason.as_str())
             .collect();
         assert_eq!(reasons, ["DecidedAtRunTime"]);
-        // Kyverno's audit policies are judged by Kyverno's own reports; what blocks nothing
-        // (RBAC grants, k8tls scans) and what is computed (NetworkPolicy) needs no word.
-        let reason = |engine: &str, state| not_previewed(engine, state).map(|r| r.reason);
+        // Kyverno's audit policies are judged by Kyverno's own reports, when they can be read;
+        // what blocks nothing (RBAC grants, k8tls scans) and what is computed (NetworkPolicy)
+        // needs no word.
+        let nothing = BTreeMap::new();
+        let reason = |engine: &str, state, reported: &Reported| {
+            let coverage = EngineCoverage {
+                engine: engine.into(),
+                state,
+                objects: vec![],
+            };
+            engine_preview("escapeToHost", &coverage, reported, &Default::default())
+                .err()
+                .map(|r| r.reason)
+        };
         let installed = EngineState::Auditing;
+        for (reported, expected) in [
+            (Err(Unreadable::NotServed), "ReportsNotServed"),
+            (Err(Unreadable::NotListed), "ReportsNotRead"),
+            (Ok(nothing.clone()), "NotScannedYet"),
+        ] {
+            let got = reason("kyverno", installed, &reported);
+            assert_eq!(got.as_deref(), Some(expected));
+        }
+        let reported = Ok(nothing);
         assert_eq!(
-            reason("kyverno", installed).as_deref(),
-            Some("SeePolicyReports")
-        );
-        assert_eq!(
-            reason("kyverno", EngineState::NotInstalled).as_deref(),
+            reason("kyverno", EngineState::NotInstalled, &reported).as_deref(),
             Some("EngineNotInstalled")
         );
         for engine in ["netpol", "rbac", "k8tls"] {
-            assert_eq!(reason(engine, installed), None, "{engine}");
+            assert_eq!(reason(engine, installed, &reported), None, "{engine}");
         }
 
         let mut enforced = crate::posture::workload_posture(&web, &[]);
-        attach(&mut enforced, &found);
+        attach(&mut enforced, &found, &reported);
         assert_eq!(enforced.preview, None);
 
         // A policy that cannot be evaluated is said, not taken for "nothing blocked".
@@ -694,7 +920,7 @@ mod tests {
             field: "spec.egress[0].to[0].ipBlock.cidr".into(),
             reason: "not a CIDR".into(),
         });
-        attach(&mut posture, &invalid);
+        attach(&mut posture, &invalid, &Err(Unreadable::NotServed));
         let preview = posture.preview.expect("a preview");
         assert!(preview.blocked.is_empty());
         assert!(
@@ -753,13 +979,14 @@ mod tests {
             ]),
         )]));
         let mut posture = crate::posture::workload_posture(&web, &audited);
-        attach(&mut posture, &found);
+        attach(&mut posture, &found, &Err(Unreadable::NotServed));
         let previews = binding_previews(&audited, &[posture.clone()]);
         assert_eq!(
             previews[&binding],
             BindingPreview {
                 workloads: 1,
                 connections: 1,
+                refused: 0,
                 examples: vec![
                     "Deployment shop/web: Egress to Service shop/db 5432/TCP".to_owned()
                 ],
@@ -770,5 +997,148 @@ mod tests {
         assert_eq!(nothing[&binding], BindingPreview::default());
         let enforced = [coverage("Block")];
         assert!(binding_previews(&enforced, &[posture]).is_empty());
+    }
+
+    /// Kyverno's reports of the audit policy are read back at the workload their resources
+    /// belong to (itself, its pods, its ReplicaSets); only failures of our own policies count,
+    /// one refusal per rule, and the binding counts the workload once.
+    #[test]
+    fn kyverno_reports_of_the_audit_policy_say_what_enforcing_would_refuse() {
+        let binding = Reference {
+            kind: "SecurityIntentBinding".into(),
+            namespace: Some("shop".into()),
+            name: "web".into(),
+        };
+        let mut np = policy("escapeToHost", "Audit");
+        np.spec.rules[0].rule.params = Some(BTreeMap::from([(
+            "psaLevel".to_owned(),
+            vec!["baseline".to_owned()],
+        )]));
+        let input = PolicyInput::namespaced(&np, "p");
+        let translation = engines::translate(&input, &Environment::default(), &EngineSet::all());
+        let coverage = crate::posture::PolicyCoverage::new(&crate::posture::PolicyFacts {
+            input: &input,
+            translation: &translation,
+            engines: &EngineSet::all(),
+            present: &|_| true,
+            intent_name: &|_| None,
+            binding: Some(binding.clone()),
+            protected: &Default::default(),
+        });
+        let mut web = workload("shop", "web", None, &[]);
+        web.pods[0].controller = Some(OwnerReference {
+            kind: "ReplicaSet".into(),
+            name: "web-5d8f".into(),
+            ..OwnerReference::default()
+        });
+        let mut second = web.pods[0].clone();
+        second.name = "web-2".into();
+        web.pods.push(second);
+        let db = workload("shop", "db", None, &[]);
+        let mut posture = crate::posture::workload_posture(&web, std::slice::from_ref(&coverage));
+        let kyverno = posture.intents[0]
+            .engines
+            .iter()
+            .find(|e| e.engine == "kyverno")
+            .expect("kyverno enforces escapeToHost")
+            .clone();
+        assert_eq!(kyverno.state, EngineState::Auditing, "{kyverno:?}");
+        let ours = kyverno_key(&kyverno.objects[0]);
+
+        let report = |kind: &str, name: &str, results: Value| {
+            Report::from_json(&json!({
+                "apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+                "metadata": {"name": "8c2a", "namespace": "shop"},
+                "scope": {"apiVersion": "v1", "kind": kind, "name": name, "namespace": "shop",
+                          "uid": "8c2a"},
+                "results": results,
+            }))
+            .expect("a report")
+        };
+        let result = |policy: &str, rule: &str, result: &str| {
+            json!({"policy": policy, "rule": rule, "result": result, "message": format!("{rule} {result}"),
+                   "scored": true, "source": "kyverno", "timestamp": {"seconds": 1, "nanos": 0}})
+        };
+        let reports = Ok(vec![
+            report(
+                "Pod",
+                "web-1",
+                json!([
+                    result(&ours, "pod-security", "fail"),
+                    result("other", "team-label", "fail")
+                ]),
+            ),
+            report(
+                "Pod",
+                "web-2",
+                json!([result(&ours, "pod-security", "fail")]),
+            ),
+            report(
+                "ReplicaSet",
+                "web-5d8f",
+                json!([result(&ours, "autogen-pod-security", "fail")]),
+            ),
+            report(
+                "Deployment",
+                "web",
+                json!([result(&ours, "autogen-pod-security", "pass")]),
+            ),
+            report(
+                "Pod",
+                "db-1",
+                json!([result(&ours, "pod-security", "fail")]),
+            ),
+        ]);
+        let found = Ok(Found::new());
+        let reported = reported(&[web.clone(), db], &reports);
+        attach(&mut posture, &found, &reported);
+        let preview = posture.preview.clone().expect("a preview");
+        let pod = |name: &str| Reference {
+            kind: "Pod".into(),
+            namespace: Some("shop".into()),
+            name: name.into(),
+        };
+        assert_eq!(
+            preview.refused,
+            [
+                Refusal {
+                    intent: "escapeToHost".into(),
+                    policy: kyverno.objects[0].clone(),
+                    rule: "autogen-pod-security".into(),
+                    message: "autogen-pod-security fail".into(),
+                    resources: vec![Reference {
+                        kind: "ReplicaSet".into(),
+                        namespace: Some("shop".into()),
+                        name: "web-5d8f".into(),
+                    }],
+                    count: 1,
+                },
+                Refusal {
+                    intent: "escapeToHost".into(),
+                    policy: kyverno.objects[0].clone(),
+                    rule: "pod-security".into(),
+                    message: "pod-security fail".into(),
+                    resources: vec![pod("web-1"), pod("web-2")],
+                    count: 2,
+                },
+            ]
+        );
+        // KubeArmor enforces escapeToHost too, at run time.
+        let reasons: Vec<&str> = preview
+            .not_previewed
+            .iter()
+            .map(|r| r.reason.as_str())
+            .collect();
+        assert_eq!(reasons, ["DecidedAtRunTime"]);
+
+        let summary = &binding_previews(&[coverage], &[posture])[&binding];
+        assert_eq!((summary.refused, summary.workloads), (1, 0));
+        assert_eq!(
+            summary.examples,
+            [
+                format!("Deployment shop/web: refused by Policy {ours} rule autogen-pod-security"),
+                format!("Deployment shop/web: refused by Policy {ours} rule pod-security"),
+            ]
+        );
     }
 }

@@ -13,7 +13,7 @@ use common::{
 };
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use nimbus_api::{
@@ -297,6 +297,38 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
     )
     .await;
     ready(&bindings, "web").await;
+
+    // The posture reads Kyverno's PolicyReports through the chart's RBAC: under a binding in
+    // shadow mode, a pod is said not scanned yet (no Kyverno runs here), not unread.
+    apply(&bindings, "shadow", &json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+        "metadata": {"name": "shadow", "labels": {nimbus_api::MODE_LABEL: nimbus_api::MODE_SHADOW}},
+        "spec": {"intents": [{"name": escape}],
+                 "selector": {"workloadSelector": {"matchLabels": {"app": "shadowed"}}}}
+    }))
+    .await;
+    apply(
+        &Api::<Pod>::namespaced(admin.clone(), ns.name()),
+        "shadowed",
+        &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "shadowed", "labels": {"app": "shadowed"}},
+                "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}),
+    )
+    .await;
+    eventually(
+        "the shadowed binding's preview to read Kyverno's reports",
+        CONVERGE,
+        async |seen| {
+            let binding = bindings.get("shadow").await.ok()?;
+            let preview = binding.status?.preview?;
+            *seen = format!("{preview:?}");
+            preview
+                .not_previewed
+                .contains(&"NotScannedYet".to_owned())
+                .then_some(())
+        },
+    )
+    .await;
 
     // A cluster binding exercising the k8tls and RBAC engines (RoleBindings to `view`, which
     // the operator may only grant through `bind`).

@@ -45,6 +45,11 @@ pub fn track(client: Client, engines: &BTreeSet<Engine>) -> (Availability, Drive
         .iter()
         .flat_map(|e| engines::kinds(*e).iter().copied())
         .collect();
+    track_kinds(client, kinds)
+}
+
+/// Tracks `kinds` as [`track`] does.
+pub fn track_kinds(client: Client, kinds: BTreeSet<&'static NativeKind>) -> (Availability, Driver) {
     let builtin: Served = kinds.iter().filter(|k| k.crd.is_none()).copied().collect();
     let (tx, rx) = watch::channel(builtin);
     let crd_kinds: Vec<_> = kinds

@@ -30,14 +30,17 @@ pub const KUBEARMOR_HOST_POLICY: EngineCrd =
 pub const KYVERNO_POLICY: EngineCrd = engine_crd!("kyverno", "kyverno.io_policies.yaml");
 pub const KYVERNO_CLUSTER_POLICY: EngineCrd =
     engine_crd!("kyverno", "kyverno.io_clusterpolicies.yaml");
+/// Kyverno's reports of its background scans, which the posture's preview reads.
+pub const POLICY_REPORT: EngineCrd = engine_crd!("kyverno", "wgpolicyk8s.io_policyreports.yaml");
 
 /// Every vendored engine CRD.
-pub const ENGINE_CRDS: [EngineCrd; 5] = [
+pub const ENGINE_CRDS: [EngineCrd; 6] = [
     KUBEARMOR_POLICY,
     KUBEARMOR_CLUSTER_POLICY,
     KUBEARMOR_HOST_POLICY,
     KYVERNO_POLICY,
     KYVERNO_CLUSTER_POLICY,
+    POLICY_REPORT,
 ];
 
 impl EngineCrd {

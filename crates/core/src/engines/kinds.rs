@@ -116,6 +116,20 @@ pub const ROLE_BINDING: NativeKind = NativeKind {
     listed: true,
 };
 
+/// Kyverno's reports of its background scans, one per resource, which the preview of audited
+/// Kyverno intents reads (never writes): `--openreportsEnabled` would move them to
+/// `openreports.io`, which Kyverno 1.19 does not do by default.
+pub const POLICY_REPORT: NativeKind = NativeKind {
+    group: "wgpolicyk8s.io",
+    version: "v1alpha2",
+    kind: "PolicyReport",
+    plural: "policyreports",
+    namespaced: true,
+    crd: Some("policyreports.wgpolicyk8s.io"),
+    entry: "PolicyReport",
+    listed: false,
+};
+
 /// The native kinds `engine` writes.
 pub fn kinds(engine: Engine) -> &'static [&'static NativeKind] {
     engine.spec().kinds

@@ -10,7 +10,7 @@ pub mod replica;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use nimbus_testenv::upstream::{
-    EngineCrd, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY,
+    EngineCrd, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, POLICY_REPORT,
 };
 use nimbus_testenv::{ControlPlane, apply_yaml};
 use serde::Serialize;
@@ -219,8 +219,14 @@ pub fn binding(name: &str, intents: &[&str], labels: serde_json::Value) -> serde
     })
 }
 
-/// The CRDs of every engine the operator writes to.
-pub const ENGINE_CRDS: [EngineCrd; 3] = [KUBEARMOR_POLICY, KYVERNO_POLICY, KYVERNO_CLUSTER_POLICY];
+/// The CRDs of every engine the operator writes to, and of the Kyverno reports the posture
+/// reads.
+pub const ENGINE_CRDS: [EngineCrd; 4] = [
+    KUBEARMOR_POLICY,
+    KYVERNO_POLICY,
+    KYVERNO_CLUSTER_POLICY,
+    POLICY_REPORT,
+];
 
 /// Installs `crd`.
 pub async fn install_engine_crd(client: &Client, crd: EngineCrd) {

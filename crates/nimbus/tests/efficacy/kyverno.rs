@@ -16,8 +16,9 @@ use crate::{Selecting, bind_cluster, bind_namespaced, intent, unbind_cluster};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::Client;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
 use nimbus_core::engines;
 use nimbus_testenv::{
     Child, ControlPlane, Options, TestNamespace, apply_yaml, eventually, free_port,
@@ -215,6 +216,19 @@ async fn start() -> Kyverno {
         .await;
     }
 
+    // The posture computes the bindings' previews from Kyverno's reports; nothing reads its
+    // API here, so it is not registered with kube-apiserver.
+    let cert = nimbus_testenv::serving_cert(&[]).expect("serving certificate");
+    let (cert_file, key_file) = (dir.join("posture.crt"), dir.join("posture.key"));
+    std::fs::write(&cert_file, &cert.cert_pem).expect("posture.crt");
+    std::fs::write(&key_file, &cert.key_pem).expect("posture.key");
+    let posture = nimbus_operator::posture::Config {
+        addr: ([127, 0, 0, 1], free_port().expect("port")).into(),
+        certificate: nimbus_operator::posture::ServingCertificate {
+            cert_file,
+            key_file,
+        },
+    };
     let config = control_plane.config().clone();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
@@ -223,6 +237,7 @@ async fn start() -> Kyverno {
             let (ns, name) = VIRTUAL_PATCH_DB;
             let config = nimbus_operator::Config {
                 virtual_patch_db: Some((ns.into(), name.into())),
+                posture: Some(posture),
                 ..Default::default()
             };
             let result = nimbus_operator::run(client, config, Default::default()).await;
@@ -655,10 +670,10 @@ async fn escape_to_host_audit_and_shadow_admit_and_report() {
     let shadowed = namespace(cp, "eff-kyv-shadow").await;
     let enforced = namespace(cp, "eff-kyv-block").await;
     let unbound = namespace(cp, "eff-kyv-unbound").await;
-    bind_namespaced(&client, by_sib.name(), &audit, &selecting(false)).await;
+    let sib = bind_namespaced(&client, by_sib.name(), &audit, &selecting(false)).await;
     let csib = bind_cluster(&client, by_csib.name(), &audit, &selecting(false)).await;
-    bind_namespaced(&client, shadowed.name(), &block, &selecting(true)).await;
-    bind_namespaced(&client, enforced.name(), &block, &selecting(false)).await;
+    let shadow = bind_namespaced(&client, shadowed.name(), &block, &selecting(true)).await;
+    drop(bind_namespaced(&client, enforced.name(), &block, &selecting(false)).await);
     let all = [&by_sib, &by_csib, &shadowed, &enforced, &unbound].map(|ns| ns.name());
     for ns in all {
         install_sentinel(&client, ns).await;
@@ -710,7 +725,7 @@ async fn escape_to_host_audit_and_shadow_admit_and_report() {
             "web",
         ),
     ];
-    // Per row, per subject: the admitted pod's UID, or the denial's cell.
+    // Per row, per subject: the admitted pod's UID and name, or the denial's cell.
     let mut created = Vec::new();
     let mut expected = Vec::new();
     for (name, spec) in PODS {
@@ -718,7 +733,7 @@ async fn escape_to_host_audit_and_shadow_admit_and_report() {
         let mut promised = Vec::new();
         for (_, mode, ns, app) in &subjects {
             let pod = try_create_pod(&client, ns, app, spec(), false).await;
-            cells.push(pod.map(|p| p.metadata.uid.expect("uid")));
+            cells.push(pod.map(|p| (p.metadata.uid.expect("uid"), p.metadata.name.expect("name"))));
             promised.push(reported_promise(*mode, *app == "web", name));
         }
         created.push((*name, cells));
@@ -739,7 +754,7 @@ async fn escape_to_host_audit_and_shadow_admit_and_report() {
                 for (cell, (subject, ..)) in cells.iter().zip(&subjects) {
                     row.push(match cell {
                         Err(denied) => denied.clone(),
-                        Ok(uid) => match reports.get(uid) {
+                        Ok((uid, _)) => match reports.get(uid) {
                             Some(verdict) => format!("admitted, report: {verdict}"),
                             None => {
                                 pending.push(format!("{name} / {subject}"));
@@ -755,6 +770,79 @@ async fn escape_to_host_audit_and_shadow_admit_and_report() {
         },
     )
     .await;
+    // What enforcing would refuse, by the preview each audited or shadowed binding shows: the
+    // cases whose pods it names are exactly those the enforcing column denies.
+    let enforcing = subjects
+        .iter()
+        .position(|(_, mode, _, app)| *mode == Mode::Block && *app == "web")
+        .expect("an enforcing column");
+    let denied: BTreeSet<&str> = rows
+        .iter()
+        .filter(|(_, row)| row[enforcing].starts_with("denied"))
+        .map(|(case, _)| case.as_str())
+        .collect();
+    let case_of = |pod: &str| {
+        created
+            .iter()
+            .find(|(_, cells)| cells.iter().flatten().any(|(_, name)| name == pod))
+            .map(|(case, _)| *case)
+    };
+    let sibs = |ns: &str| Api::<SecurityIntentBinding>::namespaced(client.clone(), ns);
+    let csibs = Api::<ClusterSecurityIntentBinding>::all(client.clone());
+    for (binding, ns) in [
+        (sib.as_str(), by_sib.name()),
+        (csib.as_str(), by_csib.name()),
+        (shadow.as_str(), shadowed.name()),
+    ] {
+        let what =
+            format!("the preview of binding {binding} to name the pods Kyverno reported failing");
+        let previewed = eventually(&what, CONVERGE, async |seen| {
+            let preview = if binding == csib {
+                csibs.get(binding).await.ok()?.status?.preview?
+            } else {
+                sibs(ns).get(binding).await.ok()?.status?.preview?
+            };
+            *seen = format!("{preview:?}");
+            let cases: BTreeSet<&str> = preview
+                .examples
+                .iter()
+                .filter_map(|e| e.strip_prefix(&format!("Pod {ns}/"))?.split(':').next())
+                .filter_map(case_of)
+                .collect();
+            (preview.refused as usize == denied.len() && cases.len() == denied.len())
+                .then_some(cases)
+        })
+        .await;
+        assert_eq!(previewed, denied, "binding {binding}");
+    }
+    // Promotion: the shadow mark removed, exactly what the preview named is refused.
+    let shadow_api = sibs(shadowed.name());
+    shadow_api
+        .patch(
+            &shadow,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {nimbus_api::MODE_LABEL: null}}})),
+        )
+        .await
+        .expect("promoting the shadowed binding");
+    // Kyverno takes a moment to move the policy to its enforcing webhook: until then pods
+    // are admitted; what it then refuses must be exactly the preview.
+    let what = "the promoted binding to refuse exactly what its preview named";
+    eventually(what, CONVERGE, async |seen| {
+        let mut refused = BTreeSet::new();
+        for (name, spec) in PODS {
+            if try_create_pod(&client, shadowed.name(), "web", spec(), true)
+                .await
+                .is_err()
+            {
+                refused.insert(*name);
+            }
+        }
+        *seen = format!("refused {refused:?}, previewed {denied:?}");
+        (refused == denied).then_some(())
+    })
+    .await;
+
     let matrix = Matrix {
         id: "kyverno-escapeToHost-audit",
         title: "escapeToHost psaLevel=baseline in audit and shadow mode (Kyverno v1.19.1 admission and reports controllers)".to_owned(),
@@ -949,7 +1037,7 @@ async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image
     for (_, binding, ..) in &cases {
         let ns = namespace(cp, "eff-kyv-vp").await;
         match binding {
-            Some(false) => bind_namespaced(&client, ns.name(), &si, &selecting).await,
+            Some(false) => drop(bind_namespaced(&client, ns.name(), &si, &selecting).await),
             Some(true) => csibs.push(bind_cluster(&client, ns.name(), &si, &selecting).await),
             None => {}
         }

@@ -76,8 +76,8 @@ fn metadata(name: &str, selecting: &Selecting) -> Value {
 
 /// Binds `intent` in `ns` with a SecurityIntentBinding and waits until it is Ready (in shadow
 /// mode: until its status is settled, `Ready=False` with `NoAuditForm` when no engine can
-/// audit the intent).
-async fn bind_namespaced(client: &Client, ns: &str, intent: &str, selecting: &Selecting) {
+/// audit the intent); returns its name.
+async fn bind_namespaced(client: &Client, ns: &str, intent: &str, selecting: &Selecting) -> String {
     let name = unique("eff");
     let api = Api::<SecurityIntentBinding>::namespaced(client.clone(), ns);
     let binding = json!({
@@ -88,6 +88,7 @@ async fn bind_namespaced(client: &Client, ns: &str, intent: &str, selecting: &Se
     });
     apply(&api, &name, &binding).await;
     ready(&api, &name, selecting.shadow).await;
+    name
 }
 
 /// Binds `intent` in the namespace `ns` with a ClusterSecurityIntentBinding and waits until it

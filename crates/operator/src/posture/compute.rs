@@ -1,9 +1,11 @@
 //! Computes every posture object from the caches: the operator's own (policies, bindings,
 //! native objects, engine availability), watches of pods (stripped to what the posture reads),
-//! metadata-only watches of ReplicaSets and Jobs, and the Services and NetworkPolicies the
-//! preview evaluates. Debounced: a burst of changes costs one computation.
+//! metadata-only watches of ReplicaSets and Jobs, the Services and NetworkPolicies the preview
+//! evaluates, and Kyverno's PolicyReports, which it reads. Debounced: a burst of changes costs
+//! one computation.
 
 use super::{Postures, previews};
+use crate::availability::{self, Served};
 use crate::cache::{Cache, Driver};
 use crate::context::Context;
 use crate::controllers::policy::Claim;
@@ -17,32 +19,42 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::PartialObjectMeta;
+use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
 use nimbus_api::{BindingPreview, ClusterSecurityIntentBinding, SecurityIntentBinding};
-use nimbus_core::engines::{self, PolicyInput};
+use nimbus_core::engines::{self, POLICY_REPORT, PolicyInput};
 use nimbus_core::netpol::InvalidPolicy;
 use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
 use nimbus_core::preview;
-use std::collections::BTreeMap;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_stream::wrappers::WatchStream;
 
 /// Changes arriving within this window are computed together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
-/// Pods (metadata, IP and container ports), ReplicaSets and Jobs (metadata only), Services and
-/// NetworkPolicies.
+/// Pods (metadata, IP and container ports), ReplicaSets and Jobs (metadata only), Services,
+/// NetworkPolicies and Kyverno's PolicyReports.
 pub struct Workloads {
     pods: Store<Pod>,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
     jobs: Store<PartialObjectMeta<Job>>,
     services: Store<Service>,
     network_policies: Store<NetworkPolicy>,
+    /// `None` while the Kyverno engine is disabled.
+    reports: Option<Reports>,
+}
+
+/// Kyverno's PolicyReports, watched while their CRD is served.
+struct Reports {
+    store: Store<DynamicObject>,
+    served: watch::Receiver<Served>,
+    listed: watch::Receiver<bool>,
 }
 
 /// The watches behind [`Workloads`] and everything else the posture reads.
@@ -56,7 +68,8 @@ pub struct Watches {
 }
 
 impl Workloads {
-    pub fn watch(client: &Client) -> (Self, Watches) {
+    /// The watches, Kyverno's reports among them when `kyverno` (the engine is enabled).
+    pub fn watch(client: &Client, kyverno: bool) -> (Self, Watches) {
         let mut pods = Cache::new(Api::<Pod>::all(client.clone())).strip(strip_pod);
         let mut replica_sets = metadata_cache::<ReplicaSet>(client);
         let mut jobs = metadata_cache::<Job>(client);
@@ -73,7 +86,7 @@ impl Workloads {
                 np.metadata.managed_fields = None;
                 np.metadata.annotations = None;
             });
-        let watches = Watches {
+        let mut watches = Watches {
             changes: vec![
                 signal(pods.subscribe()),
                 signal(replica_sets.subscribe()),
@@ -98,14 +111,62 @@ impl Workloads {
                 network_policies.driver(),
             ],
         };
+        let reports = kyverno.then(|| {
+            let (availability, tracker) =
+                availability::track_kinds(client.clone(), BTreeSet::from([&POLICY_REPORT]));
+            let resource = POLICY_REPORT.api_resource();
+            let mut cache: Cache<DynamicObject> = Cache::with(
+                Api::all_with(client.clone(), &resource),
+                resource,
+                Default::default(),
+            )
+            .strip(strip_report);
+            let served = availability.served;
+            let mut gate = served.clone();
+            let gate = async move {
+                let _ = gate.wait_for(|s| s.contains(&POLICY_REPORT)).await;
+            };
+            watches.changes.push(signal(cache.subscribe()));
+            watches
+                .changes
+                .push(signal(WatchStream::from_changes(served.clone())));
+            watches.drivers.push(tracker);
+            watches.drivers.push(cache.driver_after(gate));
+            Reports {
+                listed: cache.synced_flag(),
+                store: cache.store,
+                served,
+            }
+        });
         let workloads = Self {
             pods: pods.store,
             replica_sets: replica_sets.store,
             jobs: jobs.store,
             services: services.store,
             network_policies: network_policies.store,
+            reports,
         };
         (workloads, watches)
+    }
+
+    /// Kyverno's reports in the core's terms, or why they cannot be read.
+    fn reports(&self) -> Result<Vec<preview::Report>, preview::Unreadable> {
+        let reports = self
+            .reports
+            .as_ref()
+            .ok_or(preview::Unreadable::NotServed)?;
+        if !reports.served.borrow().contains(&POLICY_REPORT) {
+            return Err(preview::Unreadable::NotServed);
+        }
+        if !*reports.listed.borrow() {
+            return Err(preview::Unreadable::NotListed);
+        }
+        Ok(reports
+            .store
+            .state()
+            .iter()
+            .filter_map(|r| preview::Report::from_json(&r.data))
+            .collect())
     }
 
     fn pods(&self) -> Vec<core::Pod> {
@@ -217,6 +278,35 @@ fn strip_pod(pod: &mut Pod) {
     pod.status = pod.status.take().map(|status| PodStatus {
         pod_ip: status.pod_ip,
         ..PodStatus::default()
+    });
+}
+
+/// Keeps of a PolicyReport the resource it is about and, of each result, what the preview
+/// reads (the message only of failures): reports can be many and large.
+fn strip_report(report: &mut DynamicObject) {
+    report.metadata = ObjectMeta {
+        name: report.metadata.name.take(),
+        namespace: report.metadata.namespace.take(),
+        ..ObjectMeta::default()
+    };
+    let scope = &report.data["scope"];
+    let results: Vec<Value> = report.data["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let failed = r["result"] == "fail";
+            json!({
+                "policy": r["policy"],
+                "rule": r["rule"],
+                "result": r["result"],
+                "message": if failed { r["message"].clone() } else { Value::Null },
+            })
+        })
+        .collect();
+    report.data = json!({
+        "scope": {"kind": scope["kind"], "namespace": scope["namespace"], "name": scope["name"]},
+        "results": results,
     });
 }
 
@@ -348,11 +438,13 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
         .into_iter()
         .collect::<Result<Vec<_>, _>>()
         .and_then(|planned| preview::blocked(&network, &planned.concat()));
+    let reports = sources.reports();
+    let reported = preview::reported(&workloads, &reports);
     let workload_postures: Vec<_> = workloads
         .iter()
         .map(|w| {
             let mut posture = core::workload_posture(w, &coverage);
-            preview::attach(&mut posture, &blocked);
+            preview::attach(&mut posture, &blocked, &reported);
             posture
         })
         .collect();

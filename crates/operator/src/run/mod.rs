@@ -154,7 +154,8 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     // Every replica serves the posture API, leader or not: it only reads the caches.
     let posture = match &config.posture {
         Some(posture_config) => {
-            let (workloads, mut watches) = posture::Workloads::watch(&client);
+            let kyverno = config.engines.contains(&Engine::Kyverno);
+            let (workloads, mut watches) = posture::Workloads::watch(&client, kyverno);
             watches.changes.extend(caches.posture_inputs(&served));
             let server = posture::start(
                 posture_config,
