@@ -53,14 +53,18 @@ crds:
 	$(CARGO) run -q -- engine-rbac > charts/nimbus/files/engine-rbac.yaml.tmp
 	mv charts/nimbus/files/engine-rbac.yaml.tmp charts/nimbus/files/engine-rbac.yaml
 
-# Refreshes upstream/kyverno/ from the Kyverno Go module pinned in tools/kyverno (checksummed by
-# its go.sum); bump the version there, then run this.
+# Refreshes upstream/kyverno/ and upstream/openreports/ from the Kyverno Go module pinned in
+# tools/kyverno and its OpenReports dependency (checksummed by its go.sum); bump the version
+# there, then run this.
 upstream-kyverno:
 	cd tools/kyverno && dir="$$(GOFLAGS=-mod=readonly go mod download -json github.com/kyverno/kyverno \
 	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')" && test -n "$$dir" && \
 	  install -m 644 "$$dir"/config/crds/kyverno/kyverno.io_policies.yaml \
 	    "$$dir"/config/crds/kyverno/kyverno.io_clusterpolicies.yaml \
 	    "$$dir"/config/crds/policyreport/wgpolicyk8s.io_policyreports.yaml ../../upstream/kyverno/
+	cd tools/kyverno && dir="$$(GOFLAGS=-mod=readonly go mod download -json github.com/openreports/reports-api \
+	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')" && test -n "$$dir" && \
+	  install -m 644 "$$dir"/config/crd/openreports.io_reports.yaml ../../upstream/openreports/
 
 # Operator benchmark on a real local control plane: cold convergence, steady state, churn.
 # Prints a table and writes target/bench-results.json; resize with e.g.

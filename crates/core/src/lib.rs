@@ -15,6 +15,7 @@ pub mod params;
 pub mod plan;
 pub mod posture;
 pub mod preview;
+pub mod reports;
 pub mod status;
 pub mod validation;
 

@@ -33,6 +33,7 @@ pub mod reason {
 pub struct Pod {
     pub namespace: String,
     pub name: String,
+    pub uid: String,
     pub labels: BTreeMap<String, String>,
     pub created: Option<Time>,
     /// Its controlling owner.
@@ -59,6 +60,8 @@ pub struct Workload {
     pub api_version: String,
     pub kind: String,
     pub name: String,
+    /// The workload object's uid, when known (reports about it are owned by it).
+    pub uid: Option<String>,
     /// When its oldest pod was created.
     pub created: Option<Time>,
     /// Its pods.
@@ -74,14 +77,20 @@ pub fn workloads<'p>(
 ) -> Vec<Workload> {
     let mut grouped: BTreeMap<(String, String, String), Workload> = BTreeMap::new();
     for pod in pods {
-        let (api_version, kind, name) = match &pod.controller {
-            None => ("v1".to_owned(), "Pod".to_owned(), pod.name.clone()),
+        let (api_version, kind, name, uid) = match &pod.controller {
+            None => (
+                "v1".to_owned(),
+                "Pod".to_owned(),
+                pod.name.clone(),
+                pod.uid.clone(),
+            ),
             Some(owner) => {
                 let parent = matches!(owner.kind.as_str(), "ReplicaSet" | "Job")
                     .then(|| owner_of(&pod.namespace, &owner.kind, &owner.name))
                     .flatten();
                 let top = parent.as_ref().unwrap_or(owner);
-                (top.api_version.clone(), top.kind.clone(), top.name.clone())
+                let (v, k, n, u) = (&top.api_version, &top.kind, &top.name, &top.uid);
+                (v.clone(), k.clone(), n.clone(), u.clone())
             }
         };
         let workload = grouped
@@ -91,6 +100,7 @@ pub fn workloads<'p>(
                 api_version,
                 kind,
                 name,
+                uid: Some(uid).filter(|u| !u.is_empty()),
                 created: pod.created.clone(),
                 pods: Vec::new(),
             });
@@ -623,6 +633,7 @@ mod tests {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),
             name: "web".into(),
+            uid: None,
             created: None,
             pods: apps
                 .iter()

@@ -698,6 +698,7 @@ mod tests {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),
             name: app.into(),
+            uid: None,
             created: None,
             pods: vec![Pod {
                 namespace: ns.into(),

@@ -137,6 +137,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 cert_file: certificate_file("posture-tls.crt", &certificate.cert_pem)?,
                 key_file: certificate_file("posture-tls.key", &certificate.key_pem)?,
             },
+            reports: Default::default(),
         }),
         ..Default::default()
     };

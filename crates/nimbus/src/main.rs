@@ -14,6 +14,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines;
 use nimbus_core::namespaces::ProtectedNamespaces;
+use nimbus_core::reports::ReportFormat;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -117,6 +118,31 @@ pub struct PostureArgs {
     /// PEM private key of that certificate.
     #[arg(long, env = "NIMBUS_POSTURE_TLS_KEY_FILE")]
     posture_tls_key_file: Option<std::path::PathBuf>,
+    /// The policy reports the posture is written as, one per workload a bound intent selects:
+    /// OpenReports `Report`s where served, else `wgpolicyk8s.io` `PolicyReport`s (auto), one
+    /// of them only, or none.
+    #[arg(long, env = "NIMBUS_POSTURE_REPORTS", value_enum, default_value_t = Reports::Auto)]
+    posture_reports: Reports,
+}
+
+/// `--posture-reports`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Reports {
+    Auto,
+    Openreports,
+    Policyreports,
+    Off,
+}
+
+impl From<Reports> for ReportFormat {
+    fn from(reports: Reports) -> Self {
+        match reports {
+            Reports::Auto => Self::Auto,
+            Reports::Openreports => Self::Openreports,
+            Reports::Policyreports => Self::Policyreports,
+            Reports::Off => Self::Off,
+        }
+    }
 }
 
 impl PostureArgs {
@@ -127,6 +153,7 @@ impl PostureArgs {
                 cert_file: self.posture_tls_cert_file.clone()?,
                 key_file: self.posture_tls_key_file.clone()?,
             },
+            reports: self.posture_reports.into(),
         })
     }
 }

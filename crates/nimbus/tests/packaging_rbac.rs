@@ -259,6 +259,7 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
             cert_file: certificate.path().join("tls.crt"),
             key_file: certificate.path().join("tls.key"),
         },
+        reports: Default::default(),
     });
 
     let shutdown = CancellationToken::new();
@@ -328,6 +329,17 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
                 .then_some(())
         },
     )
+    .await;
+    // And writes the posture as OpenReports.
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("openreports.io", "v1alpha1", "Report"),
+        "reports",
+    );
+    let reports = Api::<DynamicObject>::namespaced_with(admin.clone(), ns.name(), &resource);
+    eventually("the shadowed pod's report", CONVERGE, async |_| {
+        let report = reports.get_opt("nimbus-pod-shadowed").await.ok()??;
+        (report.data["summary"]["warn"] == 1).then_some(())
+    })
     .await;
 
     // A cluster binding exercising the k8tls and RBAC engines (RoleBindings to `view`, which

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use nimbus_api::posture::{NamespacePosture, Verdict, WorkloadPosture};
 use nimbus_api::{MODE_LABEL, MODE_SHADOW, NimbusPolicy, SecurityIntentBinding};
@@ -56,6 +56,7 @@ fn posture() -> &'static Posture {
                         cert_file,
                         key_file,
                     },
+                    reports: Default::default(),
                 }),
                 ..Default::default()
             },
@@ -791,4 +792,154 @@ async fn the_preview_lists_exactly_what_promotion_then_denies() {
         previewed, denied,
         "the preview (left) and what cyclonus denies after promotion (right) differ"
     );
+}
+
+/// The posture as OpenReports `Report`s, accepted by kube-apiserver under the upstream CRD:
+/// one per workload a bound intent selects, whose results say what the posture API says of it,
+/// through shadow mode and unbinding, and nothing written while nothing changes.
+#[tokio::test]
+async fn reports_say_what_the_posture_says() {
+    let cp = posture().cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("reports").await.expect("namespace");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    for app in ["web", "db"] {
+        apply(
+            &pods,
+            app,
+            &json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": app, "labels": {"app": app}},
+                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}),
+        )
+        .await;
+    }
+    let intents = [
+        create_intent(&client, "dnsManipulation", "Block").await,
+        create_intent(&client, "escapeToHost", "Block").await,
+    ];
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
+    let mut web = binding("web", &[&intents[0], &intents[1]], json!({"app": "web"}));
+    apply(&bindings, "web", &web).await;
+
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("openreports.io", "v1alpha1", "Report"),
+        "reports",
+    );
+    let reports: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns.name(), &resource);
+    let postures: Api<WorkloadPosture> = Api::namespaced(client.clone(), ns.name());
+    // What the report says of each intent, and what the posture API says.
+    let agree = |expected: &'static str| {
+        let (reports, postures) = (reports.clone(), postures.clone());
+        async move {
+            eventually(
+                &format!(
+                    "the web pod's report to say {expected} for both intents, as its posture does"
+                ),
+                CONVERGE,
+                async |seen| {
+                    let report = reports.get("nimbus-pod-web").await.ok()?;
+                    let posture = postures.get("pod-web").await.ok()?;
+                    let said: Vec<(String, String)> = report.data["results"]
+                        .as_array()?
+                        .iter()
+                        .map(|r| {
+                            (
+                                r["rule"].as_str().unwrap_or_default().to_owned(),
+                                r["result"].as_str().unwrap_or_default().to_owned(),
+                            )
+                        })
+                        .collect();
+                    let judged: Vec<(String, String)> = posture
+                        .intents
+                        .iter()
+                        .map(|i| {
+                            (
+                                i.id.clone(),
+                                match i.verdict {
+                                    Verdict::Protected => "pass",
+                                    Verdict::Audited => "warn",
+                                    _ => "fail",
+                                }
+                                .to_owned(),
+                            )
+                        })
+                        .collect();
+                    *seen = format!("report {said:?}, posture {judged:?}");
+                    let mut sorted = judged.clone();
+                    sorted.sort();
+                    (said == sorted
+                        && said.len() == 2
+                        && said.iter().all(|(_, r)| r == expected)
+                        && report.data["scope"]["name"] == "web"
+                        && report.data["source"] == "nimbus")
+                        .then_some(report)
+                },
+            )
+            .await
+        }
+    };
+    let enforced = agree("pass").await;
+    assert_eq!(enforced.data["summary"]["pass"], 2, "{:?}", enforced.data);
+    let owner = &enforced.metadata.owner_references.as_ref().expect("owned")[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Pod", "web"));
+    assert!(
+        reports
+            .get_opt("nimbus-pod-db")
+            .await
+            .expect("reading")
+            .is_none(),
+        "a workload no intent selects has no report"
+    );
+
+    // A report is written only when a result changes: over a quiet spell, every version of it
+    // says something the one before did not (other tests of this binary remove and restore
+    // engine CRDs meanwhile, which changes results legitimately).
+    let version = enforced
+        .metadata
+        .resource_version
+        .clone()
+        .expect("a version");
+    let params = WatchParams::default().timeout(10);
+    let events: Vec<_> = reports
+        .watch(&params, &version)
+        .await
+        .expect("watching reports")
+        .try_collect()
+        .await
+        .expect("the watch");
+    let without_timestamps = |report: &DynamicObject| {
+        let mut results = report.data["results"].clone();
+        for r in results.as_array_mut().into_iter().flatten() {
+            r["timestamp"].take();
+        }
+        results
+    };
+    let mut before = without_timestamps(&enforced);
+    for event in events {
+        if let WatchEvent::Modified(report) = event {
+            let now = without_timestamps(&report);
+            assert_ne!(now, before, "rewritten with the same results");
+            before = now;
+        }
+    }
+
+    // Shadow mode: warn.
+    web["metadata"]["labels"][MODE_LABEL] = json!(MODE_SHADOW);
+    apply(&bindings, "web", &web).await;
+    agree("warn").await;
+
+    // Unbound: the report goes.
+    bindings
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("deleting the binding");
+    eventually("the web pod's report to go", CONVERGE, async |_| {
+        reports
+            .get_opt("nimbus-pod-web")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }

@@ -30,17 +30,21 @@ pub const KUBEARMOR_HOST_POLICY: EngineCrd =
 pub const KYVERNO_POLICY: EngineCrd = engine_crd!("kyverno", "kyverno.io_policies.yaml");
 pub const KYVERNO_CLUSTER_POLICY: EngineCrd =
     engine_crd!("kyverno", "kyverno.io_clusterpolicies.yaml");
-/// Kyverno's reports of its background scans, which the posture's preview reads.
+/// Kyverno's reports of its background scans, which the posture's preview reads (and writes
+/// its own as, where OpenReports are not served).
 pub const POLICY_REPORT: EngineCrd = engine_crd!("kyverno", "wgpolicyk8s.io_policyreports.yaml");
+/// OpenReports' namespaced report, which the posture is written as.
+pub const OPEN_REPORT: EngineCrd = engine_crd!("openreports", "openreports.io_reports.yaml");
 
 /// Every vendored engine CRD.
-pub const ENGINE_CRDS: [EngineCrd; 6] = [
+pub const ENGINE_CRDS: [EngineCrd; 7] = [
     KUBEARMOR_POLICY,
     KUBEARMOR_CLUSTER_POLICY,
     KUBEARMOR_HOST_POLICY,
     KYVERNO_POLICY,
     KYVERNO_CLUSTER_POLICY,
     POLICY_REPORT,
+    OPEN_REPORT,
 ];
 
 impl EngineCrd {
@@ -65,7 +69,7 @@ mod tests {
     #[test]
     fn every_vendored_engine_crd_is_compiled_in() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../upstream");
-        let mut on_disk: Vec<String> = ["kubearmor", "kyverno"]
+        let mut on_disk: Vec<String> = ["kubearmor", "kyverno", "openreports"]
             .iter()
             .flat_map(|engine| std::fs::read_dir(root.join(engine)).expect("upstream dir"))
             .map(|entry| {

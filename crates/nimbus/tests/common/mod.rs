@@ -10,7 +10,7 @@ pub mod replica;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use nimbus_testenv::upstream::{
-    EngineCrd, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, POLICY_REPORT,
+    EngineCrd, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, OPEN_REPORT, POLICY_REPORT,
 };
 use nimbus_testenv::{ControlPlane, apply_yaml};
 use serde::Serialize;
@@ -219,13 +219,14 @@ pub fn binding(name: &str, intents: &[&str], labels: serde_json::Value) -> serde
     })
 }
 
-/// The CRDs of every engine the operator writes to, and of the Kyverno reports the posture
-/// reads.
-pub const ENGINE_CRDS: [EngineCrd; 4] = [
+/// The CRDs of every engine the operator writes to, and of the reports the posture reads and
+/// writes.
+pub const ENGINE_CRDS: [EngineCrd; 5] = [
     KUBEARMOR_POLICY,
     KYVERNO_POLICY,
     KYVERNO_CLUSTER_POLICY,
     POLICY_REPORT,
+    OPEN_REPORT,
 ];
 
 /// Installs `crd`.

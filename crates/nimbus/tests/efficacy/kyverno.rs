@@ -228,6 +228,7 @@ async fn start() -> Kyverno {
             cert_file,
             key_file,
         },
+        reports: Default::default(),
     };
     let config = control_plane.config().clone();
     std::thread::spawn(move || {

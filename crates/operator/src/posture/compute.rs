@@ -4,6 +4,7 @@
 //! evaluates, and Kyverno's PolicyReports, which it reads. Debounced: a burst of changes costs
 //! one computation.
 
+use super::reports::OwnReports;
 use super::{Postures, previews};
 use crate::availability::{self, Served};
 use crate::cache::{Cache, Driver};
@@ -21,13 +22,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
 use nimbus_api::{BindingPreview, ClusterSecurityIntentBinding, SecurityIntentBinding};
-use nimbus_core::engines::{self, POLICY_REPORT, PolicyInput};
+use nimbus_core::engines::{self, MANAGED_BY, NativeKind, POLICY_REPORT, PolicyInput};
 use nimbus_core::netpol::InvalidPolicy;
 use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
 use nimbus_core::preview;
+use nimbus_core::reports::{self, DesiredReport, ReportFormat};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -46,12 +49,14 @@ pub struct Workloads {
     jobs: Store<PartialObjectMeta<Job>>,
     services: Store<Service>,
     network_policies: Store<NetworkPolicy>,
-    /// `None` while the Kyverno engine is disabled.
-    reports: Option<Reports>,
+    /// Kyverno's; `None` while the Kyverno engine is disabled.
+    kyverno_reports: Option<KyvernoReports>,
+    /// Ours, which the leader keeps in line with the posture.
+    own_reports: OwnReports,
 }
 
 /// Kyverno's PolicyReports, watched while their CRD is served.
-struct Reports {
+struct KyvernoReports {
     store: Store<DynamicObject>,
     served: watch::Receiver<Served>,
     listed: watch::Receiver<bool>,
@@ -68,8 +73,9 @@ pub struct Watches {
 }
 
 impl Workloads {
-    /// The watches, Kyverno's reports among them when `kyverno` (the engine is enabled).
-    pub fn watch(client: &Client, kyverno: bool) -> (Self, Watches) {
+    /// The watches, Kyverno's reports among them when `kyverno` (the engine is enabled), and
+    /// ours of the kinds `reports` may write.
+    pub fn watch(client: &Client, kyverno: bool, reports: ReportFormat) -> (Self, Watches) {
         let mut pods = Cache::new(Api::<Pod>::all(client.clone())).strip(strip_pod);
         let mut replica_sets = metadata_cache::<ReplicaSet>(client);
         let mut jobs = metadata_cache::<Job>(client);
@@ -111,48 +117,54 @@ impl Workloads {
                 network_policies.driver(),
             ],
         };
-        let reports = kyverno.then(|| {
-            let (availability, tracker) =
-                availability::track_kinds(client.clone(), BTreeSet::from([&POLICY_REPORT]));
+        // The report kinds read or written, tracked as their CRDs come and go.
+        let mut report_kinds: BTreeSet<&'static NativeKind> =
+            reports.candidates().iter().copied().collect();
+        if kyverno {
+            report_kinds.insert(&POLICY_REPORT);
+        }
+        let (availability, tracker) = availability::track_kinds(client.clone(), report_kinds);
+        let served = availability.served;
+        watches.drivers.push(tracker);
+        watches
+            .changes
+            .push(signal(WatchStream::from_changes(served.clone())));
+        let kyverno_reports = kyverno.then(|| {
             let resource = POLICY_REPORT.api_resource();
-            let mut cache: Cache<DynamicObject> = Cache::with(
-                Api::all_with(client.clone(), &resource),
-                resource,
-                Default::default(),
-            )
-            .strip(strip_report);
-            let served = availability.served;
+            // Kyverno labels its reports; ours (of the same kind) are left out.
+            let config = watcher::Config::default().labels(&format!("{MANAGED_BY}=kyverno"));
+            let mut cache: Cache<DynamicObject> =
+                Cache::with(Api::all_with(client.clone(), &resource), resource, config)
+                    .strip(strip_report);
             let mut gate = served.clone();
             let gate = async move {
                 let _ = gate.wait_for(|s| s.contains(&POLICY_REPORT)).await;
             };
             watches.changes.push(signal(cache.subscribe()));
-            watches
-                .changes
-                .push(signal(WatchStream::from_changes(served.clone())));
-            watches.drivers.push(tracker);
             watches.drivers.push(cache.driver_after(gate));
-            Reports {
+            KyvernoReports {
                 listed: cache.synced_flag(),
                 store: cache.store,
-                served,
+                served: served.clone(),
             }
         });
+        let own_reports = OwnReports::watch(client, reports, &served, &mut watches);
         let workloads = Self {
             pods: pods.store,
             replica_sets: replica_sets.store,
             jobs: jobs.store,
             services: services.store,
             network_policies: network_policies.store,
-            reports,
+            kyverno_reports,
+            own_reports,
         };
         (workloads, watches)
     }
 
     /// Kyverno's reports in the core's terms, or why they cannot be read.
-    fn reports(&self) -> Result<Vec<preview::Report>, preview::Unreadable> {
+    fn kyverno_reports(&self) -> Result<Vec<preview::Report>, preview::Unreadable> {
         let reports = self
-            .reports
+            .kyverno_reports
             .as_ref()
             .ok_or(preview::Unreadable::NotServed)?;
         if !reports.served.borrow().contains(&POLICY_REPORT) {
@@ -176,6 +188,7 @@ impl Workloads {
             .map(|p| core::Pod {
                 namespace: p.namespace().unwrap_or_default(),
                 name: p.name_any(),
+                uid: p.uid().unwrap_or_default(),
                 labels: p.labels().clone(),
                 created: p.metadata.creation_timestamp.clone(),
                 controller: p
@@ -347,14 +360,20 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
         let _ = started.wait_for(|s| *s).await;
         loop {
             let started = std::time::Instant::now();
-            let computed = compute(&ctx, &sources);
-            postures.workloads.replace(computed.workloads);
-            postures.namespaces.replace(computed.namespaces);
+            let Computed {
+                workloads,
+                namespaces,
+                previews,
+                reports,
+            } = compute(&ctx, &sources);
+            postures.workloads.replace(workloads);
+            postures.namespaces.replace(namespaces);
             postures.mark_ready();
             tracing::debug!(took = ?started.elapsed(), "posture computed");
             // A standby computes the previews too, and writes them once it leads (gaining the
             // lead is one of the changes that recompute).
-            if *ctx.leading.borrow() && !previews::write(&ctx, &computed.previews).await {
+            let writes = written(&ctx, &sources, &previews, &reports);
+            if *ctx.leading.borrow() && !writes.await {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 dirty.notify_one();
             }
@@ -369,6 +388,20 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
     }
 }
 
+/// Writes the bindings' previews and our reports; returns whether every write succeeded.
+async fn written(
+    ctx: &Context,
+    sources: &Workloads,
+    binding_previews: &BTreeMap<Reference, BindingPreview>,
+    reports: &[DesiredReport],
+) -> bool {
+    let (previews, reports) = futures::join!(
+        previews::write(ctx, binding_previews),
+        sources.own_reports.write(&ctx.client, reports),
+    );
+    previews && reports
+}
+
 /// Maps any stream to a change signal.
 pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
     stream.map(|_| ()).boxed()
@@ -380,6 +413,8 @@ struct Computed {
     namespaces: Vec<NamespacePosture>,
     /// Each binding's `status.preview`.
     previews: BTreeMap<Reference, BindingPreview>,
+    /// The policy report of each workload an intent selects.
+    reports: Vec<DesiredReport>,
 }
 
 fn compute(ctx: &Context, sources: &Workloads) -> Computed {
@@ -438,7 +473,7 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
         .into_iter()
         .collect::<Result<Vec<_>, _>>()
         .and_then(|planned| preview::blocked(&network, &planned.concat()));
-    let reports = sources.reports();
+    let reports = sources.kyverno_reports();
     let reported = preview::reported(&workloads, &reports);
     let workload_postures: Vec<_> = workloads
         .iter()
@@ -469,7 +504,13 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
             )
         })
         .collect();
+    let reports = workloads
+        .iter()
+        .zip(&workload_postures)
+        .filter_map(|(w, posture)| reports::workload_report(w, posture))
+        .collect();
     Computed {
+        reports,
         previews: preview::binding_previews(&coverage, &workload_postures),
         workloads: workload_postures,
         namespaces: namespace_postures,

@@ -6,6 +6,7 @@ mod auth;
 mod compute;
 mod openapi;
 mod previews;
+mod reports;
 mod request;
 mod server;
 mod store;
@@ -22,6 +23,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use nimbus_api::posture::{NamespacePosture, WorkloadPosture};
+use nimbus_core::reports::ReportFormat;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use store::{Clock, Store};
@@ -33,6 +35,8 @@ pub struct Config {
     /// Where the API is served (TLS).
     pub addr: SocketAddr,
     pub certificate: ServingCertificate,
+    /// Which policy-report kind the posture is written as.
+    pub reports: ReportFormat,
 }
 
 /// The computed posture objects.

@@ -155,7 +155,8 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let posture = match &config.posture {
         Some(posture_config) => {
             let kyverno = config.engines.contains(&Engine::Kyverno);
-            let (workloads, mut watches) = posture::Workloads::watch(&client, kyverno);
+            let (workloads, mut watches) =
+                posture::Workloads::watch(&client, kyverno, posture_config.reports);
             watches.changes.extend(caches.posture_inputs(&served));
             let server = posture::start(
                 posture_config,

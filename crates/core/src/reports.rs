@@ -1,0 +1,471 @@
+//! Policy reports: the posture in the format the tools platform teams already watch read
+//! (Policy Reporter, Rancher, Open Cluster Management, Lula): OpenReports' `Report`
+//! (`openreports.io/v1alpha1`), or the `wgpolicyk8s.io/v1alpha2` `PolicyReport` it succeeds,
+//! which has the same shape. One report per workload that a bound intent selects, scoped to the
+//! workload and owned by it; one result per intent.
+
+use crate::engines::{MANAGED_BY, NativeKind, POLICY_REPORT};
+use crate::names;
+use crate::posture::{Workload, workload_posture_name};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use nimbus_api::posture::{EngineState, IntentCoverage, Verdict, WorkloadPosture};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// The `source` of every report and result.
+pub const SOURCE: &str = "nimbus";
+/// The `app.kubernetes.io/managed-by` label of every report: the operator watches only these.
+pub const MANAGER: &str = "nimbus-reports";
+/// Results per report: a workload rarely has more intents; the rest are left out, and the
+/// summary counts only what is listed.
+pub const MAX_RESULTS: usize = 500;
+
+/// OpenReports' namespaced report kind.
+pub const OPEN_REPORT: NativeKind = NativeKind {
+    group: "openreports.io",
+    version: "v1alpha1",
+    kind: "Report",
+    plural: "reports",
+    namespaced: true,
+    crd: Some("reports.openreports.io"),
+    entry: "Report",
+    listed: false,
+};
+
+/// Which report kind the operator writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReportFormat {
+    /// OpenReports where served, else `wgpolicyk8s.io` PolicyReports where served, else none.
+    #[default]
+    Auto,
+    /// OpenReports `Report` only.
+    Openreports,
+    /// `wgpolicyk8s.io/v1alpha2` `PolicyReport` only.
+    Policyreports,
+    /// No reports.
+    Off,
+}
+
+impl ReportFormat {
+    /// The kinds it may write, in order of preference.
+    pub fn candidates(self) -> &'static [&'static NativeKind] {
+        match self {
+            Self::Auto => &[&OPEN_REPORT, &POLICY_REPORT],
+            Self::Openreports => &[&OPEN_REPORT],
+            Self::Policyreports => &[&POLICY_REPORT],
+            Self::Off => &[],
+        }
+    }
+
+    /// The kind to write: the first candidate served.
+    pub fn kind(self, served: impl Fn(&NativeKind) -> bool) -> Option<&'static NativeKind> {
+        self.candidates().iter().copied().find(|k| served(k))
+    }
+}
+
+/// One result, as written (`timestamp` apart: it says when the result was first found, so it
+/// is carried over while the result stays the same).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ReportResult {
+    pub source: String,
+    /// The SecurityIntent (its ID when it no longer exists).
+    pub policy: String,
+    /// The intent's ID.
+    pub rule: String,
+    pub category: String,
+    /// `pass`, `fail`, `warn` or `skip`.
+    pub result: String,
+    pub scored: bool,
+    pub message: String,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The report the posture of one workload gives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredReport {
+    pub namespace: String,
+    pub name: String,
+    /// The workload, which owns the report (so the report goes with it).
+    pub owner: Option<OwnerReference>,
+    pub scope: Value,
+    pub results: Vec<ReportResult>,
+}
+
+/// The report of `workload`, whose posture is `posture`; `None` when no bound intent selects it
+/// (a report of nothing would be noise; the posture API lists those workloads).
+pub fn workload_report(workload: &Workload, posture: &WorkloadPosture) -> Option<DesiredReport> {
+    if posture.intents.is_empty() {
+        return None;
+    }
+    let mut results: Vec<ReportResult> = posture.intents.iter().map(result).collect();
+    results.sort_by(|a, b| {
+        (&a.rule, &a.policy, &a.properties).cmp(&(&b.rule, &b.policy, &b.properties))
+    });
+    results.truncate(MAX_RESULTS);
+    let owner = workload.uid.as_ref().map(|uid| OwnerReference {
+        api_version: workload.api_version.clone(),
+        kind: workload.kind.clone(),
+        name: workload.name.clone(),
+        uid: uid.clone(),
+        ..OwnerReference::default()
+    });
+    Some(DesiredReport {
+        namespace: workload.namespace.clone(),
+        name: names::fit(
+            &format!(
+                "nimbus-{}",
+                workload_posture_name(&workload.kind, &workload.name)
+            ),
+            253,
+        ),
+        owner,
+        scope: json!({
+            "apiVersion": workload.api_version,
+            "kind": workload.kind,
+            "namespace": workload.namespace,
+            "name": workload.name,
+            "uid": workload.uid,
+        }),
+        results,
+    })
+}
+
+/// One intent on the workload: `pass` when every engine enforces it, `warn` when it is audited
+/// (its action, or shadow mode), `skip` when all that is missing is an engine that is not
+/// installed, `fail` otherwise, with the posture's reasons.
+fn result(intent: &IntentCoverage) -> ReportResult {
+    let not_enforcing: Vec<_> = intent
+        .engines
+        .iter()
+        .filter(|e| e.state != EngineState::Enforcing)
+        .collect();
+    let reasons = || {
+        intent
+            .reasons
+            .iter()
+            .map(|r| format!("{}: {}", r.reason, r.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let engines = |state: Option<EngineState>| {
+        intent
+            .engines
+            .iter()
+            .filter(|e| state.is_none_or(|s| e.state == s))
+            .map(|e| e.engine.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (result, message) = match intent.verdict {
+        Verdict::Protected => ("pass", format!("enforced by {}", engines(None))),
+        Verdict::Audited => ("warn", format!("audited, not enforced: {}", reasons())),
+        _ if !not_enforcing.is_empty()
+            && not_enforcing
+                .iter()
+                .all(|e| e.state == EngineState::NotInstalled) =>
+        {
+            let missing = engines(Some(EngineState::NotInstalled));
+            ("skip", format!("engine not installed: {missing}"))
+        }
+        _ => ("fail", reasons()),
+    };
+    let describe = |r: &nimbus_api::posture::Reference| match &r.namespace {
+        Some(ns) => format!("{} {ns}/{}", r.kind, r.name),
+        None => format!("{} {}", r.kind, r.name),
+    };
+    let mut properties = BTreeMap::from([
+        ("policy".to_owned(), describe(&intent.policy)),
+        ("action".to_owned(), intent.action.clone()),
+        (
+            "engines".to_owned(),
+            intent
+                .engines
+                .iter()
+                .map(|e| format!("{}={:?}", e.engine, e.state))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    ]);
+    if let Some(binding) = &intent.binding {
+        properties.insert("binding".to_owned(), describe(binding));
+    }
+    let objects: Vec<String> = intent
+        .engines
+        .iter()
+        .flat_map(|e| e.objects.iter().map(describe))
+        .collect();
+    if !objects.is_empty() {
+        properties.insert("objects".to_owned(), objects.join(", "));
+    }
+    ReportResult {
+        source: SOURCE.to_owned(),
+        policy: intent.intent.clone().unwrap_or_else(|| intent.id.clone()),
+        rule: intent.id.clone(),
+        category: "SecurityIntent".to_owned(),
+        result: result.to_owned(),
+        scored: true,
+        message,
+        properties,
+    }
+}
+
+/// What a stored report holds, as far as [`up_to_date`] compares.
+#[derive(Deserialize, Debug, Default, PartialEq)]
+struct Stored {
+    #[serde(default)]
+    scope: Value,
+    #[serde(default)]
+    results: Vec<StoredResult>,
+}
+
+#[derive(Deserialize, Debug, PartialEq)]
+struct StoredResult {
+    #[serde(flatten)]
+    result: ReportResult,
+    #[serde(default)]
+    timestamp: Option<Value>,
+}
+
+fn stored(existing: &Value) -> Stored {
+    serde_json::from_value(existing.clone()).unwrap_or_default()
+}
+
+/// Whether the stored report already says what `desired` says (timestamps apart), so that
+/// nothing is written at steady state.
+pub fn up_to_date(desired: &DesiredReport, existing: &Value) -> bool {
+    let stored = stored(existing);
+    let owners_match = desired.owner.as_ref().is_none_or(|owner| {
+        existing["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|r| r["uid"] == owner.uid.as_str()))
+    });
+    owners_match
+        && stored.scope == desired.scope
+        && stored.results.len() == desired.results.len()
+        && stored
+            .results
+            .iter()
+            .zip(&desired.results)
+            .all(|(s, d)| s.result == *d)
+}
+
+/// The whole report object to apply as `kind`: each result keeps the timestamp of the same
+/// result in `existing`, and a new or changed one is stamped `now` (Unix seconds).
+pub fn report_object(
+    desired: &DesiredReport,
+    kind: &NativeKind,
+    existing: Option<&Value>,
+    now: i64,
+) -> Value {
+    let before = existing.map(stored).unwrap_or_default();
+    let mut summary: BTreeMap<&str, u32> = ["pass", "fail", "warn", "error", "skip"]
+        .into_iter()
+        .map(|r| (r, 0))
+        .collect();
+    let results: Vec<Value> = desired
+        .results
+        .iter()
+        .map(|r| {
+            if let Some(count) = summary.get_mut(r.result.as_str()) {
+                *count += 1;
+            }
+            let timestamp = before
+                .results
+                .iter()
+                .find(|s| s.result == *r)
+                .and_then(|s| s.timestamp.clone())
+                .unwrap_or_else(|| json!({"seconds": now, "nanos": 0}));
+            let mut value = json!(r);
+            value["timestamp"] = timestamp;
+            value
+        })
+        .collect();
+    let mut metadata = json!({
+        "name": desired.name,
+        "namespace": desired.namespace,
+        "labels": {MANAGED_BY: MANAGER},
+    });
+    if let Some(owner) = &desired.owner {
+        metadata["ownerReferences"] = json!([owner]);
+    }
+    json!({
+        "apiVersion": kind.api_version(),
+        "kind": kind.kind,
+        "metadata": metadata,
+        "source": SOURCE,
+        "scope": desired.scope,
+        "summary": summary,
+        "results": results,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::posture::Pod;
+    use nimbus_api::posture::{EngineCoverage, Reason, Reference};
+
+    fn intent(id: &str, verdict: Verdict, engines: &[(&str, EngineState)]) -> IntentCoverage {
+        IntentCoverage {
+            intent: Some(id.to_lowercase()),
+            id: id.into(),
+            action: "Block".into(),
+            binding: Some(Reference {
+                kind: "SecurityIntentBinding".into(),
+                namespace: Some("shop".into()),
+                name: "web".into(),
+            }),
+            policy: Reference {
+                kind: "NimbusPolicy".into(),
+                namespace: Some("shop".into()),
+                name: "web".into(),
+            },
+            verdict,
+            engines: engines
+                .iter()
+                .map(|(engine, state)| EngineCoverage {
+                    engine: (*engine).into(),
+                    state: *state,
+                    objects: vec![],
+                })
+                .collect(),
+            reasons: vec![Reason {
+                reason: "Why".into(),
+                message: "because".into(),
+            }],
+        }
+    }
+
+    fn web() -> Workload {
+        Workload {
+            namespace: "shop".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: Some("d-1".into()),
+            created: None,
+            pods: vec![Pod::default()],
+        }
+    }
+
+    fn posture(intents: Vec<IntentCoverage>) -> WorkloadPosture {
+        let mut posture = crate::posture::workload_posture(&web(), &[]);
+        posture.intents = intents;
+        posture
+    }
+
+    /// pass when enforced, warn when audited, skip when only an uninstalled engine is
+    /// missing, fail otherwise; one result per intent, in order.
+    #[test]
+    fn each_intent_is_one_result_judged_as_the_posture_judges_it() {
+        use EngineState::*;
+        let report = workload_report(
+            &web(),
+            &posture(vec![
+                intent(
+                    "escapeToHost",
+                    Verdict::Protected,
+                    &[("kyverno", Enforcing)],
+                ),
+                intent(
+                    "dnsManipulation",
+                    Verdict::Audited,
+                    &[("kubearmor", Auditing)],
+                ),
+                intent(
+                    "cocoWorkload",
+                    Verdict::Unprotected,
+                    &[("kyverno", NotInstalled)],
+                ),
+                intent(
+                    "denyExternalNetworkAccess",
+                    Verdict::Partial,
+                    &[("netpol", Enforcing), ("kubearmor", Pending)],
+                ),
+            ]),
+        )
+        .expect("a report");
+        let got: Vec<(&str, &str)> = report
+            .results
+            .iter()
+            .map(|r| (r.rule.as_str(), r.result.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("cocoWorkload", "skip"),
+                ("denyExternalNetworkAccess", "fail"),
+                ("dnsManipulation", "warn"),
+                ("escapeToHost", "pass"),
+            ]
+        );
+        assert_eq!(report.results[1].message, "Why: because");
+        assert_eq!(
+            report.results[3].properties["binding"],
+            "SecurityIntentBinding shop/web"
+        );
+        assert_eq!(report.name, "nimbus-deployment-web");
+        assert_eq!(report.owner.as_ref().map(|o| o.uid.as_str()), Some("d-1"));
+        assert_eq!(workload_report(&web(), &posture(vec![])), None);
+    }
+
+    /// Timestamps survive an unchanged result and only it; a stored report that says the same
+    /// is up to date whatever its timestamps.
+    #[test]
+    fn a_result_keeps_its_timestamp_until_it_changes() {
+        let pass = intent(
+            "escapeToHost",
+            Verdict::Protected,
+            &[("kyverno", EngineState::Enforcing)],
+        );
+        let fail = intent(
+            "dnsManipulation",
+            Verdict::Unprotected,
+            &[("netpol", EngineState::Pending)],
+        );
+        let before = workload_report(&web(), &posture(vec![pass.clone(), fail])).expect("a report");
+        let stored = report_object(&before, &OPEN_REPORT, None, 100);
+        assert!(up_to_date(&before, &stored));
+        assert_eq!(stored["summary"]["pass"], 1);
+        assert_eq!(stored["summary"]["fail"], 1);
+
+        let fixed = intent(
+            "dnsManipulation",
+            Verdict::Protected,
+            &[("netpol", EngineState::Enforcing)],
+        );
+        let after = workload_report(&web(), &posture(vec![pass, fixed])).expect("a report");
+        assert!(!up_to_date(&after, &stored));
+        let rewritten = report_object(&after, &OPEN_REPORT, Some(&stored), 200);
+        let stamps: Vec<(&str, &Value)> = rewritten["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|r| {
+                (
+                    r["rule"].as_str().expect("rule"),
+                    &r["timestamp"]["seconds"],
+                )
+            })
+            .collect();
+        assert_eq!(
+            stamps,
+            [
+                ("dnsManipulation", &json!(200)),
+                ("escapeToHost", &json!(100))
+            ]
+        );
+        assert_eq!(rewritten["summary"]["pass"], 2);
+    }
+
+    #[test]
+    fn the_kind_written_is_the_first_served_candidate() {
+        let only_wg = |k: &NativeKind| *k == POLICY_REPORT;
+        assert_eq!(ReportFormat::Auto.kind(|_| true), Some(&OPEN_REPORT));
+        assert_eq!(ReportFormat::Auto.kind(only_wg), Some(&POLICY_REPORT));
+        assert_eq!(ReportFormat::Openreports.kind(only_wg), None);
+        assert_eq!(ReportFormat::Off.kind(|_| true), None);
+    }
+}
