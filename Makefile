@@ -25,9 +25,10 @@ test: control-plane tools kyverno
 control-plane:
 	bash hack/build-control-plane.sh
 
-# helm and kustomize for the packaging tests, netpol-decider for the efficacy tests and kubectl
-# for the posture API tests, from pinned Go modules, cached in ~/.cache/nimbus-rs/tools (cold:
-# ~5 min on 2 cores; warm: instant).
+# helm and kustomize for the packaging tests, netpol-decider for the efficacy tests, kubectl
+# for the posture API tests and health-judge for the GitOps health test, from pinned Go modules,
+# cached in ~/.cache/nimbus-rs/tools, each on its own (cold: ~5 min on 2 cores, and ~4 more for
+# health-judge; warm: instant).
 tools:
 	bash hack/build-tools.sh
 

@@ -336,6 +336,41 @@ async fn a_policy_no_binding_generates_protects_nothing() {
     assert_eq!(posture.verdict, Verdict::Unprotected, "{posture:#?}");
 }
 
+/// A namespace with intents bound and no workload has nothing to protect: `NoWorkloads`, in
+/// its verdict, its label and what kubectl prints, not `Unprotected`.
+#[tokio::test]
+async fn a_namespace_without_workloads_has_nothing_to_protect() {
+    let posture = posture();
+    let cp = posture.cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("posture-empty").await.expect("namespace");
+    let dns = create_intent(&client, "dnsManipulation", "Block").await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
+    apply(
+        &bindings,
+        "dns",
+        &binding("dns", &[&dns], json!({"app": "web"})),
+    )
+    .await;
+    let namespaces = Api::<NamespacePosture>::all(client.clone());
+    let posture = eventually("the namespace's intents", CONVERGE, async |_| {
+        let p = namespaces.get(ns.name()).await.ok()?;
+        (!p.intents.is_empty()).then_some(p)
+    })
+    .await;
+    assert_eq!(posture.verdict, Verdict::NoWorkloads, "{posture:#?}");
+    assert_eq!(posture.workloads.total, 0);
+    let labels = posture.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .get(nimbus_api::posture::VERDICT_LABEL)
+            .map(String::as_str),
+        Some("NoWorkloads")
+    );
+    let (ok, out, err) = kubectl(cp, &["get", "namespacepostures", ns.name()]);
+    assert!(ok && shows(&out, ns.name(), "NoWorkloads"), "{out}{err}");
+}
+
 /// `kubectl explain` reads the fields from the OpenAPI the server publishes.
 #[tokio::test]
 async fn kubectl_explains_the_fields() {

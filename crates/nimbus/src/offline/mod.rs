@@ -28,12 +28,25 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+/// The manifests to read, given as `-f FILE` (as kubectl takes them) or as plain arguments (as
+/// Kyverno's CLI does), or both.
 #[derive(clap::Args)]
+#[group(required = true, multiple = true)]
 pub struct Inputs {
     /// Manifest files or directories (*.yaml, *.yml, *.json, recursively); `-` reads standard
     /// input.
-    #[arg(short = 'f', long = "filename", required = true)]
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
     files: Vec<PathBuf>,
+    /// The same, as arguments.
+    #[arg(value_name = "FILE")]
+    paths: Vec<PathBuf>,
+}
+
+impl Inputs {
+    /// Every file or directory given, `-f` ones first.
+    fn all(&self) -> impl Iterator<Item = &PathBuf> {
+        self.files.iter().chain(&self.paths)
+    }
 }
 
 #[derive(clap::Args)]
@@ -562,7 +575,10 @@ mod fuzz {
                 })
                 .collect();
             let args = TranslateArgs {
-                inputs: Inputs { files: Vec::new() },
+                inputs: Inputs {
+                    files: Vec::new(),
+                    paths: Vec::new(),
+                },
                 namespaces,
                 namespace: "default".into(),
                 engines: Vec::new(),
