@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{CONVERGE, apply, binding, create_intent, tools_dir, unique};
+use common::{CONVERGE, apply, bare_pod, binding, create_intent, tools_dir, unique};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -804,16 +804,8 @@ async fn reports_say_what_the_posture_says() {
     let cp = posture().cp;
     let client = cp.client().expect("client");
     let ns = cp.test_namespace("reports").await.expect("namespace");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     for app in ["web", "db"] {
-        apply(
-            &pods,
-            app,
-            &json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": app, "labels": {"app": app}},
-                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}),
-        )
-        .await;
+        bare_pod(&client, ns.name(), app).await;
     }
     let intents = [
         create_intent(&client, "dnsManipulation", "Block").await,
@@ -955,17 +947,9 @@ async fn list_and_watch_keep_the_api_contract() {
     let cp = posture().cp;
     let client = cp.client().expect("client");
     let ns = cp.test_namespace("contract").await.expect("namespace");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     let apps = ["cache", "db", "web"];
     for app in apps {
-        apply(
-            &pods,
-            app,
-            &json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": app, "labels": {"app": app}},
-                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}),
-        )
-        .await;
+        bare_pod(&client, ns.name(), app).await;
     }
     let si = create_intent(&client, "dnsManipulation", "Block").await;
     let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());

@@ -220,6 +220,19 @@ pub fn binding(name: &str, intents: &[&str], labels: serde_json::Value) -> serde
     })
 }
 
+/// Creates a pod `name` labelled `app: <name>` in `ns` (nothing schedules or pulls it: it is a
+/// workload for the posture to judge).
+pub async fn bare_pod(client: &Client, ns: &str, name: &str) {
+    apply(
+        &Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns),
+        name,
+        &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}),
+    )
+    .await;
+}
+
 /// The CRDs of every engine the operator writes to, and of the reports the posture reads and
 /// writes.
 pub const ENGINE_CRDS: [EngineCrd; 5] = [
