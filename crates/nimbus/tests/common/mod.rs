@@ -5,6 +5,7 @@
 pub mod cases;
 pub mod fleet;
 pub mod monitor;
+pub mod oracle;
 pub mod replica;
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
