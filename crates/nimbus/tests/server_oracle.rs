@@ -19,7 +19,10 @@ use std::time::Instant;
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
-        .map(|n| n.parse().unwrap_or_else(|_| panic!("{name} must be a number")))
+        .map(|n| {
+            n.parse()
+                .unwrap_or_else(|_| panic!("{name} must be a number"))
+        })
         .unwrap_or(default)
 }
 
@@ -30,7 +33,10 @@ async fn server_verdict(
     namespace: &str,
 ) -> Vec<String> {
     let mut refused = Vec::new();
-    for object in [&case.intent, &case.binding].into_iter().chain(&case.probes) {
+    for object in [&case.intent, &case.binding]
+        .into_iter()
+        .chain(&case.probes)
+    {
         if let Err(e) = server.dry_run(object, namespace).await {
             refused.push(format!("{}: {e}", describe(object)));
         }
@@ -82,7 +88,10 @@ async fn the_api_server_accepts_exactly_what_validate_accepts_and_all_that_trans
         };
         for object in emitted {
             objects += 1;
-            if let Err(e) = server.dry_run(&with_owner_uids(object.clone()), ns.name()).await {
+            if let Err(e) = server
+                .dry_run(&with_owner_uids(object.clone()), ns.name())
+                .await
+            {
                 disagreements.push(format!(
                     "case {case}: the server refuses {} that translate emits: {e}\n{object:#}\nfor\n{manifest}",
                     describe(&object)

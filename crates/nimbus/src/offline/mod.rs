@@ -527,7 +527,9 @@ mod fuzz {
             let (out, _warnings) = result.unwrap_or_else(|e| panic!("case {case}: {e:#}\n{text}"));
             objects += out.len();
         }
-        println!("fuzz: {CASES} cases, {accepted} accepted by validate and translated into {objects} objects");
+        println!(
+            "fuzz: {CASES} cases, {accepted} accepted by validate and translated into {objects} objects"
+        );
         // The generator must exercise both outcomes.
         assert!(
             accepted > CASES / 10 && accepted < CASES * 9 / 10,

@@ -155,7 +155,8 @@ pub fn requirement(rng: &mut Rng) -> LabelSelectorRequirement {
     let operator = if noisy && rng.chance(30) {
         rng.pick(&["in", "Equals", "", "exists", "Gt"]).to_string()
     } else {
-        rng.pick(&["In", "NotIn", "Exists", "DoesNotExist"]).to_string()
+        rng.pick(&["In", "NotIn", "Exists", "DoesNotExist"])
+            .to_string()
     };
     let many = match operator.as_str() {
         _ if noisy => rng.below(3),
@@ -249,9 +250,55 @@ impl Case {
     }
 }
 
-/// A case whose binding references a `dnsManipulation` intent (`dns`, or a random name). A
+/// A SecurityIntent named `name`: a non-sensitive catalog ID (`dnsManipulation` mostly),
+/// `escapeToHost` with or without its parameter, and, when noisy, an unknown ID, an action the
+/// CRD refuses, a parameter value out of range or an unknown parameter.
+pub fn intent(rng: &mut Rng, name: &str) -> Value {
+    let id = if rng.noisy() && rng.chance(30) {
+        *rng.pick(&["dnsManipulaton", "DNSManipulation", ""])
+    } else if rng.chance(70) {
+        "dnsManipulation"
+    } else {
+        *rng.pick(&[
+            "denyExternalNetworkAccess",
+            "swDeploymentTools",
+            "unAuthorizedSaTokenAccess",
+            "preventExecutionFromTempOrLogsFolders",
+            "escapeToHost",
+        ])
+    };
+    let action = if rng.noisy() && rng.chance(30) {
+        *rng.pick(&["block", "Deny", ""])
+    } else {
+        *rng.pick(&["Block", "Audit"])
+    };
+    let mut intent = json!({"id": id, "action": action});
+    if id == "escapeToHost" && rng.chance(60) {
+        let level = if rng.noisy() {
+            *rng.pick(&["privileged", "Baseline", ""])
+        } else {
+            *rng.pick(&["baseline", "restricted"])
+        };
+        intent["params"]["psaLevel"] = json!([level]);
+    }
+    if rng.noisy() && rng.chance(20) {
+        intent["params"]["colour"] = json!(["blue"]);
+    }
+    json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+        "metadata": {"name": name},
+        "spec": {"intent": intent},
+    })
+}
+
+/// A Namespace named `name`: the API server's judgment of a namespace name.
+fn namespace_probe(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// A case whose binding references an intent named `dns` or at random ([`intent`]). A
 /// namespaced binding goes to `namespace` when given, else to a random (mostly valid) one or
-/// none.
+/// none; a cluster binding selects every namespace or some named at random.
 pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
     rng.noise = *rng.pick(&[0, 0, 1, 2, 5, 10, 30]);
     let intent_name = if rng.chance(90) {
@@ -265,11 +312,21 @@ pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
     } else {
         BTreeMap::new()
     };
+    // Annotation keys follow the label-key rules; values are free.
+    let annotations: BTreeMap<String, String> = if rng.chance(10) {
+        let mut annotations = labels(rng, 2);
+        annotations
+            .values_mut()
+            .for_each(|v| v.push_str(" free text: ?!"));
+        annotations
+    } else {
+        BTreeMap::new()
+    };
     let workload = rng.chance(90).then(|| selector(rng));
     let mut probes: Vec<Value> = workload.iter().map(selector_probe).collect();
     let (exprs, stated): (Vec<String>, Vec<_>) = (0..rng.below(3)).map(|_| cel(rng)).unzip();
     let cluster = rng.chance(30);
-    let mut metadata = json!({"name": name, "labels": binding_labels});
+    let mut metadata = json!({"name": name, "labels": binding_labels, "annotations": annotations});
     let binding = if cluster {
         let node = rng.chance(20).then(|| labels(rng, 2));
         if let Some(n) = &node {
@@ -278,13 +335,24 @@ pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
                 match_expressions: None,
             }));
         }
+        // Names a cluster binding fans out to must be namespaces; the ones it excludes get
+        // nothing, so no server ever sees them.
+        let names: Vec<String> = (0..1 + rng.below(2)).map(|_| dns_label(rng)).collect();
+        let ns_selector = match rng.below(4) {
+            0 => {
+                probes.extend(names.iter().map(|n| namespace_probe(n)));
+                json!({"matchNames": names})
+            }
+            1 => json!({"matchNames": ["*"], "excludeNames": names}),
+            _ => json!({"matchNames": ["*"]}),
+        };
         // spec.cel is ignored on cluster bindings: what it states is not judged.
         json!({
             "apiVersion": "intent.security.nimbus.com/v1alpha1",
             "kind": "ClusterSecurityIntentBinding",
             "metadata": metadata,
             "spec": {"intents": [{"name": intent_name}], "cel": exprs, "selector": {
-                "nsSelector": {"matchNames": ["*"]},
+                "nsSelector": ns_selector,
                 "workloadSelector": workload,
                 "nodeSelector": node.map(|n| json!({"matchLabels": n})),
             }},
@@ -301,7 +369,9 @@ pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
             Some(ns) => metadata["namespace"] = json!(ns),
             None if rng.chance(80) => {
                 let ns = dns_label(rng);
-                probes.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+                probes.push(
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                );
                 metadata["namespace"] = json!(ns);
             }
             None => {}
@@ -314,13 +384,8 @@ pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
                      "selector": {"workloadSelector": workload}},
         })
     };
-    let intent = json!({
-        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
-        "metadata": {"name": intent_name},
-        "spec": {"intent": {"id": "dnsManipulation", "action": "Block"}},
-    });
     Case {
-        intent,
+        intent: intent(rng, &intent_name),
         binding,
         probes,
     }

@@ -4,6 +4,7 @@
 
 pub mod cases;
 pub mod fleet;
+pub mod generated;
 pub mod monitor;
 pub mod oracle;
 pub mod replica;

@@ -3,10 +3,10 @@
 //! in production (the Nimbus CRDs, the shipped admission policies, the engines' CRDs).
 #![allow(dead_code)] // each user takes a different part
 
+use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
-use kube::Client;
 use nimbus_testenv::{ControlPlane, apply_yaml};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -32,11 +32,7 @@ pub async fn server() -> (&'static ControlPlane, Server) {
     nimbus_testenv::upstream::install_engine_crds(&client)
         .await
         .expect("engine CRDs");
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .expect("discovery");
-    let server = Server { client, discovery };
+    let server = Server::discover(client).await;
     let unknown = json!({
         "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
         "metadata": {"name": "catalog-probe"},
@@ -45,18 +41,39 @@ pub async fn server() -> (&'static ControlPlane, Server) {
     nimbus_testenv::eventually(
         "the intent catalog policy in effect",
         super::CONVERGE,
-        async |_| server.dry_run(&unknown, "default").await.is_err().then_some(()),
+        async |_| {
+            server
+                .dry_run(&unknown, "default")
+                .await
+                .is_err()
+                .then_some(())
+        },
     )
     .await;
     (cp, server)
 }
 
 impl Server {
+    /// The kinds `client`'s server serves now (install CRDs first).
+    pub async fn discover(client: Client) -> Self {
+        let discovery = Discovery::new(client.clone())
+            .run()
+            .await
+            .expect("discovery");
+        Server { client, discovery }
+    }
+
     /// What the API server says to creating `object` (in `namespace` when its kind is
     /// namespaced, whatever namespace it names), without storing it: `Err` with the reasons
     /// when it refuses, and when it admits with a warning (the intent catalog's policy warns,
-    /// as Nimbus accepted unknown intents: a warning is the server saying something is wrong).
+    /// as Nimbus accepted unknown intents: a warning is the server saying something is wrong),
+    /// but for the deprecation notice of the object's kind.
     pub async fn dry_run(&self, object: &Value, namespace: &str) -> Result<(), String> {
+        self.dry_run_object(object, namespace).await.map(drop)
+    }
+
+    /// [`Self::dry_run`], and the object as the server would store it.
+    pub async fn dry_run_object(&self, object: &Value, namespace: &str) -> Result<Value, String> {
         let (group, version) = match object["apiVersion"].as_str().unwrap_or_default() {
             gv if gv.contains('/') => gv.split_once('/').unwrap_or_default(),
             v => ("", v),
@@ -86,19 +103,31 @@ impl Server {
             .await
             .map_err(|e| format!("sending: {e}"))?;
         let status = response.status();
+        // A notice that the kind's version is deprecated (Kyverno's v1 policies) is about the
+        // kind, not about this object: the one warning that says nothing is wrong with it.
+        let deprecated = format!(
+            "{} {} is deprecated",
+            object["apiVersion"].as_str().unwrap_or_default(),
+            object["kind"].as_str().unwrap_or_default()
+        );
         let warnings: Vec<String> = response
             .headers()
             .get_all("warning")
             .iter()
             .map(|w| w.to_str().unwrap_or_default().to_owned())
+            .filter(|w| !w.contains(&deprecated))
             .collect();
-        let body = response.into_body().collect_bytes().await.unwrap_or_default();
+        let body = response
+            .into_body()
+            .collect_bytes()
+            .await
+            .unwrap_or_default();
         if !status.is_success() {
             let status: Value = serde_json::from_slice(&body).unwrap_or_default();
             return Err(format!("{}", status["message"]));
         }
         match warnings.is_empty() {
-            true => Ok(()),
+            true => serde_json::from_slice(&body).map_err(|e| format!("the server's answer: {e}")),
             false => Err(format!("admitted with warnings {warnings:?}")),
         }
     }
@@ -149,7 +178,15 @@ pub fn validate(file: &Path, manifest: &str) -> Result<(), String> {
 /// over `namespaces`.
 pub fn translate(file: &Path, namespaces: &str) -> Result<Vec<Value>, String> {
     let path = file.to_str().expect("a UTF-8 path");
-    let args = ["translate", "-f", path, "-o", "json", "--namespaces", namespaces];
+    let args = [
+        "translate",
+        "-f",
+        path,
+        "-o",
+        "json",
+        "--namespaces",
+        namespaces,
+    ];
     match nimbus(&args) {
         (true, stdout, _) => {
             let list: Value = serde_json::from_str(&stdout).map_err(|e| e.to_string())?;
