@@ -12,7 +12,7 @@
 mod common;
 
 use common::cases::Rng;
-use common::generated::{ServerForms, differences};
+use common::generated::{ServerForms, differences, generated_kinds};
 use common::monitor::{Monitor, Watched};
 use common::oracle::Server;
 use common::replica::Replica;
@@ -114,7 +114,8 @@ impl Stats {
                 return;
             }
             Ok(false) => format!("{kind} {edit}: no-op"),
-            Err(e) => format!("{kind} {edit}: refused ({e})"),
+            Err(kube::Error::Api(s)) => format!("{kind} {edit}: refused ({})", s.reason),
+            Err(e) => format!("{kind} {edit}: failed ({e})"),
         };
         *self.tampers_not_counted.entry(apart).or_default() += 1;
     }
@@ -218,19 +219,6 @@ fn random_cluster_binding(rng: &mut Rng, name: &str) -> Value {
             json!({nimbus_api::ALLOW_SENSITIVE_ANNOTATION: "namespaceSandbox,assessTLS"});
     }
     binding
-}
-
-/// Every kind the operator generates, with whether it is namespaced.
-fn generated_kinds() -> Vec<(kube::api::ApiResource, bool)> {
-    let mut kinds = vec![
-        (kube::api::ApiResource::erase::<NimbusPolicy>(&()), true),
-        (
-            kube::api::ApiResource::erase::<ClusterNimbusPolicy>(&()),
-            false,
-        ),
-    ];
-    kinds.extend(all_kinds().iter().map(|k| (k.api_resource(), k.namespaced)));
-    kinds
 }
 
 /// Generated objects by kind (ours only: the k8tls environment also holds the chart's

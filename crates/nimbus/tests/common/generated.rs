@@ -9,6 +9,8 @@
 #![allow(dead_code)] // each user takes a different part
 
 use super::oracle::{Server, with_owner_uids};
+use kube::api::ApiResource;
+use nimbus_api::{ClusterNimbusPolicy, NimbusPolicy};
 use nimbus_operator::write::drift::GENERATED_HASH;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -120,4 +122,18 @@ fn diff(path: &str, have: &Value, want: &Value, out: &mut Vec<String>) {
         _ if have == want => {}
         _ => out.push(format!("{path}: {have} instead of {want}")),
     }
+}
+
+/// Every kind the operator generates, with whether it is namespaced.
+pub fn generated_kinds() -> Vec<(ApiResource, bool)> {
+    let mut kinds = vec![
+        (ApiResource::erase::<NimbusPolicy>(&()), true),
+        (ApiResource::erase::<ClusterNimbusPolicy>(&()), false),
+    ];
+    kinds.extend(
+        nimbus_core::engines::all_kinds()
+            .iter()
+            .map(|k| (k.api_resource(), k.namespaced)),
+    );
+    kinds
 }

@@ -63,6 +63,37 @@ impl Server {
         Server { client, discovery }
     }
 
+    /// The API of `object`'s kind (in `namespace` when the kind is namespaced), and whether it
+    /// is.
+    fn api(&self, object: &Value, namespace: &str) -> Result<(Api<DynamicObject>, bool), String> {
+        let (group, version) = match object["apiVersion"].as_str().unwrap_or_default() {
+            gv if gv.contains('/') => gv.split_once('/').unwrap_or_default(),
+            v => ("", v),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, object["kind"].as_str().unwrap_or(""));
+        let (resource, caps) = self
+            .discovery
+            .resolve_gvk(&gvk)
+            .ok_or_else(|| format!("{gvk:?} is not served"))?;
+        Ok(match caps.scope {
+            Scope::Namespaced => (
+                Api::namespaced_with(self.client.clone(), namespace, &resource),
+                true,
+            ),
+            Scope::Cluster => (Api::all_with(self.client.clone(), &resource), false),
+        })
+    }
+
+    /// The object of `object`'s kind and name (in `namespace` when namespaced), as stored.
+    pub async fn get(&self, object: &Value, namespace: &str) -> Result<Value, String> {
+        let (api, _) = self.api(object, namespace)?;
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let mut stored = serde_json::to_value(api.get(name).await.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        stored["kind"] = object["kind"].clone();
+        Ok(stored)
+    }
+
     /// What the API server says to creating `object` (in `namespace` when its kind is
     /// namespaced, whatever namespace it names), without storing it: `Err` with the reasons
     /// when it refuses, and when it admits with a warning (the intent catalog's policy warns,
@@ -74,22 +105,11 @@ impl Server {
 
     /// [`Self::dry_run`], and the object as the server would store it.
     pub async fn dry_run_object(&self, object: &Value, namespace: &str) -> Result<Value, String> {
-        let (group, version) = match object["apiVersion"].as_str().unwrap_or_default() {
-            gv if gv.contains('/') => gv.split_once('/').unwrap_or_default(),
-            v => ("", v),
-        };
-        let gvk = GroupVersionKind::gvk(group, version, object["kind"].as_str().unwrap_or(""));
-        let (resource, caps) = self
-            .discovery
-            .resolve_gvk(&gvk)
-            .ok_or_else(|| format!("{gvk:?} is not served"))?;
         let mut object = object.clone();
-        let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
+        let (api, namespaced) = self.api(&object, namespace)?;
+        if namespaced {
             object["metadata"]["namespace"] = json!(namespace);
-            Api::namespaced_with(self.client.clone(), namespace, &resource)
-        } else {
-            Api::all_with(self.client.clone(), &resource)
-        };
+        }
         let params = PostParams {
             dry_run: true,
             ..PostParams::default()
