@@ -1193,5 +1193,9 @@ mod exact_comparison {
         assert_eq!(differences(&relabelled, &want, &printed).len(), 1);
         let other_owner = json!({"metadata": {"ownerReferences": [{"name": "p", "uid": ""}]}});
         assert_eq!(differences(&want, &want, &other_owner).len(), 1);
+        // What the server dropped of the printed object was never in force.
+        let mut pruned = printed.clone();
+        pruned["spec"] = json!({"a": 1, "b": [1, 2], "unknown": true, "empty": []});
+        assert_eq!(differences(&want, &want, &pruned).len(), 1);
     }
 }

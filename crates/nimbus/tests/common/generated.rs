@@ -4,8 +4,9 @@
 //! The API server adds defaults to what it stores (a CronJob's pod template, a Kyverno
 //! rule's empty blocks). Rather than a list of defaults to ignore, the expectation is put in
 //! the server's own form: a server-side dry-run create of the printed object under a
-//! generated name ([`ServerForms`]). Then the bodies must be equal key for key: a key missing
-//! and a key added are both differences.
+//! generated name ([`ServerForms`]), which may only add to the printed object (a printed key
+//! the server drops is a difference). Then the bodies must be equal key for key: a key
+//! missing and a key added are both differences.
 #![allow(dead_code)] // each user takes a different part
 
 use super::oracle::{Server, with_owner_uids};
@@ -38,8 +39,8 @@ impl ServerForms {
 }
 
 /// Each difference between `have`, a generated object read from the cluster, and `want`, what
-/// `nimbus translate` prints for it in the API server's form (`printed` is the object as
-/// printed, for its owner references): the body (every top-level field but `metadata`,
+/// `nimbus translate` prints for it in the API server's form (`printed`, as printed): what
+/// the server's form dropped of the printed body, then the body (every top-level field but `metadata`,
 /// `status`, `apiVersion` and `kind`) key for key, the labels, the annotations (but the
 /// operator's hash of what it generated, its bookkeeping), and the owner references (with
 /// the uid the cluster gave the owner where the printed one has none; whether that owner is
@@ -56,6 +57,9 @@ pub fn differences(have: &Value, want: &Value, printed: &Value) -> Vec<String> {
         v
     };
     diff("", &body(have), &body(want), &mut out);
+    // The server's form may only add to what was printed: a printed key it dropped (a field
+    // the schema does not know) was never in force.
+    dropped("", &body(want), &body(printed), &mut out);
     let meta = |v: &Value, field: &str| -> Value {
         match &v["metadata"][field] {
             Value::Object(m) if m.is_empty() => Value::Null,
@@ -94,6 +98,36 @@ pub fn differences(have: &Value, want: &Value, printed: &Value) -> Vec<String> {
         &mut out,
     );
     out
+}
+
+/// Appends each path of `printed` that `form` lacks or holds otherwise. An empty list or
+/// object printed is the same as none: built-in kinds store it so.
+fn dropped(path: &str, form: &Value, printed: &Value, out: &mut Vec<String>) {
+    let empty = |v: &Value| match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    };
+    match (form, printed) {
+        (Value::Object(f), Value::Object(p)) => {
+            for (k, pv) in p {
+                match f.get(k) {
+                    None if empty(pv) => {}
+                    None => out.push(format!("{path}.{k}: printed, dropped by the server")),
+                    Some(fv) => dropped(&format!("{path}.{k}"), fv, pv, out),
+                }
+            }
+        }
+        (Value::Array(f), Value::Array(p)) if f.len() == p.len() => {
+            for (i, (fv, pv)) in f.iter().zip(p).enumerate() {
+                dropped(&format!("{path}[{i}]"), fv, pv, out);
+            }
+        }
+        (_, Value::String(s)) if s.is_empty() && path.ends_with(".uid") => {}
+        _ if form == printed || empty(printed) && empty(form) => {}
+        _ => out.push(format!("{path}: printed {printed}, stored {form}")),
+    }
 }
 
 /// Appends each path where `have` and `want` differ. A string `uid` left empty in `want`
