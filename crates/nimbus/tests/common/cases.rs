@@ -298,7 +298,8 @@ fn namespace_probe(name: &str) -> Value {
 
 /// A case whose binding references an intent named `dns` or at random ([`intent`]). A
 /// namespaced binding goes to `namespace` when given, else to a random (mostly valid) one or
-/// none; a cluster binding selects every namespace or some named at random.
+/// none; a cluster binding selects every namespace, or `namespace` when given, else some named
+/// at random.
 pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
     rng.noise = *rng.pick(&[0, 0, 1, 2, 5, 10, 30]);
     let intent_name = if rng.chance(90) {
@@ -337,8 +338,13 @@ pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
         }
         // Names a cluster binding fans out to must be namespaces; the ones it excludes get
         // nothing, so no server ever sees them.
-        let names: Vec<String> = (0..1 + rng.below(2)).map(|_| dns_label(rng)).collect();
+        let names: Vec<String> = match namespace {
+            // On a live cluster, namespaces that exist.
+            Some(ns) => vec![ns.to_owned()],
+            None => (0..1 + rng.below(2)).map(|_| dns_label(rng)).collect(),
+        };
         let ns_selector = match rng.below(4) {
+            0 if namespace.is_some() => json!({"matchNames": names}),
             0 => {
                 probes.extend(names.iter().map(|n| namespace_probe(n)));
                 json!({"matchNames": names})
