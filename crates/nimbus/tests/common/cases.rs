@@ -301,7 +301,13 @@ fn namespace_probe(name: &str) -> Value {
 /// none; a cluster binding selects every namespace, or `namespace` when given, else some named
 /// at random.
 pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
-    rng.noise = *rng.pick(&[0, 0, 1, 2, 5, 10, 30]);
+    // A quarter of the cases make only their intent noisy, so that the verdict on the case
+    // hangs on the intent alone and is not masked by a broken binding.
+    let intent_noise = rng.chance(25).then(|| *rng.pick(&[30, 60]));
+    rng.noise = match intent_noise {
+        Some(_) => 0,
+        None => *rng.pick(&[0, 0, 1, 2, 5, 10, 30]),
+    };
     let intent_name = if rng.chance(90) {
         "dns".to_owned()
     } else {
@@ -390,6 +396,7 @@ pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
                      "selector": {"workloadSelector": workload}},
         })
     };
+    rng.noise = intent_noise.unwrap_or(rng.noise);
     Case {
         intent: intent(rng, &intent_name),
         binding,
