@@ -1,10 +1,12 @@
 //! Chaos: a seeded, time-bounded churn of intents, bindings, cluster bindings, namespaces and
-//! hand edits of generated objects (changed values, additive edits, deletes), while the leading
-//! operator replica is SIGKILLed and restarted again and again, kube-apiserver is restarted
-//! twice and etcd once. Then an auditor that shares no code with the controllers compares the
-//! cluster with `nimbus translate` of the manifests read back from it: every expected object
-//! present, nothing stale (bodies as translated, no field added by anyone else), nothing
-//! orphaned, and every binding's status about its current generation.
+//! hand edits of every generated kind (a key added, a value changed, a delete), while the
+//! leading operator replica is SIGKILLed and restarted again and again, kube-apiserver is
+//! restarted twice and etcd once. Then an auditor compares the cluster with `nimbus translate`
+//! of the manifests read back from it (the same core the operator runs: this proves
+//! convergence to what the core decides, not that decision): every expected object present,
+//! nothing stale (compared exactly with the expected object in the API server's form, see
+//! `common::generated`; no field owned by anyone else; owners alive), nothing orphaned, and
+//! every binding's status about its current generation.
 //!
 //! `NIMBUS_CHAOS_SECONDS` (default 40) and `NIMBUS_CHAOS_SEED` (default 1) size it; `make
 //! chaos` runs a long version with several seeds.
