@@ -38,14 +38,14 @@ impl ServerForms {
     }
 }
 
-/// Each difference between `have`, a generated object read from the cluster, and `want`, what
-/// `nimbus translate` prints for it in the API server's form (`printed`, as printed): what
-/// the server's form dropped of the printed body, then the body (every top-level field but `metadata`,
-/// `status`, `apiVersion` and `kind`) key for key, the labels, the annotations (but the
-/// operator's hash of what it generated, its bookkeeping), and the owner references (with
-/// the uid the cluster gave the owner where the printed one has none; whether that owner is
-/// alive is the caller's to check).
-pub fn differences(have: &Value, want: &Value, printed: &Value) -> Vec<String> {
+/// Each difference between `have`, a generated object read from the cluster, and what
+/// `nimbus translate` printed for it (`printed`), in the API server's form (`form`): what the
+/// server's form dropped of the printed body, then the body (every top-level field but
+/// `metadata`, `status`, `apiVersion` and `kind`) key for key, the labels, the annotations
+/// (but the operator's hash of what it generated, its bookkeeping), and the owner references
+/// (with the uid the cluster gave the owner where the printed one has none; whether that
+/// owner is alive is the caller's to check).
+pub fn differences(have: &Value, form: &Value, printed: &Value) -> Vec<String> {
     let mut out = Vec::new();
     let body = |v: &Value| -> Value {
         let mut v = v.clone();
@@ -56,10 +56,10 @@ pub fn differences(have: &Value, want: &Value, printed: &Value) -> Vec<String> {
         }
         v
     };
-    diff("", &body(have), &body(want), &mut out);
+    diff("", &body(have), &body(form), &mut out);
     // The server's form may only add to what was printed: a printed key it dropped (a field
     // the schema does not know) was never in force.
-    dropped("", &body(want), &body(printed), &mut out);
+    dropped("", &body(form), &body(printed), &mut out);
     let meta = |v: &Value, field: &str| -> Value {
         match &v["metadata"][field] {
             Value::Object(m) if m.is_empty() => Value::Null,
@@ -76,13 +76,13 @@ pub fn differences(have: &Value, want: &Value, printed: &Value) -> Vec<String> {
     diff(
         "metadata.annotations",
         &annotations,
-        &meta(want, "annotations"),
+        &meta(form, "annotations"),
         &mut out,
     );
     diff(
         "metadata.labels",
         &meta(have, "labels"),
-        &meta(want, "labels"),
+        &meta(form, "labels"),
         &mut out,
     );
     let mut owners = printed["metadata"]["ownerReferences"].clone();
