@@ -1,4 +1,7 @@
-//! With nothing changing, resyncs make no write requests (counted by the apiserver itself).
+//! With nothing changing, resyncs make no write requests (counted by the apiserver itself),
+//! with leader election on as the chart runs it (its lease timings), over four resync
+//! periods (`resync`, the operator's `--resync`, shortened from its 5-minute default so that
+//! the test sees several); the lease renewals are counted apart.
 //! Its own test binary, so no other test writes to the control plane meanwhile.
 
 mod common;
@@ -14,8 +17,8 @@ use std::time::Duration;
 const RESYNC: Duration = Duration::from_secs(2);
 
 /// Write requests (create, update, patch, apply, delete) the apiserver served for Nimbus kinds
-/// (status included) and for the native objects engines generate.
-async fn operator_writes(client: &Client) -> u64 {
+/// (status included) and for the native objects engines generate; and for Leases.
+async fn operator_writes(client: &Client) -> (u64, u64) {
     let request = http::Request::get("/metrics")
         .body(Vec::new())
         .expect("request");
@@ -23,29 +26,48 @@ async fn operator_writes(client: &Client) -> u64 {
         .request_text(request)
         .await
         .expect("apiserver /metrics");
-    text.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && (l.contains(r#"group="intent.security.nimbus.com""#)
-                    // Every engine's kinds, from their registration: a new one is counted too.
-                    || nimbus_core::engines::all_kinds().iter().any(|k| {
-                        l.contains(&format!(r#"resource="{}""#, k.plural))
-                            && l.contains(r#"subresource="""#)
-                    }))
-        })
-        .filter(|l| {
-            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-                .iter()
-                .any(|v| l.contains(&format!(r#"verb="{v}""#)))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    let writes = |resource: &dyn Fn(&str) -> bool| {
+        text.lines()
+            .filter(|l| l.starts_with("apiserver_request_total{") && resource(l))
+            .filter(|l| {
+                ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+                    .iter()
+                    .any(|v| l.contains(&format!(r#"verb="{v}""#)))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    let ours = writes(&|l| {
+        l.contains(r#"group="intent.security.nimbus.com""#)
+            // Every engine's kinds, from their registration: a new one is counted too.
+            || nimbus_core::engines::all_kinds().iter().any(|k| {
+                l.contains(&format!(r#"resource="{}""#, k.plural))
+                    && l.contains(r#"subresource="""#)
+            })
+    });
+    let leases = writes(&|l| l.contains(r#"resource="leases""#));
+    (ours, leases)
 }
 
 #[tokio::test]
 async fn resyncs_with_nothing_changed_make_no_writes() {
-    common::cluster_with_engines();
-    let cp = common::operator(RESYNC);
+    let cp = common::cluster_with_engines();
+    // Leader election as the chart configures it (charts/nimbus/values.yaml).
+    common::run_operator(
+        cp,
+        nimbus_operator::Config {
+            resync: RESYNC,
+            leader_election: Some(nimbus_operator::LeaderElection {
+                namespace: "default".into(),
+                lease_name: "nimbus-steady".into(),
+                identity: "steady".into(),
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            }),
+            ..Default::default()
+        },
+    );
     let client = cp.client().expect("client");
     let ns = cp.test_namespace("steady").await.expect("ns");
     // One intent per engine: NetworkPolicy + KubeArmor, Kyverno, k8tls, RBAC.
@@ -104,17 +126,24 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
     .await;
     // Let the reactions to our own writes settle, then count across several resyncs.
     tokio::time::sleep(RESYNC * 3).await;
-    let before = operator_writes(&client).await;
+    let (before, leases_before) = operator_writes(&client).await;
     assert!(
         before > 0,
         "the metric must see the operator's earlier writes"
     );
     tokio::time::sleep(RESYNC * 4).await;
-    let after = operator_writes(&client).await;
+    let (after, leases_after) = operator_writes(&client).await;
     assert_eq!(
         after,
         before,
         "{} write requests at steady state",
         after - before
+    );
+    // The leader renews its lease meanwhile: election is on, and that is all it writes.
+    let renewals = leases_after - leases_before;
+    assert!(renewals > 0, "no lease renewal in {:?}", RESYNC * 4);
+    println!(
+        "steady state over {:?} (4 resyncs), leader election on: 0 writes, {renewals} lease writes",
+        RESYNC * 4
     );
 }

@@ -4,7 +4,9 @@
 
 pub mod cases;
 pub mod fleet;
+pub mod generated;
 pub mod monitor;
+pub mod oracle;
 pub mod partition;
 pub mod replica;
 
