@@ -3,8 +3,8 @@
 # modules' content: helm and kustomize (packaging tests; wrapper modules tools/helm and
 # tools/kustomize), netpol-decider (efficacy tests; tools/netpol-decider, cyclonus's
 # NetworkPolicy matcher) and kubectl (posture API tests; tools/kubectl, at the control plane's
-# Kubernetes version). A warm cache makes this a no-op; a cold build takes a few minutes on
-# 2 cores.
+# Kubernetes version) and promtool (alert rule tests; tools/promtool, Prometheus's module). A
+# warm cache makes this a no-op; a cold build takes a few minutes on 2 cores.
 #
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
@@ -12,11 +12,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="$root/tools"
 
-key="$(cat "$tools"/{helm,kustomize,netpol-decider,kubectl}/go.{mod,sum} "$tools"/{netpol-decider,kubectl}/*.go \
+key="$(cat "$tools"/{helm,kustomize,netpol-decider,kubectl,promtool}/go.{mod,sum} "$tools"/{netpol-decider,kubectl}/*.go \
   "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 base="${NIMBUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimbus-rs}/tools"
 cache="$base/$key"
-bins=(helm kustomize netpol-decider kubectl)
+bins=(helm kustomize netpol-decider kubectl promtool)
 
 complete() { for b in "${bins[@]}"; do [[ -x "$cache/$b" ]] || return 1; done; }
 
@@ -74,6 +74,16 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
   kubectl_ldflags="$kubectl_ldflags -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(cut -d. -f2 <<<"$k8s_version")"
 done
 (cd "$tools/kubectl" && go build -ldflags "$kubectl_ldflags" -o "$cache.partial/kubectl" k8s.io/kubernetes/cmd/kubectl)
+
+# As Prometheus's release build does (.promu.yml): netgo, and the release version stamped; the
+# module's v0.3MM.P is Prometheus 3.MM.P.
+prometheus_module="$(version promtool github.com/prometheus/prometheus)"
+prometheus_minor="${prometheus_module#v0.}"
+prometheus_version="3.$((${prometheus_minor%%.*} - 300)).${prometheus_minor#*.}"
+log "building promtool $prometheus_version"
+(cd "$tools/promtool" && go build -tags netgo \
+  -ldflags "-s -w -X github.com/prometheus/common/version.Version=$prometheus_version" \
+  -o "$cache.partial/promtool" github.com/prometheus/prometheus/cmd/promtool)
 
 rm -rf "$cache"
 mv "$cache.partial" "$cache"

@@ -10,9 +10,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -37,6 +38,18 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// A posture verdict (`Protected`, `Partial`, `Unprotected`, `Audited`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub verdict: &'static str,
+}
+
+/// A policy's `Ready` condition: `True`, `False`, or `Unknown` before its first status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadyLabels {
+    pub ready: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
@@ -59,6 +72,13 @@ pub struct Metrics {
     /// Kubernetes Events queued and not yet written.
     pub events_queued: Gauge,
     pub leader: Gauge,
+    /// Workloads by posture verdict. Set by the posture computation, so only where the posture
+    /// API runs (every replica computes it, leader or not).
+    pub workloads: Family<VerdictLabels, Gauge>,
+    /// NimbusPolicies and ClusterNimbusPolicies by their `Ready` condition, as cached. Set with
+    /// [`Self::workloads`], so only where the posture API runs.
+    pub policies: Family<ReadyLabels, Gauge>,
+    pub time_to_protect: TimeToProtect,
 }
 
 impl Default for Metrics {
@@ -123,6 +143,24 @@ impl Default for Metrics {
             "1 while this replica holds the lease (or runs without election)",
             leader.clone(),
         );
+        let workloads = Family::<VerdictLabels, Gauge>::default();
+        registry.register(
+            "workloads",
+            "Workloads by posture verdict (computed only where the posture API runs)",
+            workloads.clone(),
+        );
+        let policies = Family::<ReadyLabels, Gauge>::default();
+        registry.register(
+            "policies",
+            "NimbusPolicies and ClusterNimbusPolicies by Ready condition (computed only where the posture API runs)",
+            policies.clone(),
+        );
+        let time_to_protect = TimeToProtect::new();
+        registry.register(
+            "time_to_protect_seconds",
+            "From the operator first seeing a binding's new generation to every native object of a policy that change rewrote being written",
+            time_to_protect.histogram.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -142,6 +180,93 @@ impl Default for Metrics {
             events_dropped,
             events_queued,
             leader,
+            workloads,
+            policies,
+            time_to_protect,
+        }
+    }
+}
+
+/// Time to protect: how long after the operator first sees a binding's new generation every
+/// native object of a policy that change rewrote has been written (created, updated or found
+/// as generated; none failed or held by another owner). Only what this replica saw from start
+/// to end is measured: a change that rewrote no policy (a label, a typo in a selector), a
+/// policy rewritten for another reason (an intent or a namespace changed, drift undone), or a
+/// leader change halfway are not. One observation per rewritten policy, so a cluster binding
+/// fanning out to many namespaces counts once per namespace.
+#[derive(Clone)]
+pub struct TimeToProtect {
+    histogram: Histogram,
+    pending: Arc<Mutex<Pending>>,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// Binding UID → its generation not yet reported in its status, and when it was first seen.
+    changes: HashMap<String, (Option<i64>, Instant)>,
+    /// Policy key → when the binding change it was rewritten for was first seen.
+    policies: HashMap<String, Instant>,
+}
+
+/// Entries are dropped when their object goes away without an end (a binding deleted before
+/// reporting, a policy whose objects never all get written); past this many, they are
+/// forgotten at once (losing a measurement, never making one up).
+const PENDING_BOUND: usize = 4096;
+
+impl TimeToProtect {
+    fn new() -> Self {
+        // 10 ms to about 11 minutes.
+        Self {
+            histogram: Histogram::new(exponential_buckets(0.01, 2.0, 17)),
+            pending: Arc::default(),
+        }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The binding with `uid` is being reconciled at `generation`; `reported`: its status
+    /// already says it observed that generation. Returns when the change was first seen, while
+    /// it is not reported.
+    pub fn binding_seen(
+        &self,
+        uid: &str,
+        generation: Option<i64>,
+        reported: bool,
+    ) -> Option<Instant> {
+        let mut pending = self.pending();
+        if reported {
+            pending.changes.remove(uid);
+            return None;
+        }
+        if pending.changes.len() >= PENDING_BOUND && !pending.changes.contains_key(uid) {
+            pending.changes.clear();
+        }
+        let entry = pending
+            .changes
+            .entry(uid.to_owned())
+            .or_insert((generation, Instant::now()));
+        if entry.0 != generation {
+            *entry = (generation, Instant::now());
+        }
+        Some(entry.1)
+    }
+
+    /// The policy `key` was rewritten for a binding change first seen at `since`.
+    pub fn policy_written(&self, key: String, since: Instant) {
+        let mut pending = self.pending();
+        if pending.policies.len() >= PENDING_BOUND && !pending.policies.contains_key(&key) {
+            pending.policies.clear();
+        }
+        pending.policies.insert(key, since);
+    }
+
+    /// Every native object of a new generation of the policy `key` is written.
+    pub fn protected(&self, key: &str) {
+        let since = self.pending().policies.remove(key);
+        if let Some(since) = since {
+            self.histogram.observe(since.elapsed().as_secs_f64());
         }
     }
 }

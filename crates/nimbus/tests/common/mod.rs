@@ -296,7 +296,7 @@ pub fn workspace_root() -> std::path::PathBuf {
     root.canonicalize().unwrap_or(root)
 }
 
-/// The directory holding the test tools (helm, kustomize, netpol-decider): `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
+/// The directory holding the test tools (helm, kustomize, netpol-decider, kubectl, promtool): `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
 /// builds (once per test binary; a cold build takes minutes). Panics with the reason when a
 /// tool is missing: never a reason to skip a test.
 pub fn tools_dir() -> &'static std::path::Path {
@@ -304,7 +304,9 @@ pub fn tools_dir() -> &'static std::path::Path {
     match DIR.get_or_init(locate_tools) {
         Ok(dir) => dir,
         Err(reason) => {
-            panic!("the test tools (helm, kustomize, netpol-decider, kubectl) are needed: {reason}")
+            panic!(
+                "the test tools (helm, kustomize, netpol-decider, kubectl, promtool) are needed: {reason}"
+            )
         }
     }
 }
@@ -340,7 +342,7 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
         Some(dir) => std::path::PathBuf::from(dir),
         None => built_by("hack/build-tools.sh")?,
     };
-    for tool in ["helm", "kustomize", "netpol-decider", "kubectl"] {
+    for tool in ["helm", "kustomize", "netpol-decider", "kubectl", "promtool"] {
         let path = dir.join(tool);
         let executable = std::fs::metadata(&path).is_ok_and(|m| {
             use std::os::unix::fs::PermissionsExt;
@@ -348,7 +350,7 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
         });
         if !executable {
             let hint = if std::env::var_os("NIMBUS_TOOLS_DIR").is_some() {
-                "NIMBUS_TOOLS_DIR must hold helm, kustomize, netpol-decider and kubectl; unset it to build them"
+                "NIMBUS_TOOLS_DIR must hold helm, kustomize, netpol-decider, kubectl and promtool; unset it to build them"
             } else {
                 "hack/build-tools.sh should have built it"
             };
@@ -390,7 +392,7 @@ pub fn netpol_decide<T: serde::de::DeserializeOwned>(input: &serde_json::Value) 
     serde_json::from_slice(&output.stdout).expect("decider JSON")
 }
 
-/// Runs helm or kustomize in the workspace root and returns its stdout; fails the test with its
+/// Runs a test tool (helm, kustomize, promtool…) in the workspace root and returns its stdout; fails the test with its
 /// output when it fails.
 pub fn run_tool(tool: &str, args: &[&str]) -> String {
     let output = std::process::Command::new(tools_dir().join(tool))

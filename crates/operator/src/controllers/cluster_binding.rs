@@ -2,7 +2,10 @@
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace: observe → plan → execute →
 //! report.
 
-use super::{Context, publish_changes, update_status, write_own_policy};
+use super::{
+    Context, binding_change_seen, policy_rewritten, publish_changes, update_status,
+    write_own_policy,
+};
 use crate::error::Error;
 use crate::write::{Change, Executed, is_controlled_by, unless_left_behind, write_policy};
 use futures::{StreamExt, TryStreamExt, stream};
@@ -13,12 +16,18 @@ use nimbus_api::{ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy
 use nimbus_core::status::{self, Outcome};
 use nimbus_core::{names, plan};
 use std::sync::Arc;
+use std::time::Instant;
 
 pub async fn reconcile(
     csib: Arc<ClusterSecurityIntentBinding>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let name = csib.name_any();
+    let change_seen = binding_change_seen(
+        &ctx,
+        &*csib,
+        csib.status.as_ref().and_then(|s| s.observed_generation),
+    );
     let cluster_api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
     let observed = ctx.cluster_policies.get(&ObjectRef::new(&name));
     let observed = unless_left_behind(&cluster_api, &*csib, observed).await?;
@@ -52,11 +61,13 @@ pub async fn reconcile(
                     desired,
                     ours,
                     created,
+                    change_seen,
                     &mut executed,
                 )
                 .await?
             };
-            let attempts = namespace_policies(&ctx, &csib, plan, &mut executed).await?;
+            let attempts =
+                namespace_policies(&ctx, &csib, plan, change_seen, &mut executed).await?;
             (cluster, attempts)
         }
     };
@@ -97,6 +108,7 @@ async fn namespace_policies(
     ctx: &Context,
     csib: &ClusterSecurityIntentBinding,
     plan: &plan::ClusterBindingPolicies,
+    change_seen: Option<Instant>,
     executed: &mut Executed,
 ) -> Result<Vec<Attempt<bool, String>>, Error> {
     let policy_name = names::cluster_binding_policy_name(&csib.name_any());
@@ -111,13 +123,16 @@ async fn namespace_policies(
         .await?;
     let mut changes = Vec::new();
     let mut writes = Vec::new();
-    for ((namespace, _), (observed, write)) in plan.namespaces.iter().zip(results) {
+    for ((namespace, desired), (observed, write)) in plan.namespaces.iter().zip(results) {
         let write = match write {
             Some(write) => Some(executed.record(write)?),
             None => None,
         };
         if let Some(Ok(Some(change))) = write {
             changes.push((Some(namespace.clone()), change));
+            if let Some(desired) = desired {
+                policy_rewritten(ctx, desired, change, change_seen);
+            }
         }
         writes.push((observed, write.map(|w| w.map(|change| change.is_some()))));
     }
