@@ -318,3 +318,40 @@ impl Metrics {
         crate::health::serve_router(addr, app, shutdown).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(metrics: &Metrics) -> String {
+        let text = metrics.encode();
+        let count = text
+            .lines()
+            .find(|l| l.starts_with("nimbus_time_to_protect_seconds_count"))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_default();
+        count.to_owned()
+    }
+
+    #[test]
+    fn time_to_protect_spans_a_change_from_first_sight_to_its_policy_protected() {
+        let metrics = Metrics::default();
+        let ttp = &metrics.time_to_protect;
+        // Seen at generation 2 (reported: 1), retried: still timed from the first sighting.
+        let first = ttp.binding_seen("uid", Some(2), false).expect("pending");
+        assert_eq!(ttp.binding_seen("uid", Some(2), false), Some(first));
+        ttp.policy_written("NimbusPolicy/ns/b".into(), first);
+        // Protected once: a second pass over the same generation observes nothing more.
+        ttp.protected("NimbusPolicy/ns/b");
+        ttp.protected("NimbusPolicy/ns/b");
+        assert_eq!(observed(&metrics), "1");
+        // Once reported, a rewrite of the policy (an intent changed) is not the binding's.
+        assert_eq!(ttp.binding_seen("uid", Some(2), true), None);
+        // A newer generation starts anew.
+        let third = ttp.binding_seen("uid", Some(3), false).expect("pending");
+        assert!(third >= first);
+        // A policy never rewritten for a change is never observed.
+        ttp.protected("NimbusPolicy/ns/other");
+        assert_eq!(observed(&metrics), "1");
+    }
+}
