@@ -42,7 +42,7 @@ fn off_by_default_and_linted_when_on() {
     }
     common::run_tool("helm", &lint);
     let objects = helm_template(&[]);
-    let kinds: Vec<&str> = objects.iter().map(|o| object_kind(o)).collect();
+    let kinds: Vec<&str> = objects.iter().map(object_kind).collect();
     assert!(!kinds.contains(&"PrometheusRule"), "{kinds:?}");
     assert!(
         !objects

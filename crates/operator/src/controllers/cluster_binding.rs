@@ -116,23 +116,27 @@ async fn namespace_policies(
     let results: Vec<_> = stream::iter(0..plan.namespaces.len())
         .map(|i| {
             let (namespace, desired) = &plan.namespaces[i];
-            namespace_policy(ctx, csib, &policy_name, namespace, desired.as_ref())
+            namespace_policy(
+                ctx,
+                csib,
+                &policy_name,
+                namespace,
+                desired.as_ref(),
+                change_seen,
+            )
         })
         .buffered(FAN_OUT)
         .try_collect()
         .await?;
     let mut changes = Vec::new();
     let mut writes = Vec::new();
-    for ((namespace, desired), (observed, write)) in plan.namespaces.iter().zip(results) {
+    for ((namespace, _), (observed, write)) in plan.namespaces.iter().zip(results) {
         let write = match write {
             Some(write) => Some(executed.record(write)?),
             None => None,
         };
         if let Some(Ok(Some(change))) = write {
             changes.push((Some(namespace.clone()), change));
-            if let Some(desired) = desired {
-                policy_rewritten(ctx, desired, change, change_seen);
-            }
         }
         writes.push((observed, write.map(|w| w.map(|change| change.is_some()))));
     }
@@ -142,13 +146,14 @@ async fn namespace_policies(
 
 /// Converges the binding's NimbusPolicy `policy_name` in `namespace` to `desired`. Returns the
 /// policy the binding owns there (before the write) and the write's result, `None` when
-/// another object holds the name.
+/// another object holds the name. `change_seen`: as for [`write_own_policy`].
 async fn namespace_policy(
     ctx: &Context,
     csib: &ClusterSecurityIntentBinding,
     policy_name: &str,
     namespace: &str,
     desired: Option<&NimbusPolicy>,
+    change_seen: Option<Instant>,
 ) -> Result<Attempt<Option<Change>, Error>, Error> {
     let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), namespace);
     let observed = ctx
@@ -172,5 +177,9 @@ async fn namespace_policy(
         &ctx.policies_created,
     )
     .await;
+    // At once, not after the whole fan-out: the policy controller may finish this one first.
+    if let (Ok(Some(change)), Some(desired)) = (&write, desired) {
+        policy_rewritten(ctx, desired, *change, change_seen);
+    }
     Ok((ours, Some(write)))
 }
