@@ -7,7 +7,9 @@ mod common;
 
 use common::replica::Replica;
 use common::{CONVERGE, RELEASE, apply, create_intent, helm_template, object_kind, rendered};
+use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use nimbus_api::SecurityIntentBinding;
 use nimbus_testenv::eventually;
 use serde_json::{Value, json};
@@ -112,6 +114,23 @@ fn queries(groups: &Value, dashboard: &Value) -> Vec<String> {
 /// label lists of `by`, `without`, `on`, `ignoring` and `group_left`/`group_right`.
 fn metric_names(expr: &str) -> BTreeSet<String> {
     const KEYWORDS: &[&str] = &["and", "or", "unless", "offset", "bool", "inf", "nan"];
+    // Their modifier may stand between them and their parenthesis: `sum by (le) (…)`.
+    const AGGREGATIONS: &[&str] = &[
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+        "limitk",
+        "limit_ratio",
+    ];
     const LABEL_LISTS: &[&str] = &[
         "by",
         "without",
@@ -162,7 +181,10 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
             let called = chars.get(next) == Some(&'(');
             if LABEL_LISTS.contains(&word.as_str()) && called {
                 i = skip(next, ')');
-            } else if !called && !KEYWORDS.contains(&word.to_lowercase().as_str()) {
+            } else if !called
+                && !KEYWORDS.contains(&word.to_lowercase().as_str())
+                && !AGGREGATIONS.contains(&word.as_str())
+            {
                 names.insert(word);
             }
         } else {
@@ -184,16 +206,33 @@ fn the_name_scanner_reads_promql() {
     );
 }
 
-/// Runs an operator process on the test control plane, makes a binding change so every
-/// metric has moved (time to protect among them), and checks that every metric the alerts and
-/// the dashboard query is among the series it exports.
+/// Runs an operator process on the test control plane, with the posture computed, and makes
+/// every metric the alerts and dashboard read move: a binding whose native object is refused
+/// (a reconcile error), then allowed (its time to protect), then changed to another intent (a
+/// native object pruned, timed again). Then every metric the alerts and the dashboard query
+/// must be among the series it exports (a family with no sample is not exported at all).
 #[tokio::test]
 async fn alerts_and_dashboard_query_only_exported_metrics() {
     let cp = common::cluster();
     let client = cp.client().expect("client");
     let ns = cp.test_namespace("alerts").await.expect("namespace");
     let dir = tempfile::tempdir().expect("log dir");
-    let operator = Replica::start("alerts", cp.kubeconfig_path(), dir.path(), &[]);
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let serving = nimbus_testenv::serving_cert(&[]).expect("serving certificate");
+    std::fs::write(&cert, &serving.cert_pem).expect("tls.crt");
+    std::fs::write(&key, &serving.key_pem).expect("tls.key");
+    let posture_addr = format!("127.0.0.1:{}", nimbus_testenv::free_port().expect("a port"));
+    let path = |p: &std::path::Path| p.to_str().expect("UTF-8 path").to_owned();
+    let posture = [
+        "--posture-addr".to_owned(),
+        posture_addr,
+        "--posture-tls-cert-file".to_owned(),
+        path(&cert),
+        "--posture-tls-key-file".to_owned(),
+        path(&key),
+    ];
+    let posture: Vec<&str> = posture.iter().map(String::as_str).collect();
+    let operator = Replica::start("alerts", cp.kubeconfig_path(), dir.path(), &posture);
     eventually("the operator to be ready", CONVERGE, async |seen| {
         let ready = operator.ready().await;
         *seen = format!("{ready:?}; its log:\n{}", operator.process.output());
@@ -201,31 +240,64 @@ async fn alerts_and_dashboard_query_only_exported_metrics() {
     })
     .await;
 
-    // A binding created, then changed: each is protected once its NetworkPolicy is written.
-    let dns = create_intent(&client, "dnsManipulation", "Block").await;
+    // A quota of no NetworkPolicy: the policy controller's write is refused until it is
+    // deleted. No quota controller runs here, so its status (what admission enforces) is
+    // written as that controller would.
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), ns.name());
+    let none = json!({"count/networkpolicies.networking.k8s.io": "0"});
+    let quota = json!({
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-netpol"},
+        "spec": {"hard": none}
+    });
+    apply(&quotas, "no-netpol", &quota).await;
+    let status = json!({"status": {"hard": none, "used": none}});
+    quotas
+        .patch_status("no-netpol", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("the quota's status");
     let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
-    for app in ["web", "api"] {
-        let before = operator
-            .metric("nimbus_time_to_protect_seconds_count", "")
-            .await;
-        apply(
-            &bindings,
-            "b",
-            &common::binding("b", &[&dns], json!({ "app": app })),
-        )
+    let web = json!({ "app": "web" });
+    let dns = create_intent(&client, "dnsManipulation", "Block").await;
+    apply(&bindings, "b", &common::binding("b", &[&dns], web.clone())).await;
+    let moved = async |what: &str, metric: &str, above: f64| {
+        eventually(what, CONVERGE, async |seen| {
+            let value = operator.metric(metric, "").await;
+            *seen = format!(
+                "{metric} = {value}; the operator's log:\n{}",
+                operator.process.output()
+            );
+            (value > above).then_some(())
+        })
         .await;
-        eventually(
-            &format!("the change to {app} timed"),
-            CONVERGE,
-            async |_| {
-                let after = operator
-                    .metric("nimbus_time_to_protect_seconds_count", "")
-                    .await;
-                (after > before).then_some(())
-            },
-        )
-        .await;
-    }
+    };
+    moved(
+        "the refused write counted",
+        "nimbus_reconcile_errors_total",
+        0.0,
+    )
+    .await;
+    common::delete(&quotas, "no-netpol").await;
+    // Retried with backoff: timed from the binding's creation, refusals included.
+    moved(
+        "the binding timed once protected",
+        "nimbus_time_to_protect_seconds_count",
+        0.0,
+    )
+    .await;
+    let external = create_intent(&client, "denyExternalNetworkAccess", "Block").await;
+    apply(&bindings, "b", &common::binding("b", &[&external], web)).await;
+    moved(
+        "the change timed",
+        "nimbus_time_to_protect_seconds_count",
+        1.0,
+    )
+    .await;
+    moved(
+        "the old NetworkPolicy pruned",
+        "nimbus_native_objects_pruned_total",
+        0.0,
+    )
+    .await;
 
     let exported = operator.exported_series().await;
     let (groups, dashboard) = rendered_rules_and_dashboard();

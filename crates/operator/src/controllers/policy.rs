@@ -168,18 +168,14 @@ where
 
     let mut executed = Executed::default();
     let natives = apply_natives(ctx, input, &translation.objects, &mut executed).await?;
-    let new_generation = current.and_then(|s| s.observed_generation) != policy.meta().generation;
     if bound
-        && new_generation
         && natives
             .iter()
             .all(|n| matches!(n.outcome, NativeOutcome::Written | NativeOutcome::Unchanged))
     {
-        // A generation already reported is an older one than a pending rewrite's (the cache
-        // lags the binding's write): only a new one ends the timing.
         ctx.metrics
             .time_to_protect
-            .protected(&super::object_key(policy));
+            .protected(&super::object_key(policy), policy.meta().generation);
     }
     // An unbound policy prunes nothing either: one its binding's operator-written content was
     // tampered with is restored by the binding controller, and what is in force meanwhile stays.
