@@ -260,7 +260,9 @@ async fn alerts_and_dashboard_query_only_exported_metrics() {
     let dns = create_intent(&client, "dnsManipulation", "Block").await;
     apply(&bindings, "b", &common::binding("b", &[&dns], web.clone())).await;
     let moved = async |what: &str, metric: &str, above: f64| {
-        eventually(what, CONVERGE, async |seen| {
+        // The refused write is retried with backoff (5 s, doubling with each failure in a row,
+        // and a busy machine may fail it a few times before the quota goes).
+        eventually(what, 3 * CONVERGE, async |seen| {
             let value = operator.metric(metric, "").await;
             *seen = format!(
                 "{metric} = {value}; the operator's log:\n{}",

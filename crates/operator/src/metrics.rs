@@ -204,9 +204,9 @@ pub struct TimeToProtect {
 struct Pending {
     /// Binding UID → its generation not yet reported in its status, and when it was first seen.
     changes: HashMap<String, (Option<i64>, Instant)>,
-    /// Policy key → when the binding change it was rewritten for was first seen, and the
-    /// policy's generation that carries the change.
-    policies: HashMap<String, (Instant, i64)>,
+    /// Policy key → when the binding change it was rewritten for was first seen, and when it
+    /// was rewritten.
+    policies: HashMap<String, (Instant, Instant)>,
 }
 
 /// Entries are dropped when their object goes away without an end (a binding deleted before
@@ -254,24 +254,24 @@ impl TimeToProtect {
         Some(entry.1)
     }
 
-    /// The policy `key` was rewritten, to `generation` or later, for a binding change first
-    /// seen at `since`.
-    pub fn policy_written(&self, key: String, since: Instant, generation: i64) {
+    /// The policy `key` was just rewritten for a binding change first seen at `since`.
+    pub fn policy_written(&self, key: String, since: Instant) {
         let mut pending = self.pending();
         if pending.policies.len() >= PENDING_BOUND && !pending.policies.contains_key(&key) {
             pending.policies.clear();
         }
-        pending.policies.insert(key, (since, generation));
+        pending.policies.insert(key, (since, Instant::now()));
     }
 
-    /// Every native object of the policy `key` at `generation` is written. An older
-    /// generation (the cache lagging the binding's write) does not end the timing.
-    pub fn protected(&self, key: &str, generation: Option<i64>) {
+    /// A reconcile of the policy `key` that `began` then wrote every native object of it.
+    /// Only one begun after the rewrite ends the timing: one begun before read the policy as
+    /// it was (and the rewrite's own event reconciles it again).
+    pub fn protected(&self, key: &str, began: Instant) {
         let mut pending = self.pending();
         let Some(&(since, rewritten)) = pending.policies.get(key) else {
             return;
         };
-        if generation.is_some_and(|g| g >= rewritten) {
+        if began >= rewritten {
             pending.policies.remove(key);
             drop(pending);
             self.histogram.observe(since.elapsed().as_secs_f64());
@@ -348,13 +348,14 @@ mod tests {
         // Seen at generation 2 (reported: 1), retried: still timed from the first sighting.
         let first = ttp.binding_seen("uid", Some(2), false).expect("pending");
         assert_eq!(ttp.binding_seen("uid", Some(2), false), Some(first));
-        ttp.policy_written("NimbusPolicy/ns/b".into(), first, 2);
-        // The generation before the rewrite (a lagging cache) does not end it.
-        ttp.protected("NimbusPolicy/ns/b", Some(1));
+        let before_rewrite = Instant::now();
+        ttp.policy_written("NimbusPolicy/ns/b".into(), first);
+        // A reconcile begun before the rewrite read the policy as it was: it does not end it.
+        ttp.protected("NimbusPolicy/ns/b", before_rewrite);
         assert_eq!(observed(&metrics), "0");
-        // Protected once: a second pass over the same generation observes nothing more.
-        ttp.protected("NimbusPolicy/ns/b", Some(2));
-        ttp.protected("NimbusPolicy/ns/b", Some(2));
+        // Protected once: a second pass observes nothing more.
+        ttp.protected("NimbusPolicy/ns/b", Instant::now());
+        ttp.protected("NimbusPolicy/ns/b", Instant::now());
         assert_eq!(observed(&metrics), "1");
         // Once reported, a rewrite of the policy (an intent changed) is not the binding's.
         assert_eq!(ttp.binding_seen("uid", Some(2), true), None);
@@ -362,7 +363,7 @@ mod tests {
         let third = ttp.binding_seen("uid", Some(3), false).expect("pending");
         assert!(third >= first);
         // A policy never rewritten for a change is never observed.
-        ttp.protected("NimbusPolicy/ns/other", Some(1));
+        ttp.protected("NimbusPolicy/ns/other", Instant::now());
         assert_eq!(observed(&metrics), "1");
     }
 }

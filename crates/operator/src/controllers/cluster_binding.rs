@@ -179,7 +179,7 @@ async fn namespace_policy(
     .await;
     // At once, not after the whole fan-out: the policy controller may finish this one first.
     if let (Ok(Some(change)), Some(desired)) = (&write, desired) {
-        policy_rewritten(ctx, desired, ours.as_deref(), *change, change_seen);
+        policy_rewritten(ctx, desired, *change, change_seen);
     }
     Ok((ours, Some(write)))
 }

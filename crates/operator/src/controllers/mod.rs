@@ -80,7 +80,7 @@ where
     if let Ok(Some(change)) = write {
         publish_changes::<_, P>(ctx, binding, &binding.name_any(), &[(None, change)]);
         if let Some(desired) = desired {
-            policy_rewritten(ctx, desired, ours, change, change_seen);
+            policy_rewritten(ctx, desired, change, change_seen);
         }
     }
     Ok(Outcome::Owned {
@@ -89,24 +89,18 @@ where
     })
 }
 
-/// Starts timing the protection of `policy`, just `change`d from `previous` (as cached) for a
-/// binding change first seen at `change_seen`.
+/// Starts timing the protection of `policy`, just `change`d for a binding change first seen at
+/// `change_seen`.
 fn policy_rewritten<P: Resource<DynamicType = ()>>(
     ctx: &Context,
     policy: &P,
-    previous: Option<&P>,
     change: Change,
     change_seen: Option<Instant>,
 ) {
     if let (Some(since), Change::Created | Change::Updated) = (change_seen, change) {
-        // The rewrite changed the spec (the binding's change did), so its generation is past
-        // the one cached; a new policy's is 1.
-        let generation = previous
-            .and_then(|p| p.meta().generation)
-            .map_or(1, |g| g + 1);
         ctx.metrics
             .time_to_protect
-            .policy_written(object_key(policy), since, generation);
+            .policy_written(object_key(policy), since);
     }
 }
 

@@ -148,6 +148,7 @@ async fn sync<K>(
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
+    let began = std::time::Instant::now();
     if claim == Claim::Restoring {
         // The binding controller's write of the policy triggers this again.
         return Ok(Action::requeue(ctx.resync));
@@ -175,7 +176,7 @@ where
     {
         ctx.metrics
             .time_to_protect
-            .protected(&super::object_key(policy), policy.meta().generation);
+            .protected(&super::object_key(policy), began);
     }
     // An unbound policy prunes nothing either: one its binding's operator-written content was
     // tampered with is restored by the binding controller, and what is in force meanwhile stays.
