@@ -25,9 +25,9 @@ test: control-plane tools kyverno
 control-plane:
 	bash hack/build-control-plane.sh
 
-# helm and kustomize for the packaging tests, netpol-decider for the efficacy tests and kubectl
-# for the posture API tests, from pinned Go modules, cached in ~/.cache/nimbus-rs/tools (cold:
-# ~5 min on 2 cores; warm: instant).
+# helm and kustomize for the packaging tests, netpol-decider for the efficacy tests, kubectl
+# for the posture API tests and promtool for the alert tests, from pinned Go modules, cached in
+# ~/.cache/nimbus-rs/tools (cold: ~5 min on 2 cores, and ~5.5 more for promtool; warm: instant).
 tools:
 	bash hack/build-tools.sh
 
