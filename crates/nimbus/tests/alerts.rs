@@ -70,11 +70,14 @@ fn promtool_checks_and_tests_the_rendered_rules() {
         &tests,
     )
     .expect("copying the rule tests");
-    let path = |p: &std::path::Path| p.to_str().expect("UTF-8 path").to_owned();
-    let checked = common::run_tool("promtool", &["check", "rules", &path(&rules)]);
+    let checked = common::run_tool("promtool", &["check", "rules", utf8(&rules)]);
     assert!(checked.contains("SUCCESS: 5 rules found"), "{checked}");
-    let tested = common::run_tool("promtool", &["test", "rules", &path(&tests)]);
+    let tested = common::run_tool("promtool", &["test", "rules", utf8(&tests)]);
     assert!(tested.contains("SUCCESS"), "{tested}");
+}
+
+fn utf8(path: &std::path::Path) -> &str {
+    path.to_str().expect("UTF-8 path")
 }
 
 /// Each expression and template query of the dashboard, and each alert's expression.
@@ -222,16 +225,14 @@ async fn alerts_and_dashboard_query_only_exported_metrics() {
     std::fs::write(&cert, &serving.cert_pem).expect("tls.crt");
     std::fs::write(&key, &serving.key_pem).expect("tls.key");
     let posture_addr = format!("127.0.0.1:{}", nimbus_testenv::free_port().expect("a port"));
-    let path = |p: &std::path::Path| p.to_str().expect("UTF-8 path").to_owned();
     let posture = [
-        "--posture-addr".to_owned(),
-        posture_addr,
-        "--posture-tls-cert-file".to_owned(),
-        path(&cert),
-        "--posture-tls-key-file".to_owned(),
-        path(&key),
+        "--posture-addr",
+        &posture_addr,
+        "--posture-tls-cert-file",
+        utf8(&cert),
+        "--posture-tls-key-file",
+        utf8(&key),
     ];
-    let posture: Vec<&str> = posture.iter().map(String::as_str).collect();
     let operator = Replica::start("alerts", cp.kubeconfig_path(), dir.path(), &posture);
     eventually("the operator to be ready", CONVERGE, async |seen| {
         let ready = operator.ready().await;
@@ -300,6 +301,8 @@ async fn alerts_and_dashboard_query_only_exported_metrics() {
         0.0,
     )
     .await;
+    // The posture computation counts the binding's policy (whatever its readiness).
+    moved("the policy counted", "nimbus_policies", 0.0).await;
 
     let exported = operator.exported_series().await;
     let (groups, dashboard) = rendered_rules_and_dashboard();
