@@ -80,15 +80,8 @@ fn utf8(path: &std::path::Path) -> &str {
     path.to_str().expect("UTF-8 path")
 }
 
-/// Each expression and template query of the dashboard, and each alert's expression.
+/// Each alert's expression, and each expression and template query of the dashboard.
 fn queries(groups: &Value, dashboard: &Value) -> Vec<String> {
-    let mut out: Vec<String> = groups["groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
-        .filter_map(|r| r["expr"].as_str().map(str::to_owned))
-        .collect();
     fn exprs(value: &Value, out: &mut Vec<String>) {
         match value {
             Value::Object(map) => {
@@ -108,6 +101,8 @@ fn queries(groups: &Value, dashboard: &Value) -> Vec<String> {
             _ => {}
         }
     }
+    let mut out = Vec::new();
+    exprs(groups, &mut out);
     exprs(dashboard, &mut out);
     out
 }

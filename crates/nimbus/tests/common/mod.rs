@@ -392,8 +392,8 @@ pub fn netpol_decide<T: serde::de::DeserializeOwned>(input: &serde_json::Value) 
     serde_json::from_slice(&output.stdout).expect("decider JSON")
 }
 
-/// Runs a test tool (helm, kustomize, promtool…) in the workspace root and returns its stdout; fails the test with its
-/// output when it fails.
+/// Runs a test tool (helm, kustomize, promtool…) in the workspace root and returns its stdout;
+/// fails the test with its output when it fails.
 pub fn run_tool(tool: &str, args: &[&str]) -> String {
     let output = std::process::Command::new(tools_dir().join(tool))
         .args(args)

@@ -59,36 +59,19 @@ impl Replica {
             .sum()
     }
 
-    /// The names of the series `/metrics` exports, as Prometheus stores them: a counter
-    /// `x` as `x_total`, a histogram `x` as `x_bucket`, `x_sum` and `x_count`. Read from the
-    /// `# TYPE` lines, so a family with no sample yet (no reconcile has failed) counts too.
+    /// The names of the series `/metrics` exports, as Prometheus stores them (a counter `x`
+    /// as `x_total`, a histogram's as `x_bucket`, `x_sum`, `x_count`). A family with no sample
+    /// yet (no reconcile has failed) is not exported at all.
     pub async fn exported_series(&self) -> std::collections::BTreeSet<String> {
         let (_, body) = http_get(self.metrics, "/metrics")
             .await
             .unwrap_or_else(|| panic!("{}: /metrics unreachable", self.name));
-        let mut names = std::collections::BTreeSet::new();
-        for line in body.lines() {
-            let mut words = line.split_whitespace();
-            if let (Some("#"), Some("TYPE"), Some(family), Some(kind)) =
-                (words.next(), words.next(), words.next(), words.next())
-            {
-                let suffixes: &[&str] = match kind {
-                    "counter" => &["_total"],
-                    "histogram" => &["_bucket", "_sum", "_count"],
-                    "info" => &["_info"],
-                    _ => &[""],
-                };
-                names.extend(suffixes.iter().map(|s| format!("{family}{s}")));
-            } else if let Some(sample) = line
-                .split(['{', ' '])
-                .next()
-                .filter(|_| !line.starts_with('#'))
-            {
-                names.insert(sample.to_owned());
-            }
-        }
-        names.remove("");
-        names
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Whether `/readyz` answers 200 (`Err`: what it answered instead).

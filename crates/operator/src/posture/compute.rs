@@ -26,7 +26,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use nimbus_api::posture::{NamespacePosture, Reference, Verdict, WorkloadPosture};
-
 use nimbus_api::{
     BindingPreview, ClusterSecurityIntentBinding, NimbusPolicyStatus, SecurityIntentBinding,
     condition,
