@@ -5,10 +5,12 @@
 #              regenerate the committed CRDs
 # make netpol-oracle - the core's NetworkPolicy evaluator against cyclonus on 100,000 random
 #              cases (make test runs 2,000)
+# make fuzz  - the API server as the judge of `nimbus validate` and `nimbus translate` on
+#              20,000 random cases (make test runs 600)
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools kyverno crds upstream-kyverno bench bench-posture chaos netpol-oracle
+.PHONY: dev test control-plane tools kyverno crds upstream-kyverno bench bench-posture chaos netpol-oracle fuzz
 
 dev: control-plane
 	$(CARGO) run -- dev
@@ -26,8 +28,9 @@ control-plane:
 	bash hack/build-control-plane.sh
 
 # helm and kustomize for the packaging tests, netpol-decider for the efficacy tests, kubectl
-# for the posture API tests and promtool for the alert tests, from pinned Go modules, cached in
-# ~/.cache/nimbus-rs/tools (cold: ~5 min on 2 cores, and ~5.5 more for promtool; warm: instant).
+# for the posture API tests, health-judge for the GitOps health test and promtool for the alert
+# tests, from pinned Go modules, cached in ~/.cache/nimbus-rs/tools, each on its own (cold: ~5
+# min on 2 cores, ~4 more for health-judge and ~5.5 more for promtool; warm: instant).
 tools:
 	bash hack/build-tools.sh
 
@@ -94,3 +97,12 @@ NETPOL_ORACLE_SEED ?= 1
 netpol-oracle: tools
 	NIMBUS_NETPOL_ORACLE_CASES=$(NETPOL_ORACLE_CASES) NIMBUS_NETPOL_ORACLE_SEED=$(NETPOL_ORACLE_SEED) \
 	  $(CARGO) test -p nimbus --test netpol_oracle -- --nocapture
+
+# The API server as the oracle of `nimbus validate` and `nimbus translate` at length: random
+# cases dry-run on the control plane, every disagreement printed with its manifest (see
+# crates/nimbus/tests/server_oracle.rs). About 20 cases a second on 2 cores.
+FUZZ_CASES ?= 20000
+FUZZ_SEED ?= 1
+fuzz: control-plane
+	NIMBUS_FUZZ_CASES=$(FUZZ_CASES) NIMBUS_FUZZ_SEED=$(FUZZ_SEED) \
+	  $(CARGO) test -p nimbus --test server_oracle -- --nocapture

@@ -68,6 +68,12 @@ pub struct WorkloadScope {
     status = "SecurityIntentBindingStatus",
     doc = "SecurityIntentBinding is the Schema for the securityintentbindings API",
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    // Whether it is in force (`Ready`), beside Nimbus's `Status`, which only says `Created`.
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -172,6 +178,12 @@ pub struct ClusterSelector {
     status = "ClusterSecurityIntentBindingStatus",
     doc = "ClusterSecurityIntentBinding is the Schema for the clustersecurityintentbindings API",
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    // Whether it is in force (`Ready`), beside Nimbus's `Status`, which only says `Created`.
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",

@@ -16,6 +16,12 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "ID", type_ = "string", json_path = ".spec.intent.id"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.intent.action"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    // Whether the catalog knows it and its parameters (`Ready`), beside Nimbus's `Status`.
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",

@@ -43,6 +43,12 @@ pub struct Rule {
     status = "NimbusPolicyStatus",
     doc = "NimbusPolicy is the Schema for the nimbuspolicies API",
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    // Whether it is in force (`Ready`), beside Nimbus's `Status`, which only says `Created`.
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -74,6 +80,12 @@ pub struct NimbusPolicySpec {
     status = "NimbusPolicyStatus",
     doc = "ClusterNimbusPolicy is the Schema for the clusternimbuspolicies API",
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    // Whether it is in force (`Ready`), beside Nimbus's `Status`, which only says `Created`.
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",

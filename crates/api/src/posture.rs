@@ -29,6 +29,9 @@ pub enum Verdict {
     /// Every intent that selects it is bound in audit (its action is `Audit`, or its binding or
     /// namespace is in shadow mode): engines at most report, nothing is enforced.
     Audited,
+    /// Namespaces only: it has no workload, so there is nothing to protect (yet); the intents
+    /// bound in it apply to the workloads it will have.
+    NoWorkloads,
 }
 
 impl Verdict {
@@ -38,6 +41,7 @@ impl Verdict {
             Verdict::Partial => "Partial",
             Verdict::Unprotected => "Unprotected",
             Verdict::Audited => "Audited",
+            Verdict::NoWorkloads => "NoWorkloads",
         }
     }
 }
@@ -264,7 +268,8 @@ pub struct NamespacePosture {
     pub kind: String,
     /// Named after the namespace; carries the verdict label.
     pub metadata: ObjectMeta,
-    /// `Protected` when every workload is, `Unprotected` when none is (or there are none).
+    /// `Protected` when every workload is, `Unprotected` when none is, `NoWorkloads` when there
+    /// are none.
     pub verdict: Verdict,
     /// The bindings whose intents apply in the namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

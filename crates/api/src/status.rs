@@ -13,6 +13,14 @@ pub const STATUS_VALIDATION_FAIL: &str = "ValidationFail";
 pub mod condition {
     /// The object has been fully processed and what it describes is in effect.
     pub const READY: &str = "Ready";
+    /// kstatus's "abnormal-true" condition: present (`True`) only while the operator is still
+    /// working toward the current generation, or waiting for something it watches (an intent,
+    /// an engine's CRDs, a namespace); absent otherwise.
+    pub const RECONCILING: &str = "Reconciling";
+    /// kstatus's other "abnormal-true" condition: present (`True`) only when the object cannot
+    /// be brought in force until someone changes it or what it refers to (see
+    /// `nimbus_core::status::stalls`); absent otherwise.
+    pub const STALLED: &str = "Stalled";
 
     pub const REASON_READY: &str = "Ready";
     /// A binding references intents that do not exist (yet).
@@ -40,13 +48,13 @@ pub mod condition {
     pub const REASON_SENSITIVE_INTENT_NOT_ALLOWED: &str = "SensitiveIntentNotAllowed";
     /// Writing a generated object failed.
     pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
-    /// A generated policy has not been translated at its current generation yet (`Unknown`).
     /// A NimbusPolicy no binding controls: it is not translated.
     pub const REASON_NOT_BOUND: &str = "NotBound";
     /// An intent's action is `Audit`, and an engine that enforces it has no form that reports
     /// without enforcing (a NetworkPolicy, a RoleBinding, a Kyverno mutate or generate rule):
     /// that engine writes nothing for it.
     pub const REASON_NO_AUDIT_FORM: &str = "NoAuditForm";
+    /// A generated policy has not been translated at its current generation yet (`Unknown`).
     pub const REASON_RECONCILING: &str = "Reconciling";
     /// A cluster binding selects no namespace its per-namespace intents could apply to.
     pub const REASON_NO_NAMESPACE_SELECTED: &str = "NoNamespaceSelected";

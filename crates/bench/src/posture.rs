@@ -8,7 +8,7 @@ use anyhow::{Context as _, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use nimbus_api::posture::{self, WorkloadPosture};
 use nimbus_api::{SecurityIntent, SecurityIntentBinding};
@@ -118,29 +118,23 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
         "creating {deployments} Deployments of {} pods in {} namespaces, and a binding in each",
         args.replicas, args.namespaces
     ));
+    // Timed by watches started before the first create: each event is timestamped as it
+    // arrives, so the lag is not rounded to a polling period.
+    let (listening, listed) = tokio::sync::oneshot::channel();
+    let watched = tokio::spawn(watch_catch_up(client.clone(), pods, listening));
+    listed
+        .await
+        .context("the watches ended before their initial lists")?;
     let began = Instant::now();
     create_workload(&client, &args, deployments).await?;
     let created = began.elapsed();
-    let api: Api<WorkloadPosture> = Api::all(client.clone());
-    let pod_list: Api<Pod> = Api::all(client.clone());
-    let mut pods_created = None;
-    let caught_up = loop {
-        if pods_created.is_none() {
-            let listed = pod_list.list_metadata(&ListParams::default()).await?;
-            if listed.items.len() >= pods {
-                pods_created = Some(began.elapsed());
-            }
-        }
-        let listed = api.list(&ListParams::default()).await;
-        let counted: usize = listed.as_ref().map_or(0, |l| {
-            l.items
-                .iter()
-                .filter(|w| w.workload.kind == "Deployment")
-                .map(|w| w.workload.pods as usize)
-                .sum()
-        });
-        if counted == pods {
-            break began.elapsed();
+    let (pods_created, caught_up) = loop {
+        if watched.is_finished() {
+            let (pods_at, postures_at) = watched.await??;
+            break (
+                pods_at.saturating_duration_since(began),
+                postures_at.saturating_duration_since(began),
+            );
         }
         if operator.has_exited() {
             bail!(
@@ -149,15 +143,15 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
             );
         }
         if began.elapsed() > args.timeout {
+            watched.abort();
             bail!(
-                "after {:?} the postures count {counted} of {pods} pods",
+                "after {:?} the postures do not count all {pods} pods",
                 args.timeout
             );
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Only to notice an exit or the timeout: the instants come from the watches.
+        tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    // The pods may all exist only at the last poll.
-    let pods_created = pods_created.unwrap_or(caught_up);
     step(format!(
         "every pod is in a posture {:.1} s after the first create ({:.1} s creating the \
          Deployments, {:.1} s until kube-controller-manager created every pod)",
@@ -180,10 +174,11 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
     );
     println!(
         "  caught up:   every pod in a posture {:.1} s after the first create; the last pod \
-         existed at {:.1} s (kube-controller-manager's pace), so the posture lagged by at most {:.1} s",
+         existed at {:.1} s (kube-controller-manager's pace), so the postures lagged by {:.3} s \
+         (both instants from watch events)",
         caught_up.as_secs_f64(),
         pods_created.as_secs_f64(),
-        (caught_up - pods_created).as_secs_f64()
+        caught_up.saturating_sub(pods_created).as_secs_f64()
     );
     for (form, timing) in [("JSON ", &json), ("Table", &table)] {
         println!(
@@ -317,4 +312,71 @@ async fn time_lists(client: &Client, n: usize, as_table: bool) -> anyhow::Result
         objects,
         mib: bytes as f64 / (1024.0 * 1024.0),
     })
+}
+
+/// When, as watches see it, the last of `pods` pods existed, and when the Deployments'
+/// WorkloadPostures (through kube-apiserver's aggregation layer) first counted them all;
+/// `listening` is told once both watches have their initial lists.
+async fn watch_catch_up(
+    client: Client,
+    pods: usize,
+    listening: tokio::sync::oneshot::Sender<()>,
+) -> anyhow::Result<(Instant, Instant)> {
+    use kube::ResourceExt;
+    use kube::core::PartialObjectMeta;
+    use kube::runtime::{WatchStreamExt, watcher};
+    use std::collections::{HashMap, HashSet};
+    enum Seen {
+        Pod(watcher::Event<PartialObjectMeta<Pod>>),
+        Posture(watcher::Event<WorkloadPosture>),
+    }
+    let config = watcher::Config::default;
+    let pod_events = watcher(Api::<PartialObjectMeta<Pod>>::all(client.clone()), config())
+        .default_backoff()
+        .map(|e| e.map(Seen::Pod));
+    let posture_events = watcher(Api::<WorkloadPosture>::all(client), config())
+        .default_backoff()
+        .map(|e| e.map(Seen::Posture));
+    let mut events = futures::stream::select(pod_events.boxed(), posture_events.boxed());
+    let (mut existing, mut counted) = (HashSet::new(), HashMap::new());
+    let (mut pods_at, mut postures_at) = (None, None);
+    let (mut initial_lists, mut listening) = (0, Some(listening));
+    while let Some(event) = events.next().await {
+        let now = Instant::now();
+        // A watch error is retried by the watcher (with backoff); its events carry on.
+        let Ok(event) = event else { continue };
+        match event {
+            Seen::Pod(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                existing.insert(p.uid());
+            }
+            Seen::Pod(watcher::Event::Delete(p)) => {
+                existing.remove(&p.uid());
+            }
+            Seen::Posture(watcher::Event::Apply(w) | watcher::Event::InitApply(w))
+                if w.workload.kind == "Deployment" =>
+            {
+                counted.insert((w.namespace(), w.name_any()), w.workload.pods as usize);
+            }
+            Seen::Posture(watcher::Event::Delete(w)) => {
+                counted.remove(&(w.namespace(), w.name_any()));
+            }
+            Seen::Pod(watcher::Event::InitDone) | Seen::Posture(watcher::Event::InitDone) => {
+                initial_lists += 1;
+                if initial_lists == 2 {
+                    listening.take().map(|l| l.send(()));
+                }
+            }
+            _ => {}
+        }
+        if pods_at.is_none() && existing.len() >= pods {
+            pods_at = Some(now);
+        }
+        if postures_at.is_none() && counted.values().sum::<usize>() == pods {
+            postures_at = Some(now);
+        }
+        if let (Some(p), Some(w)) = (pods_at, postures_at) {
+            return Ok((p, w));
+        }
+    }
+    bail!("the watches ended")
 }

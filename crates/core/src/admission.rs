@@ -1,7 +1,8 @@
 //! ValidatingAdmissionPolicies generated from the intent catalog; the API server evaluates
 //! their CEL, so they need no webhook server.
 //! - The catalog policy: `kubectl apply` of a SecurityIntent with an unknown intent ID or
-//!   parameter prints a warning naming what is known. It only warns (Nimbus accepted any ID and
+//!   parameter, or a parameter value outside the words it takes, prints a warning naming what
+//!   is known (what `nimbus validate` reports, so that the API server and the CLI agree). It only warns (Nimbus accepted any ID and
 //!   parameter; so do we).
 //! - The sensitive-intents policy: only someone who may create ClusterSecurityIntentBindings
 //!   may create or change a sensitive SecurityIntent. The `allow-sensitive` annotation of a
@@ -9,6 +10,7 @@
 //!   writing it must take the same trust as writing the binding.
 
 use crate::catalog::INTENTS;
+use crate::params::ParamKind;
 use nimbus_api::{GROUP, VERSION};
 use serde_json::{Value, json};
 
@@ -41,6 +43,37 @@ pub fn intent_catalog_policy() -> [Value; 2] {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // Each parameter that takes one of a few words, checked as `catalog::check_params` checks
+    // it: every value when all are used, else the first.
+    let choices: Vec<String> = INTENTS
+        .iter()
+        .flat_map(|i| i.params.iter().map(move |p| (i.id, p)))
+        .filter_map(|(id, p)| match p.kind {
+            ParamKind::OneOf(words) => {
+                let (name, words) = (literal(p.name), list(words.iter().map(|w| literal(w))));
+                let values = format!("object.spec.intent.params[{name}]");
+                let check = if p.multiple {
+                    format!("{values}.all(v, v in {words})")
+                } else {
+                    format!("{values}.size() == 0 || {values}[0] in {words}")
+                };
+                Some(format!(
+                    "!(variables.id == {} && {name} in object.spec.intent.params) || {check}",
+                    literal(id)
+                ))
+            }
+            _ => None,
+        })
+        .map(|c| format!("({c})"))
+        .collect();
+    let described: Vec<String> = INTENTS
+        .iter()
+        .flat_map(|i| i.params.iter().map(move |p| (i.id, p)))
+        .filter_map(|(id, p)| match p.kind {
+            ParamKind::OneOf(words) => Some(format!("{id} {}: {}", p.name, words.join(" or "))),
+            _ => None,
+        })
+        .collect();
     let spec = json!({
         "failurePolicy": "Ignore",
         "variables": [
@@ -58,6 +91,11 @@ pub fn intent_catalog_policy() -> [Value; 2] {
             {
                 "expression": "!has(object.spec.intent.params) || !(variables.id in variables.known) || object.spec.intent.params.all(p, p in variables.known[variables.id])",
                 "messageExpression": "'unknown parameters of ' + variables.id + ': ' + object.spec.intent.params.filter(p, !(p in variables.known[variables.id])).join(', ') + ' (it takes: ' + (variables.known[variables.id].size() == 0 ? 'none' : variables.known[variables.id].join(', ')) + ')'",
+                "reason": "Invalid",
+            },
+            {
+                "expression": format!("!has(object.spec.intent.params) || ({})", choices.join(" && ")),
+                "message": format!("a parameter value is not one the intent knows (the default applies instead): {}", described.join("; ")),
                 "reason": "Invalid",
             },
         ],

@@ -76,6 +76,18 @@ pub fn validate(selector: Option<&NamespaceSelector>) -> Result<(), String> {
         (Some(_), Some(_)) if !all => {
             Err("excludeNames can only be combined with matchNames: ['*']".into())
         }
+        // A name no namespace can have selects nothing, ever: a typo to report, as the API
+        // server would refuse whatever the binding generates there.
+        (Some(names), _) if !all => {
+            let problems: Vec<String> = names
+                .iter()
+                .flat_map(|n| crate::validation::namespace_name(n, "nsSelector.matchNames"))
+                .collect();
+            match problems.is_empty() {
+                true => Ok(()),
+                false => Err(problems.join("; ")),
+            }
+        }
         _ => Ok(()),
     }
 }
@@ -172,6 +184,11 @@ mod tests {
             validate(Some(&sel(Some(&["a"]), Some(&["b"]))))
                 .unwrap_err()
                 .contains("combined")
+        );
+        assert!(
+            validate(Some(&sel(Some(&["a", "Prod_1"]), None)))
+                .unwrap_err()
+                .contains(r#"nsSelector.matchNames: Invalid value: "Prod_1""#)
         );
     }
 

@@ -470,6 +470,8 @@ pub fn namespace_posture(
             Verdict::Partial => counts.partial += 1,
             Verdict::Unprotected => counts.unprotected += 1,
             Verdict::Audited => counts.audited += 1,
+            // A namespace's verdict only, never a workload's.
+            Verdict::NoWorkloads => {}
         }
         if w.verdict != Verdict::Protected {
             let mut reasons: Vec<String> = w.reasons.iter().map(|r| r.reason.clone()).collect();
@@ -490,7 +492,12 @@ pub fn namespace_posture(
         .iter()
         .flat_map(|p| p.rules.iter().map(|r| r.id.clone()))
         .collect();
-    let verdict = combine(workloads.iter().map(|w| w.verdict));
+    // An empty namespace is not a gap: there is nothing to protect, whatever is bound in it.
+    let verdict = if workloads.is_empty() {
+        Verdict::NoWorkloads
+    } else {
+        combine(workloads.iter().map(|w| w.verdict))
+    };
     NamespacePosture {
         api_version: api_version(),
         kind: "NamespacePosture".to_owned(),
@@ -771,6 +778,10 @@ mod tests {
         assert_eq!(ns.gaps[0].workload, "Deployment/debug");
         assert_eq!(ns.gaps[0].reasons, [reason::NOT_SELECTED]);
         let empty = namespace_posture("quiet", None, &[], &[]);
-        assert_eq!(empty.verdict, Verdict::Unprotected);
+        assert_eq!(empty.verdict, Verdict::NoWorkloads);
+        assert_eq!(
+            empty.metadata.labels.expect("labels")[VERDICT_LABEL],
+            "NoWorkloads"
+        );
     }
 }

@@ -14,7 +14,8 @@ use kube::{Resource, ResourceExt};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, ClusterSecurityIntentBindingStatus,
     Condition, NimbusPolicy, NimbusPolicyStatus, STATUS_CREATED, STATUS_VALIDATION_FAIL,
-    SecurityIntentBinding, SecurityIntentBindingStatus, condition,
+    SecurityIntent, SecurityIntentBinding, SecurityIntentBindingStatus, SecurityIntentStatus,
+    condition,
 };
 use std::collections::BTreeMap;
 
@@ -26,6 +27,7 @@ pub fn ready(
     generation: Option<i64>,
 ) -> Condition {
     condition(
+        condition::READY,
         if ok { "True" } else { "False" },
         reason,
         message.into(),
@@ -36,11 +38,89 @@ pub fn ready(
 /// `Ready=Unknown`: the outcome is not known yet.
 pub fn reconciling(message: String, generation: Option<i64>) -> Condition {
     condition(
+        condition::READY,
         "Unknown",
         condition::REASON_RECONCILING,
         message,
         generation,
     )
+}
+
+/// Whether a problem with this reason stalls its object, in kstatus's sense: nothing the
+/// operator watches will fix it, only a change of the object (or of what it refers to, or of
+/// the operator's configuration) will. kstatus, Flux and Argo CD then fail fast instead of
+/// waiting for a timeout. The others are waited for (`Reconciling`):
+///
+/// | reason | stalls | because |
+/// |---|---|---|
+/// | `UnsupportedIntent` | yes | the intent ID is not in the catalog, or not for this kind of binding |
+/// | `InvalidSelector`, `InvalidNamespaceSelector` | yes | the selector as written cannot be compiled |
+/// | `UnsupportedSelector` | yes | no engine that enforces the intent can express the selector |
+/// | `PolicyConflict` | yes | an object we do not own holds the name; it is never taken over |
+/// | `SensitiveIntentNotAllowed` | yes | the binding must list the intent in its annotation |
+/// | `InvalidParameter` | yes, even when the default is used instead | the parameter as written is not applied |
+/// | `EngineDisabled` | yes | `--disable-engines` is the operator's configuration |
+/// | `NotBound` | yes | no binding generates this policy |
+/// | `IntentNotFound` | no | the intent may be applied after the binding (watched) |
+/// | `EngineNotInstalled` | no | the operator starts an engine when its CRDs appear (watched) |
+/// | `EngineNotReady` | no | the k8tls namespace or virtual-patch database may appear (watched) |
+/// | `NoNamespaceSelected` | no | a namespace the selector selects may be created (watched) |
+/// | `ApplyFailed` | no | writes are retried |
+/// | `Reconciling` | no | the outcome is not known yet |
+pub fn stalls(reason: &str) -> bool {
+    [
+        condition::REASON_UNSUPPORTED_INTENT,
+        condition::REASON_INVALID_SELECTOR,
+        condition::REASON_INVALID_NAMESPACE_SELECTOR,
+        condition::REASON_UNSUPPORTED_SELECTOR,
+        condition::REASON_POLICY_CONFLICT,
+        condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED,
+        condition::REASON_INVALID_PARAMETER,
+        condition::REASON_ENGINE_DISABLED,
+        condition::REASON_NOT_BOUND,
+    ]
+    .contains(&reason)
+}
+
+/// What stalls an object: the reason of the first stalling problem, and every one's message.
+#[derive(Debug, Default)]
+struct Stall {
+    reason: Option<String>,
+    messages: Vec<String>,
+}
+
+impl Stall {
+    fn add(&mut self, reason: &str, message: impl Into<String>) {
+        self.reason.get_or_insert_with(|| reason.to_owned());
+        self.messages.push(message.into());
+    }
+}
+
+/// The conditions written beside `Ready`, as kstatus reads them: `Stalled=True` when something
+/// stalls the object; otherwise `Reconciling=True` while `Ready` is not `True` (not known yet,
+/// or waiting for something the operator watches). Both are "abnormal-true": absent rather than
+/// `False`, so a healthy object carries `Ready` alone. Never both, so kstatus (which reads
+/// `Reconciling` first), Flux and Argo CD agree.
+fn with_kstatus(ready: Condition, stall: Stall) -> Vec<Condition> {
+    let generation = ready.observed_generation;
+    let abnormal = match stall.reason {
+        Some(reason) => Some(condition(
+            condition::STALLED,
+            "True",
+            &reason,
+            stall.messages.join("; "),
+            generation,
+        )),
+        None if ready.status != "True" => Some(condition(
+            condition::RECONCILING,
+            "True",
+            &ready.reason,
+            ready.message.clone(),
+            generation,
+        )),
+        None => None,
+    };
+    std::iter::once(ready).chain(abnormal).collect()
 }
 
 /// `text` cut at a character boundary so that, with the `… (N more bytes)` it then ends in, it
@@ -64,10 +144,16 @@ pub fn bounded(mut text: String, max: usize) -> String {
 /// by etcd, and a list of thousands of names helps nobody).
 const MAX_MESSAGE: usize = 4096;
 
-fn condition(status: &str, reason: &str, message: String, generation: Option<i64>) -> Condition {
+fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
     let message = bounded(message, MAX_MESSAGE);
     Condition {
-        type_: condition::READY.to_owned(),
+        type_: type_.to_owned(),
         status: status.to_owned(),
         reason: reason.to_owned(),
         message,
@@ -76,20 +162,30 @@ fn condition(status: &str, reason: &str, message: String, generation: Option<i64
     }
 }
 
-/// The `Ready` condition a generated policy reports for what it holds now; `None` while it is
-/// being (re)written or its status is older than its spec.
+/// What a generated policy reports for what it holds now: its `Ready`, and its `Stalled` when
+/// something stalls it.
+#[derive(Debug, Clone)]
+pub struct PolicyReport {
+    pub ready: Condition,
+    pub stalled: Option<Condition>,
+}
+
+/// What a generated policy reports; `None` while it is being (re)written or its status is older
+/// than its spec.
 pub fn policy_result(
     policy: Option<&(impl Resource + ?Sized)>,
     status: Option<&NimbusPolicyStatus>,
     just_written: bool,
-) -> Option<Condition> {
+) -> Option<PolicyReport> {
     let generation = policy?.meta().generation;
     let status = status.filter(|s| !just_written && s.observed_generation == generation)?;
-    status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::READY)
-        .cloned()
+    let of = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
+    Some(PolicyReport {
+        ready: of(condition::READY)?.clone(),
+        stalled: of(condition::STALLED)
+            .filter(|c| c.status == "True")
+            .cloned(),
+    })
 }
 
 /// What keeps a binding from being in force besides its policies' own results.
@@ -98,22 +194,34 @@ pub struct Blocker {
     pub message: String,
 }
 
-/// A binding's `Ready`, from what its generated policies report (so it never claims more than
-/// is in force): false when something blocks it or a policy is not ready, unknown while a
-/// policy has not been translated at its current generation, true otherwise with the policies'
-/// notes (partial enforcement). `policies` pairs each policy's name with its result.
-pub fn binding_ready(
+/// A binding's conditions, from what its generated policies report (so it never claims more
+/// than is in force). `Ready`: false when something blocks it or a policy is not ready, unknown
+/// while a policy has not been translated at its current generation, true otherwise with the
+/// policies' notes (partial enforcement). `Stalled` when a blocker or a policy stalls, else
+/// `Reconciling` while not ready (see [`with_kstatus`]). `policies` pairs each policy's name
+/// with its report.
+pub fn binding_conditions(
     generation: Option<i64>,
     blockers: Vec<Blocker>,
-    policies: &[(String, Option<Condition>)],
-) -> Condition {
+    policies: &[(String, Option<PolicyReport>)],
+) -> Vec<Condition> {
+    let mut stall = Stall::default();
+    for b in blockers.iter().filter(|b| stalls(b.reason)) {
+        stall.add(b.reason, b.message.clone());
+    }
+    for (name, stalled) in policies
+        .iter()
+        .filter_map(|(name, r)| Some((name, r.as_ref()?.stalled.as_ref()?)))
+    {
+        stall.add(&stalled.reason, format!("{name}: {}", stalled.message));
+    }
     let mut failed = blockers.first().map(|b| b.reason.to_owned());
     let mut notes: Vec<String> = blockers.into_iter().map(|b| b.message).collect();
     // Cluster bindings repeat one message over many namespaces: group them.
     let mut by_message: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut pending = Vec::new();
     for (name, result) in policies {
-        match result {
+        match result.as_ref().map(|r| &r.ready) {
             None => pending.push(name.as_str()),
             Some(c) => {
                 if c.status != "True" {
@@ -131,20 +239,47 @@ pub fn binding_ready(
             .map(|(message, names)| format!("{}: {message}", names.join(", "))),
     );
     let message = notes.join("; ");
-    match failed {
+    let ready = match failed {
         Some(reason) => ready(false, &reason, message, generation),
         None if !pending.is_empty() => reconciling(
             format!("waiting for {} to be translated", pending.join(", ")),
             generation,
         ),
         None => ready(true, condition::REASON_READY, message, generation),
+    };
+    with_kstatus(ready, stall)
+}
+
+/// The conditions of an object that is not ready for one reason alone.
+fn not_ready(reason: &str, message: String, generation: Option<i64>) -> Vec<Condition> {
+    let mut stall = Stall::default();
+    if stalls(reason) {
+        stall.add(reason, message.clone());
+    }
+    with_kstatus(ready(false, reason, message, generation), stall)
+}
+
+/// A SecurityIntent's status: `Ready` unless its ID is not in the catalog (`UnsupportedIntent`),
+/// `Stalled` for that or for parameters not applied as written (`InvalidParameter`). Whether it
+/// is enforced somewhere is for the bindings and policies of it to say.
+pub fn intent_status(si: &SecurityIntent) -> SecurityIntentStatus {
+    let generation = si.metadata.generation;
+    let problems = crate::engines::check_intent(&crate::compile::rule(&si.spec.intent));
+    SecurityIntentStatus {
+        id: si.spec.intent.id.clone(),
+        action: si.spec.intent.action.clone(),
+        status: STATUS_CREATED.to_owned(),
+        observed_generation: generation,
+        conditions: policy_conditions(&problems, generation),
     }
 }
 
 /// Whether a new status would only say "not known yet" (`Ready=Unknown`) about a generation
-/// the current one does not describe. Such a write tells nothing: a status behind its object's
-/// generation already says the change is not done, and what decides it (the generated
-/// policies' reports) triggers the next reconcile. Skipping it saves a write per change.
+/// an existing status does not describe. Such a write tells nothing: a status behind its
+/// object's generation already says the change is not done (to kstatus too), and what decides
+/// it (the generated policies' reports) triggers the next reconcile. Skipping it saves a write
+/// per change. An object without a status yet gets it written: kstatus takes an object with no
+/// conditions and no `observedGeneration` for Current.
 pub fn only_pending(current: &[Condition], new: &[Condition]) -> bool {
     let ready = |conditions: &[Condition]| {
         conditions
@@ -154,7 +289,7 @@ pub fn only_pending(current: &[Condition], new: &[Condition]) -> bool {
     };
     match ready(new) {
         Some(new) if new.status == "Unknown" => ready(current)
-            .is_none_or(|current| current.observed_generation != new.observed_generation),
+            .is_some_and(|current| current.observed_generation != new.observed_generation),
         _ => false,
     }
 }
@@ -212,26 +347,21 @@ pub fn binding_status(
         Outcome::Conflict => {
             let namespace = sib.namespace().unwrap_or_default();
             let message = conflict(format!("NimbusPolicy {namespace}/{name}"));
-            let condition = ready(
-                false,
-                condition::REASON_POLICY_CONFLICT,
-                message,
-                generation,
-            );
-            return binding_status_of(None, Vec::new(), None, condition);
+            let conditions = not_ready(condition::REASON_POLICY_CONFLICT, message, generation);
+            return binding_status_of(None, Vec::new(), None, conditions);
         }
         Outcome::Owned { observed, write } => (observed, write),
     };
     let plan = match plan {
         Ok(plan) => plan,
         Err(err) => {
-            let condition = ready(false, invalid(err), err.to_string(), generation);
+            let conditions = not_ready(invalid(err), err.to_string(), generation);
             let before = sib.status.as_ref();
             let bound = before
                 .and_then(|s| s.bound_intents.clone())
                 .unwrap_or_default();
             let mode = before.and_then(|s| s.mode.clone());
-            return binding_status_of(observed, bound, mode, condition);
+            return binding_status_of(observed, bound, mode, conditions);
         }
     };
     let mut blockers = Vec::new();
@@ -255,13 +385,13 @@ pub fn binding_status(
         )],
         None => Vec::new(),
     };
-    let condition = binding_ready(generation, blockers, &results);
+    let conditions = binding_conditions(generation, blockers, &results);
     let mode = Some(plan.mode.to_owned());
     binding_status_of(
         plan.policy.as_ref(),
         plan.bound_intents.clone(),
         mode,
-        condition,
+        conditions,
     )
 }
 
@@ -269,7 +399,7 @@ fn binding_status_of(
     policy: Option<&NimbusPolicy>,
     bound: Vec<String>,
     mode: Option<String>,
-    ready: Condition,
+    conditions: Vec<Condition>,
 ) -> SecurityIntentBindingStatus {
     SecurityIntentBindingStatus {
         status: STATUS_CREATED.to_owned(),
@@ -280,8 +410,8 @@ fn binding_status_of(
         mode,
         // The posture computation's to write (see `preview`).
         preview: None,
-        observed_generation: ready.observed_generation,
-        conditions: vec![ready],
+        observed_generation: conditions.first().and_then(|c| c.observed_generation),
+        conditions,
     }
 }
 
@@ -312,7 +442,7 @@ pub fn cluster_binding_status(
             let mut status = csib.status.clone().unwrap_or_default();
             status.status = STATUS_VALIDATION_FAIL.to_owned();
             status.observed_generation = generation;
-            status.conditions = vec![ready(false, invalid(err), err.to_string(), generation)];
+            status.conditions = not_ready(invalid(err), err.to_string(), generation);
             return status;
         }
     };
@@ -386,7 +516,7 @@ pub fn cluster_binding_status(
             ),
         });
     }
-    let condition = binding_ready(generation, blockers, &results);
+    let conditions = binding_conditions(generation, blockers, &results);
     let bound = plan.bound_intents.clone();
     ClusterSecurityIntentBindingStatus {
         status: STATUS_CREATED.to_owned(),
@@ -400,7 +530,7 @@ pub fn cluster_binding_status(
         // The posture computation's to write (see `preview`).
         preview: None,
         observed_generation: generation,
-        conditions: vec![condition],
+        conditions,
     }
 }
 
@@ -477,8 +607,22 @@ pub fn policy_status(
         number_of_adapter_policies: entries.len() as i32,
         adapter_policies: (!entries.is_empty()).then_some(entries),
         observed_generation: generation,
-        conditions: vec![policy_ready(&problems, generation)],
+        conditions: policy_conditions(&problems, generation),
     }
+}
+
+/// A policy's conditions: [`policy_ready`], and `Stalled` for the problems that stall it (see
+/// [`stalls`]): those leaving an intent unenforced, and a parameter that is not applied as
+/// written even where its default is enforced instead. A partial problem (another engine still
+/// enforces the intent) does not stall.
+fn policy_conditions(problems: &[Problem], generation: Option<i64>) -> Vec<Condition> {
+    let mut stall = Stall::default();
+    for p in problems.iter().filter(|p| {
+        stalls(p.reason) && (p.blocking || p.reason == condition::REASON_INVALID_PARAMETER)
+    }) {
+        stall.add(p.reason, p.message.clone());
+    }
+    with_kstatus(policy_ready(problems, generation), stall)
 }
 
 /// `Ready` from the problems of a translation: false with the first blocking problem's reason
@@ -499,7 +643,6 @@ pub fn policy_ready(problems: &[Problem], generation: Option<i64>) -> Condition 
 mod tests {
     use super::*;
     use crate::plan;
-    use nimbus_api::SecurityIntent;
     use serde_json::json;
 
     const GENERATION: i64 = 4;
@@ -564,16 +707,15 @@ mod tests {
                      "selector": {"matchLabels": {"app": "web"}}}
         });
         if let Some(reason) = reason {
-            let status = if reason == condition::REASON_READY {
-                "True"
+            let message = format!("policy says {reason}");
+            let conditions = if reason == condition::REASON_READY {
+                vec![ready(true, reason, message, Some(1))]
             } else {
-                "False"
+                not_ready(reason, message, Some(1))
             };
             value["status"] = json!({
                 "status": "Created", "numberOfAdapterPolicies": 1, "observedGeneration": 1,
-                "conditions": [{"type": "Ready", "status": status, "reason": reason,
-                                "message": format!("policy says {reason}"),
-                                "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]
+                "conditions": conditions
             });
         }
         serde_json::from_value(value).expect("a policy")
@@ -581,6 +723,15 @@ mod tests {
 
     fn owned<P>(observed: Option<&P>, write: Result<bool, String>) -> Outcome<'_, P> {
         Outcome::Owned { observed, write }
+    }
+
+    /// The one kstatus "abnormal-true" condition beside `Ready`: type, reason and message.
+    fn abnormal(conditions: &[Condition]) -> Option<(&str, &str, &str)> {
+        assert!(conditions.len() <= 2, "{conditions:#?}");
+        let c = conditions.get(1)?;
+        assert_eq!(c.status, "True");
+        assert_eq!(c.observed_generation, conditions[0].observed_generation);
+        Some((c.type_.as_str(), c.reason.as_str(), c.message.as_str()))
     }
 
     fn ready_of(conditions: &[Condition]) -> (&str, &str, &str) {
@@ -743,6 +894,14 @@ mod tests {
             let status = binding_status(&binding, &planned(&binding), outcome);
             assert_eq!(ready_of(&status.conditions), expected, "{what}");
             assert_eq!(status.observed_generation, Some(GENERATION), "{what}");
+            // Not ready: stalled by a conflict, else waited for (a missing intent may come).
+            let (ready, reason, message) = expected;
+            let kstatus = match reason {
+                "Ready" => None,
+                "PolicyConflict" => Some((condition::STALLED, reason, message)),
+                _ => Some((condition::RECONCILING, reason, message)),
+            };
+            assert_eq!(abnormal(&status.conditions), kstatus, "{what} ({ready})");
         }
 
         // What the policy reports is what the binding reports.
@@ -769,6 +928,17 @@ mod tests {
             assert_eq!(
                 ready_of(&status.conditions),
                 ("False", reason, message.as_str())
+            );
+            // And whether it stalls.
+            let kstatus = if stalls(reason) {
+                condition::STALLED
+            } else {
+                condition::RECONCILING
+            };
+            assert_eq!(
+                abnormal(&status.conditions),
+                Some((kstatus, reason, message.as_str())),
+                "{reason}"
             );
         }
 
@@ -987,9 +1157,10 @@ mod tests {
     fn not_known_yet_is_written_only_over_a_status_of_the_same_generation() {
         let pending = |generation| reconciling("waiting".into(), Some(generation));
         let done = |generation| ready(true, condition::REASON_READY, "", Some(generation));
-        // Nothing reported yet, or a report on an older generation: the stale status says it.
-        assert!(only_pending(&[], &[pending(1)]));
+        // A report on an older generation: the stale status says it.
         assert!(only_pending(&[done(1)], &[pending(2)]));
+        // Nothing reported yet: kstatus would take the object for Current, so say it.
+        assert!(!only_pending(&[], &[pending(1)]));
         // The same generation turning not known (an intent changed under it): say so.
         assert!(!only_pending(&[done(2)], &[pending(2)]));
         // Anything known is written.
@@ -1012,60 +1183,210 @@ mod tests {
 
     #[test]
     fn a_binding_is_never_readier_than_its_policies() {
-        let ok = |message: &str| Some(ready(true, condition::REASON_READY, message, Some(1)));
-        let down = Some(ready(
-            false,
+        let report = |conditions: Vec<Condition>| {
+            Some(PolicyReport {
+                ready: conditions[0].clone(),
+                stalled: conditions
+                    .get(1)
+                    .filter(|c| c.type_ == condition::STALLED)
+                    .cloned(),
+            })
+        };
+        let ok =
+            |message: &str| report(vec![ready(true, condition::REASON_READY, message, Some(1))]);
+        let down = report(not_ready(
             condition::REASON_APPLY_FAILED,
-            "boom",
+            "boom".into(),
             Some(1),
         ));
-        let named = |rows: Vec<(&str, Option<Condition>)>| -> Vec<(String, Option<Condition>)> {
-            rows.into_iter().map(|(n, c)| (n.to_owned(), c)).collect()
-        };
-
-        let c = binding_ready(
-            Some(2),
-            Vec::new(),
-            &named(vec![("a", ok("")), ("b", ok(""))]),
-        );
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Ready"));
-
-        // One message over many namespaces is grouped.
-        let c = binding_ready(
-            Some(2),
-            Vec::new(),
-            &named(vec![("a", ok("m")), ("b", ok("m"))]),
-        );
-        assert_eq!(c.message, "a, b: m");
-
-        let c = binding_ready(
-            Some(2),
-            Vec::new(),
-            &named(vec![("a", ok("")), ("b", None)]),
-        );
-        assert_eq!(c.status, "Unknown");
-        assert_eq!(c.message, "waiting for b to be translated");
-
-        let c = binding_ready(
-            Some(2),
-            Vec::new(),
-            &named(vec![("a", ok("")), ("b", down)]),
-        );
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_str()),
-            ("False", "ApplyFailed")
-        );
-        assert_eq!(c.message, "b: boom");
-
-        let blocker = Blocker {
+        let stuck = report(not_ready(
+            condition::REASON_UNSUPPORTED_INTENT,
+            "no".into(),
+            Some(1),
+        ));
+        // Enforced with a parameter's default: ready, and stalled all the same.
+        let defaulted = report(policy_conditions(
+            &[problem(condition::REASON_INVALID_PARAMETER, "bad", false)],
+            Some(1),
+        ));
+        let blocker = || Blocker {
             reason: condition::REASON_INTENT_NOT_FOUND,
             message: "SecurityIntents not found: x".into(),
         };
-        let c = binding_ready(Some(2), vec![blocker], &named(vec![("a", ok(""))]));
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_str()),
-            ("False", "IntentNotFound")
+        let conflict = || Blocker {
+            reason: condition::REASON_POLICY_CONFLICT,
+            message: "taken".into(),
+        };
+        /// What, the blockers, the policies' reports, `Ready` and the abnormal condition.
+        type Case<'a> = (
+            &'a str,
+            Vec<Blocker>,
+            Vec<(&'a str, Option<PolicyReport>)>,
+            Expected,
+            Option<Expected>,
         );
-        assert_eq!(c.observed_generation, Some(2));
+        let cases: Vec<Case> = vec![
+            (
+                "all ready",
+                vec![],
+                vec![("a", ok("")), ("b", ok(""))],
+                ("True", "Ready", ""),
+                None,
+            ),
+            (
+                "one message over many namespaces is grouped",
+                vec![],
+                vec![("a", ok("m")), ("b", ok("m"))],
+                ("True", "Ready", "a, b: m"),
+                None,
+            ),
+            (
+                "one not translated yet",
+                vec![],
+                vec![("a", ok("")), ("b", None)],
+                ("Unknown", "Reconciling", "waiting for b to be translated"),
+                Some((
+                    "Reconciling",
+                    "Reconciling",
+                    "waiting for b to be translated",
+                )),
+            ),
+            (
+                "one failed a write: retried",
+                vec![],
+                vec![("a", ok("")), ("b", down)],
+                ("False", "ApplyFailed", "b: boom"),
+                Some(("Reconciling", "ApplyFailed", "b: boom")),
+            ),
+            (
+                "one stalled",
+                vec![],
+                vec![("a", stuck), ("b", None)],
+                ("False", "UnsupportedIntent", "a: no"),
+                Some(("Stalled", "UnsupportedIntent", "a: no")),
+            ),
+            (
+                "one enforced with a default",
+                vec![],
+                vec![("a", defaulted)],
+                ("True", "Ready", "a: bad"),
+                Some(("Stalled", "InvalidParameter", "a: bad")),
+            ),
+            (
+                "an intent is missing: waited for",
+                vec![blocker()],
+                vec![("a", ok(""))],
+                ("False", "IntentNotFound", "SecurityIntents not found: x"),
+                Some((
+                    "Reconciling",
+                    "IntentNotFound",
+                    "SecurityIntents not found: x",
+                )),
+            ),
+            (
+                "a conflict stalls, whatever else waits",
+                vec![blocker(), conflict()],
+                vec![("a", ok(""))],
+                (
+                    "False",
+                    "IntentNotFound",
+                    "SecurityIntents not found: x; taken",
+                ),
+                Some(("Stalled", "PolicyConflict", "taken")),
+            ),
+        ];
+        for (what, blockers, policies, expected, kstatus) in cases {
+            let policies: Vec<(String, Option<PolicyReport>)> = policies
+                .into_iter()
+                .map(|(n, r)| (n.to_owned(), r))
+                .collect();
+            let c = binding_conditions(Some(2), blockers, &policies);
+            let ready = &c[0];
+            assert_eq!(
+                (
+                    ready.status.as_str(),
+                    ready.reason.as_str(),
+                    ready.message.as_str()
+                ),
+                expected,
+                "{what}"
+            );
+            assert!(c.iter().all(|c| c.observed_generation == Some(2)), "{what}");
+            assert_eq!(abnormal(&c), kstatus, "{what}");
+        }
+    }
+
+    #[test]
+    fn kstatus_conditions_for_every_reason() {
+        let reasons = [
+            (condition::REASON_UNSUPPORTED_INTENT, true),
+            (condition::REASON_INVALID_SELECTOR, true),
+            (condition::REASON_INVALID_NAMESPACE_SELECTOR, true),
+            (condition::REASON_UNSUPPORTED_SELECTOR, true),
+            (condition::REASON_POLICY_CONFLICT, true),
+            (condition::REASON_SENSITIVE_INTENT_NOT_ALLOWED, true),
+            (condition::REASON_INVALID_PARAMETER, true),
+            (condition::REASON_ENGINE_DISABLED, true),
+            (condition::REASON_NOT_BOUND, true),
+            (condition::REASON_INTENT_NOT_FOUND, false),
+            (condition::REASON_ENGINE_NOT_INSTALLED, false),
+            (condition::REASON_ENGINE_NOT_READY, false),
+            (condition::REASON_NO_NAMESPACE_SELECTED, false),
+            (condition::REASON_APPLY_FAILED, false),
+            (condition::REASON_RECONCILING, false),
+            (condition::REASON_NO_AUDIT_FORM, false),
+        ];
+        for (reason, stalled) in reasons {
+            assert_eq!(stalls(reason), stalled, "{reason}");
+            // Blocking: not ready, and either stalled or waited for.
+            let c = policy_conditions(&[problem(reason, "why", true)], Some(3));
+            let kstatus = if stalled { "Stalled" } else { "Reconciling" };
+            assert_eq!(c[0].status, "False", "{reason}");
+            assert_eq!(abnormal(&c), Some((kstatus, reason, "why")), "{reason}");
+            // Partial: ready, and stalled only by a parameter not applied as written.
+            let c = policy_conditions(&[problem(reason, "why", false)], Some(3));
+            assert_eq!(c[0].status, "True", "{reason}");
+            let expected = (reason == condition::REASON_INVALID_PARAMETER)
+                .then_some(("Stalled", reason, "why"));
+            assert_eq!(abnormal(&c), expected, "{reason}");
+        }
+        // In force: `Ready` alone, as kstatus wants a healthy object.
+        let c = policy_conditions(&[], Some(3));
+        assert_eq!((c.len(), c[0].status.as_str()), (1, "True"));
+    }
+
+    #[test]
+    fn an_intents_status_says_whether_the_catalog_knows_it_and_its_parameters() {
+        let si = |id: &str, params: serde_json::Value| -> SecurityIntent {
+            serde_json::from_value(json!({
+                "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+                "metadata": {"name": "i", "generation": 2},
+                "spec": {"intent": {"id": id, "action": "Block", "params": params}}
+            }))
+            .expect("an intent")
+        };
+        let status = intent_status(&si("dnsManipulation", json!({})));
+        assert_eq!(
+            (status.id.as_str(), status.action.as_str()),
+            ("dnsManipulation", "Block")
+        );
+        assert_eq!(status.observed_generation, Some(2));
+        assert_eq!(status.conditions.len(), 1);
+        assert_eq!(status.conditions[0].status, "True");
+
+        let status = intent_status(&si("noSuchIntent", json!({})));
+        assert_eq!(
+            abnormal(&status.conditions),
+            Some((
+                "Stalled",
+                "UnsupportedIntent",
+                "intent `noSuchIntent` is not in the catalog"
+            ))
+        );
+        assert_eq!(status.conditions[0].status, "False");
+
+        let status = intent_status(&si("dnsManipulation", json!({"nope": ["x"]})));
+        let (kind, reason, _) = abnormal(&status.conditions).expect("stalled");
+        assert_eq!((kind, reason), ("Stalled", "InvalidParameter"));
     }
 }

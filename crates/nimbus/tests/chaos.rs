@@ -1,10 +1,12 @@
 //! Chaos: a seeded, time-bounded churn of intents, bindings, cluster bindings, namespaces and
-//! hand edits of generated objects (changed values, additive edits, deletes), while the leading
-//! operator replica is SIGKILLed and restarted again and again, kube-apiserver is restarted
-//! twice and etcd once. Then an auditor that shares no code with the controllers compares the
-//! cluster with `nimbus translate` of the manifests read back from it: every expected object
-//! present, nothing stale (bodies as translated, no field added by anyone else), nothing
-//! orphaned, and every binding's status about its current generation.
+//! hand edits of every generated kind (a key added, a value changed, a delete), while the
+//! leading operator replica is SIGKILLed and restarted again and again, kube-apiserver is
+//! restarted twice and etcd once. Then an auditor compares the cluster with `nimbus translate`
+//! of the manifests read back from it (the same core the operator runs: this proves
+//! convergence to what the core decides, not that decision): every expected object present,
+//! nothing stale (compared exactly with the expected object in the API server's form, see
+//! `common::generated`; no field owned by anyone else; owners alive), nothing orphaned, and
+//! every binding's status about its current generation.
 //!
 //! `NIMBUS_CHAOS_SECONDS` (default 40) and `NIMBUS_CHAOS_SEED` (default 1) size it; `make
 //! chaos` runs a long version with several seeds.
@@ -12,18 +14,20 @@
 mod common;
 
 use common::cases::Rng;
+use common::generated::{ServerForms, differences, generated_kinds};
 use common::monitor::{Monitor, Watched};
+use common::oracle::Server;
 use common::replica::Replica;
 use common::{CONVERGE, get};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
     SecurityIntentBinding,
 };
-use nimbus_core::engines::{KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, all_kinds};
+use nimbus_core::engines::all_kinds;
 use nimbus_testenv::ControlPlane;
 use nimbus_testenv::eventually;
 use serde_json::{Value, json};
@@ -98,9 +102,26 @@ where
 #[derive(Default)]
 struct Stats {
     actions: BTreeMap<&'static str, (u32, u32)>,
+    /// Tampers that took, by kind and edit; no-ops and refusals apart.
+    tampers: BTreeMap<(String, &'static str), u32>,
+    tampers_not_counted: BTreeMap<String, u32>,
 }
 
 impl Stats {
+    /// Counts a tamper that took (`Ok(true)`); a no-op or a refusal apart.
+    fn tamper(&mut self, kind: &str, edit: &'static str, result: Result<bool, kube::Error>) {
+        let apart = match result {
+            Ok(true) => {
+                *self.tampers.entry((kind.to_owned(), edit)).or_default() += 1;
+                return;
+            }
+            Ok(false) => format!("{kind} {edit}: no-op"),
+            Err(kube::Error::Api(s)) => format!("{kind} {edit}: refused ({})", s.reason),
+            Err(e) => format!("{kind} {edit}: failed ({e})"),
+        };
+        *self.tampers_not_counted.entry(apart).or_default() += 1;
+    }
+
     fn record(&mut self, what: &'static str, ok: bool) {
         let entry = self.actions.entry(what).or_default();
         if ok {
@@ -131,8 +152,14 @@ fn random_intent(rng: &mut Rng, name: &str) -> Value {
         "escapeToHost" if rng.chance(60) => {
             intent["params"] = json!({"psaLevel": [rng.pick(&["baseline", "restricted"])]});
         }
-        "assessTLS" if rng.chance(50) => {
-            intent["params"] = json!({"schedule": [rng.pick(&["@daily", "0 * * * *"])]});
+        "assessTLS" => {
+            if rng.chance(50) {
+                intent["params"]["schedule"] = json!([rng.pick(&["@daily", "0 * * * *"])]);
+            }
+            // A list of addresses to scan is a ConfigMap (nothing is scanned: no pod runs).
+            if rng.chance(50) {
+                intent["params"]["external_addresses"] = json!(["127.0.0.1:443"]);
+            }
         }
         "namespaceSandbox" => {
             intent["params"] = json!({"group": ["chaos-team-{namespace}"],
@@ -196,88 +223,144 @@ fn random_cluster_binding(rng: &mut Rng, name: &str) -> Value {
     binding
 }
 
-/// A generated object, at random, to tamper with.
-async fn random_generated(
-    client: &Client,
-    rng: &mut Rng,
-) -> Option<(Api<DynamicObject>, String, Option<String>)> {
-    let kinds = [&NETWORK_POLICY, &KUBEARMOR_POLICY, &KYVERNO_POLICY];
-    let kind = *rng.pick(&kinds);
-    let (resource, selector) = if rng.chance(30) {
-        (
-            kube::discovery::ApiResource::erase::<NimbusPolicy>(&()),
-            None,
-        )
-    } else {
-        (kind.api_resource(), Some("app.kubernetes.io/managed-by"))
-    };
-    let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let mut params = ListParams::default();
-    if let Some(label) = selector {
-        params = params.labels(label);
+/// Generated objects by kind (ours only: the k8tls environment also holds the chart's
+/// ConfigMaps), for the kinds that have any, with the kind set on each.
+async fn generated_objects(client: &Client) -> Vec<(ApiResource, bool, Vec<Value>)> {
+    let mut out = Vec::new();
+    for (resource, namespaced) in generated_kinds() {
+        let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let Ok(list) = all.list(&ListParams::default()).await else {
+            continue;
+        };
+        let ours: Vec<Value> = list
+            .items
+            .into_iter()
+            .filter(|o| !o.owner_references().is_empty())
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .map(|mut v| {
+                v["kind"] = json!(resource.kind);
+                v
+            })
+            .collect();
+        if !ours.is_empty() {
+            out.push((resource, namespaced, ours));
+        }
     }
-    let list = all.list(&params).await.ok()?;
-    if list.items.is_empty() {
-        return None;
-    }
-    let obj = rng.pick(&list.items);
-    let ns = obj.namespace()?;
-    Some((
-        Api::namespaced_with(client.clone(), &ns, &resource),
-        obj.name_any(),
-        obj.resource_version(),
-    ))
+    out
 }
 
+/// The three hand edits of a generated object.
+const EDITS: [&str; 3] = ["additive edit", "changed value", "delete"];
+
+/// A hand edit of `object` the schema keeps (a merge patch): a key its body lacks when
+/// `additive`, else a value it holds, changed.
+fn tamper_patch(object: &Value, additive: bool) -> Value {
+    let spec = &object["spec"];
+    let flip = |v: &Value| json!(!v.as_bool().unwrap_or(false));
+    let kind = object["kind"].as_str().unwrap_or_default();
+    match (kind, additive) {
+        ("NetworkPolicy", true) => {
+            json!({"spec": {"podSelector": {"matchLabels": {"chaos": "added"}}}})
+        }
+        ("NetworkPolicy", false) => {
+            let egress = spec["policyTypes"]
+                .as_array()
+                .is_some_and(|t| t.contains(&json!("Egress")));
+            let types = if egress {
+                json!(["Ingress"])
+            } else {
+                json!(["Ingress", "Egress"])
+            };
+            json!({"spec": {"policyTypes": types}})
+        }
+        ("KubeArmorPolicy" | "NimbusPolicy", true) => {
+            json!({"spec": {"selector": {"matchLabels": {"chaos": "added"}}}})
+        }
+        ("KubeArmorPolicy", false) => {
+            let action = if spec["action"] == "Audit" {
+                "Block"
+            } else {
+                "Audit"
+            };
+            json!({"spec": {"action": action}})
+        }
+        ("NimbusPolicy" | "ClusterNimbusPolicy", false) => json!({"spec": {"rules": []}}),
+        ("ClusterNimbusPolicy", true) => {
+            json!({"spec": {"nodeSelector": {"matchLabels": {"chaos": "added"}}}})
+        }
+        ("Policy" | "ClusterPolicy", true) => json!({"spec": {"webhookTimeoutSeconds": 7}}),
+        ("Policy" | "ClusterPolicy", false) => {
+            json!({"spec": {"background": flip(&spec["background"])}})
+        }
+        ("CronJob", true) => json!({"spec": {"startingDeadlineSeconds": 7}}),
+        ("CronJob", false) => json!({"spec": {"suspend": flip(&spec["suspend"])}}),
+        ("ConfigMap", true) => json!({"data": {"chaos": "added"}}),
+        ("ConfigMap", false) => {
+            let data = object["data"].as_object().cloned().unwrap_or_default();
+            json!({"data": data.keys().map(|k| (k.clone(), json!("tampered"))).collect::<serde_json::Map<_, _>>()})
+        }
+        ("RoleBinding", _) => {
+            let intruder = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "chaos-intruder"});
+            let mut subjects = object["subjects"].as_array().cloned().unwrap_or_default();
+            match additive {
+                true => subjects.push(intruder),
+                false => subjects = vec![intruder],
+            }
+            json!({"subjects": subjects})
+        }
+        _ => panic!("no tamper for {kind}: every generated kind needs one"),
+    }
+}
+
+/// Tampers with a generated object: the kind and edit done least so far among the kinds
+/// that have objects (so that every kind gets every edit), one of its objects at random.
 async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
-    let Some((api, name, version)) = random_generated(client, rng).await else {
+    let candidates = generated_objects(client).await;
+    let done = |kind: &str, edit: &'static str| {
+        stats
+            .tampers
+            .get(&(kind.to_owned(), edit))
+            .copied()
+            .unwrap_or(0)
+    };
+    let choices: Vec<(usize, &'static str, u32)> = candidates
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (resource, _, _))| EDITS.map(|e| (i, e, done(&resource.kind, e))))
+        .collect();
+    let Some(least) = choices.iter().map(|c| c.2).min() else {
         return;
     };
-    // An edit the API server stores as it was (a value the object already had, or one the
-    // schema prunes) tampered with nothing: it is counted apart, not as a tamper.
-    let changed = |stored: &DynamicObject| stored.resource_version() != version;
+    let choices: Vec<_> = choices.into_iter().filter(|c| c.2 == least).collect();
+    let &(i, edit, _) = rng.pick(&choices);
+    let (resource, namespaced, items) = &candidates[i];
+    let object = rng.pick(items);
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) if *namespaced => Api::namespaced_with(client.clone(), ns, resource),
+        _ => Api::all_with(client.clone(), resource),
+    };
     let intruder = PatchParams {
         field_manager: Some("chaos-intruder".into()),
         ..Default::default()
     };
-    let kind = api
-        .resource_url()
-        .rsplit('/')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    let (what, result) = match rng.below(3) {
-        0 => {
-            let selector_field = if kind == "networkpolicies" {
-                "podSelector"
-            } else {
-                "selector"
-            };
-            let patch = json!({"spec": {selector_field: {"matchLabels": {"chaos": "added"}}}});
-            match api.patch(&name, &intruder, &Patch::Merge(&patch)).await {
-                Ok(stored) if !changed(&stored) => ("tamper: no-op (not counted)", Ok(())),
-                result => ("tamper: additive edit", result.map(drop)),
-            }
-        }
-        1 => {
-            let patch = match kind.as_str() {
-                "networkpolicies" => json!({"spec": {"policyTypes": ["Ingress"]}}),
-                "nimbuspolicies" => json!({"spec": {"rules": []}}),
-                _ => json!({"spec": {"action": "Allow"}}),
-            };
-            match api.patch(&name, &intruder, &Patch::Merge(&patch)).await {
-                Ok(stored) if !changed(&stored) => ("tamper: no-op (not counted)", Ok(())),
-                result => ("tamper: changed value", result.map(drop)),
-            }
-        }
-        _ => (
-            "tamper: delete",
-            api.delete(&name, &DeleteParams::background())
+    let result = match edit {
+        "delete" => api
+            .delete(name, &DeleteParams::background())
+            .await
+            .map(|_| true),
+        _ => {
+            let patch = tamper_patch(object, edit == "additive edit");
+            // An edit the API server stored as it was (a value the object already had)
+            // tampered with nothing: it is counted apart, not as a tamper.
+            api.patch(name, &intruder, &Patch::Merge(&patch))
                 .await
-                .map(drop),
-        ),
+                .map(|stored| {
+                    json!(stored.resource_version()) != object["metadata"]["resourceVersion"]
+                })
+        }
     };
-    stats.record(what, result.is_ok());
+    stats.tamper(&resource.kind, edit, result);
 }
 
 /// One churn step.
@@ -454,22 +537,6 @@ fn key(obj: &Value) -> Key {
     )
 }
 
-/// Whether `have` holds `want`: objects may carry extra keys (checked separately through
-/// ownership), lists are compared element-wise, scalars must be equal.
-fn holds(have: &Value, want: &Value) -> bool {
-    match (have, want) {
-        (_, Value::Null) => true,
-        (Value::Null, Value::Object(w)) => w.is_empty(),
-        (Value::Object(h), Value::Object(w)) => w
-            .iter()
-            .all(|(k, v)| holds(h.get(k).unwrap_or(&Value::Null), v)),
-        (Value::Array(h), Value::Array(w)) => {
-            h.len() == w.len() && h.iter().zip(w).all(|(h, w)| holds(h, w))
-        }
-        _ => have == want,
-    }
-}
-
 /// Paths of a `fieldsV1` tree outside `metadata` and `status`: what a manager owns of the body.
 fn owns_body(fields: &Value) -> bool {
     fields.as_object().is_some_and(|f| {
@@ -503,7 +570,12 @@ impl Audit {
     }
 }
 
-async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
+async fn audit(
+    client: &Client,
+    dir: &Path,
+    server: &Server,
+    forms: &mut ServerForms,
+) -> anyhow::Result<Audit> {
     let (docs, namespaces) = manifests(client).await?;
     let mut expected: BTreeMap<Key, Value> = translate(&docs, &namespaces, dir)
         .into_iter()
@@ -561,33 +633,64 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
         in_deleted_namespaces,
         ..Audit::default()
     };
+    let mut live_uids: std::collections::BTreeSet<String> = observed
+        .values()
+        .filter_map(|v| v["metadata"]["uid"].as_str().map(str::to_owned))
+        .collect();
+    for sib in Api::<SecurityIntentBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
+        live_uids.extend(sib.uid());
+    }
+    for csib in Api::<ClusterSecurityIntentBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
+        live_uids.extend(csib.uid());
+    }
     for (k, want) in &expected {
         let Some(have) = observed.get(k) else {
             audit.missing.push(k.clone());
             continue;
         };
-        for field in want.as_object().into_iter().flatten().map(|(f, _)| f) {
-            if matches!(
-                field.as_str(),
-                "metadata" | "apiVersion" | "kind" | "status"
-            ) {
-                continue;
-            }
-            if !holds(&have[field], &want[field]) {
-                let writers: Vec<String> = have["metadata"]["managedFields"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|e| format!("{} {} {}", e["manager"], e["operation"], e["time"]))
-                    .collect();
+        let form = match forms.get(server, want).await {
+            Ok(form) => form,
+            Err(e) => {
                 audit.stale.push((
                     k.clone(),
-                    format!(
-                        "{field} differs: {} vs {} (generation {}, written by {writers:?})",
-                        have[field], want[field], have["metadata"]["generation"]
-                    ),
+                    format!("no server form of the expected object: {e}"),
                 ));
+                continue;
             }
+        };
+        let differences = differences(have, form, want);
+        if !differences.is_empty() {
+            let writers: Vec<String> = have["metadata"]["managedFields"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| format!("{} {} {}", e["manager"], e["operation"], e["time"]))
+                .collect();
+            audit.stale.push((
+                k.clone(),
+                format!(
+                    "{differences:?} (generation {}, written by {writers:?})",
+                    have["metadata"]["generation"]
+                ),
+            ));
+        }
+        let dead_owners: Vec<&Value> = have["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| !o["uid"].as_str().is_some_and(|u| live_uids.contains(u)))
+            .collect();
+        if !dead_owners.is_empty() {
+            audit.stale.push((
+                k.clone(),
+                format!("owned by no live object: {dead_owners:?}"),
+            ));
         }
         let intruders: Vec<&str> = have["metadata"]["managedFields"]
             .as_array()
@@ -612,22 +715,6 @@ async fn audit(client: &Client, dir: &Path) -> anyhow::Result<Audit> {
     // An unexpected object whose controlling owner still exists is the operator's to remove;
     // one whose owner is gone is the garbage collector's (kube-controller-manager retries what
     // failed during the restarts with a per-item backoff of up to ~17 min): counted apart.
-    let mut live_uids: std::collections::BTreeSet<String> = observed
-        .values()
-        .filter_map(|v| v["metadata"]["uid"].as_str().map(str::to_owned))
-        .collect();
-    for sib in Api::<SecurityIntentBinding>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-    {
-        live_uids.extend(sib.uid());
-    }
-    for csib in Api::<ClusterSecurityIntentBinding>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-    {
-        live_uids.extend(csib.uid());
-    }
     // One with our label and no controlling owner at all is nobody's to remove: orphaned too.
     for (k, v) in observed.iter().filter(|(k, _)| !expected.contains_key(*k)) {
         let controller = v["metadata"]["ownerReferences"]
@@ -715,6 +802,8 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
     let seed: u64 = env_or("NIMBUS_CHAOS_SEED", 1);
     let cp = common::cluster_with_engines();
     let client = cp.client().expect("client");
+    let server = Server::discover(client.clone()).await;
+    let mut forms = ServerForms::default();
     let dir = tempfile::tempdir().expect("dir");
     let mut rng = Rng::new(seed);
     let mut stats = Stats::default();
@@ -737,6 +826,46 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         "intent: upsert",
     )
     .await;
+
+    // Anchors the churn never touches, so that every generated kind exists all along and is
+    // tampered with: the sensitive intents (allowed) and escapeToHost through a cluster
+    // binding, escapeToHost and dnsManipulation through a binding, all in chaos-probe.
+    let anchors = [
+        (
+            "anchor-escape",
+            json!({"id": "escapeToHost", "action": "Block"}),
+        ),
+        (
+            "anchor-dns",
+            json!({"id": "dnsManipulation", "action": "Block"}),
+        ),
+        (
+            "anchor-tls",
+            json!({"id": "assessTLS", "action": "Block",
+                              "params": {"external_addresses": ["127.0.0.1:443"]}}),
+        ),
+        (
+            "anchor-sandbox",
+            json!({"id": "namespaceSandbox", "action": "Block",
+                                  "params": {"group": ["chaos-anchor"], "clusterRole": ["view"]}}),
+        ),
+    ];
+    for (name, intent) in anchors {
+        let obj = json!({"apiVersion": GROUP, "kind": "SecurityIntent", "metadata": {"name": name},
+                         "spec": {"intent": intent}});
+        upsert(&intents, name, &obj, &mut stats, "anchor").await;
+    }
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(client.clone());
+    let anchor = json!({"apiVersion": GROUP, "kind": "ClusterSecurityIntentBinding",
+        "metadata": {"name": "anchor", "annotations":
+            {nimbus_api::ALLOW_SENSITIVE_ANNOTATION: "namespaceSandbox,assessTLS"}},
+        "spec": {"intents": [{"name": "anchor-escape"}, {"name": "anchor-tls"}, {"name": "anchor-sandbox"}],
+                 "selector": {"nsSelector": {"matchNames": ["chaos-probe"]}}}});
+    upsert(&csibs, "anchor", &anchor, &mut stats, "anchor").await;
+    let sibs: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), "chaos-probe");
+    let anchor = json!({"apiVersion": GROUP, "kind": "SecurityIntentBinding", "metadata": {"name": "anchor"},
+        "spec": {"intents": [{"name": "anchor-escape"}, {"name": "anchor-dns"}], "selector": {}}});
+    upsert(&sibs, "anchor", &anchor, &mut stats, "anchor").await;
 
     let names = ["replica-0", "replica-1"];
     let mut replicas: Vec<Replica> = names
@@ -818,7 +947,7 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
     let settle = Instant::now();
     let mut last = Audit::default();
     let converged = loop {
-        match audit(&client, dir.path()).await {
+        match audit(&client, dir.path(), &server, &mut forms).await {
             Ok(a) if a.clean() => break Some(a),
             Ok(a) => last = a,
             Err(e) => eprintln!("audit failed, retrying: {e}"),
@@ -832,6 +961,12 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
     eprintln!("chaos: seed {seed}, {seconds} s of churn");
     for (what, (ok, failed)) in &stats.actions {
         eprintln!("  {what:<28} {ok:>5} ok {failed:>4} failed");
+    }
+    for ((kind, what), n) in &stats.tampers {
+        eprintln!("  tamper: {kind:<20} {what:<14} {n:>5}");
+    }
+    for (what, n) in &stats.tampers_not_counted {
+        eprintln!("  tamper not counted: {what}: {n}");
     }
     eprintln!("  leader kills: {kills}; recovery (change after kill enforced): {recoveries:?}");
     match &converged {
@@ -859,6 +994,15 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         ),
     }
     assert_eq!(kills, LEADER_KILLS, "leader kills during the churn");
+    let untampered: Vec<(String, &str)> = generated_kinds()
+        .into_iter()
+        .flat_map(|(kind, _)| EDITS.map(|edit| (kind.kind.clone(), edit)))
+        .filter(|k| !stats.tampers.contains_key(k))
+        .collect();
+    assert!(
+        untampered.is_empty(),
+        "generated kinds never tampered with so: {untampered:?}"
+    );
     assert!(converged.is_some_and(|a| a.expected > 0));
 
     // At rest, nothing is to change: whatever happens to the replicas or the control plane, no
@@ -869,7 +1013,10 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
     let monitor = Monitor::start(
         &client,
         Watched {
-            objects: monitored_kinds(),
+            objects: generated_kinds()
+                .into_iter()
+                .map(|(kind, _)| kind)
+                .collect(),
             statuses: vec![
                 kube::api::ApiResource::erase::<SecurityIntentBinding>(&()),
                 kube::api::ApiResource::erase::<ClusterSecurityIntentBinding>(&()),
@@ -899,7 +1046,9 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         findings.is_clean(),
         "disruptions at rest lowered protection or misreported it: {findings}"
     );
-    let audit = audit(&client, dir.path()).await.expect("the audit at rest");
+    let audit = audit(&client, dir.path(), &server, &mut forms)
+        .await
+        .expect("the audit at rest");
     assert!(
         audit.clean(),
         "after the disruptions at rest: missing {:?}, stale {:?}, orphaned {:?}, untruthful {:?}",
@@ -917,16 +1066,6 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
 
 /// Leader kills during the churn.
 const LEADER_KILLS: u32 = 5;
-
-/// Every kind the operator generates here, for the monitor at rest.
-fn monitored_kinds() -> Vec<kube::api::ApiResource> {
-    let mut kinds = vec![
-        kube::api::ApiResource::erase::<NimbusPolicy>(&()),
-        kube::api::ApiResource::erase::<ClusterNimbusPolicy>(&()),
-    ];
-    kinds.extend(all_kinds().iter().map(|k| k.api_resource()));
-    kinds
-}
 
 /// What happens to the replicas or the control plane while the cluster is at rest.
 #[derive(Debug, Clone, Copy)]
@@ -1028,4 +1167,37 @@ async fn settled(client: &Client, replicas: &[Replica]) {
         (leading == 1.0 && in_flight == 0.0 && pending == 0.0 && queued == 0.0).then_some(())
     })
     .await;
+}
+#[cfg(test)]
+mod exact_comparison {
+    use super::*;
+
+    fn object(spec: Value) -> Value {
+        json!({"kind": "X", "metadata": {"name": "a", "labels": {"l": "1"},
+               "ownerReferences": [{"name": "o", "uid": "u1"}]}, "spec": spec})
+    }
+
+    #[test]
+    fn a_missing_key_an_extra_key_and_a_changed_value_all_differ() {
+        let want = object(json!({"a": 1, "b": [1, 2]}));
+        let printed = json!({"metadata": {"ownerReferences": [{"name": "o", "uid": ""}]}});
+        assert!(differences(&want, &want, &printed).is_empty());
+        for have in [
+            object(json!({"a": 1})),
+            object(json!({"a": 1, "b": [1, 2], "c": 3})),
+            object(json!({"a": 2, "b": [1, 2]})),
+            object(json!({"a": 1, "b": [1]})),
+        ] {
+            assert_eq!(differences(&have, &want, &printed).len(), 1, "{have}");
+        }
+        let mut relabelled = want.clone();
+        relabelled["metadata"]["labels"]["extra"] = json!("x");
+        assert_eq!(differences(&relabelled, &want, &printed).len(), 1);
+        let other_owner = json!({"metadata": {"ownerReferences": [{"name": "p", "uid": ""}]}});
+        assert_eq!(differences(&want, &want, &other_owner).len(), 1);
+        // What the server dropped of the printed object was never in force.
+        let mut pruned = printed.clone();
+        pruned["spec"] = json!({"a": 1, "b": [1, 2], "unknown": true, "empty": []});
+        assert_eq!(differences(&want, &want, &pruned).len(), 1);
+    }
 }

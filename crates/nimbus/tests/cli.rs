@@ -538,3 +538,38 @@ fn sensitive_intents_without_opt_in_are_reported() {
         "intent `namespaceSandbox` is sensitive and not enforced",
     );
 }
+
+/// Files are taken as arguments (as Kyverno's CLI takes them) as well as with `-f` (as
+/// kubectl does), with the same result; with neither, the usage error says what is missing.
+#[test]
+fn files_as_arguments_or_with_dash_f() {
+    let files = [("intent.yaml", INTENT), ("binding.yaml", BINDING)];
+    for command in ["validate", "translate"] {
+        let flagged = nimbus(
+            &[command, "-f", "intent.yaml", "-f", "binding.yaml"],
+            &files,
+        );
+        assert_eq!(
+            flagged.status.code(),
+            Some(0),
+            "{command}: {}",
+            stderr(&flagged)
+        );
+        assert!(!flagged.stdout.is_empty(), "{command} printed nothing");
+        for args in [
+            vec![command, "intent.yaml", "binding.yaml"],
+            vec![command, "-f", "intent.yaml", "binding.yaml"],
+        ] {
+            let out = nimbus(&args, &files);
+            assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&flagged.stdout),
+                "{args:?}"
+            );
+        }
+        let out = nimbus(&[command], &[]);
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", stderr(&out));
+        assert!(stderr(&out).contains("<FILE>"), "{}", stderr(&out));
+    }
+}

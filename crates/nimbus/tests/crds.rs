@@ -130,7 +130,8 @@ fn crds_are_compatible_with_the_original_nimbus_crds() {
             (&o.name, o.served, o.storage)
         );
         // Every column of the original (ours may show by default what the original kept for
-        // `-o wide`), and of ours only the additions of a strict superset: a binding's mode.
+        // `-o wide`), and of ours only the additions of a strict superset: every kind's
+        // `Ready` condition, and a binding's mode.
         let columns = |c: &Option<Vec<CustomResourceColumnDefinition>>| {
             let mut c: Vec<_> = c
                 .iter()
@@ -145,7 +146,14 @@ fn crds_are_compatible_with_the_original_nimbus_crds() {
             ".status.mode".to_owned(),
             "string".to_owned(),
         );
+        let ready = (
+            "Ready".to_owned(),
+            r#".status.conditions[?(@.type=="Ready")].status"#.to_owned(),
+            "string".to_owned(),
+        );
         let mut ours = columns(&v.additional_printer_columns);
+        assert!(ours.contains(&ready), "{name}: the Ready column");
+        ours.retain(|c| *c != ready);
         if name.contains("securityintentbindings") {
             assert!(ours.contains(&mode), "{name}: the Mode column");
             ours.retain(|c| *c != mode);

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::replica::Replica;
+use common::replica::{Replica, new_holder};
 use common::{CONVERGE, apply, create_intent, get};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -17,33 +17,6 @@ use std::time::{Duration, Instant};
 fn start(name: &'static str, namespace: &str, kubeconfig: &Path, dir: &Path) -> Replica {
     let election = ["--leader-elect", "--leader-elect-namespace", namespace];
     Replica::start(name, kubeconfig, dir, &election)
-}
-
-async fn holder(leases: &Api<Lease>) -> Option<String> {
-    get(leases, "nimbus-operator")
-        .await?
-        .spec?
-        .holder_identity
-        .filter(|h| !h.is_empty())
-}
-
-/// Waits (up to `limit`) for the lease to be held by someone other than `previous`.
-async fn new_holder(leases: &Api<Lease>, previous: Option<&str>, limit: Duration) -> String {
-    eventually(
-        &format!("a new lease holder (was {previous:?})"),
-        limit,
-        async |seen| {
-            let h = holder(leases).await;
-            if let Some(h) = &h
-                && Some(h.as_str()) != previous
-            {
-                return Some(h.clone());
-            }
-            *seen = format!("holder {h:?}");
-            None
-        },
-    )
-    .await
 }
 
 /// Standbys must not have reconciled anything.

@@ -642,13 +642,14 @@ async fn the_operator_pod_meets_the_restricted_pod_security_standard() {
     );
 }
 
-/// `kustomize build config/default` is the chart's render without the posture API, and
-/// config/posture the render with it, its certificate from cert-manager (apart from Helm's own
+/// `kustomize build config/default` is the chart's render without the posture API and with one
+/// replica, and config/posture the render with it (two replicas), its certificate from
+/// cert-manager (apart from Helm's own
 /// labels and annotation, plus the namespace Helm creates itself); the apiserver accepts them.
 #[tokio::test]
 async fn kustomize_configs_are_the_charts_renders() {
     for (dir, set) in [
-        ("config/default", "posture.enabled=false"),
+        ("config/default", "posture.enabled=false,replicaCount=1"),
         (
             "config/posture",
             "posture.certificate.certManager.enabled=true",

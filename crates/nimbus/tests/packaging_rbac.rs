@@ -13,7 +13,7 @@ use common::{
 };
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use nimbus_api::{
@@ -308,14 +308,7 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
                  "selector": {"workloadSelector": {"matchLabels": {"app": "shadowed"}}}}
     }))
     .await;
-    apply(
-        &Api::<Pod>::namespaced(admin.clone(), ns.name()),
-        "shadowed",
-        &json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "shadowed", "labels": {"app": "shadowed"}},
-                "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}),
-    )
-    .await;
+    common::bare_pod(&admin, ns.name(), "shadowed").await;
     eventually(
         "the shadowed binding's preview to read Kyverno's reports",
         CONVERGE,

@@ -6,16 +6,18 @@
 
 mod common;
 
-use common::{CONVERGE, apply, binding, create_intent, tools_dir, unique};
+use common::{CONVERGE, apply, bare_pod, binding, create_intent, tools_dir, unique};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{
+    DeleteParams, DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams,
+};
 use kube::{Api, Client};
-use nimbus_api::posture::{NamespacePosture, Verdict, WorkloadPosture};
+use nimbus_api::posture::{NamespacePosture, VERDICT_LABEL, Verdict, WorkloadPosture};
 use nimbus_api::{MODE_LABEL, MODE_SHADOW, NimbusPolicy, SecurityIntentBinding};
 use nimbus_testenv::{ControlPlane, LocalApiService, ServingCert, eventually};
 use serde_json::json;
@@ -332,6 +334,41 @@ async fn a_policy_no_binding_generates_protects_nothing() {
     .await;
     let posture = api.get("deployment-api").await.expect("deployment-api");
     assert_eq!(posture.verdict, Verdict::Unprotected, "{posture:#?}");
+}
+
+/// A namespace with intents bound and no workload has nothing to protect: `NoWorkloads`, in
+/// its verdict, its label and what kubectl prints, not `Unprotected`.
+#[tokio::test]
+async fn a_namespace_without_workloads_has_nothing_to_protect() {
+    let posture = posture();
+    let cp = posture.cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("posture-empty").await.expect("namespace");
+    let dns = create_intent(&client, "dnsManipulation", "Block").await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
+    apply(
+        &bindings,
+        "dns",
+        &binding("dns", &[&dns], json!({"app": "web"})),
+    )
+    .await;
+    let namespaces = Api::<NamespacePosture>::all(client.clone());
+    let posture = eventually("the namespace's intents", CONVERGE, async |_| {
+        let p = namespaces.get(ns.name()).await.ok()?;
+        (!p.intents.is_empty()).then_some(p)
+    })
+    .await;
+    assert_eq!(posture.verdict, Verdict::NoWorkloads, "{posture:#?}");
+    assert_eq!(posture.workloads.total, 0);
+    let labels = posture.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .get(nimbus_api::posture::VERDICT_LABEL)
+            .map(String::as_str),
+        Some("NoWorkloads")
+    );
+    let (ok, out, err) = kubectl(cp, &["get", "namespacepostures", ns.name()]);
+    assert!(ok && shows(&out, ns.name(), "NoWorkloads"), "{out}{err}");
 }
 
 /// `kubectl explain` reads the fields from the OpenAPI the server publishes.
@@ -767,16 +804,8 @@ async fn reports_say_what_the_posture_says() {
     let cp = posture().cp;
     let client = cp.client().expect("client");
     let ns = cp.test_namespace("reports").await.expect("namespace");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     for app in ["web", "db"] {
-        apply(
-            &pods,
-            app,
-            &json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": app, "labels": {"app": app}},
-                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}),
-        )
-        .await;
+        bare_pod(&client, ns.name(), app).await;
     }
     let intents = [
         create_intent(&client, "dnsManipulation", "Block").await,
@@ -907,4 +936,137 @@ async fn reports_say_what_the_posture_says() {
             .then_some(())
     })
     .await;
+}
+
+/// What the README promises of list and watch, through kube-apiserver as clients use it:
+/// `limit`/`continue` pages through every object once, the verdict label and `metadata.name`
+/// select, a streaming watch (`sendInitialEvents`) sends every object then a bookmark marking
+/// the end of the initial events, and every write is refused with 405.
+#[tokio::test]
+async fn list_and_watch_keep_the_api_contract() {
+    let cp = posture().cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("contract").await.expect("namespace");
+    let apps = ["cache", "db", "web"];
+    for app in apps {
+        bare_pod(&client, ns.name(), app).await;
+    }
+    let si = create_intent(&client, "dnsManipulation", "Block").await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
+    apply(
+        &bindings,
+        "web",
+        &binding("web", &[&si], json!({"app": "web"})),
+    )
+    .await;
+    let api: Api<WorkloadPosture> = Api::namespaced(client.clone(), ns.name());
+    let names = |items: &[WorkloadPosture]| -> Vec<String> {
+        items
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect()
+    };
+    let all: Vec<String> = apps.iter().map(|a| format!("pod-{a}")).collect();
+    eventually(
+        "web Protected, the others Unprotected",
+        CONVERGE,
+        async |seen| {
+            let list = api.list(&Default::default()).await.ok()?;
+            let verdicts: Vec<_> = list
+                .items
+                .iter()
+                .map(|p| (p.metadata.name.clone(), p.verdict))
+                .collect();
+            *seen = format!("{verdicts:?}");
+            (names(&list.items) == all
+                && list.items.iter().all(|p| {
+                    (p.verdict == Verdict::Protected)
+                        == (p.metadata.name.as_deref() == Some("pod-web"))
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // Pages of one, each object once, in order.
+    let mut paged = Vec::new();
+    let mut params = ListParams::default().limit(1);
+    loop {
+        let page = api.list(&params).await.expect("a page");
+        assert!(page.items.len() <= 1, "a page of {}", page.items.len());
+        paged.extend(names(&page.items));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = ListParams::default().limit(1).continue_token(&token),
+            None => break,
+        }
+    }
+    assert_eq!(paged, all);
+
+    // Selectors.
+    let selected = |params: ListParams| {
+        let api = api.clone();
+        async move { names(&api.list(&params).await.expect("a selected list").items) }
+    };
+    let verdict = |v: &str| ListParams::default().labels(&format!("{VERDICT_LABEL}={v}"));
+    assert_eq!(selected(verdict("Protected")).await, ["pod-web"]);
+    assert_eq!(
+        selected(verdict("Unprotected")).await,
+        ["pod-cache", "pod-db"]
+    );
+    assert_eq!(
+        selected(ListParams::default().fields("metadata.name=pod-db")).await,
+        ["pod-db"]
+    );
+
+    // A streaming list: every object, then the bookmark that ends the initial events.
+    let mut events = api
+        .watch(&WatchParams::streaming_lists().timeout(30), "0")
+        .await
+        .expect("a streaming watch")
+        .boxed();
+    let mut initial = Vec::new();
+    loop {
+        let event = tokio::time::timeout(CONVERGE, events.try_next())
+            .await
+            .expect("an event in time")
+            .expect("a watch event")
+            .expect("the watch to go on");
+        match event {
+            WatchEvent::Added(p) => initial.extend(p.metadata.name),
+            WatchEvent::Bookmark(b) => {
+                let end = b.metadata.annotations.get("k8s.io/initial-events-end");
+                assert_eq!(
+                    end.map(String::as_str),
+                    Some("true"),
+                    "{:?}",
+                    b.metadata.annotations
+                );
+                break;
+            }
+            other => panic!("expected ADDED events then a bookmark, got {other:?}"),
+        }
+    }
+    initial.sort();
+    assert_eq!(initial, all);
+
+    // Read-only: every write is refused.
+    let refused = |result: Result<WorkloadPosture, kube::Error>| match result {
+        Err(kube::Error::Api(status)) => status.code,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let some = api.get("pod-db").await.expect("pod-db");
+    assert_eq!(refused(api.create(&Default::default(), &some).await), 405);
+    assert_eq!(
+        refused(api.replace("pod-db", &Default::default(), &some).await),
+        405
+    );
+    let patch = Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}));
+    assert_eq!(
+        refused(api.patch("pod-db", &PatchParams::default(), &patch).await),
+        405
+    );
+    match api.delete("pod-db", &DeleteParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 405, "{status:?}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }

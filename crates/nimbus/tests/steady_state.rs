@@ -1,4 +1,8 @@
-//! With nothing changing, resyncs make no write requests (counted by the apiserver itself).
+//! With nothing changing, resyncs make no write requests (counted by the apiserver itself),
+//! with leader election on as the chart runs it (its lease timings), over four resync
+//! periods (`resync`, the operator's `--resync`, shortened from its 5-minute default so that
+//! the test sees several), the posture computing previews and policy reports; the lease
+//! renewals are counted apart.
 //! Its own test binary, so no other test writes to the control plane meanwhile.
 
 mod common;
@@ -14,8 +18,9 @@ use std::time::Duration;
 const RESYNC: Duration = Duration::from_secs(2);
 
 /// Write requests (create, update, patch, apply, delete) the apiserver served for Nimbus kinds
-/// (status included) and for the native objects engines generate.
-async fn operator_writes(client: &Client) -> u64 {
+/// (status included), for the native objects engines generate and for policy reports; and for
+/// Leases.
+async fn operator_writes(client: &Client) -> (u64, u64) {
     let request = http::Request::get("/metrics")
         .body(Vec::new())
         .expect("request");
@@ -23,31 +28,68 @@ async fn operator_writes(client: &Client) -> u64 {
         .request_text(request)
         .await
         .expect("apiserver /metrics");
-    text.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && (l.contains(r#"group="intent.security.nimbus.com""#)
-                    // Every engine's kinds, from their registration: a new one is counted too.
-                    || nimbus_core::engines::all_kinds().iter().any(|k| {
-                        l.contains(&format!(r#"resource="{}""#, k.plural))
-                            && l.contains(r#"subresource="""#)
-                    }))
-        })
-        .filter(|l| {
-            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-                .iter()
-                .any(|v| l.contains(&format!(r#"verb="{v}""#)))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    let writes = |resource: &dyn Fn(&str) -> bool| {
+        text.lines()
+            .filter(|l| l.starts_with("apiserver_request_total{") && resource(l))
+            .filter(|l| {
+                ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+                    .iter()
+                    .any(|v| l.contains(&format!(r#"verb="{v}""#)))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    let ours = writes(&|l| {
+        l.contains(r#"group="intent.security.nimbus.com""#)
+            // The posture's policy reports.
+            || l.contains(r#"group="openreports.io""#)
+            || l.contains(r#"group="wgpolicyk8s.io""#)
+            // Every engine's kinds, from their registration: a new one is counted too.
+            || nimbus_core::engines::all_kinds().iter().any(|k| {
+                l.contains(&format!(r#"resource="{}""#, k.plural))
+                    && l.contains(r#"subresource="""#)
+            })
+    });
+    let leases = writes(&|l| l.contains(r#"resource="leases""#));
+    (ours, leases)
 }
 
 #[tokio::test]
 async fn resyncs_with_nothing_changed_make_no_writes() {
-    common::cluster_with_engines();
-    let cp = common::operator(RESYNC);
+    let cp = common::cluster_with_engines();
+    let dir = tempfile::tempdir().expect("a directory");
+    let cert = nimbus_testenv::serving_cert(&[]).expect("a certificate");
+    std::fs::write(dir.path().join("tls.crt"), &cert.cert_pem).expect("tls.crt");
+    std::fs::write(dir.path().join("tls.key"), &cert.key_pem).expect("tls.key");
+    // Leader election as the chart configures it (charts/nimbus/values.yaml).
+    common::run_operator(
+        cp,
+        nimbus_operator::Config {
+            resync: RESYNC,
+            leader_election: Some(nimbus_operator::LeaderElection {
+                namespace: "default".into(),
+                lease_name: "nimbus-steady".into(),
+                identity: "steady".into(),
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            }),
+            // The posture too, as the chart runs it: its previews and policy reports are writes.
+            posture: Some(nimbus_operator::posture::Config {
+                addr: ([127, 0, 0, 1], nimbus_testenv::free_port().expect("a port")).into(),
+                certificate: nimbus_operator::posture::ServingCertificate {
+                    cert_file: dir.path().join("tls.crt"),
+                    key_file: dir.path().join("tls.key"),
+                },
+                reports: Default::default(),
+            }),
+            ..Default::default()
+        },
+    );
     let client = cp.client().expect("client");
     let ns = cp.test_namespace("steady").await.expect("ns");
+    // A workload, so that the posture has a report to keep.
+    common::bare_pod(&client, ns.name(), "web").await;
     // One intent per engine: NetworkPolicy + KubeArmor, Kyverno, k8tls, RBAC.
     let si = create_intent(&client, "dnsManipulation", "Block").await;
     let escape = create_intent(&client, "escapeToHost", "Block").await;
@@ -102,19 +144,49 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
         },
     )
     .await;
+    let reports = Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        ns.name(),
+        &nimbus_core::reports::OPEN_REPORT.api_resource(),
+    );
+    eventually("the web pod's policy report", CONVERGE, async |_| {
+        reports.get_opt("nimbus-pod-web").await.ok()?.map(drop)
+    })
+    .await;
     // Let the reactions to our own writes settle, then count across several resyncs.
     tokio::time::sleep(RESYNC * 3).await;
-    let before = operator_writes(&client).await;
+    let (before, leases_before) = operator_writes(&client).await;
     assert!(
         before > 0,
         "the metric must see the operator's earlier writes"
     );
-    tokio::time::sleep(RESYNC * 4).await;
-    let after = operator_writes(&client).await;
+    // Meanwhile the posture recomputes (it watches Services) without a result changing: it
+    // must not send its reports or previews again.
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), "default");
+    for round in 0..4 {
+        let name = format!("steady-{round}");
+        apply(
+            &services,
+            &name,
+            &json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}}),
+        )
+        .await;
+        tokio::time::sleep(RESYNC).await;
+    }
+    let (after, leases_after) = operator_writes(&client).await;
     assert_eq!(
         after,
         before,
         "{} write requests at steady state",
         after - before
+    );
+    // The leader renews its lease meanwhile: election is on, and that is all it writes.
+    let renewals = leases_after - leases_before;
+    assert!(renewals > 0, "no lease renewal in {:?}", RESYNC * 4);
+    println!(
+        "steady state over {:?} (4 resyncs), leader election on: 0 writes, {renewals} lease writes",
+        RESYNC * 4
     );
 }

@@ -68,12 +68,28 @@ pub async fn run(
     let mut last_renew: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        match try_claim(&api, &config, &mut seen, now).await {
-            Ok(true) => last_renew = Some(now),
-            Ok(false) => last_renew = None,
-            Err(error) => tracing::warn!(%error, lease = %config.lease_name, "lease update failed"),
+        // Past the renew deadline we lead no more: try again as a candidate.
+        if last_renew.is_some_and(|t| now.duration_since(t) >= config.renew_deadline) {
+            last_renew = None;
         }
-        let lead = last_renew.is_some_and(|t| now.duration_since(t) < config.renew_deadline);
+        // A round may not outlive the renew deadline: an API server that stopped answering
+        // (a partition, not an error) would otherwise hold the round, and the belief that we
+        // lead, past the moment a standby takes the lease.
+        let budget = last_renew.map_or(config.renew_deadline, |t| {
+            config.renew_deadline.saturating_sub(now.duration_since(t))
+        });
+        match tokio::time::timeout(budget, try_claim(&api, &config, &mut seen, now)).await {
+            Ok(Ok(true)) => last_renew = Some(now),
+            Ok(Ok(false)) => last_renew = None,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, lease = %config.lease_name, "lease update failed")
+            }
+            Err(_) => tracing::warn!(
+                lease = %config.lease_name,
+                "lease update unanswered until the renew deadline"
+            ),
+        }
+        let lead = last_renew.is_some_and(|t| t.elapsed() < config.renew_deadline);
         if leading.send_if_modified(|l| std::mem::replace(l, lead) != lead) {
             tracing::info!(identity = %config.identity, leading = lead, "leadership changed");
         }

@@ -64,13 +64,14 @@ pub fn certificate_der(pem: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(body).ok()
 }
 
-pub(crate) struct Ca {
+/// A certificate authority issuing serving and client certificates (PEM).
+pub struct Ca {
     cert: Certificate,
     issuer: Issuer<'static, KeyPair>,
 }
 
 impl Ca {
-    fn new(common_name: &str) -> Result<Self, Error> {
+    pub fn new(common_name: &str) -> Result<Self, Error> {
         let what = "CA certificate";
         let key = KeyPair::generate().map_err(|source| Error::Certificate { what, source })?;
         let mut params = CertificateParams::default();
@@ -90,7 +91,7 @@ impl Ca {
         })
     }
 
-    pub(crate) fn pem(&self) -> String {
+    pub fn pem(&self) -> String {
         self.cert.pem()
     }
 
@@ -98,7 +99,8 @@ impl Ca {
         self.cert.der().to_vec()
     }
 
-    fn issue_server(&self, extra_dns_names: &[&str]) -> Result<(String, String), Error> {
+    /// A serving certificate for the loopback names and `extra_dns_names`: `(cert, key)`.
+    pub fn issue_server(&self, extra_dns_names: &[&str]) -> Result<(String, String), Error> {
         let what = "serving certificate";
         let sans = LOOPBACK_NAMES
             .iter()
@@ -112,7 +114,12 @@ impl Ca {
         self.sign(params, what)
     }
 
-    fn issue_client(&self, common_name: &str, orgs: &[&str]) -> Result<(String, String), Error> {
+    /// A client certificate: `(cert, key)`.
+    pub fn issue_client(
+        &self,
+        common_name: &str,
+        orgs: &[&str],
+    ) -> Result<(String, String), Error> {
         let mut params = CertificateParams::default();
         params.distinguished_name = name(common_name, orgs);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];

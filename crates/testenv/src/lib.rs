@@ -54,7 +54,7 @@ pub mod upstream;
 mod workdir;
 
 pub use aggregation::LocalApiService;
-pub use certs::{ServingCert, certificate_der, serving_cert};
+pub use certs::{Ca, ServingCert, certificate_der, serving_cert};
 pub use child::Child;
 pub use control_plane::{ControlPlane, Options, create_fake_node};
 pub use error::Error;

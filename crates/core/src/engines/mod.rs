@@ -22,7 +22,7 @@ pub use kyverno::virtual_patch::{self, VirtualPatches};
 pub use rbac::{DEFAULT_SANDBOX_CLUSTER_ROLES, sandbox_violations};
 pub use spec::{AUDIT, AuditForm, Enforces, EngineSpec, Fact, Permissions, rules_read};
 pub use translate::{
-    EngineSet, Environment, Generated, PolicyInput, Problem, Translation, check_rule,
+    EngineSet, Environment, Generated, PolicyInput, Problem, Translation, check_intent, check_rule,
     sensitive_problem, translate,
 };
 // What engine modules build their translations with.

@@ -283,16 +283,26 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
 }
 
 /// What keeps `rule`, bound by a binding of `kind`, from being enforced before any engine runs:
-/// an ID missing from the catalog, bad parameters, or no active engine for it.
+/// what [`check_intent`] finds, or no active engine for it.
 pub fn check_rule(rule: &NimbusRule, kind: BindingKind, engines: &EngineSet) -> Vec<Problem> {
-    let Some(spec) = intents::intent(&rule.id) else {
+    let mut problems = check_intent(rule);
+    if let Some(spec) = intents::intent(&rule.id) {
+        problems.extend(coverage(spec, rule, kind, engines));
+    }
+    problems
+}
+
+/// What is wrong with an intent whatever binds it: an ID missing from the catalog, or bad
+/// parameters.
+pub fn check_intent(rule: &NimbusRule) -> Vec<Problem> {
+    if intents::intent(&rule.id).is_none() {
         return vec![Problem::new(
             rule,
             condition::REASON_UNSUPPORTED_INTENT,
             format!("intent `{}` is not in the catalog", rule.id),
         )];
-    };
-    let mut problems: Vec<Problem> = intents::check_params(rule)
+    }
+    intents::check_params(rule)
         .into_iter()
         .map(|p| Problem {
             blocking: p.blocking,
@@ -302,9 +312,7 @@ pub fn check_rule(rule: &NimbusRule, kind: BindingKind, engines: &EngineSet) -> 
                 format!("intent `{}`: {p}", rule.id),
             )
         })
-        .collect();
-    problems.extend(coverage(spec, rule, kind, engines));
-    problems
+        .collect()
 }
 
 /// Why `rule` is not enforced when its intent is sensitive and `allowed` (the binding's

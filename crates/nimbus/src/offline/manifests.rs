@@ -93,7 +93,7 @@ pub(super) fn load(inputs: &Inputs) -> Loaded {
     };
     // Files already read, by canonical path: each is read once, whichever inputs name it.
     let mut seen = HashSet::new();
-    for path in &inputs.files {
+    for path in inputs.all() {
         match read_all(path, &mut seen) {
             Ok(files) => {
                 for (file, text) in files {

@@ -28,12 +28,25 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+/// The manifests to read, given as `-f FILE` (as kubectl takes them) or as plain arguments (as
+/// Kyverno's CLI does), or both.
 #[derive(clap::Args)]
+#[group(required = true, multiple = true)]
 pub struct Inputs {
     /// Manifest files or directories (*.yaml, *.yml, *.json, recursively); `-` reads standard
     /// input.
-    #[arg(short = 'f', long = "filename", required = true)]
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
     files: Vec<PathBuf>,
+    /// The same, as arguments.
+    #[arg(value_name = "FILE")]
+    paths: Vec<PathBuf>,
+}
+
+impl Inputs {
+    /// Every file or directory given, `-f` ones first.
+    fn all(&self) -> impl Iterator<Item = &PathBuf> {
+        self.files.iter().chain(&self.paths)
+    }
 }
 
 #[derive(clap::Args)]
@@ -478,91 +491,41 @@ fn render(objects: &[Value], format: Format) -> anyhow::Result<String> {
 mod fuzz {
     //! A bounded, seeded fuzz of `validate` and `translate` (the functions the CLI runs) with
     //! random names, namespaces, labels, selectors and `spec.cel` expressions: nothing panics,
-    //! `validate` accepts a case exactly when every generated name, label key, label value and
-    //! selector requirement passes [`validation`], and what `translate` emits for accepted cases
-    //! passes it too.
+    //! and what `validate` accepts `translate` translates. Whether `validate` is right is the
+    //! API server's to judge: `tests/server_oracle.rs`.
 
     use super::*;
     use crate::cases::{Rng, binding_case, dns_label, dns_name};
-    use validation::is_dns1123_label;
 
     const CASES: usize = 20_000;
 
-    /// Every name, label and selector in an emitted object, checked with [`validation`].
-    fn emitted_problems(value: &Value, out: &mut Vec<String>) {
-        match value {
-            Value::Object(map) => {
-                for (k, v) in map {
-                    match (k.as_str(), v) {
-                        ("matchLabels", Value::Object(_)) => {
-                            let labels: BTreeMap<String, String> =
-                                serde_json::from_value(v.clone()).unwrap_or_default();
-                            out.extend(validation::labels(&labels, "matchLabels"));
-                        }
-                        ("matchExpressions", Value::Array(items)) => {
-                            for item in items {
-                                match serde_json::from_value(item.clone()) {
-                                    Ok(r) => out.extend(validation::label_selector_requirement(
-                                        &r,
-                                        "matchExpressions",
-                                    )),
-                                    Err(e) => out.push(format!("matchExpressions: {e}")),
-                                }
-                            }
-                        }
-                        _ => emitted_problems(v, out),
-                    }
-                }
-            }
-            Value::Array(items) => items.iter().for_each(|v| emitted_problems(v, out)),
-            _ => {}
-        }
-    }
-
-    fn object_problems(object: &Value) -> Vec<String> {
-        let meta = &object["metadata"];
-        let mut out = validation::object_name(meta["name"].as_str(), "metadata.name");
-        if let Some(ns) = meta["namespace"].as_str() {
-            out.extend(validation::namespace_name(ns, "metadata.namespace"));
-        }
-        emitted_problems(object, &mut out);
-        out
-    }
-
     #[test]
-    fn random_bindings_validate_exactly_when_the_api_server_would_accept_them() {
+    fn random_bindings_never_panic_and_translate_when_valid() {
         let mut rng = Rng::new(0x6e69_6d62_7573);
-        let (mut accepted, mut translated, mut objects) = (0, 0, 0);
+        let (mut accepted, mut objects) = (0, 0);
         for case in 0..CASES {
             let generated = binding_case(&mut rng, None);
-            let text = format!("{}\n---\n{}\n", generated.intent, generated.binding);
+            let text = generated.manifest();
             let mut loaded = Loaded {
                 manifests: Vec::new(),
                 errors: Vec::new(),
             };
             parse("fuzz.yaml", &text, &mut loaded);
             let problems = problems(&loaded, &crate::SandboxArgs::default().roles());
-            assert_eq!(
-                problems.is_empty(),
-                generated.problems.is_empty(),
-                "case {case}: validate said {problems:#?}\nthe oracle said {:#?}\nfor {text}",
-                generated.problems
-            );
-
-            let mut namespaces_ok = true;
             let namespaces: Vec<String> = (0..rng.below(4))
                 .map(|_| {
-                    let ns = if rng.chance(90) {
+                    if rng.chance(90) {
                         dns_label(&mut rng)
                     } else {
                         dns_name(&mut rng)
-                    };
-                    namespaces_ok &= is_dns1123_label(&ns).is_empty();
-                    ns
+                    }
                 })
                 .collect();
             let args = TranslateArgs {
-                inputs: Inputs { files: Vec::new() },
+                inputs: Inputs {
+                    files: Vec::new(),
+                    paths: Vec::new(),
+                },
                 namespaces,
                 namespace: "default".into(),
                 engines: Vec::new(),
@@ -571,33 +534,17 @@ mod fuzz {
                 sandbox: crate::SandboxArgs::default(),
                 output: Format::Json,
             };
-            assert_eq!(
-                argument_problems(&args).is_empty(),
-                namespaces_ok,
-                "case {case}"
-            );
-
-            // Translation never panics; when both checks pass it succeeds and emits only what
-            // the API server accepts.
             let env = Environment::default();
             let result = translate_all(&loaded, &args, &env, &engine_set(&args));
-            if !problems.is_empty() || !namespaces_ok {
+            if !problems.is_empty() || !argument_problems(&args).is_empty() {
                 continue;
             }
             accepted += 1;
             let (out, _warnings) = result.unwrap_or_else(|e| panic!("case {case}: {e:#}\n{text}"));
-            translated += 1;
-            for object in &out {
-                let bad = object_problems(object);
-                assert!(
-                    bad.is_empty(),
-                    "case {case}: emitted {bad:#?}\nin {object:#}\nfor {text}"
-                );
-            }
             objects += out.len();
         }
         println!(
-            "fuzz: {CASES} cases, {accepted} accepted by validate and translated ({translated}), {objects} objects emitted and checked"
+            "fuzz: {CASES} cases, {accepted} accepted by validate and translated into {objects} objects"
         );
         // The generator must exercise both outcomes.
         assert!(

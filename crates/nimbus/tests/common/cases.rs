@@ -1,13 +1,11 @@
-//! Random bindings for the fuzz tests (`validate`/`translate` offline in `src/offline.rs`, a
-//! live operator in `tests/fuzz.rs`), each with what the API server would reject in it: random
-//! names, namespaces, labels, selectors and `spec.cel` expressions, a chosen share made invalid
-//! on purpose.
+//! Random bindings for the fuzz tests (`validate`/`translate` offline in `src/offline`, the
+//! API server as their judge in `tests/server_oracle.rs`, a live operator in `tests/fuzz.rs`):
+//! random names, namespaces, labels, selectors and `spec.cel` expressions, a chosen share made
+//! invalid on purpose. The generator decides nothing about validity: it says which objects the
+//! API server must judge for each piece the CRDs keep as plain text (see [`Case::probes`]).
 #![allow(dead_code)] // each user takes a different part
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-use nimbus_core::validation::{
-    OPERATORS, is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_label_value,
-};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -157,7 +155,8 @@ pub fn requirement(rng: &mut Rng) -> LabelSelectorRequirement {
     let operator = if noisy && rng.chance(30) {
         rng.pick(&["in", "Equals", "", "exists", "Gt"]).to_string()
     } else {
-        rng.pick(&OPERATORS).to_string()
+        rng.pick(&["In", "NotIn", "Exists", "DoesNotExist"])
+            .to_string()
     };
     let many = match operator.as_str() {
         _ if noisy => rng.below(3),
@@ -181,138 +180,210 @@ pub fn selector(rng: &mut Rng) -> LabelSelector {
     }
 }
 
-/// One `spec.cel` expression; the keys and values it compiles to are added to `keys` and
-/// `values`.
-pub fn cel(rng: &mut Rng, keys: &mut Vec<String>, values: &mut Vec<String>) -> String {
+/// One `spec.cel` expression, and the label-selector requirements it states (as the
+/// generator wrote it, not as the product compiles it).
+pub fn cel(rng: &mut Rng) -> (String, Vec<LabelSelectorRequirement>) {
     let (k, v, w) = (label_key(rng), label_value(rng), label_value(rng));
-    let (term, vs, more_keys) = match rng.below(7) {
-        0 => (format!(r#"labels["{k}"] == "{v}""#), vec![v], vec![]),
-        1 => (format!(r#"labels["{k}"] != "{v}""#), vec![v], vec![]),
+    let req = |key: &str, operator: &str, values: &[&String]| LabelSelectorRequirement {
+        key: key.to_owned(),
+        operator: operator.to_owned(),
+        values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).clone()).collect()),
+    };
+    match rng.below(7) {
+        0 => (
+            format!(r#"labels["{k}"] == "{v}""#),
+            vec![req(&k, "In", &[&v])],
+        ),
+        1 => (
+            format!(r#"labels["{k}"] != "{v}""#),
+            vec![req(&k, "NotIn", &[&v])],
+        ),
         2 => (
             format!(r#"labels["{k}"] in ["{v}", "{w}"]"#),
-            vec![v, w],
-            vec![],
+            vec![req(&k, "In", &[&v, &w])],
         ),
-        3 => (format!(r#"!(labels["{k}"] in ["{v}"])"#), vec![v], vec![]),
-        4 => (format!(r#""{k}" in labels"#), vec![], vec![]),
-        5 => (format!(r#"!("{k}" in labels)"#), vec![], vec![]),
+        3 => (
+            format!(r#"!(labels["{k}"] in ["{v}"])"#),
+            vec![req(&k, "NotIn", &[&v])],
+        ),
+        4 => (format!(r#""{k}" in labels"#), vec![req(&k, "Exists", &[])]),
+        5 => (
+            format!(r#"!("{k}" in labels)"#),
+            vec![req(&k, "DoesNotExist", &[])],
+        ),
         _ => {
             let other = label_key(rng);
             (
                 format!(r#"labels["{k}"] == "{v}" && "{other}" in labels"#),
-                vec![v],
-                vec![other],
+                vec![req(&k, "In", &[&v]), req(&other, "Exists", &[])],
             )
         }
-    };
-    keys.push(k);
-    keys.extend(more_keys);
-    values.extend(vs);
-    term
+    }
 }
 
-/// Whether the API server would accept every generated piece.
-pub struct Oracle(pub Vec<String>);
-
-impl Oracle {
-    pub fn check(&mut self, what: &str, messages: Vec<String>) {
-        if !messages.is_empty() {
-            self.0.push(format!("{what}: {messages:?}"));
-        }
-    }
-    pub fn labels(&mut self, labels: &BTreeMap<String, String>) {
-        for (k, v) in labels {
-            self.check(k, is_qualified_name(k));
-            self.check(v, is_valid_label_value(v));
-        }
-    }
-    pub fn selector(&mut self, s: &LabelSelector) {
-        self.labels(s.match_labels.as_ref().unwrap_or(&BTreeMap::new()));
-        for r in s.match_expressions.iter().flatten() {
-            let values = r.values.as_deref().unwrap_or_default();
-            let count_ok = match r.operator.as_str() {
-                "In" | "NotIn" => !values.is_empty(),
-                "Exists" | "DoesNotExist" => values.is_empty(),
-                _ => false,
-            };
-            if !count_ok || !OPERATORS.contains(&r.operator.as_str()) {
-                self.0.push(format!("operator {r:?}"));
-            }
-            self.check(&r.key, is_qualified_name(&r.key));
-            for v in values {
-                self.check(v, is_valid_label_value(v));
-            }
-        }
-    }
+/// A NetworkPolicy selecting pods with `selector`: the API server's judgment of it is its
+/// judgment of the selector's syntax (keys, values, operators and their value counts).
+fn selector_probe(selector: &LabelSelector) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "selector-probe"},
+        "spec": {"podSelector": selector},
+    })
 }
 
 /// One generated binding with the SecurityIntent it references.
 pub struct Case {
     pub intent: Value,
     pub binding: Value,
-    /// What the API server would reject; empty when it accepts both objects.
-    pub problems: Vec<String>,
+    /// Objects the API server judges for the pieces of the case the CRDs keep as plain text
+    /// (dry-run in an existing namespace): a NetworkPolicy per label selector the binding
+    /// states (its workload and node selectors, the requirements its `spec.cel` expressions
+    /// state), and the Namespace the binding names, since a binding can only be created in a
+    /// namespace that exists.
+    pub probes: Vec<Value>,
 }
 
-/// A case whose binding references a `dnsManipulation` intent (`dns`, or a random name). A
+impl Case {
+    /// The intent and the binding, as a manifest file.
+    pub fn manifest(&self) -> String {
+        format!("{:#}\n---\n{:#}\n", self.intent, self.binding)
+    }
+}
+
+/// A SecurityIntent named `name`: a non-sensitive catalog ID (`dnsManipulation` mostly),
+/// `escapeToHost` with or without its parameter, and, when noisy, an unknown ID, an action the
+/// CRD refuses, a parameter value out of range or an unknown parameter.
+pub fn intent(rng: &mut Rng, name: &str) -> Value {
+    let id = if rng.noisy() && rng.chance(30) {
+        *rng.pick(&["dnsManipulaton", "DNSManipulation", ""])
+    } else if rng.chance(70) {
+        "dnsManipulation"
+    } else {
+        *rng.pick(&[
+            "denyExternalNetworkAccess",
+            "swDeploymentTools",
+            "unAuthorizedSaTokenAccess",
+            "preventExecutionFromTempOrLogsFolders",
+            "escapeToHost",
+        ])
+    };
+    let action = if rng.noisy() && rng.chance(30) {
+        *rng.pick(&["block", "Deny", ""])
+    } else {
+        *rng.pick(&["Block", "Audit"])
+    };
+    let mut intent = json!({"id": id, "action": action});
+    if id == "escapeToHost" && rng.chance(60) {
+        let level = if rng.noisy() {
+            *rng.pick(&["privileged", "Baseline", ""])
+        } else {
+            *rng.pick(&["baseline", "restricted"])
+        };
+        intent["params"]["psaLevel"] = json!([level]);
+    }
+    if rng.noisy() && rng.chance(20) {
+        intent["params"]["colour"] = json!(["blue"]);
+    }
+    json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+        "metadata": {"name": name},
+        "spec": {"intent": intent},
+    })
+}
+
+/// A Namespace named `name`: the API server's judgment of a namespace name.
+fn namespace_probe(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// A case whose binding references an intent named `dns` or at random ([`intent`]). A
 /// namespaced binding goes to `namespace` when given, else to a random (mostly valid) one or
-/// none.
+/// none; a cluster binding selects every namespace, or `namespace` when given, else some named
+/// at random.
 pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
-    rng.noise = *rng.pick(&[0, 0, 1, 2, 5, 10, 30]);
-    let mut oracle = Oracle(Vec::new());
+    // A quarter of the cases make only their intent noisy, so that the verdict on the case
+    // hangs on the intent alone and is not masked by a broken binding.
+    let intent_noise = rng.chance(25).then(|| *rng.pick(&[30, 60]));
+    rng.noise = match intent_noise {
+        Some(_) => 0,
+        None => *rng.pick(&[0, 0, 1, 2, 5, 10, 30]),
+    };
     let intent_name = if rng.chance(90) {
         "dns".to_owned()
     } else {
         dns_name(rng)
     };
-    oracle.check("intent name", is_dns1123_subdomain(&intent_name));
     let name = dns_name(rng);
-    oracle.check("binding name", is_dns1123_subdomain(&name));
     let binding_labels = if rng.chance(20) {
         labels(rng, 2)
     } else {
         BTreeMap::new()
     };
-    oracle.labels(&binding_labels);
+    // Annotation keys follow the label-key rules; values are free.
+    let annotations: BTreeMap<String, String> = if rng.chance(10) {
+        let mut annotations = labels(rng, 2);
+        annotations
+            .values_mut()
+            .for_each(|v| v.push_str(" free text: ?!"));
+        annotations
+    } else {
+        BTreeMap::new()
+    };
     let workload = rng.chance(90).then(|| selector(rng));
-    if let Some(s) = &workload {
-        oracle.selector(s);
-    }
-    let mut keys = Vec::new();
-    let mut values = Vec::new();
-    let exprs: Vec<String> = (0..rng.below(3))
-        .map(|_| cel(rng, &mut keys, &mut values))
-        .collect();
+    let mut probes: Vec<Value> = workload.iter().map(selector_probe).collect();
+    let (exprs, stated): (Vec<String>, Vec<_>) = (0..rng.below(3)).map(|_| cel(rng)).unzip();
     let cluster = rng.chance(30);
-    let mut metadata = json!({"name": name, "labels": binding_labels});
+    let mut metadata = json!({"name": name, "labels": binding_labels, "annotations": annotations});
     let binding = if cluster {
         let node = rng.chance(20).then(|| labels(rng, 2));
         if let Some(n) = &node {
-            oracle.labels(n);
+            probes.push(selector_probe(&LabelSelector {
+                match_labels: Some(n.clone()),
+                match_expressions: None,
+            }));
         }
-        // spec.cel is ignored on cluster bindings: its keys do not matter.
+        // Names a cluster binding fans out to must be namespaces; the ones it excludes get
+        // nothing, so no server ever sees them.
+        let names: Vec<String> = match namespace {
+            // On a live cluster, namespaces that exist.
+            Some(ns) => vec![ns.to_owned()],
+            None => (0..1 + rng.below(2)).map(|_| dns_label(rng)).collect(),
+        };
+        let ns_selector = match rng.below(4) {
+            0 if namespace.is_some() => json!({"matchNames": names}),
+            0 => {
+                probes.extend(names.iter().map(|n| namespace_probe(n)));
+                json!({"matchNames": names})
+            }
+            1 => json!({"matchNames": ["*"], "excludeNames": names}),
+            _ => json!({"matchNames": ["*"]}),
+        };
+        // spec.cel is ignored on cluster bindings: what it states is not judged.
         json!({
             "apiVersion": "intent.security.nimbus.com/v1alpha1",
             "kind": "ClusterSecurityIntentBinding",
             "metadata": metadata,
             "spec": {"intents": [{"name": intent_name}], "cel": exprs, "selector": {
-                "nsSelector": {"matchNames": ["*"]},
+                "nsSelector": ns_selector,
                 "workloadSelector": workload,
                 "nodeSelector": node.map(|n| json!({"matchLabels": n})),
             }},
         })
     } else {
-        for k in &keys {
-            oracle.check(k, is_qualified_name(k));
-        }
-        for v in &values {
-            oracle.check(v, is_valid_label_value(v));
+        let stated: Vec<_> = stated.into_iter().flatten().collect();
+        if !stated.is_empty() {
+            probes.push(selector_probe(&LabelSelector {
+                match_labels: None,
+                match_expressions: Some(stated),
+            }));
         }
         match namespace {
             Some(ns) => metadata["namespace"] = json!(ns),
             None if rng.chance(80) => {
                 let ns = dns_label(rng);
-                oracle.check("namespace", is_dns1123_label(&ns));
+                probes.push(
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                );
                 metadata["namespace"] = json!(ns);
             }
             None => {}
@@ -325,14 +396,10 @@ pub fn binding_case(rng: &mut Rng, namespace: Option<&str>) -> Case {
                      "selector": {"workloadSelector": workload}},
         })
     };
-    let intent = json!({
-        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
-        "metadata": {"name": intent_name},
-        "spec": {"intent": {"id": "dnsManipulation", "action": "Block"}},
-    });
+    rng.noise = intent_noise.unwrap_or(rng.noise);
     Case {
-        intent,
+        intent: intent(rng, &intent_name),
         binding,
-        problems: oracle.0,
+        probes,
     }
 }

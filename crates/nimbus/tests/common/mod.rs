@@ -4,7 +4,10 @@
 
 pub mod cases;
 pub mod fleet;
+pub mod generated;
 pub mod monitor;
+pub mod oracle;
+pub mod partition;
 pub mod replica;
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -219,6 +222,19 @@ pub fn binding(name: &str, intents: &[&str], labels: serde_json::Value) -> serde
     })
 }
 
+/// Creates a pod `name` labelled `app: <name>` in `ns` (nothing schedules or pulls it: it is a
+/// workload for the posture to judge).
+pub async fn bare_pod(client: &Client, ns: &str, name: &str) {
+    apply(
+        &Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns),
+        name,
+        &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}),
+    )
+    .await;
+}
+
 /// The CRDs of every engine the operator writes to, and of the reports the posture reads and
 /// writes.
 pub const ENGINE_CRDS: [EngineCrd; 5] = [
@@ -296,7 +312,17 @@ pub fn workspace_root() -> std::path::PathBuf {
     root.canonicalize().unwrap_or(root)
 }
 
-/// The directory holding the test tools (helm, kustomize, netpol-decider, kubectl, promtool): `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
+/// The test tools `hack/build-tools.sh` builds.
+const TOOLS: [&str; 6] = [
+    "helm",
+    "kustomize",
+    "netpol-decider",
+    "kubectl",
+    "health-judge",
+    "promtool",
+];
+
+/// The directory holding the test tools ([`TOOLS`]): `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
 /// builds (once per test binary; a cold build takes minutes). Panics with the reason when a
 /// tool is missing: never a reason to skip a test.
 pub fn tools_dir() -> &'static std::path::Path {
@@ -304,9 +330,7 @@ pub fn tools_dir() -> &'static std::path::Path {
     match DIR.get_or_init(locate_tools) {
         Ok(dir) => dir,
         Err(reason) => {
-            panic!(
-                "the test tools (helm, kustomize, netpol-decider, kubectl, promtool) are needed: {reason}"
-            )
+            panic!("the test tools ({}) are needed: {reason}", TOOLS.join(", "))
         }
     }
 }
@@ -342,7 +366,7 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
         Some(dir) => std::path::PathBuf::from(dir),
         None => built_by("hack/build-tools.sh")?,
     };
-    for tool in ["helm", "kustomize", "netpol-decider", "kubectl", "promtool"] {
+    for tool in TOOLS {
         let path = dir.join(tool);
         let executable = std::fs::metadata(&path).is_ok_and(|m| {
             use std::os::unix::fs::PermissionsExt;
@@ -350,7 +374,7 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
         });
         if !executable {
             let hint = if std::env::var_os("NIMBUS_TOOLS_DIR").is_some() {
-                "NIMBUS_TOOLS_DIR must hold helm, kustomize, netpol-decider, kubectl and promtool; unset it to build them"
+                "NIMBUS_TOOLS_DIR must hold every test tool; unset it to build them"
             } else {
                 "hack/build-tools.sh should have built it"
             };
@@ -367,29 +391,60 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
 /// with `name → {"ingress", "egress", "allowed"}`, or `{"scenarios": [...]}`, answered with one
 /// such map per scenario.
 pub fn netpol_decide<T: serde::de::DeserializeOwned>(input: &serde_json::Value) -> T {
+    judge_with("netpol-decider", &[], input)
+}
+
+/// Runs tools/health-judge on `objects` with the health checks the chart ships: what kstatus,
+/// Argo CD (the Lua script of `files/argocd/argocd-cm.yaml`) and Flux (the healthCheckExprs of
+/// `files/flux/health-check-exprs.yaml`) make of each, in order.
+pub fn health_judge<T: serde::de::DeserializeOwned>(objects: &[serde_json::Value]) -> T {
+    let files = workspace_root().join("charts/nimbus/files");
+    let argocd = files.join("argocd/argocd-cm.yaml");
+    let flux = files.join("flux/health-check-exprs.yaml");
+    judge_with(
+        "health-judge",
+        &[
+            "--argocd-cm".as_ref(),
+            argocd.as_os_str(),
+            "--flux-exprs".as_ref(),
+            flux.as_os_str(),
+        ],
+        &serde_json::Value::from(objects.to_vec()),
+    )
+}
+
+/// Runs a test tool that reads `input` (JSON) on stdin and answers JSON on stdout.
+fn judge_with<T: serde::de::DeserializeOwned>(
+    tool: &str,
+    args: &[&std::ffi::OsStr],
+    input: &serde_json::Value,
+) -> T {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    let decider = tools_dir().join("netpol-decider");
-    let mut child = Command::new(&decider)
+    let path = tools_dir().join(tool);
+    let mut child = Command::new(&path)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("running {}: {e}", decider.display()));
-    // The decider reads all of its input before it writes: no deadlock on full pipes.
+        .unwrap_or_else(|e| panic!("running {}: {e}", path.display()));
+    // The tools read all of their input before they write: no deadlock on full pipes.
     child
         .stdin
         .take()
         .expect("stdin")
         .write_all(input.to_string().as_bytes())
-        .expect("writing to the decider");
-    let output = child.wait_with_output().expect("decider output");
+        .unwrap_or_else(|e| panic!("writing to {tool}: {e}"));
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{tool} output: {e}"));
     assert!(
         output.status.success(),
-        "netpol-decider failed: {}",
+        "{tool} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_slice(&output.stdout).expect("decider JSON")
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{tool} JSON: {e}"))
 }
 
 /// Runs a test tool (helm, kustomize, promtool…) in the workspace root and returns its stdout;

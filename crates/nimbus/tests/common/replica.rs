@@ -1,8 +1,11 @@
 //! Operator processes (`nimbus run`), as a cluster runs them: started, probed, scraped,
 //! terminated or killed.
 
-use nimbus_testenv::{Child, free_port, http_get};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use nimbus_testenv::{Child, eventually, free_port, http_get};
 use std::path::Path;
+use std::time::Duration;
 
 pub struct Replica {
     pub name: String,
@@ -81,4 +84,32 @@ impl Replica {
             other => Err(format!("/readyz: {other:?}")),
         }
     }
+}
+
+/// Who holds the operator's lease, if anyone.
+pub async fn holder(leases: &Api<Lease>) -> Option<String> {
+    super::get(leases, "nimbus-operator")
+        .await?
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+/// Waits (up to `limit`) for the lease to be held by someone other than `previous`.
+pub async fn new_holder(leases: &Api<Lease>, previous: Option<&str>, limit: Duration) -> String {
+    eventually(
+        &format!("a new lease holder (was {previous:?})"),
+        limit,
+        async |seen| {
+            let h = holder(leases).await;
+            if let Some(h) = &h
+                && Some(h.as_str()) != previous
+            {
+                return Some(h.clone());
+            }
+            *seen = format!("holder {h:?}");
+            None
+        },
+    )
+    .await
 }

@@ -526,6 +526,7 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
 /// a verdict no workload has reads 0 rather than absent).
 fn export_counts(ctx: &Context, workloads: &[WorkloadPosture]) {
     let metrics = &ctx.metrics;
+    // Those a workload can have (`NoWorkloads` is a namespace's).
     for verdict in [
         Verdict::Protected,
         Verdict::Partial,

@@ -45,7 +45,11 @@ impl Printed for WorkloadPosture {
 
 impl Printed for NamespacePosture {
     const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
-        ("Verdict", "string", "Protected when every workload is."),
+        (
+            "Verdict",
+            "string",
+            "Protected when every workload is, NoWorkloads when there is none.",
+        ),
         ("Workloads", "integer", "Workloads in the namespace."),
         ("Protected", "integer", "Workloads fully protected."),
         ("Partial", "integer", "Workloads partly protected."),

@@ -143,3 +143,153 @@ pub fn common_name(cert: &CertificateDer) -> Option<String> {
     let cn = parsed.subject().iter_common_name().next()?;
     cn.as_str().ok().map(str::to_owned)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nimbus_testenv::Ca;
+    use rustls::pki_types::ServerName;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+    fn front_proxy(ca: &Ca) -> RequestHeader {
+        RequestHeader {
+            client_ca: vec![CertificateDer::from_pem_slice(ca.pem().as_bytes()).expect("a CA")],
+            allowed_names: vec![],
+            username_headers: vec![],
+            uid_headers: vec![],
+            group_headers: vec![],
+            extra_header_prefixes: vec![],
+        }
+    }
+
+    /// One connection with the configuration in force, as a client presenting `client` (cert,
+    /// key) and trusting `roots`: the serving certificate it was shown, or the error.
+    async fn handshake(
+        config: &watch::Receiver<Option<(Arc<ServerConfig>, RequestHeader)>>,
+        roots: &[&Ca],
+        client: &(String, String),
+    ) -> Result<Vec<u8>, String> {
+        let (server, _) = config.borrow().clone().expect("a configuration");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let addr = listener.local_addr().expect("its address");
+        let accepting = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.expect("a connection");
+            // A refusal reaches the client as an alert; an accepted client gets its byte back.
+            if let Ok(mut tls) = TlsAcceptor::from(server).accept(tcp).await {
+                let mut byte = [0u8; 1];
+                if tls.read_exact(&mut byte).await.is_ok() {
+                    let _ = tls.write_all(&byte).await;
+                    let _ = tls.flush().await;
+                }
+            }
+        });
+        let mut trusted = rustls::RootCertStore::empty();
+        for ca in roots {
+            trusted
+                .add(CertificateDer::from_pem_slice(ca.pem().as_bytes()).expect("a CA"))
+                .expect("a root");
+        }
+        let chain = CertificateDer::pem_slice_iter(client.0.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("a client certificate");
+        let key = PrivateKeyDer::from_pem_slice(client.1.as_bytes()).expect("a client key");
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(trusted)
+        .with_client_auth_cert(chain, key)
+        .expect("client auth");
+        let tcp = TcpStream::connect(addr).await.expect("connecting");
+        let name = ServerName::try_from("localhost").expect("a name");
+        let result = async {
+            let mut tls = TlsConnector::from(Arc::new(config))
+                .connect(name, tcp)
+                .await
+                .map_err(|e| e.to_string())?;
+            // TLS 1.3 reports a refused client certificate after the handshake: a round trip
+            // tells.
+            tls.write_all(b"x").await.map_err(|e| e.to_string())?;
+            tls.flush().await.map_err(|e| e.to_string())?;
+            let mut byte = [0u8; 1];
+            tls.read_exact(&mut byte).await.map_err(|e| e.to_string())?;
+            let (_, session) = tls.get_ref();
+            Ok(session.peer_certificates().expect("a server certificate")[0].to_vec())
+        }
+        .await;
+        accepting.abort();
+        result
+    }
+
+    /// The configuration is rebuilt when the certificate files change (a rotated Secret) and
+    /// when kube-apiserver's front-proxy CA changes: new connections see the new serving
+    /// certificate, and only the new CA's client certificates are accepted.
+    #[tokio::test]
+    async fn a_rotated_certificate_and_front_proxy_ca_take_effect_without_a_restart() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let serving = ServingCertificate {
+            cert_file: dir.path().join("tls.crt"),
+            key_file: dir.path().join("tls.key"),
+        };
+        let write = |cert: &(String, String)| {
+            std::fs::write(&serving.cert_file, &cert.0).expect("tls.crt");
+            std::fs::write(&serving.key_file, &cert.1).expect("tls.key");
+        };
+        let (serving_ca, proxy_ca, next_proxy_ca) = (
+            Ca::new("serving").expect("a CA"),
+            Ca::new("front-proxy").expect("a CA"),
+            Ca::new("front-proxy-2").expect("a CA"),
+        );
+        let first = serving_ca.issue_server(&[]).expect("a certificate");
+        write(&first);
+        let proxy = proxy_ca
+            .issue_client("front-proxy-client", &[])
+            .expect("a client");
+        let next_proxy = next_proxy_ca
+            .issue_client("front-proxy-client", &[])
+            .expect("a client");
+        let (proxy_tx, proxy_rx) = watch::channel(Some(front_proxy(&proxy_ca)));
+        let mut config = follow(serving.clone(), proxy_rx);
+        config
+            .wait_for(Option::is_some)
+            .await
+            .expect("a configuration");
+        let der = |pem: &str| {
+            CertificateDer::from_pem_slice(pem.as_bytes())
+                .expect("DER")
+                .to_vec()
+        };
+        assert_eq!(
+            handshake(&config, &[&serving_ca], &proxy).await,
+            Ok(der(&first.0))
+        );
+
+        // The Secret rotates: a new certificate from the same CA is served once the files
+        // are read again.
+        let second = serving_ca.issue_server(&[]).expect("a certificate");
+        // A modification time that differs even on coarse filesystem clocks.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        write(&second);
+        tokio::time::timeout(RELOAD_EVERY * 2, config.changed())
+            .await
+            .expect("reloaded in time")
+            .expect("still followed");
+        assert_eq!(
+            handshake(&config, &[&serving_ca], &proxy).await,
+            Ok(der(&second.0))
+        );
+
+        // kube-apiserver's front-proxy CA rotates: the old proxy certificate is refused.
+        proxy_tx.send_replace(Some(front_proxy(&next_proxy_ca)));
+        config.changed().await.expect("still followed");
+        assert_eq!(
+            handshake(&config, &[&serving_ca], &next_proxy).await,
+            Ok(der(&second.0))
+        );
+        let refused = handshake(&config, &[&serving_ca], &proxy).await;
+        assert!(refused.is_err(), "the old front proxy was accepted");
+    }
+}
