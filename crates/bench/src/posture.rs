@@ -326,6 +326,8 @@ async fn watch_catch_up(
     use kube::core::PartialObjectMeta;
     use kube::runtime::{WatchStreamExt, watcher};
     use std::collections::{HashMap, HashSet};
+    // One event at a time passes through: boxing the larger variant would save nothing.
+    #[allow(clippy::large_enum_variant)]
     enum Seen {
         Pod(watcher::Event<PartialObjectMeta<Pod>>),
         Posture(watcher::Event<WorkloadPosture>),
