@@ -209,10 +209,17 @@ struct Pending {
     policies: HashMap<String, (Instant, Instant)>,
 }
 
-/// Entries are dropped when their object goes away without an end (a binding deleted before
-/// reporting, a policy whose objects never all get written); past this many, they are
-/// forgotten at once (losing a measurement, never making one up).
+/// Entries whose end never comes (a binding deleted before it reported, a policy whose objects
+/// never all get written) stay; past this many, all are forgotten at once (losing
+/// measurements, never making one up).
 const PENDING_BOUND: usize = 4096;
+
+/// Makes room for `key` in `map` within [`PENDING_BOUND`].
+fn make_room<V>(map: &mut HashMap<String, V>, key: &str) {
+    if map.len() >= PENDING_BOUND && !map.contains_key(key) {
+        map.clear();
+    }
+}
 
 impl TimeToProtect {
     fn new() -> Self {
@@ -241,9 +248,7 @@ impl TimeToProtect {
             pending.changes.remove(uid);
             return None;
         }
-        if pending.changes.len() >= PENDING_BOUND && !pending.changes.contains_key(uid) {
-            pending.changes.clear();
-        }
+        make_room(&mut pending.changes, uid);
         let entry = pending
             .changes
             .entry(uid.to_owned())
@@ -257,9 +262,7 @@ impl TimeToProtect {
     /// The policy `key` was just rewritten for a binding change first seen at `since`.
     pub fn policy_written(&self, key: String, since: Instant) {
         let mut pending = self.pending();
-        if pending.policies.len() >= PENDING_BOUND && !pending.policies.contains_key(&key) {
-            pending.policies.clear();
-        }
+        make_room(&mut pending.policies, &key);
         pending.policies.insert(key, (since, Instant::now()));
     }
 
@@ -349,6 +352,7 @@ mod tests {
         let first = ttp.binding_seen("uid", Some(2), false).expect("pending");
         assert_eq!(ttp.binding_seen("uid", Some(2), false), Some(first));
         let before_rewrite = Instant::now();
+        std::thread::sleep(Duration::from_millis(1));
         ttp.policy_written("NimbusPolicy/ns/b".into(), first);
         // A reconcile begun before the rewrite read the policy as it was: it does not end it.
         ttp.protected("NimbusPolicy/ns/b", before_rewrite);
