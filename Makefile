@@ -28,9 +28,9 @@ control-plane:
 	bash hack/build-control-plane.sh
 
 # helm and kustomize for the packaging tests, netpol-decider for the efficacy tests, kubectl
-# for the posture API tests and health-judge for the GitOps health test, from pinned Go modules,
-# cached in ~/.cache/nimbus-rs/tools, each on its own (cold: ~5 min on 2 cores, and ~4 more for
-# health-judge; warm: instant).
+# for the posture API tests, health-judge for the GitOps health test and promtool for the alert
+# tests, from pinned Go modules, cached in ~/.cache/nimbus-rs/tools, each on its own (cold: ~5
+# min on 2 cores, ~4 more for health-judge and ~5.5 more for promtool; warm: instant).
 tools:
 	bash hack/build-tools.sh
 

@@ -10,9 +10,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -37,6 +38,18 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// A posture verdict (`Protected`, `Partial`, `Unprotected`, `Audited`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub verdict: &'static str,
+}
+
+/// A policy's `Ready` condition: `True`, `False`, or `Unknown` before its first status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadyLabels {
+    pub ready: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
@@ -59,6 +72,13 @@ pub struct Metrics {
     /// Kubernetes Events queued and not yet written.
     pub events_queued: Gauge,
     pub leader: Gauge,
+    /// Workloads by posture verdict. Set by the posture computation, so only where the posture
+    /// API runs (every replica computes it, leader or not).
+    pub workloads: Family<VerdictLabels, Gauge>,
+    /// NimbusPolicies and ClusterNimbusPolicies by their `Ready` condition, as cached. Set with
+    /// [`Self::workloads`], so only where the posture API runs.
+    pub policies: Family<ReadyLabels, Gauge>,
+    pub time_to_protect: TimeToProtect,
 }
 
 impl Default for Metrics {
@@ -123,6 +143,24 @@ impl Default for Metrics {
             "1 while this replica holds the lease (or runs without election)",
             leader.clone(),
         );
+        let workloads = Family::<VerdictLabels, Gauge>::default();
+        registry.register(
+            "workloads",
+            "Workloads by posture verdict (computed only where the posture API runs)",
+            workloads.clone(),
+        );
+        let policies = Family::<ReadyLabels, Gauge>::default();
+        registry.register(
+            "policies",
+            "NimbusPolicies and ClusterNimbusPolicies by Ready condition (computed only where the posture API runs)",
+            policies.clone(),
+        );
+        let time_to_protect = TimeToProtect::new();
+        registry.register(
+            "time_to_protect_seconds",
+            "From the operator first seeing a binding's new generation to every native object of a policy that change rewrote being written",
+            time_to_protect.histogram.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -142,6 +180,104 @@ impl Default for Metrics {
             events_dropped,
             events_queued,
             leader,
+            workloads,
+            policies,
+            time_to_protect,
+        }
+    }
+}
+
+/// Time to protect: how long after the operator first sees a binding's new generation every
+/// native object of a policy that change rewrote has been written (created, updated or found
+/// as generated; none failed or held by another owner). Only what this replica saw from start
+/// to end is measured: a change that rewrote no policy (a label, a typo in a selector), a
+/// policy rewritten for another reason (an intent or a namespace changed, drift undone), or a
+/// leader change halfway are not. One observation per rewritten policy, so a cluster binding
+/// fanning out to many namespaces counts once per namespace.
+#[derive(Clone)]
+pub struct TimeToProtect {
+    histogram: Histogram,
+    pending: Arc<Mutex<Pending>>,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// Binding UID → its generation not yet reported in its status, and when it was first seen.
+    changes: HashMap<String, (Option<i64>, Instant)>,
+    /// Policy key → when the binding change it was rewritten for was first seen, and when it
+    /// was rewritten.
+    policies: HashMap<String, (Instant, Instant)>,
+}
+
+/// Entries whose end never comes (a binding deleted before it reported, a policy whose objects
+/// never all get written) stay; past this many, all are forgotten at once (losing
+/// measurements, never making one up).
+const PENDING_BOUND: usize = 4096;
+
+/// Makes room for `key` in `map` within [`PENDING_BOUND`].
+fn make_room<V>(map: &mut HashMap<String, V>, key: &str) {
+    if map.len() >= PENDING_BOUND && !map.contains_key(key) {
+        map.clear();
+    }
+}
+
+impl TimeToProtect {
+    fn new() -> Self {
+        // 10 ms to about 11 minutes.
+        Self {
+            histogram: Histogram::new(exponential_buckets(0.01, 2.0, 17)),
+            pending: Arc::default(),
+        }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The binding with `uid` is being reconciled at `generation`; `reported`: its status
+    /// already says it observed that generation. Returns when the change was first seen, while
+    /// it is not reported.
+    pub fn binding_seen(
+        &self,
+        uid: &str,
+        generation: Option<i64>,
+        reported: bool,
+    ) -> Option<Instant> {
+        let mut pending = self.pending();
+        if reported {
+            pending.changes.remove(uid);
+            return None;
+        }
+        make_room(&mut pending.changes, uid);
+        let entry = pending
+            .changes
+            .entry(uid.to_owned())
+            .or_insert((generation, Instant::now()));
+        if entry.0 != generation {
+            *entry = (generation, Instant::now());
+        }
+        Some(entry.1)
+    }
+
+    /// The policy `key` was just rewritten for a binding change first seen at `since`.
+    pub fn policy_written(&self, key: String, since: Instant) {
+        let mut pending = self.pending();
+        make_room(&mut pending.policies, &key);
+        pending.policies.insert(key, (since, Instant::now()));
+    }
+
+    /// A reconcile of the policy `key` that `began` then wrote every native object of it.
+    /// Only one begun after the rewrite ends the timing: one begun before read the policy as
+    /// it was (and the rewrite's own event reconciles it again).
+    pub fn protected(&self, key: &str, began: Instant) {
+        let mut pending = self.pending();
+        let Some(&(since, rewritten)) = pending.policies.get(key) else {
+            return;
+        };
+        if began >= rewritten {
+            pending.policies.remove(key);
+            drop(pending);
+            self.histogram.observe(since.elapsed().as_secs_f64());
         }
     }
 }
@@ -191,5 +327,47 @@ impl Metrics {
             }),
         );
         crate::health::serve_router(addr, app, shutdown).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(metrics: &Metrics) -> String {
+        let text = metrics.encode();
+        let count = text
+            .lines()
+            .find(|l| l.starts_with("nimbus_time_to_protect_seconds_count"))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_default();
+        count.to_owned()
+    }
+
+    #[test]
+    fn time_to_protect_spans_a_change_from_first_sight_to_its_policy_protected() {
+        let metrics = Metrics::default();
+        let ttp = &metrics.time_to_protect;
+        // Seen at generation 2 (reported: 1), retried: still timed from the first sighting.
+        let first = ttp.binding_seen("uid", Some(2), false).expect("pending");
+        assert_eq!(ttp.binding_seen("uid", Some(2), false), Some(first));
+        let before_rewrite = Instant::now();
+        std::thread::sleep(Duration::from_millis(1));
+        ttp.policy_written("NimbusPolicy/ns/b".into(), first);
+        // A reconcile begun before the rewrite read the policy as it was: it does not end it.
+        ttp.protected("NimbusPolicy/ns/b", before_rewrite);
+        assert_eq!(observed(&metrics), "0");
+        // Protected once: a second pass observes nothing more.
+        ttp.protected("NimbusPolicy/ns/b", Instant::now());
+        ttp.protected("NimbusPolicy/ns/b", Instant::now());
+        assert_eq!(observed(&metrics), "1");
+        // Once reported, a rewrite of the policy (an intent changed) is not the binding's.
+        assert_eq!(ttp.binding_seen("uid", Some(2), true), None);
+        // A newer generation starts anew.
+        let third = ttp.binding_seen("uid", Some(3), false).expect("pending");
+        assert!(third >= first);
+        // A policy never rewritten for a change is never observed.
+        ttp.protected("NimbusPolicy/ns/other", Instant::now());
+        assert_eq!(observed(&metrics), "1");
     }
 }

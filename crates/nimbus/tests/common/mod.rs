@@ -313,12 +313,13 @@ pub fn workspace_root() -> std::path::PathBuf {
 }
 
 /// The test tools `hack/build-tools.sh` builds.
-const TOOLS: [&str; 5] = [
+const TOOLS: [&str; 6] = [
     "helm",
     "kustomize",
     "netpol-decider",
     "kubectl",
     "health-judge",
+    "promtool",
 ];
 
 /// The directory holding the test tools ([`TOOLS`]): `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
@@ -446,8 +447,8 @@ fn judge_with<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{tool} JSON: {e}"))
 }
 
-/// Runs helm or kustomize in the workspace root and returns its stdout; fails the test with its
-/// output when it fails.
+/// Runs a test tool (helm, kustomize, promtool…) in the workspace root and returns its stdout;
+/// fails the test with its output when it fails.
 pub fn run_tool(tool: &str, args: &[&str]) -> String {
     let output = std::process::Command::new(tools_dir().join(tool))
         .args(args)

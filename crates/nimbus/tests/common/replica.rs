@@ -62,6 +62,21 @@ impl Replica {
             .sum()
     }
 
+    /// The names of the series `/metrics` exports, as Prometheus stores them (a counter `x`
+    /// as `x_total`, a histogram's as `x_bucket`, `x_sum`, `x_count`). A family with no sample
+    /// yet (no reconcile has failed) is not exported at all.
+    pub async fn exported_series(&self) -> std::collections::BTreeSet<String> {
+        let (_, body) = http_get(self.metrics, "/metrics")
+            .await
+            .unwrap_or_else(|| panic!("{}: /metrics unreachable", self.name));
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Whether `/readyz` answers 200 (`Err`: what it answered instead).
     pub async fn ready(&self) -> Result<(), String> {
         match http_get(self.health, "/readyz").await {

@@ -1,7 +1,7 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace: observe → plan →
 //! execute → report.
 
-use super::{Context, update_status, write_own_policy};
+use super::{Context, binding_change_seen, update_status, write_own_policy};
 use crate::error::Error;
 use crate::write::{Executed, is_controlled_by, unless_left_behind};
 use kube::runtime::controller::Action;
@@ -20,6 +20,11 @@ pub async fn reconcile(
         .namespace()
         .ok_or_else(|| Error::MissingField(sib.name_any(), "metadata.namespace"))?;
     let name = sib.name_any();
+    let change_seen = binding_change_seen(
+        &ctx,
+        &*sib,
+        sib.status.as_ref().and_then(|s| s.observed_generation),
+    );
     let policies: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &namespace);
 
     let observed = ctx.policies.get(&ObjectRef::new(&name).within(&namespace));
@@ -46,6 +51,7 @@ pub async fn reconcile(
                 desired,
                 ours,
                 created,
+                change_seen,
                 &mut executed,
             )
             .await?

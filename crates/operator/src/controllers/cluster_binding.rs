@@ -2,7 +2,10 @@
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace: observe → plan → execute →
 //! report.
 
-use super::{Context, publish_changes, update_status, write_own_policy};
+use super::{
+    Context, binding_change_seen, policy_rewritten, publish_changes, update_status,
+    write_own_policy,
+};
 use crate::error::Error;
 use crate::write::{Change, Executed, is_controlled_by, unless_left_behind, write_policy};
 use futures::{StreamExt, TryStreamExt, stream};
@@ -13,12 +16,18 @@ use nimbus_api::{ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy
 use nimbus_core::status::{self, Outcome};
 use nimbus_core::{names, plan};
 use std::sync::Arc;
+use std::time::Instant;
 
 pub async fn reconcile(
     csib: Arc<ClusterSecurityIntentBinding>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let name = csib.name_any();
+    let change_seen = binding_change_seen(
+        &ctx,
+        &*csib,
+        csib.status.as_ref().and_then(|s| s.observed_generation),
+    );
     let cluster_api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
     let observed = ctx.cluster_policies.get(&ObjectRef::new(&name));
     let observed = unless_left_behind(&cluster_api, &*csib, observed).await?;
@@ -52,11 +61,13 @@ pub async fn reconcile(
                     desired,
                     ours,
                     created,
+                    change_seen,
                     &mut executed,
                 )
                 .await?
             };
-            let attempts = namespace_policies(&ctx, &csib, plan, &mut executed).await?;
+            let attempts =
+                namespace_policies(&ctx, &csib, plan, change_seen, &mut executed).await?;
             (cluster, attempts)
         }
     };
@@ -97,6 +108,7 @@ async fn namespace_policies(
     ctx: &Context,
     csib: &ClusterSecurityIntentBinding,
     plan: &plan::ClusterBindingPolicies,
+    change_seen: Option<Instant>,
     executed: &mut Executed,
 ) -> Result<Vec<Attempt<bool, String>>, Error> {
     let policy_name = names::cluster_binding_policy_name(&csib.name_any());
@@ -104,7 +116,14 @@ async fn namespace_policies(
     let results: Vec<_> = stream::iter(0..plan.namespaces.len())
         .map(|i| {
             let (namespace, desired) = &plan.namespaces[i];
-            namespace_policy(ctx, csib, &policy_name, namespace, desired.as_ref())
+            namespace_policy(
+                ctx,
+                csib,
+                &policy_name,
+                namespace,
+                desired.as_ref(),
+                change_seen,
+            )
         })
         .buffered(FAN_OUT)
         .try_collect()
@@ -127,13 +146,14 @@ async fn namespace_policies(
 
 /// Converges the binding's NimbusPolicy `policy_name` in `namespace` to `desired`. Returns the
 /// policy the binding owns there (before the write) and the write's result, `None` when
-/// another object holds the name.
+/// another object holds the name. `change_seen`: as for [`write_own_policy`].
 async fn namespace_policy(
     ctx: &Context,
     csib: &ClusterSecurityIntentBinding,
     policy_name: &str,
     namespace: &str,
     desired: Option<&NimbusPolicy>,
+    change_seen: Option<Instant>,
 ) -> Result<Attempt<Option<Change>, Error>, Error> {
     let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), namespace);
     let observed = ctx
@@ -157,5 +177,9 @@ async fn namespace_policy(
         &ctx.policies_created,
     )
     .await;
+    // At once, not after the whole fan-out: the policy controller may finish this one first.
+    if let (Ok(Some(change)), Some(desired)) = (&write, desired) {
+        policy_rewritten(ctx, desired, *change, change_seen);
+    }
     Ok((ours, Some(write)))
 }

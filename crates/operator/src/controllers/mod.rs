@@ -16,14 +16,14 @@ use kube::{Api, Resource, ResourceExt};
 use nimbus_core::status::Outcome;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Requeue delay after a first failed reconcile; it doubles with each further failure of the
 /// same object, up to the resync period.
 const RETRY: Duration = Duration::from_secs(5);
 
-/// The key failures of `obj` are counted under.
-pub(crate) fn failure_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+/// The key `obj`'s failures are counted (and its time to protect kept) under.
+pub(crate) fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
     format!(
         "{}/{}/{}",
         K::kind(&()),
@@ -40,7 +40,7 @@ pub fn error_policy<K: Resource<DynamicType = ()>>(
     err: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let failures = ctx.count_failure(&failure_key(&*obj));
+    let failures = ctx.count_failure(&object_key(&*obj));
     let delay = retry_delay(failures, err.is_permanent(), ctx.resync);
     tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, failures, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
@@ -59,7 +59,9 @@ fn retry_delay(failures: u32, permanent: bool, resync: Duration) -> Duration {
 /// Writes the policy `binding` generates under its own name (`desired`, or deletes `ours`, the
 /// one it owns, when nothing is desired), announces what changed, and returns what it did for
 /// the binding's status. `created`: the policies of that kind this process created and the
-/// cache does not show yet.
+/// cache does not show yet. `change_seen`: when the binding change being reconciled was first
+/// seen, if it is one (see [`crate::metrics::TimeToProtect`]).
+#[allow(clippy::too_many_arguments)]
 async fn write_own_policy<'a, B, P>(
     ctx: &Context,
     binding: &B,
@@ -67,6 +69,7 @@ async fn write_own_policy<'a, B, P>(
     desired: Option<&P>,
     ours: Option<&'a P>,
     created: &Creations,
+    change_seen: Option<Instant>,
     executed: &mut Executed,
 ) -> Result<Outcome<'a, P>, Error>
 where
@@ -76,11 +79,44 @@ where
     let write = executed.record(write_policy(&ctx.written, api, desired, ours, created).await)?;
     if let Ok(Some(change)) = write {
         publish_changes::<_, P>(ctx, binding, &binding.name_any(), &[(None, change)]);
+        if let Some(desired) = desired {
+            policy_rewritten(ctx, desired, change, change_seen);
+        }
     }
     Ok(Outcome::Owned {
         observed: ours,
         write: write.map(|change| change.is_some()),
     })
+}
+
+/// Starts timing the protection of `policy`, just `change`d for a binding change first seen at
+/// `change_seen`.
+fn policy_rewritten<P: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    policy: &P,
+    change: Change,
+    change_seen: Option<Instant>,
+) {
+    if let (Some(since), Change::Created | Change::Updated) = (change_seen, change) {
+        ctx.metrics
+            .time_to_protect
+            .policy_written(object_key(policy), since);
+    }
+}
+
+/// When the change of `binding` being reconciled was first seen, unless its status already
+/// reports its generation (then no change is pending: whatever it rewrites now is not timed).
+fn binding_change_seen<B: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    binding: &B,
+    observed_generation: Option<i64>,
+) -> Option<Instant> {
+    let generation = binding.meta().generation;
+    ctx.metrics.time_to_protect.binding_seen(
+        binding.meta().uid.as_deref().unwrap_or_default(),
+        generation,
+        observed_generation == generation,
+    )
 }
 
 /// One Normal event on `binding` per kind of change to its `P` policies named `name`: where

@@ -148,6 +148,7 @@ async fn sync<K>(
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
+    let began = std::time::Instant::now();
     if claim == Claim::Restoring {
         // The binding controller's write of the policy triggers this again.
         return Ok(Action::requeue(ctx.resync));
@@ -168,6 +169,15 @@ where
 
     let mut executed = Executed::default();
     let natives = apply_natives(ctx, input, &translation.objects, &mut executed).await?;
+    if bound
+        && natives
+            .iter()
+            .all(|n| matches!(n.outcome, NativeOutcome::Written | NativeOutcome::Unchanged))
+    {
+        ctx.metrics
+            .time_to_protect
+            .protected(&super::object_key(policy), began);
+    }
     // An unbound policy prunes nothing either: one its binding's operator-written content was
     // tampered with is restored by the binding controller, and what is in force meanwhile stays.
     let pruned = if bound {

@@ -10,6 +10,7 @@ use crate::availability::{self, Served};
 use crate::cache::{Cache, Driver};
 use crate::context::Context;
 use crate::controllers::policy::Claim;
+use crate::metrics::{ReadyLabels, VerdictLabels};
 use crate::write::object::is_controlled_by;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -24,8 +25,11 @@ use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
-use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
-use nimbus_api::{BindingPreview, ClusterSecurityIntentBinding, SecurityIntentBinding};
+use nimbus_api::posture::{NamespacePosture, Reference, Verdict, WorkloadPosture};
+use nimbus_api::{
+    BindingPreview, ClusterSecurityIntentBinding, NimbusPolicyStatus, SecurityIntentBinding,
+    condition,
+};
 use nimbus_core::engines::{self, MANAGED_BY, NativeKind, POLICY_REPORT, PolicyInput};
 use nimbus_core::netpol::InvalidPolicy;
 use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
@@ -483,6 +487,7 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
             posture
         })
         .collect();
+    export_counts(ctx, &workload_postures);
     let mut by_namespace: BTreeMap<&str, Vec<&WorkloadPosture>> = BTreeMap::new();
     for posture in &workload_postures {
         if let Some(ns) = posture.metadata.namespace.as_deref() {
@@ -514,6 +519,55 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
         previews: preview::binding_previews(&coverage, &workload_postures),
         workloads: workload_postures,
         namespaces: namespace_postures,
+    }
+}
+
+/// Sets the workloads-by-verdict and policies-by-readiness gauges (every value, zeros too, so
+/// a verdict no workload has reads 0 rather than absent).
+fn export_counts(ctx: &Context, workloads: &[WorkloadPosture]) {
+    let metrics = &ctx.metrics;
+    // Those a workload can have (`NoWorkloads` is a namespace's).
+    for verdict in [
+        Verdict::Protected,
+        Verdict::Partial,
+        Verdict::Unprotected,
+        Verdict::Audited,
+    ] {
+        let count = workloads.iter().filter(|w| w.verdict == verdict).count();
+        metrics
+            .workloads
+            .get_or_create(&VerdictLabels {
+                verdict: verdict.as_str(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+    let ready = |status: Option<&NimbusPolicyStatus>| {
+        status
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == condition::READY))
+            .map_or("Unknown", |c| match c.status.as_str() {
+                "True" => "True",
+                "False" => "False",
+                _ => "Unknown",
+            })
+    };
+    let mut counts: BTreeMap<&str, i64> = ["True", "False", "Unknown"]
+        .into_iter()
+        .map(|r| (r, 0))
+        .collect();
+    let policies = ctx.policies.state();
+    let cluster_policies = ctx.cluster_policies.state();
+    let statuses = policies
+        .iter()
+        .map(|p| p.status.as_ref())
+        .chain(cluster_policies.iter().map(|p| p.status.as_ref()));
+    for status in statuses {
+        *counts.entry(ready(status)).or_default() += 1;
+    }
+    for (ready, count) in counts {
+        metrics
+            .policies
+            .get_or_create(&ReadyLabels { ready })
+            .set(count);
     }
 }
 

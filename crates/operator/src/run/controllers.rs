@@ -268,7 +268,7 @@ where
             let in_flight = ctx.metrics.in_flight.get_or_create(&labels).clone();
             in_flight.inc();
             let started = Instant::now();
-            let key = crate::controllers::failure_key(&*obj);
+            let key = crate::controllers::object_key(&*obj);
             // Named for the debug log only when it is on: this runs for every reconcile.
             let subject =
                 tracing::enabled!(tracing::Level::DEBUG).then(|| (obj.name_any(), obj.namespace()));
