@@ -1007,8 +1007,25 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
 
     // At rest, nothing is to change: whatever happens to the replicas or the control plane, no
     // generated object may be deleted and re-created, even for a moment. The churn's last
-    // reconciles and the Events they queued are done first: a Warning the churn caused is not
-    // the disruptions' doing.
+    // reconciles and the Events they queued are done first, and the namespaces it deleted are
+    // gone: a Warning or a deletion the churn caused is not the disruptions' doing.
+    eventually(
+        "the namespaces the churn deleted to be gone",
+        CONVERGE,
+        async |seen| {
+            let terminating: Vec<String> = namespaces
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .into_iter()
+                .filter(|n| n.metadata.deletion_timestamp.is_some())
+                .map(|n| n.name_any())
+                .collect();
+            *seen = format!("terminating: {terminating:?}");
+            terminating.is_empty().then_some(())
+        },
+    )
+    .await;
     settled(&client, &replicas).await;
     let monitor = Monitor::start(
         &client,

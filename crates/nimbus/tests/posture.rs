@@ -1007,12 +1007,35 @@ async fn list_and_watch_keep_the_api_contract() {
         let api = api.clone();
         async move { names(&api.list(&params).await.expect("a selected list").items) }
     };
+    // Another test of this binary removes and restores KubeArmor's CRD, which moves verdicts:
+    // the selector must pick exactly the postures whose own verdict matches, in one moment.
     let verdict = |v: &str| ListParams::default().labels(&format!("{VERDICT_LABEL}={v}"));
-    assert_eq!(selected(verdict("Protected")).await, ["pod-web"]);
-    assert_eq!(
-        selected(verdict("Unprotected")).await,
-        ["pod-cache", "pod-db"]
-    );
+    eventually(
+        "each verdict selector to select exactly the postures with that verdict",
+        CONVERGE,
+        async |seen| {
+            let before = api.list(&Default::default()).await.ok()?.items;
+            let mut found = Vec::new();
+            for v in [Verdict::Protected, Verdict::Partial, Verdict::Unprotected] {
+                let expected: Vec<String> = names(&before)
+                    .into_iter()
+                    .zip(&before)
+                    .filter(|(_, p)| p.verdict == v)
+                    .map(|(n, _)| n)
+                    .collect();
+                found.push((v, expected.clone(), selected(verdict(v.as_str())).await));
+            }
+            let after = api.list(&Default::default()).await.ok()?.items;
+            *seen = format!("{found:?}");
+            // Verdicts that moved meanwhile prove nothing: look again.
+            let steady = before
+                .iter()
+                .map(|p| p.verdict)
+                .eq(after.iter().map(|p| p.verdict));
+            (steady && found.iter().all(|(_, expected, got)| expected == got)).then_some(())
+        },
+    )
+    .await;
     assert_eq!(
         selected(ListParams::default().fields("metadata.name=pod-db")).await,
         ["pod-db"]

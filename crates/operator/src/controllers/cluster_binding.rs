@@ -36,10 +36,15 @@ pub async fn reconcile(
         .filter(|p| is_controlled_by(*p, &csib.uid().unwrap_or_default()));
 
     let namespaces = ctx.namespaces.state();
+    // A namespace being deleted takes its policies with it, and nothing may be created there:
+    // it is left alone.
     let plan = plan::cluster_binding(
         &csib,
         |n| ctx.intents.get(&ObjectRef::new(n)),
-        namespaces.iter().map(|ns| &**ns),
+        namespaces
+            .iter()
+            .filter(|ns| ns.metadata.deletion_timestamp.is_none())
+            .map(|ns| &**ns),
         &ctx.protected_namespaces,
     );
 

@@ -237,6 +237,19 @@ fn translation_inputs_changed(
 /// reconcile would take "not listed yet" for "absent", and delete what is in force), and only
 /// while this replica leads (a standby keeps its caches warm and is reconciled in full when it
 /// takes over); records metrics about it.
+/// How soon an object in a namespace being deleted is looked at again.
+const TERMINATING_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether `obj` is in a namespace being deleted: everything there is going, and nothing may
+/// be created there, so reconciling it could only fail (and say so in statuses and Events).
+fn in_terminating_namespace<K: Resource>(ctx: &Context, obj: &K) -> bool {
+    obj.meta().namespace.as_ref().is_some_and(|ns| {
+        ctx.namespaces
+            .get(&ObjectRef::new(ns))
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+    })
+}
+
 fn gated<K, F, Fut>(
     controller: &'static str,
     store: Store<K>,
@@ -263,6 +276,11 @@ where
             };
             if !*ctx.leading.borrow() {
                 return Ok(Action::await_change());
+            }
+            // Looked at again later: the namespace cache may be behind (the namespace deleted
+            // and created again), and no namespace event requeues a policy.
+            if in_terminating_namespace(&ctx, &*obj) {
+                return Ok(Action::requeue(TERMINATING_RECHECK));
             }
             let labels = ControllerLabels { controller };
             let in_flight = ctx.metrics.in_flight.get_or_create(&labels).clone();
