@@ -686,6 +686,21 @@ mod tests {
         .expect("valid policy")
     }
 
+    /// What `np` covers, every engine installed and every object present.
+    fn coverage_of(np: &NimbusPolicy, binding: Option<Reference>) -> PolicyCoverage {
+        let input = PolicyInput::namespaced(np, "p");
+        let translation = engines::translate(&input, &Environment::default(), &EngineSet::all());
+        PolicyCoverage::new(&crate::posture::PolicyFacts {
+            input: &input,
+            translation: &translation,
+            engines: &EngineSet::all(),
+            present: &|_| true,
+            intent_name: &|_| None,
+            binding,
+            protected: &Default::default(),
+        })
+    }
+
     fn planned_for(id: &str, action: &str) -> Vec<Planned> {
         let np = policy(id, action);
         let input = PolicyInput::namespaced(&np, "p");
@@ -840,18 +855,7 @@ mod tests {
     /// no preview.
     #[test]
     fn the_preview_is_bounded_and_says_what_it_cannot_compute() {
-        let np = policy("dnsManipulation", "Audit");
-        let input = PolicyInput::namespaced(&np, "p");
-        let translation = engines::translate(&input, &Environment::default(), &EngineSet::all());
-        let coverage = crate::posture::PolicyCoverage::new(&crate::posture::PolicyFacts {
-            input: &input,
-            translation: &translation,
-            engines: &EngineSet::all(),
-            present: &|_| true,
-            intent_name: &|_| None,
-            binding: None,
-            protected: &Default::default(),
-        });
+        let coverage = coverage_of(&policy("dnsManipulation", "Audit"), None);
         let web = workload("shop", "web", Some("10.244.0.10"), &[]);
         let mut posture = crate::posture::workload_posture(&web, &[coverage]);
         let many: BTreeSet<BlockedConnection> = (0..MAX_LISTED + 5)
@@ -942,21 +946,8 @@ mod tests {
             namespace: Some("shop".into()),
             name: "web".into(),
         };
-        let coverage = |action: &str| {
-            let np = policy("dnsManipulation", action);
-            let input = PolicyInput::namespaced(&np, "p");
-            let translation =
-                engines::translate(&input, &Environment::default(), &EngineSet::all());
-            crate::posture::PolicyCoverage::new(&crate::posture::PolicyFacts {
-                input: &input,
-                translation: &translation,
-                engines: &EngineSet::all(),
-                present: &|_| true,
-                intent_name: &|_| None,
-                binding: Some(binding.clone()),
-                protected: &Default::default(),
-            })
-        };
+        let coverage =
+            |action: &str| coverage_of(&policy("dnsManipulation", action), Some(binding.clone()));
         let audited = [coverage("Audit")];
         let web = workload("shop", "web", Some("10.244.0.10"), &[]);
         let connection = |port: u16, intent: &str| BlockedConnection {
@@ -1015,17 +1006,7 @@ mod tests {
             "psaLevel".to_owned(),
             vec!["baseline".to_owned()],
         )]));
-        let input = PolicyInput::namespaced(&np, "p");
-        let translation = engines::translate(&input, &Environment::default(), &EngineSet::all());
-        let coverage = crate::posture::PolicyCoverage::new(&crate::posture::PolicyFacts {
-            input: &input,
-            translation: &translation,
-            engines: &EngineSet::all(),
-            present: &|_| true,
-            intent_name: &|_| None,
-            binding: Some(binding.clone()),
-            protected: &Default::default(),
-        });
+        let coverage = coverage_of(&np, Some(binding.clone()));
         let mut web = workload("shop", "web", None, &[]);
         web.pods[0].controller = Some(OwnerReference {
             kind: "ReplicaSet".into(),

@@ -18,6 +18,17 @@ use tokio::sync::watch;
 /// Native kinds currently served.
 pub type Served = BTreeSet<&'static NativeKind>;
 
+/// Resolves once `kind` is served: what a CRD-backed kind's watch waits for.
+pub fn when_served(
+    served: &watch::Receiver<Served>,
+    kind: &'static NativeKind,
+) -> impl Future<Output = ()> + Send + 'static {
+    let mut served = served.clone();
+    async move {
+        let _ = served.wait_for(|s| s.contains(kind)).await;
+    }
+}
+
 /// Engines enabled and served.
 pub fn engine_set(enabled: &BTreeSet<Engine>, served: &Served) -> EngineSet {
     EngineSet {

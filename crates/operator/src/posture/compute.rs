@@ -140,12 +140,10 @@ impl Workloads {
             let mut cache: Cache<DynamicObject> =
                 Cache::with(Api::all_with(client.clone(), &resource), resource, config)
                     .strip(strip_report);
-            let mut gate = served.clone();
-            let gate = async move {
-                let _ = gate.wait_for(|s| s.contains(&POLICY_REPORT)).await;
-            };
             watches.changes.push(signal(cache.subscribe()));
-            watches.drivers.push(cache.driver_after(gate));
+            watches
+                .drivers
+                .push(cache.driver_after(availability::when_served(&served, &POLICY_REPORT)));
             KyvernoReports {
                 listed: cache.synced_flag(),
                 store: cache.store,

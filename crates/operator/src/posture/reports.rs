@@ -4,7 +4,7 @@
 //! our own reports, so the leader compares with what is stored without reading it.
 
 use super::compute::{Watches, signal};
-use crate::availability::Served;
+use crate::availability::{Served, when_served};
 use crate::cache::Cache;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -52,12 +52,10 @@ impl OwnReports {
                 let mut cache: Cache<DynamicObject> =
                     Cache::with(Api::all_with(client.clone(), &resource), resource, config)
                         .strip(|r| r.metadata.managed_fields = None);
-                let mut gate = served.clone();
-                let gate = async move {
-                    let _ = gate.wait_for(|s| s.contains(kind)).await;
-                };
                 watches.changes.push(signal(cache.subscribe()));
-                watches.drivers.push(cache.driver_after(gate));
+                watches
+                    .drivers
+                    .push(cache.driver_after(when_served(served, kind)));
                 Kind {
                     kind,
                     listed: cache.synced_flag(),

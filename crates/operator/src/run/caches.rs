@@ -2,7 +2,7 @@
 //! watches that fill them.
 
 use super::Config;
-use crate::availability::{Availability, Served};
+use crate::availability::{Availability, Served, when_served};
 use crate::cache::{Cache, Driver, counted};
 use crate::facts::FactCaches;
 use crate::metrics::Metrics;
@@ -158,14 +158,8 @@ impl Caches {
         ];
         drivers.extend(self.facts.drivers());
         // A native kind is watched once its CRD is served.
-        let served_kind = |kind: &'static NativeKind| {
-            let mut served = served.clone();
-            async move {
-                let _ = served.wait_for(|s| s.contains(kind)).await;
-            }
-        };
         for (kind, cache, _) in &mut self.natives {
-            drivers.push(cache.driver_after(served_kind(kind)));
+            drivers.push(cache.driver_after(when_served(&served, kind)));
         }
         // Watches run until the process stops. One that ends anyway is a bug: say so, and stop
         // reporting ready, but keep serving (only a signal ends `nimbus run`).
