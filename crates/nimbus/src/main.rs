@@ -224,6 +224,13 @@ pub struct EngineArgs {
     /// adapter that reads NimbusPolicies.
     #[arg(long, value_delimiter = ',', env = "NIMBUS_DISABLE_ENGINES")]
     disable_engines: Vec<Engine>,
+    /// Which of Kyverno's policy APIs to write in: `cel` (policies.kyverno.io/v1
+    /// ValidatingPolicy, MutatingPolicy and their namespaced forms; Kyverno 1.17+), `legacy`
+    /// (kyverno.io/v1 Policy and ClusterPolicy, as Nimbus; Kyverno 1.20 refuses new ones), or
+    /// `auto`: the CEL kinds where the cluster serves them, else the legacy ones. A switch
+    /// writes the new policies and deletes the old ones once Kyverno reports the new ones ready.
+    #[arg(long, default_value_t, env = "NIMBUS_KYVERNO_KINDS")]
+    kyverno_kinds: engines::KyvernoKinds,
     /// Namespace of the k8tls CronJobs (holding the k8tls ServiceAccount and ConfigMaps).
     #[arg(long, default_value = engines::DEFAULT_K8TLS_NAMESPACE)]
     k8tls_namespace: String,
@@ -276,6 +283,7 @@ impl EngineArgs {
             .into_iter()
             .filter(|e| !self.disable_engines.contains(e))
             .collect();
+        config.kyverno_kinds = self.kyverno_kinds;
         config.k8tls_namespace = self.k8tls_namespace.clone();
         config.virtual_patch_db = self.virtual_patch_db.clone();
         config.k8tls_image = self.k8tls_image.clone();

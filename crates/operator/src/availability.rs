@@ -8,7 +8,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{self, EngineSet, NativeKind};
+use nimbus_core::engines::{self, EngineSet, KyvernoKinds, NativeKind};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,12 +30,12 @@ pub fn when_served(
 }
 
 /// Engines enabled and served.
-pub fn engine_set(enabled: &BTreeSet<Engine>, served: &Served) -> EngineSet {
+pub fn engine_set(enabled: &BTreeSet<Engine>, kyverno: KyvernoKinds, served: &Served) -> EngineSet {
     EngineSet {
         enabled: enabled.clone(),
         installed: Engine::ALL
             .into_iter()
-            .filter(|e| engines::kinds(*e).iter().all(|k| served.contains(k)))
+            .filter(|e| engines::installed(*e, kyverno, |k| served.contains(k)))
             .collect(),
         ..EngineSet::default()
     }

@@ -23,6 +23,38 @@ pub struct NativeKind {
     /// Whether objects of the kind are policies listed in status (supporting objects, such as
     /// k8tls address lists, are not).
     pub listed: bool,
+    /// When an object of the kind acts: what replacing one kind by another waits for.
+    pub acts: Acts,
+}
+
+/// When a native object starts to act once written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Acts {
+    /// As soon as it is stored (what the API server and its built-in controllers read).
+    OnWrite,
+    /// Once Kyverno says it is ready (its webhooks configured for it): a legacy policy's
+    /// `Ready` condition, a CEL policy's `conditionStatus.ready`.
+    WhenKyvernoReady,
+}
+
+impl Acts {
+    /// Whether an object whose `status` is this acts.
+    pub fn judge(self, status: Option<&serde_json::Value>) -> bool {
+        match self {
+            Acts::OnWrite => true,
+            Acts::WhenKyvernoReady => status.is_some_and(|status| {
+                status.pointer("/conditionStatus/ready") == Some(&true.into())
+                    || status
+                        .get("conditions")
+                        .and_then(serde_json::Value::as_array)
+                        .is_some_and(|conditions| {
+                            conditions
+                                .iter()
+                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        })
+            }),
+        }
+    }
 }
 
 impl NativeKind {
@@ -54,6 +86,7 @@ pub const NETWORK_POLICY: NativeKind = NativeKind {
     crd: None,
     entry: "NetworkPolicy",
     listed: true,
+    acts: Acts::OnWrite,
 };
 pub const KUBEARMOR_POLICY: NativeKind = NativeKind {
     group: "security.kubearmor.com",
@@ -64,6 +97,7 @@ pub const KUBEARMOR_POLICY: NativeKind = NativeKind {
     crd: Some("kubearmorpolicies.security.kubearmor.com"),
     entry: "KubeArmorPolicy",
     listed: true,
+    acts: Acts::OnWrite,
 };
 pub const KYVERNO_POLICY: NativeKind = NativeKind {
     group: "kyverno.io",
@@ -74,6 +108,7 @@ pub const KYVERNO_POLICY: NativeKind = NativeKind {
     crd: Some("policies.kyverno.io"),
     entry: "KyvernoPolicy",
     listed: true,
+    acts: Acts::WhenKyvernoReady,
 };
 pub const KYVERNO_CLUSTER_POLICY: NativeKind = NativeKind {
     group: "kyverno.io",
@@ -84,7 +119,57 @@ pub const KYVERNO_CLUSTER_POLICY: NativeKind = NativeKind {
     crd: Some("clusterpolicies.kyverno.io"),
     entry: "KyvernoClusterPolicy",
     listed: true,
+    acts: Acts::WhenKyvernoReady,
 };
+/// Kyverno's CEL policy kinds (`policies.kyverno.io/v1`, served since Kyverno 1.17), which
+/// replace `Policy` and `ClusterPolicy`: Kyverno 1.20 refuses to create those, 1.21 removes them.
+const fn kyverno_cel(
+    kind: &'static str,
+    plural: &'static str,
+    crd: &'static str,
+    namespaced: bool,
+    entry: &'static str,
+) -> NativeKind {
+    NativeKind {
+        group: "policies.kyverno.io",
+        version: "v1",
+        kind,
+        plural,
+        namespaced,
+        crd: Some(crd),
+        entry,
+        listed: true,
+        acts: Acts::WhenKyvernoReady,
+    }
+}
+pub const KYVERNO_NAMESPACED_VALIDATING_POLICY: NativeKind = kyverno_cel(
+    "NamespacedValidatingPolicy",
+    "namespacedvalidatingpolicies",
+    "namespacedvalidatingpolicies.policies.kyverno.io",
+    true,
+    "KyvernoNamespacedValidatingPolicy",
+);
+pub const KYVERNO_VALIDATING_POLICY: NativeKind = kyverno_cel(
+    "ValidatingPolicy",
+    "validatingpolicies",
+    "validatingpolicies.policies.kyverno.io",
+    false,
+    "KyvernoValidatingPolicy",
+);
+pub const KYVERNO_NAMESPACED_MUTATING_POLICY: NativeKind = kyverno_cel(
+    "NamespacedMutatingPolicy",
+    "namespacedmutatingpolicies",
+    "namespacedmutatingpolicies.policies.kyverno.io",
+    true,
+    "KyvernoNamespacedMutatingPolicy",
+);
+pub const KYVERNO_MUTATING_POLICY: NativeKind = kyverno_cel(
+    "MutatingPolicy",
+    "mutatingpolicies",
+    "mutatingpolicies.policies.kyverno.io",
+    false,
+    "KyvernoMutatingPolicy",
+);
 pub const CRON_JOB: NativeKind = NativeKind {
     group: "batch",
     version: "v1",
@@ -94,6 +179,7 @@ pub const CRON_JOB: NativeKind = NativeKind {
     crd: None,
     entry: "CronJob",
     listed: true,
+    acts: Acts::OnWrite,
 };
 pub const CONFIG_MAP: NativeKind = NativeKind {
     group: "",
@@ -104,6 +190,7 @@ pub const CONFIG_MAP: NativeKind = NativeKind {
     crd: None,
     entry: "ConfigMap",
     listed: false,
+    acts: Acts::OnWrite,
 };
 pub const ROLE_BINDING: NativeKind = NativeKind {
     group: "rbac.authorization.k8s.io",
@@ -114,6 +201,7 @@ pub const ROLE_BINDING: NativeKind = NativeKind {
     crd: None,
     entry: "RoleBinding",
     listed: true,
+    acts: Acts::OnWrite,
 };
 
 /// Kyverno's reports of its background scans, one per resource, which the preview of audited
@@ -128,6 +216,7 @@ pub const POLICY_REPORT: NativeKind = NativeKind {
     crd: Some("policyreports.wgpolicyk8s.io"),
     entry: "PolicyReport",
     listed: false,
+    acts: Acts::OnWrite,
 };
 
 /// The native kinds `engine` writes.

@@ -6,6 +6,7 @@
 //! the [`engines!`] list below: [`Engine`], [`Engine::ALL`] and the registry derive from it.
 
 mod kinds;
+pub mod pss;
 mod spec;
 mod translate;
 
@@ -19,6 +20,7 @@ pub use k8tls::{
 };
 pub use kinds::*;
 pub use kyverno::virtual_patch::{self, VirtualPatches};
+pub use kyverno::{KyvernoApi, KyvernoKinds};
 pub use rbac::{DEFAULT_SANDBOX_CLUSTER_ROLES, sandbox_violations};
 pub use spec::{AUDIT, AuditForm, Enforces, EngineSpec, Fact, Permissions, rules_read};
 pub use translate::{
@@ -83,6 +85,19 @@ impl Engine {
         self.spec()
             .origins(intent)
             .is_some_and(|o| o.contains(&origin))
+    }
+}
+
+/// Whether `engine` can write: every kind it writes is served, or for Kyverno, those of the API
+/// `kyverno` puts in force.
+pub fn installed(
+    engine: Engine,
+    kyverno: KyvernoKinds,
+    served: impl Fn(&NativeKind) -> bool,
+) -> bool {
+    match engine {
+        Engine::Kyverno => kyverno.in_force(served).is_some(),
+        _ => kinds(engine).iter().all(|k| served(k)),
     }
 }
 

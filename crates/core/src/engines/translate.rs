@@ -4,7 +4,7 @@
 
 use super::{
     AUDIT, AuditForm, DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES,
-    Engine, MANAGED_BY, NativeKind, VirtualPatches, enforcing,
+    Engine, KyvernoApi, MANAGED_BY, NativeKind, VirtualPatches, enforcing,
 };
 use crate::intents::{self, BindingKind, Origin};
 use crate::names;
@@ -96,6 +96,8 @@ pub struct Environment {
     pub sandbox_cluster_roles: BTreeSet<String>,
     /// Namespaces cluster bindings never reach; cluster-wide admission rules exclude them.
     pub protected_namespaces: ProtectedNamespaces,
+    /// Which of Kyverno's policy APIs the Kyverno engine writes in.
+    pub kyverno: KyvernoApi,
 }
 
 impl Default for Environment {
@@ -111,6 +113,7 @@ impl Default for Environment {
                 .map(|r| (*r).to_owned())
                 .collect(),
             protected_namespaces: ProtectedNamespaces::default(),
+            kyverno: KyvernoApi::default(),
         }
     }
 }

@@ -5,7 +5,6 @@ use super::{Context, update_status};
 use crate::error::Error;
 use crate::metrics::EngineLabels;
 use crate::write::Executed;
-use crate::write::natives::Key;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -181,12 +180,7 @@ where
     // An unbound policy prunes nothing either: one its binding's operator-written content was
     // tampered with is restored by the binding controller, and what is in force meanwhile stays.
     let pruned = if bound {
-        let keep = translation
-            .objects
-            .iter()
-            .map(|generated| Key::of(generated.kind, &generated.object))
-            .collect();
-        prune_natives(ctx, uid, &keep, &engines).await?
+        prune_natives(ctx, uid, &translation.objects, &engines).await?
     } else {
         Vec::new()
     };
@@ -252,12 +246,12 @@ async fn apply_natives(
 async fn prune_natives(
     ctx: &Context,
     uid: &str,
-    keep: &BTreeSet<Key>,
+    generated: &[Generated],
     engines: &EngineSet,
 ) -> Result<Vec<Engine>, Error> {
     let pruned = ctx
         .natives
-        .prune(uid, keep, |engine| engines.active(engine))
+        .prune(uid, generated, |engine| engines.active(engine))
         .await?;
     for engine in &pruned {
         ctx.metrics
