@@ -162,6 +162,17 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ("networking.k8s.io", &["networkpolicies"], OWN, &[]),
         ("security.kubearmor.com", &["kubearmorpolicies"], OWN, &[]),
         ("kyverno.io", &["policies", "clusterpolicies"], OWN, &[]),
+        (
+            "policies.kyverno.io",
+            &[
+                "namespacedvalidatingpolicies",
+                "validatingpolicies",
+                "namespacedmutatingpolicies",
+                "mutatingpolicies",
+            ],
+            OWN,
+            &[],
+        ),
         ("rbac.authorization.k8s.io", &["rolebindings"], OWN, &[]),
         (
             "rbac.authorization.k8s.io",
