@@ -4,7 +4,7 @@
 use super::drift;
 use super::object::{self, is_controlled_by};
 use super::written::Written;
-use crate::cache::{Cache, Creations, Index, Place, place};
+use crate::cache::{Cache, Creations, Deletions, Index, Place, place};
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject};
@@ -55,6 +55,7 @@ pub fn cache(
         store: cache.store.clone(),
         owners,
         created: cache.creations(),
+        deleted: cache.deletions(),
         synced: cache.synced_flag(),
     };
     (cache, owned)
@@ -67,6 +68,7 @@ pub struct Owned {
     pub store: Store<NativeObject>,
     pub owners: Index,
     pub created: Creations,
+    pub deleted: Deletions,
     pub synced: watch::Receiver<bool>,
 }
 
@@ -242,7 +244,19 @@ impl Natives {
             if replacing.contains(&engine) && !writes(engine, kind) {
                 continue;
             }
+            // Already on its way out: deleted by this process (the store lags), or by anyone
+            // (it waits on finalizers).
+            let uid = obj.uid().unwrap_or_default();
+            let deletions = self.owned(kind).map(|o| &o.deleted);
+            if obj.metadata.deletion_timestamp.is_some()
+                || deletions.is_some_and(|d| d.pending(&uid))
+            {
+                continue;
+            }
             if self.delete(kind, &obj).await? {
+                if let Some(deletions) = deletions {
+                    deletions.deleted(&uid);
+                }
                 deleted.push(engine);
             }
         }
@@ -298,13 +312,14 @@ impl NativeObject {
 }
 
 /// The metadata a [`NativeObject`] keeps typed, out of its text.
-const TYPED_METADATA: [&str; 6] = [
+const TYPED_METADATA: [&str; 7] = [
     "name",
     "namespace",
     "uid",
     "resourceVersion",
     "ownerReferences",
     "labels",
+    "deletionTimestamp",
 ];
 
 impl<'de> Deserialize<'de> for NativeObject {

@@ -386,7 +386,7 @@ fn runtime_class_patch(rule: &Rule) -> Value {
 /// NimbusPolicy, cluster-wide for a ClusterNimbusPolicy, selecting what the legacy policies
 /// select and enforcing what they enforce.
 fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
-    let object = match rule.spec.id.as_str() {
+    let policies = match rule.spec.id.as_str() {
         id::ESCAPE_TO_HOST => {
             let level = param_value(rule.spec, param::PSA_LEVEL).unwrap_or_default();
             let Some(level) = Level::parse(&level) else {
@@ -409,13 +409,13 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
             if let Some(condition) = selected(&policy.selector) {
                 spec["matchConditions"] = json!([condition]);
             }
-            cel_policy(
+            vec![cel_policy(
                 policy,
                 rule,
                 rule.key,
                 [&KYVERNO_NAMESPACED_VALIDATING_POLICY, &KYVERNO_VALIDATING_POLICY],
                 spec,
-            )
+            )]
         }
         id::COCO_WORKLOAD => {
             let class = param_value(rule.spec, param::RUNTIME_CLASS).unwrap_or_default();
@@ -452,15 +452,14 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
                 "mutations": patch,
             });
             let kinds = [&KYVERNO_NAMESPACED_MUTATING_POLICY, &KYVERNO_MUTATING_POLICY];
-            return Ok(vec![
+            vec![
                 cel_policy(policy, rule, rule.key, kinds, on_admission),
                 cel_policy(policy, rule, &format!("{}-existing", rule.key), kinds, existing),
             ]
-            .into());
         }
         _ => return rule.untranslated(Engine::Kyverno),
     };
-    Ok(vec![object].into())
+    Ok(policies.into())
 }
 
 /// A CEL policy named `<policy>-<suffix>`: of the namespaced kind for a NimbusPolicy, of the
