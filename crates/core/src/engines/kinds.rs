@@ -143,3 +143,48 @@ pub fn all_kinds() -> Vec<&'static NativeKind> {
         .collect();
     set.into_iter().collect()
 }
+
+/// Kubernetes' own CEL admission policies (the `admission` engine): built in, nothing to
+/// install. Their bindings are supporting objects, as the policies they bind are listed.
+pub const VALIDATING_ADMISSION_POLICY: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "ValidatingAdmissionPolicy",
+    plural: "validatingadmissionpolicies",
+    namespaced: false,
+    crd: None,
+    entry: "ValidatingAdmissionPolicy",
+    listed: true,
+};
+pub const VALIDATING_ADMISSION_POLICY_BINDING: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "ValidatingAdmissionPolicyBinding",
+    plural: "validatingadmissionpolicybindings",
+    namespaced: false,
+    crd: None,
+    entry: "ValidatingAdmissionPolicyBinding",
+    listed: false,
+};
+/// GA and served by default from Kubernetes 1.36; older API servers do not serve it (the
+/// `admission` engine declares it optional, see [`super::EngineSpec::optional_kinds`]).
+pub const MUTATING_ADMISSION_POLICY: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "MutatingAdmissionPolicy",
+    plural: "mutatingadmissionpolicies",
+    namespaced: false,
+    crd: None,
+    entry: "MutatingAdmissionPolicy",
+    listed: true,
+};
+pub const MUTATING_ADMISSION_POLICY_BINDING: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "MutatingAdmissionPolicyBinding",
+    plural: "mutatingadmissionpolicybindings",
+    namespaced: false,
+    crd: None,
+    entry: "MutatingAdmissionPolicyBinding",
+    listed: false,
+};

@@ -6,6 +6,7 @@
 //! the [`engines!`] list below: [`Engine`], [`Engine::ALL`] and the registry derive from it.
 
 mod kinds;
+mod preference;
 mod spec;
 mod translate;
 
@@ -19,6 +20,7 @@ pub use k8tls::{
 };
 pub use kinds::*;
 pub use kyverno::virtual_patch::{self, VirtualPatches};
+pub use preference::{ADMISSION_CONTROL, Preference, PreferenceError};
 pub use rbac::{DEFAULT_SANDBOX_CLUSTER_ROLES, sandbox_violations};
 pub use spec::{AUDIT, AuditForm, Enforces, EngineSpec, Fact, Permissions, rules_read};
 pub use translate::{
@@ -59,6 +61,7 @@ engines! {
     Kyverno => kyverno,
     K8tls => k8tls,
     Rbac => rbac,
+    Admission => admission,
 }
 
 impl Engine {

@@ -61,6 +61,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     kinds: &[&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY],
     confined_to_k8tls_namespace: false,
     translate,
+    optional_kinds: &[],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
