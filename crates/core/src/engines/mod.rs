@@ -20,7 +20,7 @@ pub use k8tls::{
 };
 pub use kinds::*;
 pub use kyverno::virtual_patch::{self, VirtualPatches};
-pub use preference::{ADMISSION_CONTROL, Preference, PreferenceError};
+pub use preference::{ADMISSION_CONTROL, HANDOVER, Preference, PreferenceError, handover_wait};
 pub use rbac::{DEFAULT_SANDBOX_CLUSTER_ROLES, sandbox_violations};
 pub use spec::{AUDIT, AuditForm, Enforces, EngineSpec, Fact, Permissions, rules_read};
 pub use translate::{

@@ -13,6 +13,7 @@ use super::{Engine, EngineSet};
 use crate::intents::Origin;
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// The engines of the admission-control mechanism, in the default order: Kyverno first, so
 /// that the output stays Nimbus's wherever Kyverno is installed.
@@ -88,6 +89,24 @@ impl Preference {
             .filter(|e| acts_on(*e, origin))
             .collect()
     }
+}
+
+/// How long the objects of an engine standing by outlive the first objects of the engine
+/// taking over from it. Writing the new objects before deleting the old ones is not enough:
+/// the engine taking over enforces only once it has loaded them (kube-apiserver refreshes its
+/// admission policies about every second; Kyverno readies a new policy in seconds), so the old
+/// ones keep enforcing meanwhile (both engines then enforce the same intent, which only doubles
+/// a check).
+pub const HANDOVER: Duration = Duration::from_secs(10);
+
+/// How much longer the objects of the engines standing by must be kept, given the ages of the
+/// objects the engine in force writes for the policy (`None`: not seen yet, just written):
+/// until the youngest is [`HANDOVER`] old. `None` once handed over.
+pub fn handover_wait(ages: impl IntoIterator<Item = Option<Duration>>) -> Option<Duration> {
+    ages.into_iter()
+        .map(|age| HANDOVER.saturating_sub(age.unwrap_or_default()))
+        .max()
+        .filter(|wait| !wait.is_zero())
 }
 
 /// Whether `engine` enforces any intent from policies of `origin`.
@@ -188,6 +207,25 @@ mod tests {
             }
             // Other mechanisms never stand by.
             assert!(!preference.stands_by(Engine::KubeArmor, *origin, &engines));
+        }
+    }
+
+    #[test]
+    fn the_engine_standing_by_keeps_its_objects_until_the_new_ones_are_loaded() {
+        let s = Duration::from_secs;
+        // (ages of the objects of the engine in force, wait)
+        let table: &[(&[Option<Duration>], Option<Duration>)] = &[
+            // Nothing takes over: nothing to wait for.
+            (&[], None),
+            // Just written, not seen yet.
+            (&[None], Some(HANDOVER)),
+            (&[Some(s(3)), None], Some(HANDOVER)),
+            (&[Some(s(3)), Some(s(4))], Some(HANDOVER - s(3))),
+            (&[Some(HANDOVER)], None),
+            (&[Some(s(3600))], None),
+        ];
+        for (ages, want) in table {
+            assert_eq!(handover_wait(ages.iter().copied()), *want, "{ages:?}");
         }
     }
 
