@@ -488,7 +488,8 @@ mod tests {
     #[test]
     fn each_intent_translates_to_its_policy_and_binding() {
         // (intent, action, params, the kinds written)
-        let table: &[(&str, &str, &[(&str, &str)], &[&str])] = &[
+        type Row<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+        let table: &[Row] = &[
             (
                 "escapeToHost",
                 "Block",

@@ -97,7 +97,7 @@ impl Preference {
 /// admission policies about every second; Kyverno readies a new policy in seconds), so the old
 /// ones keep enforcing meanwhile (both engines then enforce the same intent, which only doubles
 /// a check).
-pub const HANDOVER: Duration = Duration::from_secs(10);
+pub const HANDOVER: Duration = Duration::from_secs(30);
 
 /// How much longer the objects of the engines standing by must be kept, given the ages of the
 /// objects the engine in force writes for the policy (`None`: not seen yet, just written):
@@ -152,6 +152,16 @@ mod tests {
         }
     }
 
+    /// (preference, installed, enabled, external, origin, engine in force)
+    type Row<'a> = (
+        &'a Preference,
+        &'a [Engine],
+        &'a [Engine],
+        &'a [Engine],
+        Origin,
+        Option<Engine>,
+    );
+
     #[test]
     fn the_first_engine_in_force_in_the_order_writes() {
         use Engine::{Admission as A, Kyverno as K};
@@ -159,15 +169,7 @@ mod tests {
         let default = Preference::default();
         let admission_first = Preference::new(&[A]).unwrap();
         assert_eq!(admission_first.order(), [A, K]);
-        // (preference, installed, enabled, external, origin, engine in force)
-        let table: &[(
-            &Preference,
-            &[Engine],
-            &[Engine],
-            &[Engine],
-            Origin,
-            Option<Engine>,
-        )] = &[
+        let table: &[Row] = &[
             // Kyverno installed: it writes, as Nimbus did.
             (&default, &all, &all, &[], Origin::Cluster, Some(K)),
             (&default, &all, &all, &[], Origin::Binding, Some(K)),

@@ -12,14 +12,17 @@ use crate::{Selecting, bind_cluster, intent, unbind_cluster};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Client;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use nimbus_api::ClusterNimbusPolicy;
+use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
-    MUTATING_ADMISSION_POLICY, MUTATING_ADMISSION_POLICY_BINDING, NativeKind, Preference,
+    self, MUTATING_ADMISSION_POLICY, MUTATING_ADMISSION_POLICY_BINDING, NativeKind, Preference,
     VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING,
 };
 use nimbus_testenv::{ControlPlane, Options, TestNamespace, apply_yaml, eventually};
 use serde_json::{Value, json};
 use std::sync::OnceLock;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The kube-apiserver release deciding (the pinned control plane).
@@ -600,4 +603,181 @@ async fn admission_sa_token_access_unmounts_the_token_of_new_pods() {
         "false",
     )
     .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Switching engines
+
+/// The objects of `kind` the admission engine manages.
+async fn admission_objects(client: &Client, kind: &NativeKind) -> Vec<String> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &kind.api_resource());
+    let params = ListParams::default().labels(&format!(
+        "{}={}",
+        engines::MANAGED_BY,
+        Engine::Admission.manager()
+    ));
+    api.list(&params)
+        .await
+        .expect("listing")
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect()
+}
+
+/// Stops an operator started by [`run_operator`] and waits for it to end.
+async fn stop(stop: CancellationToken, operator: std::thread::JoinHandle<()>) {
+    stop.cancel();
+    tokio::task::spawn_blocking(move || operator.join())
+        .await
+        .expect("joining")
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+}
+
+/// How long a switch may take: the engine taking over writes at once, and the one standing by
+/// keeps its objects [`engines::HANDOVER`] longer.
+const SWITCH: Duration = Duration::from_secs(120);
+
+/// The engine preference switched at run time, from Kyverno (the real one, v1.19.1, running
+/// as in `kyverno.rs`) to the admission engine and back, while a violating pod is created (dry
+/// run) every 100 ms: every try is denied, by one engine or the other, and each switch leaves
+/// none of the other engine's objects behind.
+#[tokio::test]
+async fn switching_the_engine_preference_leaves_no_gap_and_no_leftovers() {
+    let kyverno = crate::kyverno::stack().await;
+    let cp = &kyverno.control_plane;
+    let client = cp.client().expect("client");
+    let token = CancellationToken::new();
+    let mut operator = run_operator(cp, "kyverno,admission", token.clone());
+    let mut token = token;
+
+    let ns = namespace(cp, "eff-switch").await;
+    let si = intent(&client, "escapeToHost", "Block", json!({})).await;
+    let selecting = Selecting {
+        labels: json!({"app": "web"}),
+        allow_sensitive: None,
+        shadow: false,
+    };
+    let csib = bind_cluster(&client, ns.name(), &si, &selecting).await;
+    crate::kyverno::kyverno_policies_ready(&client, &[]).await;
+    let policies = Api::<ClusterNimbusPolicy>::all(client.clone());
+    let listed = async |want: &[String]| {
+        eventually(&format!("{csib} to list {want:?}"), SWITCH, async |seen| {
+            let status = policies.get(&csib).await.ok()?.status?;
+            let entries = status.adapter_policies.unwrap_or_default();
+            *seen = format!("{entries:?}");
+            (entries == want).then_some(())
+        })
+        .await;
+    };
+    let name = format!("{csib}-escapetohost");
+    listed(&[format!("KyvernoClusterPolicy/{name}")]).await;
+    assert!(
+        admission_objects(&client, &VALIDATING_ADMISSION_POLICY)
+            .await
+            .is_empty()
+    );
+
+    // A privileged pod, every 100 ms, from the moment Kyverno denies it.
+    let path = format!("/api/v1/namespaces/{}/pods", ns.name());
+    let violating = pod("web", PODS[0].1());
+    eventually("Kyverno to deny the pod", CONVERGE, async |_| {
+        (!dry_run_create(&client, &path, &violating).await.allowed).then_some(())
+    })
+    .await;
+    let probing = CancellationToken::new();
+    let prober = tokio::spawn({
+        let (client, path, violating, probing) = (
+            client.clone(),
+            path.clone(),
+            violating.clone(),
+            probing.clone(),
+        );
+        async move {
+            let mut tries = Vec::new();
+            while !probing.is_cancelled() {
+                let answer = dry_run_create(&client, &path, &violating).await;
+                let message = answer.body["message"].as_str().unwrap_or_default();
+                let by = if answer.allowed {
+                    "admitted"
+                } else if message.contains("ValidatingAdmissionPolicy") {
+                    "admission"
+                } else if message.contains("blocked due to the following policies") {
+                    "kyverno"
+                } else {
+                    "other"
+                };
+                tries.push((by, message.to_owned()));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tries
+        }
+    });
+
+    let kyverno_policy = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &engines::KYVERNO_CLUSTER_POLICY.api_resource(),
+    );
+    for (preference, engine) in [
+        ("admission,kyverno", Engine::Admission),
+        ("kyverno,admission", Engine::Kyverno),
+    ] {
+        stop(token, operator).await;
+        token = CancellationToken::new();
+        operator = run_operator(cp, preference, token.clone());
+        let entry = if engine == Engine::Admission {
+            format!("ValidatingAdmissionPolicy/{name}")
+        } else {
+            format!("KyvernoClusterPolicy/{name}")
+        };
+        listed(&[entry]).await;
+        // No leftovers: the other engine's objects are gone once handed over.
+        eventually(
+            &format!("{preference}: no leftovers"),
+            SWITCH,
+            async |seen| {
+                let vaps = admission_objects(&client, &VALIDATING_ADMISSION_POLICY).await;
+                let bindings =
+                    admission_objects(&client, &VALIDATING_ADMISSION_POLICY_BINDING).await;
+                let cluster_policy = kyverno_policy.get_opt(&name).await.ok()?;
+                *seen = format!("{vaps:?} {bindings:?} {:?}", cluster_policy.is_some());
+                let done = if engine == Engine::Admission {
+                    vaps == [name.clone()] && bindings == [name.clone()] && cluster_policy.is_none()
+                } else {
+                    vaps.is_empty() && bindings.is_empty() && cluster_policy.is_some()
+                };
+                done.then_some(())
+            },
+        )
+        .await;
+        // A few more tries by the engine in force alone.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    probing.cancel();
+    let tries = prober.await.expect("the prober");
+    let count = |by: &str| tries.iter().filter(|(b, _)| *b == by).count();
+    let not_denied: Vec<_> = tries
+        .iter()
+        .filter(|(by, _)| !matches!(*by, "admission" | "kyverno"))
+        .collect();
+    assert!(
+        not_denied.is_empty(),
+        "{} of {} tries were not denied by either engine: {not_denied:?}",
+        not_denied.len(),
+        tries.len()
+    );
+    assert!(
+        count("admission") > 0 && count("kyverno") > 0,
+        "both engines denied: {} by admission, {} by Kyverno",
+        count("admission"),
+        count("kyverno")
+    );
+    eprintln!(
+        "{} tries, all denied: {} by the admission engine, {} by Kyverno",
+        tries.len(),
+        count("admission"),
+        count("kyverno")
+    );
+    unbind_cluster(&client, &csib).await;
+    stop(token, operator).await;
 }

@@ -61,8 +61,8 @@ subjects:
   - {kind: ServiceAccount, name: kyverno-reports-controller, namespace: kyverno}
 "#;
 
-struct Kyverno {
-    control_plane: ControlPlane,
+pub(crate) struct Kyverno {
+    pub(crate) control_plane: ControlPlane,
     _admission: Child,
     _background: Child,
     _reports: Child,
@@ -84,6 +84,45 @@ fn cluster() -> &'static ControlPlane {
 }
 
 async fn start() -> Kyverno {
+    let kyverno = stack().await;
+    let control_plane = &kyverno.control_plane;
+    let dir = control_plane.work_dir().to_owned();
+    // The posture computes the bindings' previews from Kyverno's reports; nothing reads its
+    // API here, so it is not registered with kube-apiserver.
+    let cert = nimbus_testenv::serving_cert(&[]).expect("serving certificate");
+    let (cert_file, key_file) = (dir.join("posture.crt"), dir.join("posture.key"));
+    std::fs::write(&cert_file, &cert.cert_pem).expect("posture.crt");
+    std::fs::write(&key_file, &cert.key_pem).expect("posture.key");
+    let posture = nimbus_operator::posture::Config {
+        addr: ([127, 0, 0, 1], free_port().expect("port")).into(),
+        certificate: nimbus_operator::posture::ServingCertificate {
+            cert_file,
+            key_file,
+        },
+        reports: Default::default(),
+    };
+    let config = control_plane.config().clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
+        runtime.block_on(async move {
+            let client = Client::try_from(config).expect("operator client");
+            let (ns, name) = VIRTUAL_PATCH_DB;
+            let config = nimbus_operator::Config {
+                virtual_patch_db: Some((ns.into(), name.into())),
+                posture: Some(posture),
+                ..Default::default()
+            };
+            let result = nimbus_operator::run(client, config, Default::default()).await;
+            if let Err(e) = result {
+                panic!("operator failed: {e}");
+            }
+        });
+    });
+    kyverno
+}
+
+/// A control plane of its own with Kyverno running on it (and the engines' CRDs), no operator.
+pub(crate) async fn stack() -> Kyverno {
     let bin = kyverno_dir();
     let control_plane = ControlPlane::start(Options::default())
         .await
@@ -216,37 +255,6 @@ async fn start() -> Kyverno {
         .await;
     }
 
-    // The posture computes the bindings' previews from Kyverno's reports; nothing reads its
-    // API here, so it is not registered with kube-apiserver.
-    let cert = nimbus_testenv::serving_cert(&[]).expect("serving certificate");
-    let (cert_file, key_file) = (dir.join("posture.crt"), dir.join("posture.key"));
-    std::fs::write(&cert_file, &cert.cert_pem).expect("posture.crt");
-    std::fs::write(&key_file, &cert.key_pem).expect("posture.key");
-    let posture = nimbus_operator::posture::Config {
-        addr: ([127, 0, 0, 1], free_port().expect("port")).into(),
-        certificate: nimbus_operator::posture::ServingCertificate {
-            cert_file,
-            key_file,
-        },
-        reports: Default::default(),
-    };
-    let config = control_plane.config().clone();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
-        runtime.block_on(async move {
-            let client = Client::try_from(config).expect("operator client");
-            let (ns, name) = VIRTUAL_PATCH_DB;
-            let config = nimbus_operator::Config {
-                virtual_patch_db: Some((ns.into(), name.into())),
-                posture: Some(posture),
-                ..Default::default()
-            };
-            let result = nimbus_operator::run(client, config, Default::default()).await;
-            if let Err(e) = result {
-                panic!("operator failed: {e}");
-            }
-        });
-    });
     Kyverno {
         control_plane,
         _admission: admission,
@@ -314,7 +322,7 @@ async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
 
 /// Waits until every Kyverno policy in `namespace` (and every ClusterPolicy) is Ready: Kyverno
 /// enforces a policy only from then on.
-async fn kyverno_policies_ready(client: &Client, namespaces: &[&str]) {
+pub(crate) async fn kyverno_policies_ready(client: &Client, namespaces: &[&str]) {
     let cluster = Api::<DynamicObject>::all_with(
         client.clone(),
         &engines::KYVERNO_CLUSTER_POLICY.api_resource(),

@@ -273,14 +273,16 @@ impl NativeObject {
     }
 }
 
-/// The metadata a [`NativeObject`] keeps typed, out of its text.
-const TYPED_METADATA: [&str; 6] = [
+/// The metadata a [`NativeObject`] keeps typed, out of its text (`creationTimestamp`: how long
+/// an engine taking over has held its objects, see `engines::handover_wait`).
+const TYPED_METADATA: [&str; 7] = [
     "name",
     "namespace",
     "uid",
     "resourceVersion",
     "ownerReferences",
     "labels",
+    "creationTimestamp",
 ];
 
 impl<'de> Deserialize<'de> for NativeObject {
@@ -317,7 +319,6 @@ impl<'de> Deserialize<'de> for NativeObject {
             .iter()
             .filter_map(|key| meta.remove_entry(*key))
             .collect();
-        meta.remove("creationTimestamp");
         meta.remove("generation");
         let metadata: ObjectMeta =
             serde_json::from_value(Value::Object(typed)).map_err(D::Error::custom)?;
