@@ -164,6 +164,17 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ("kyverno.io", &["policies", "clusterpolicies"], OWN, &[]),
         ("rbac.authorization.k8s.io", &["rolebindings"], OWN, &[]),
         (
+            "admissionregistration.k8s.io",
+            &[
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+                "mutatingadmissionpolicies",
+                "mutatingadmissionpolicybindings",
+            ],
+            OWN,
+            &[],
+        ),
+        (
             "rbac.authorization.k8s.io",
             &["clusterroles"],
             &["bind"],
