@@ -11,7 +11,7 @@ use nimbus_api::{
     SecurityIntentBinding,
 };
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{EngineSet, Environment, KyvernoKinds, VirtualPatches};
+use nimbus_core::engines::{EngineSet, Environment, KyvernoKinds, Preference, VirtualPatches};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -52,6 +52,8 @@ pub struct Context {
 pub struct EngineContext {
     pub enabled: BTreeSet<Engine>,
     pub kyverno_kinds: KyvernoKinds,
+    /// Which engine of a mechanism writes.
+    pub preference: Preference,
     pub served: watch::Receiver<Served>,
     pub k8tls_namespace: String,
     pub k8tls_image: String,
@@ -90,6 +92,7 @@ impl Context {
             &self.engines.enabled,
             self.engines.kyverno_kinds,
             &self.engines.served.borrow(),
+            &self.engines.preference,
         )
     }
 

@@ -35,13 +35,16 @@ pub enum Acts {
     /// Once Kyverno says it is ready (its webhooks configured for it): a legacy policy's
     /// `Ready` condition, a CEL policy's `conditionStatus.ready`.
     WhenKyvernoReady,
+    /// Once kube-apiserver has loaded it (its admission policies): no status says when, so an
+    /// engine taking over keeps the other's objects a while (see [`super::HANDOVER`]).
+    AfterLoad,
 }
 
 impl Acts {
     /// Whether an object whose `status` is this acts.
     pub fn judge(self, status: Option<&serde_json::Value>) -> bool {
         match self {
-            Acts::OnWrite => true,
+            Acts::OnWrite | Acts::AfterLoad => true,
             Acts::WhenKyvernoReady => status.is_some_and(|status| {
                 status.pointer("/conditionStatus/ready") == Some(&true.into())
                     || status
@@ -232,3 +235,52 @@ pub fn all_kinds() -> Vec<&'static NativeKind> {
         .collect();
     set.into_iter().collect()
 }
+
+/// Kubernetes' own CEL admission policies (the `admission` engine): built in, nothing to
+/// install. Their bindings are supporting objects, as the policies they bind are listed.
+pub const VALIDATING_ADMISSION_POLICY: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "ValidatingAdmissionPolicy",
+    plural: "validatingadmissionpolicies",
+    namespaced: false,
+    crd: None,
+    entry: "ValidatingAdmissionPolicy",
+    listed: true,
+    acts: Acts::AfterLoad,
+};
+pub const VALIDATING_ADMISSION_POLICY_BINDING: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "ValidatingAdmissionPolicyBinding",
+    plural: "validatingadmissionpolicybindings",
+    namespaced: false,
+    crd: None,
+    entry: "ValidatingAdmissionPolicyBinding",
+    listed: false,
+    acts: Acts::AfterLoad,
+};
+/// GA and served by default from Kubernetes 1.36; older API servers do not serve it (the
+/// `admission` engine declares it optional, see [`super::EngineSpec::optional_kinds`]).
+pub const MUTATING_ADMISSION_POLICY: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "MutatingAdmissionPolicy",
+    plural: "mutatingadmissionpolicies",
+    namespaced: false,
+    crd: None,
+    entry: "MutatingAdmissionPolicy",
+    listed: true,
+    acts: Acts::AfterLoad,
+};
+pub const MUTATING_ADMISSION_POLICY_BINDING: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "MutatingAdmissionPolicyBinding",
+    plural: "mutatingadmissionpolicybindings",
+    namespaced: false,
+    crd: None,
+    entry: "MutatingAdmissionPolicyBinding",
+    listed: false,
+    acts: Acts::AfterLoad,
+};

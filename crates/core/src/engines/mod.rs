@@ -6,6 +6,7 @@
 //! the [`engines!`] list below: [`Engine`], [`Engine::ALL`] and the registry derive from it.
 
 mod kinds;
+mod preference;
 pub mod pss;
 mod spec;
 mod translate;
@@ -21,6 +22,7 @@ pub use k8tls::{
 pub use kinds::*;
 pub use kyverno::virtual_patch::{self, VirtualPatches};
 pub use kyverno::{KyvernoApi, KyvernoKinds};
+pub use preference::{ADMISSION_CONTROL, HANDOVER, Preference, PreferenceError, handover_wait};
 pub use rbac::{DEFAULT_SANDBOX_CLUSTER_ROLES, sandbox_violations};
 pub use spec::{AUDIT, AuditForm, Enforces, EngineSpec, Fact, Permissions, rules_read};
 pub use translate::{
@@ -61,6 +63,7 @@ engines! {
     Kyverno => kyverno,
     K8tls => k8tls,
     Rbac => rbac,
+    Admission => admission,
 }
 
 impl Engine {
@@ -88,8 +91,8 @@ impl Engine {
     }
 }
 
-/// Whether `engine` can write: every kind it writes is served, or for Kyverno, those of the API
-/// `kyverno` puts in force.
+/// Whether `engine` can write: every kind it writes is served but its optional ones, or for
+/// Kyverno, those of the API `kyverno` puts in force.
 pub fn installed(
     engine: Engine,
     kyverno: KyvernoKinds,
@@ -97,7 +100,9 @@ pub fn installed(
 ) -> bool {
     match engine {
         Engine::Kyverno => kyverno.in_force(served).is_some(),
-        _ => kinds(engine).iter().all(|k| served(k)),
+        _ => kinds(engine)
+            .iter()
+            .all(|k| served(k) || engine.spec().optional_kinds.contains(k)),
     }
 }
 

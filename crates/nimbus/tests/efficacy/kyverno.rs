@@ -62,8 +62,8 @@ subjects:
   - {kind: ServiceAccount, name: kyverno-reports-controller, namespace: kyverno}
 "#;
 
-struct Kyverno {
-    control_plane: ControlPlane,
+pub(crate) struct Kyverno {
+    pub(crate) control_plane: ControlPlane,
     _admission: Child,
     _background: Child,
     _reports: Child,
@@ -82,7 +82,7 @@ fn cluster(api: KyvernoApi) -> &'static ControlPlane {
         std::thread::spawn(move || {
             let kyverno = tokio::runtime::Runtime::new()
                 .expect("runtime")
-                .block_on(start());
+                .block_on(stack());
             let kinds = match api {
                 KyvernoApi::Legacy => KyvernoKinds::Legacy,
                 KyvernoApi::Cel => KyvernoKinds::Cel,
@@ -101,8 +101,8 @@ fn cluster(api: KyvernoApi) -> &'static ControlPlane {
     &kyverno.control_plane
 }
 
-/// A control plane with Kyverno running on it.
-async fn start() -> Kyverno {
+/// A control plane of its own with Kyverno running on it (and the engines' CRDs), no operator.
+pub(crate) async fn stack() -> Kyverno {
     let bin = kyverno_dir();
     let control_plane = ControlPlane::start(Options::default())
         .await
@@ -344,7 +344,7 @@ async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
 
 /// Waits until every Kyverno policy in `namespaces` (and every cluster-wide one), of the legacy
 /// and the CEL kinds, is Ready: Kyverno enforces a policy only from then on.
-async fn kyverno_policies_ready(client: &Client, namespaces: &[&str]) {
+pub(crate) async fn kyverno_policies_ready(client: &Client, namespaces: &[&str]) {
     eventually("the Kyverno policies to be Ready", CONVERGE, async |seen| {
         let mut all = Vec::new();
         for kind in engines::Engine::Kyverno.spec().kinds {
@@ -976,7 +976,7 @@ async fn ours(
 /// policy of ours remains.
 #[tokio::test]
 async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
-    let kyverno = start().await;
+    let kyverno = stack().await;
     let cp = &kyverno.control_plane;
     let client = cp.client().expect("client");
     let stop_legacy = CancellationToken::new();

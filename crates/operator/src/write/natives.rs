@@ -311,8 +311,9 @@ impl NativeObject {
     }
 }
 
-/// The metadata a [`NativeObject`] keeps typed, out of its text.
-const TYPED_METADATA: [&str; 7] = [
+/// The metadata a [`NativeObject`] keeps typed, out of its text (`creationTimestamp`: how long
+/// an engine taking over has held its objects, see `engines::handover_wait`).
+const TYPED_METADATA: [&str; 8] = [
     "name",
     "namespace",
     "uid",
@@ -320,6 +321,7 @@ const TYPED_METADATA: [&str; 7] = [
     "ownerReferences",
     "labels",
     "deletionTimestamp",
+    "creationTimestamp",
 ];
 
 impl<'de> Deserialize<'de> for NativeObject {
@@ -363,7 +365,6 @@ impl<'de> Deserialize<'de> for NativeObject {
             .iter()
             .filter_map(|key| meta.remove_entry(*key))
             .collect();
-        meta.remove("creationTimestamp");
         meta.remove("generation");
         let metadata: ObjectMeta =
             serde_json::from_value(Value::Object(typed)).map_err(D::Error::custom)?;

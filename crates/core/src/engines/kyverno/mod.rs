@@ -78,6 +78,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     ],
     confined_to_k8tls_namespace: false,
     translate,
+    optional_kinds: &[],
 };
 
 /// Which of Kyverno's policy APIs the engine writes in.
