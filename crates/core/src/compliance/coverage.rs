@@ -1,0 +1,1 @@
+//! Coverage of frameworks' controls by the intents in force (filled in below).
