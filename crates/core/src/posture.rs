@@ -515,6 +515,7 @@ pub fn namespace_posture(
         intents: intents.into_iter().collect(),
         workloads: counts,
         gaps,
+        compliance: crate::compliance::coverage::coverage(workloads),
     }
 }
 

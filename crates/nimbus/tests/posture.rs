@@ -21,7 +21,7 @@ use nimbus_api::posture::{NamespacePosture, VERDICT_LABEL, Verdict, WorkloadPost
 use nimbus_api::{MODE_LABEL, MODE_SHADOW, NimbusPolicy, SecurityIntentBinding};
 use nimbus_testenv::{ControlPlane, LocalApiService, ServingCert, eventually};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -1092,4 +1092,104 @@ async fn list_and_watch_keep_the_api_contract() {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 405, "{status:?}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// A bundle applied as `nimbus bundle` prints it: the namespace's posture shows its
+/// framework's controls covered on the selected workload, proven where an efficacy test proves
+/// the enforcing engine (Kyverno, NetworkPolicy), unproven where none does (KubeArmor), and
+/// `kubectl get` prints the score.
+#[tokio::test]
+async fn a_bundle_covers_its_frameworks_controls_on_the_selected_workloads() {
+    let posture = posture();
+    let cp = posture.cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("bundle").await.expect("namespace");
+    deployment(&client, ns.name(), "web", 1).await;
+    deployment(&client, ns.name(), "other", 1).await;
+
+    let bundle = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["bundle", "cis-kubernetes", "-n", ns.name(), "-l", "app=web"])
+        .output()
+        .expect("nimbus bundle");
+    assert!(bundle.status.success(), "{bundle:?}");
+    let mut apply = Command::new(tools_dir().join("kubectl"))
+        .args(["apply", "-f", "-"])
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl apply");
+    std::io::Write::write_all(&mut apply.stdin.take().expect("stdin"), &bundle.stdout)
+        .expect("writing the bundle");
+    let applied = apply.wait_with_output().expect("kubectl apply");
+    assert!(applied.status.success(), "{applied:?}");
+
+    let api = Api::<NamespacePosture>::all(client.clone());
+    let counts =
+        |c: &nimbus_api::posture::ControlCoverage| (c.proven, c.unproven, c.audited, c.not_covered);
+    let cis = eventually(
+        "the namespace's posture shows CIS covered on web",
+        CONVERGE,
+        async |seen| {
+            let posture = api.get(ns.name()).await.ok()?;
+            let cis = posture
+                .compliance
+                .into_iter()
+                .find(|f| f.framework == "cis-kubernetes")?;
+            *seen = format!("{cis:#?}");
+            let control = |id: &str| cis.controls.iter().find(|c| c.id == id).map(counts);
+            (control("5.2.2") == Some((1, 0, 0, 1))
+                && control("5.3.2") == Some((1, 0, 0, 1))
+                && control("5.1.6") == Some((0, 1, 0, 1)))
+            .then_some(cis)
+        },
+    )
+    .await;
+    // The covered workload is the selected one, bound by the bundle's binding.
+    let web = Api::<WorkloadPosture>::namespaced(client.clone(), ns.name())
+        .get("deployment-web")
+        .await
+        .expect("deployment-web");
+    let bound: BTreeSet<(&str, &str)> = web
+        .intents
+        .iter()
+        .filter_map(|i| Some((i.id.as_str(), i.binding.as_ref()?.name.as_str())))
+        .collect();
+    assert_eq!(
+        bound,
+        BTreeSet::from([
+            ("denyExternalNetworkAccess", "cis-kubernetes"),
+            ("escapeToHost", "cis-kubernetes"),
+            ("unAuthorizedSaTokenAccess", "cis-kubernetes"),
+        ]),
+        "{web:#?}"
+    );
+    // Nothing of the bundle addresses 5.7.1 (namespaceSandbox is never bundled).
+    let sandbox = cis
+        .controls
+        .iter()
+        .find(|c| c.id == "5.7.1")
+        .expect("5.7.1");
+    assert_eq!(counts(sandbox), (0, 0, 0, 2));
+    let proofs = &cis
+        .controls
+        .iter()
+        .find(|c| c.id == "5.2.2")
+        .expect("5.2.2")
+        .proofs;
+    assert!(
+        proofs.contains(&"kyverno-escapeToHost-restricted".to_owned()),
+        "{proofs:?}"
+    );
+    // 10 controls on 2 workloads: 9 covered on web (8 proven), none on other.
+    assert_eq!((cis.workloads, cis.score, cis.proven_score), (2, 45, 40));
+
+    let (ok, out, err) = kubectl(cp, &["get", "namespacepostures", ns.name()]);
+    assert!(ok && out.contains("45% (40% proven)"), "{out}{err}");
+    let header = out.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("ATT&CK") && header.contains("CIS") && header.contains("FIGHT"),
+        "{out}"
+    );
 }
