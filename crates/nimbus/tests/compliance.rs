@@ -106,3 +106,29 @@ fn the_proof_table_and_the_efficacy_tests_agree() {
         );
     }
 }
+
+/// README's "Compliance" section shows the catalog's mapping exactly
+/// (`NIMBUS_UPDATE_README=1` rewrites it).
+#[test]
+fn the_readme_shows_the_mapping() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let text = std::fs::read_to_string(&path).expect("README.md");
+    let (begin, end) = (
+        "<!-- compliance:mapping -->\n",
+        "<!-- /compliance:mapping -->",
+    );
+    let block = format!("{begin}{}{end}", nimbus_core::compliance::markdown_table());
+    let (b, e) = text
+        .find(begin)
+        .and_then(|b| Some((b, b + text[b..].find(end)? + end.len())))
+        .expect("README.md has a compliance:mapping block");
+    if std::env::var_os("NIMBUS_UPDATE_README").is_some() {
+        std::fs::write(&path, format!("{}{block}{}", &text[..b], &text[e..]))
+            .expect("writing README.md");
+        return;
+    }
+    assert!(
+        text[b..e] == block,
+        "README.md does not show the mapping (NIMBUS_UPDATE_README=1 rewrites it):\n{block}"
+    );
+}

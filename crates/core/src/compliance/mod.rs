@@ -690,5 +690,39 @@ fn natural(id: &str) -> Vec<(u64, &str)> {
         .collect()
 }
 
+/// The mapping as a Markdown table, one row per intent and framework (README's "Compliance").
+pub fn markdown_table() -> String {
+    let mut out = String::from("| Intent | Framework | Controls (source) |\n|---|---|---|\n");
+    for intent in crate::catalog::INTENTS {
+        for framework in Framework::ALL {
+            let mut cells: Vec<String> = Vec::new();
+            for m in mappings(intent.id).filter(|m| m.framework == framework) {
+                let c = m.control();
+                let partial = match m.strength {
+                    Strength::Addresses => "",
+                    Strength::PartiallyAddresses => ", partially",
+                };
+                let withdrawn = if c.withdrawn { ", withdrawn" } else { "" };
+                cells.push(format!(
+                    "{} {}{partial}{withdrawn} ([source]({}))",
+                    c.id, c.name, m.source.url
+                ));
+            }
+            if !cells.is_empty() {
+                out.push_str(&format!(
+                    "| {} | {} | {} |\n",
+                    intent.id,
+                    framework.title(),
+                    cells.join("; ")
+                ));
+            }
+        }
+        if let Some(why) = unmapped(intent.id) {
+            out.push_str(&format!("| {} | none | {why} |\n", intent.id));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;
