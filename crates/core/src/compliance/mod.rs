@@ -6,6 +6,7 @@
 
 pub mod bundles;
 pub mod coverage;
+pub mod report;
 
 use crate::intents::id;
 use std::fmt;
@@ -54,7 +55,7 @@ impl Framework {
         match self {
             Framework::Attack => "v18.1",
             Framework::Cis => "v1.12.0",
-            Framework::Nsa => "v1.2 (Kubescape regolibrary ce7ef32a)",
+            Framework::Nsa => "(as Kubescape regolibrary ce7ef32a lists it)",
             Framework::Fight => "v3.0.1",
         }
     }
