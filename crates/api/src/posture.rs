@@ -120,6 +120,10 @@ pub struct IntentCoverage {
     pub intent: Option<String>,
     /// The intent's ID in the catalog, e.g. `dnsManipulation`.
     pub id: String,
+    /// The bundle the SecurityIntent came from (its `intent.security.nimbus.com/bundle`
+    /// label, as `nimbus bundle` prints it), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
     /// `Block` prevents, `Audit` only reports.
     pub action: String,
     /// The binding that binds the intent to the workload.

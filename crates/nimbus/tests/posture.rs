@@ -1151,17 +1151,25 @@ async fn a_bundle_covers_its_frameworks_controls_on_the_selected_workloads() {
         .get("deployment-web")
         .await
         .expect("deployment-web");
-    let bound: BTreeSet<(&str, &str)> = web
+    // The posture knows which bundle each intent came from, by the SecurityIntent's label.
+    let bound: BTreeSet<(&str, &str, Option<&str>)> = web
         .intents
         .iter()
-        .filter_map(|i| Some((i.id.as_str(), i.binding.as_ref()?.name.as_str())))
+        .filter_map(|i| {
+            Some((
+                i.id.as_str(),
+                i.binding.as_ref()?.name.as_str(),
+                i.bundle.as_deref(),
+            ))
+        })
         .collect();
+    let bundled = Some("cis-kubernetes");
     assert_eq!(
         bound,
         BTreeSet::from([
-            ("denyExternalNetworkAccess", "cis-kubernetes"),
-            ("escapeToHost", "cis-kubernetes"),
-            ("unAuthorizedSaTokenAccess", "cis-kubernetes"),
+            ("denyExternalNetworkAccess", "cis-kubernetes", bundled),
+            ("escapeToHost", "cis-kubernetes", bundled),
+            ("unAuthorizedSaTokenAccess", "cis-kubernetes", bundled),
         ]),
         "{web:#?}"
     );

@@ -270,6 +270,7 @@ mod tests {
         IntentCoverage {
             intent: None,
             id: id.into(),
+            bundle: None,
             action: "Block".into(),
             binding: None,
             policy: Reference {
