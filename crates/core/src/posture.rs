@@ -148,6 +148,8 @@ pub struct PolicyFacts<'a> {
     pub present: &'a dyn Fn(&Generated) -> bool,
     /// The SecurityIntent's name for an intent ID, through the policy's binding.
     pub intent_name: &'a dyn Fn(&str) -> Option<String>,
+    /// The bundle label of that SecurityIntent, if any.
+    pub intent_bundle: &'a dyn Fn(&str) -> Option<String>,
     /// The binding that controls the policy.
     pub binding: Option<Reference>,
     pub protected: &'a ProtectedNamespaces,
@@ -239,6 +241,7 @@ impl PolicyCoverage {
                 Some(IntentCoverage {
                     intent: (facts.intent_name)(&rule.id),
                     id: rule.id.clone(),
+                    bundle: (facts.intent_bundle)(&rule.id),
                     action: rule.rule.action.clone(),
                     binding: facts.binding.clone(),
                     policy: policy.clone(),
@@ -521,6 +524,7 @@ pub fn namespace_posture(
         intents: intents.into_iter().collect(),
         workloads: counts,
         gaps,
+        compliance: crate::compliance::coverage::coverage(workloads),
     }
 }
 
@@ -627,6 +631,7 @@ mod tests {
             engines,
             present,
             intent_name: &|_| Some("dns-manipulation".to_owned()),
+            intent_bundle: &|_| None,
             binding: Some(Reference {
                 kind: "SecurityIntentBinding".into(),
                 namespace: Some("shop".into()),

@@ -702,6 +702,7 @@ mod tests {
             engines: &EngineSet::all(),
             present: &|_| true,
             intent_name: &|_| None,
+            intent_bundle: &|_| None,
             binding,
             protected: &Default::default(),
         })

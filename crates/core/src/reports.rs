@@ -312,6 +312,7 @@ mod tests {
         IntentCoverage {
             intent: Some(id.to_lowercase()),
             id: id.into(),
+            bundle: None,
             action: "Block".into(),
             binding: Some(Reference {
                 kind: "SecurityIntentBinding".into(),

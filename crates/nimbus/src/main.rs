@@ -3,6 +3,7 @@
 #[cfg(feature = "dev")]
 mod dev;
 mod offline;
+mod report;
 
 /// The fuzz tests' case generator, shared with the integration tests.
 #[cfg(test)]
@@ -72,6 +73,13 @@ enum Command {
         /// Intent ID, e.g. escapeToHost.
         id: String,
     },
+    /// List the compliance frameworks, the controls the intents address, and the bundles.
+    Frameworks,
+    /// Print a bundle's SecurityIntents and a binding of them, labelled with the bundle.
+    Bundle(offline::BundleArgs),
+    /// Write the compliance coverage of the live cluster, from the posture API, as one
+    /// self-contained HTML file or as OSCAL assessment results.
+    Report(report::ReportArgs),
 }
 
 #[derive(clap::Args)]
@@ -389,6 +397,14 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", offline::explain(&id)?);
             Ok(true)
         }
+        Command::Frameworks => {
+            print!("{}", offline::frameworks());
+            Ok(true)
+        }
+        Command::Bundle(args) => {
+            print!("{}", offline::bundle(&args)?);
+            Ok(true)
+        }
         Command::Crds => {
             print!("{}", nimbus_api::crds_yaml().context("rendering CRDs")?);
             Ok(true)
@@ -406,6 +422,7 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", engine_rbac_yaml()?);
             Ok(true)
         }
+        Command::Report(args) => block_on(None, async { report::run(&args).await.map(|()| true) }),
         Command::Run(args) => block_on(args.worker_threads.map(usize::from), async {
             let client = kube::Client::try_default()
                 .await

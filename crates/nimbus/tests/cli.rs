@@ -573,3 +573,109 @@ fn files_as_arguments_or_with_dash_f() {
         assert!(stderr(&out).contains("<FILE>"), "{}", stderr(&out));
     }
 }
+
+/// Runs `nimbus <args>` with `input` on standard input.
+fn nimbus_stdin(args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running nimbus");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input)
+        .expect("writing stdin");
+    child.wait_with_output().expect("nimbus output")
+}
+
+/// `nimbus bundle X | nimbus validate -` passes for every bundle, namespaced and cluster-wide,
+/// and translates to native policies of the engines that enforce the bundle's intents.
+#[test]
+fn bundles_round_trip_through_validate_and_translate() {
+    let frameworks = nimbus(&["frameworks"], &[]);
+    assert_eq!(frameworks.status.code(), Some(0), "{}", stderr(&frameworks));
+    let listing = String::from_utf8_lossy(&frameworks.stdout).into_owned();
+    let bundles: Vec<&str> = listing
+        .split("Bundles (`nimbus bundle <name>`):\n")
+        .nth(1)
+        .expect("bundles listed")
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        bundles,
+        ["mitre-attack", "cis-kubernetes", "nsa-cisa", "oran-5g"]
+    );
+    for bundle in bundles {
+        for scope in [
+            &["-n", "ran", "-l", "app=du"][..],
+            &["--cluster", "ran,core", "-l", "app=du"][..],
+        ] {
+            let out = nimbus(&[&["bundle", bundle][..], scope].concat(), &[]);
+            assert_eq!(out.status.code(), Some(0), "{bundle}: {}", stderr(&out));
+            let yaml = out.stdout;
+            let text = String::from_utf8_lossy(&yaml);
+            assert!(
+                text.contains(&format!("intent.security.nimbus.com/bundle: {bundle}")),
+                "{text}"
+            );
+            let valid = nimbus_stdin(&["validate", "-"], &yaml);
+            assert_eq!(
+                valid.status.code(),
+                Some(0),
+                "{bundle} {scope:?}: {}\n{text}",
+                String::from_utf8_lossy(&valid.stdout)
+            );
+            let translated = nimbus_stdin(&["translate", "-f", "-", "-o", "json"], &yaml);
+            assert_eq!(translated.status.code(), Some(0), "{}", stderr(&translated));
+            let list: serde_json::Value =
+                serde_json::from_slice(&translated.stdout).expect("JSON output");
+            assert!(
+                list["items"]
+                    .as_array()
+                    .expect("items")
+                    .iter()
+                    .any(|o| o["kind"] != "NimbusPolicy" && o["kind"] != "ClusterNimbusPolicy"),
+                "{bundle}: no native policy"
+            );
+        }
+    }
+    // A broken bundle is refused, so the round trip above can fail.
+    let broken = nimbus(&["bundle", "cis-kubernetes", "-n", "Not_A_Namespace"], &[]);
+    let valid = nimbus_stdin(&["validate", "-"], &broken.stdout);
+    assert_eq!(valid.status.code(), Some(1));
+    let unknown = nimbus(&["bundle", "pci", "-n", "a"], &[]);
+    assert!(
+        stderr(&unknown).contains("unknown bundle `pci`"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+#[test]
+fn frameworks_and_explain_show_the_controls_and_their_sources() {
+    let out = nimbus(&["frameworks"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "mitre-attack - MITRE ATT&CK for Containers v18.1",
+        "cis-kubernetes - CIS Kubernetes Benchmark v1.12.0",
+        "nsa-cisa - NSA/CISA Kubernetes Hardening Guide",
+        "mitre-fight - MITRE FiGHT (5G) v3.0.1",
+        "  T1611      Escape to Host",
+    ] {
+        assert!(text.contains(line), "{line:?} missing:\n{text}");
+    }
+    let out = nimbus(&["explain", "assessTLS"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("partially addresses MITRE FiGHT (5G) FGT5011")
+            && text.contains("Reference: MITRE ATT&CK Technique: FGT5011"),
+        "{text}"
+    );
+    let out = nimbus(&["explain", "cocoWorkload"], &[]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no current control: confidential"));
+}

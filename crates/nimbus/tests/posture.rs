@@ -21,7 +21,7 @@ use nimbus_api::posture::{NamespacePosture, VERDICT_LABEL, Verdict, WorkloadPost
 use nimbus_api::{MODE_LABEL, MODE_SHADOW, NimbusPolicy, SecurityIntentBinding};
 use nimbus_testenv::{ControlPlane, LocalApiService, ServingCert, eventually};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -1092,4 +1092,437 @@ async fn list_and_watch_keep_the_api_contract() {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 405, "{status:?}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// A bundle applied as `nimbus bundle` prints it: the namespace's posture shows its
+/// framework's controls covered on the selected workload, proven where an efficacy test proves
+/// the enforcing engine (Kyverno, NetworkPolicy), unproven where none does (KubeArmor), and
+/// `kubectl get` prints the score.
+#[tokio::test]
+async fn a_bundle_covers_its_frameworks_controls_on_the_selected_workloads() {
+    let posture = posture();
+    let cp = posture.cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("bundle").await.expect("namespace");
+    deployment(&client, ns.name(), "web", 1).await;
+    deployment(&client, ns.name(), "other", 1).await;
+
+    let bundle = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["bundle", "cis-kubernetes", "-n", ns.name(), "-l", "app=web"])
+        .output()
+        .expect("nimbus bundle");
+    assert!(bundle.status.success(), "{bundle:?}");
+    let mut apply = Command::new(tools_dir().join("kubectl"))
+        .args(["apply", "-f", "-"])
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl apply");
+    std::io::Write::write_all(&mut apply.stdin.take().expect("stdin"), &bundle.stdout)
+        .expect("writing the bundle");
+    let applied = apply.wait_with_output().expect("kubectl apply");
+    assert!(applied.status.success(), "{applied:?}");
+
+    let api = Api::<NamespacePosture>::all(client.clone());
+    let counts =
+        |c: &nimbus_api::posture::ControlCoverage| (c.proven, c.unproven, c.audited, c.not_covered);
+    let cis = eventually(
+        "the namespace's posture shows CIS covered on web",
+        CONVERGE,
+        async |seen| {
+            let posture = api.get(ns.name()).await.ok()?;
+            let cis = posture
+                .compliance
+                .into_iter()
+                .find(|f| f.framework == "cis-kubernetes")?;
+            *seen = format!("{cis:#?}");
+            let control = |id: &str| cis.controls.iter().find(|c| c.id == id).map(counts);
+            (control("5.2.2") == Some((1, 0, 0, 1))
+                && control("5.3.2") == Some((1, 0, 0, 1))
+                && control("5.1.6") == Some((0, 1, 0, 1)))
+            .then_some(cis)
+        },
+    )
+    .await;
+    // The covered workload is the selected one, bound by the bundle's binding.
+    let web = Api::<WorkloadPosture>::namespaced(client.clone(), ns.name())
+        .get("deployment-web")
+        .await
+        .expect("deployment-web");
+    // The posture knows which bundle each intent came from, by the SecurityIntent's label.
+    let bound: BTreeSet<(&str, &str, Option<&str>)> = web
+        .intents
+        .iter()
+        .filter_map(|i| {
+            Some((
+                i.id.as_str(),
+                i.binding.as_ref()?.name.as_str(),
+                i.bundle.as_deref(),
+            ))
+        })
+        .collect();
+    let bundled = Some("cis-kubernetes");
+    assert_eq!(
+        bound,
+        BTreeSet::from([
+            ("denyExternalNetworkAccess", "cis-kubernetes", bundled),
+            ("escapeToHost", "cis-kubernetes", bundled),
+            ("unAuthorizedSaTokenAccess", "cis-kubernetes", bundled),
+        ]),
+        "{web:#?}"
+    );
+    // Nothing of the bundle addresses 5.7.1 (namespaceSandbox is never bundled).
+    let sandbox = cis
+        .controls
+        .iter()
+        .find(|c| c.id == "5.7.1")
+        .expect("5.7.1");
+    assert_eq!(counts(sandbox), (0, 0, 0, 2));
+    let proofs = &cis
+        .controls
+        .iter()
+        .find(|c| c.id == "5.2.2")
+        .expect("5.2.2")
+        .proofs;
+    assert!(
+        proofs.contains(&"kyverno-escapeToHost-restricted".to_owned()),
+        "{proofs:?}"
+    );
+    // 10 controls on 2 workloads: 9 covered on web (8 proven), none on other.
+    assert_eq!((cis.workloads, cis.score, cis.proven_score), (2, 45, 40));
+
+    // As README's "Coverage in the posture API" shows: ATT&CK 4 of 5 controls on web (T1190,
+    // T1611 proven), CIS, NSA/CISA 7 of 7 (6 proven), FiGHT 1 of 4 (FGT1611, proven).
+    let (ok, out, err) = kubectl(cp, &["get", "namespacepostures", ns.name()]);
+    assert!(
+        ok && out
+            .contains("40% (20% proven)   45% (40% proven)   50% (42% proven)   12% (12% proven)"),
+        "{out}{err}"
+    );
+    let header = out.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("ATT&CK") && header.contains("CIS") && header.contains("FIGHT"),
+        "{out}"
+    );
+}
+
+/// Chromium from the Debian package (`make test` installs it: hack/install-chromium.sh).
+fn chromium() -> std::path::PathBuf {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
+            .find(|candidate| candidate.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "chromium is not installed: the report test renders the HTML report in headless \
+             Chromium; `make test` installs Debian's package (hack/install-chromium.sh, \
+             apt-get as root)"
+        )
+    })
+}
+
+/// Runs headless Chromium on `page` with `mode` (`--dump-dom`, `--screenshot=…`), logging
+/// every network request to `net_log`; returns its standard output.
+fn headless(page: &std::path::Path, mode: &str, net_log: &std::path::Path) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let out = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1100,1500",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--log-net-log={}", net_log.display()))
+        .arg(mode)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("running chromium");
+    assert!(
+        out.status.success(),
+        "chromium {mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of attribute `name` in the start tag `tag`.
+fn attr<'t>(tag: &'t str, name: &str) -> Option<&'t str> {
+    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    Some(&tag[start..start + tag[start..].find('"')?])
+}
+
+/// `nimbus report` writes one self-contained HTML file from the live posture API; headless
+/// Chromium renders it (a screenshot), its DOM read back shows the posture API's numbers in the
+/// charts, and nothing was fetched from the network.
+#[tokio::test]
+async fn the_html_report_shows_the_posture_apis_numbers_in_a_browser() {
+    let posture = posture();
+    let cp = posture.cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("report").await.expect("namespace");
+    deployment(&client, ns.name(), "web", 1).await;
+    deployment(&client, ns.name(), "other", 1).await;
+    let bundle = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["bundle", "nsa-cisa", "-n", ns.name(), "-l", "app=web"])
+        .output()
+        .expect("nimbus bundle");
+    let mut apply = Command::new(tools_dir().join("kubectl"))
+        .args(["apply", "-f", "-"])
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl apply");
+    std::io::Write::write_all(&mut apply.stdin.take().expect("stdin"), &bundle.stdout)
+        .expect("writing the bundle");
+    assert!(
+        apply
+            .wait_with_output()
+            .expect("kubectl apply")
+            .status
+            .success()
+    );
+
+    let api = Api::<NamespacePosture>::all(client.clone());
+    let namespace = eventually(
+        "the namespace's posture shows NSA/CISA covered on web",
+        CONVERGE,
+        async |seen| {
+            let posture = api.get(ns.name()).await.ok()?;
+            *seen = format!("{:#?}", posture.compliance);
+            let nsa = posture
+                .compliance
+                .iter()
+                .find(|f| f.framework == "nsa-cisa")?;
+            let c = nsa.controls.iter().find(|c| c.id == "C-0057")?;
+            (c.proven == 1 && posture.workloads.total == 2).then_some(posture)
+        },
+    )
+    .await;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let page = dir.path().join("report.html");
+    let report = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["report", "-n", ns.name(), "-o"])
+        .arg(&page)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .output()
+        .expect("nimbus report");
+    assert!(report.status.success(), "{report:?}");
+
+    let started = std::time::Instant::now();
+    let screenshot = dir.path().join("report.png");
+    headless(
+        &page,
+        &format!("--screenshot={}", screenshot.display()),
+        &dir.path().join("net-screenshot.json"),
+    );
+    let png = std::fs::read(&screenshot).expect("the screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+    if std::env::var_os("NIMBUS_UPDATE_README").is_some() {
+        let docs = common::workspace_root().join("docs/compliance-report.png");
+        std::fs::create_dir_all(docs.parent().expect("docs")).expect("docs/");
+        std::fs::write(docs, &png).expect("writing the screenshot");
+    }
+    let dom = headless(&page, "--dump-dom", &dir.path().join("net-dom.json"));
+    eprintln!("chromium rendered the report in {:?}", started.elapsed());
+
+    // The charts, as the browser parsed them, against the posture API.
+    let sections: Vec<&str> = dom.split("<section class=\"framework\"").skip(1).collect();
+    assert_eq!(sections.len(), namespace.compliance.len(), "{dom}");
+    for section in sections {
+        let framework = attr(section, "data-framework").expect("data-framework");
+        let api = namespace
+            .compliance
+            .iter()
+            .find(|f| f.framework == framework)
+            .unwrap_or_else(|| panic!("{framework} is not in the posture"));
+        let score = section.split("class=\"score\"").nth(1).expect("score");
+        assert!(score.starts_with(&format!(" data-score=\"{}\">{}%<", api.score, api.score)));
+        let charted: Vec<(String, [u32; 4], String)> = section
+            .split("<g class=\"control\"")
+            .skip(1)
+            .map(|g| {
+                let n = |a: &str| attr(g, a).and_then(|v| v.parse().ok()).expect("a count");
+                let shown = g
+                    .split("class=\"counts\"")
+                    .nth(1)
+                    .and_then(|t| Some(t[t.find('>')? + 1..t.find("</text>")?].to_owned()))
+                    .expect("the counts shown");
+                (
+                    attr(g, "data-control").expect("data-control").to_owned(),
+                    [
+                        n("data-proven"),
+                        n("data-unproven"),
+                        n("data-audited"),
+                        n("data-not-covered"),
+                    ],
+                    shown,
+                )
+            })
+            .collect();
+        let expected: Vec<(String, [u32; 4], String)> = api
+            .controls
+            .iter()
+            .map(|c| {
+                (
+                    c.id.clone(),
+                    [c.proven, c.unproven, c.audited, c.not_covered],
+                    format!(
+                        "{} proven, {} unproven, {} audited, {} not covered",
+                        c.proven, c.unproven, c.audited, c.not_covered
+                    ),
+                )
+            })
+            .collect();
+        assert_eq!(charted, expected, "{framework}");
+    }
+    // The unprotected workload is listed, and the proof behind "proven".
+    assert!(dom.contains("data-workload=\"Deployment/other\""), "{dom}");
+    assert!(
+        dom.contains("id=\"proof-kyverno-escapeToHost-restricted\""),
+        "{dom}"
+    );
+
+    // Nothing was fetched for the page: no request whose network isolation key is the
+    // report's (file://) went to anything but the file itself. Chromium's own background
+    // requests (its updater, accounts) carry other keys and are not the page's doing.
+    for log in ["net-screenshot.json", "net-dom.json"] {
+        let text = std::fs::read_to_string(dir.path().join(log)).expect("net log");
+        let net: serde_json::Value = serde_json::from_str(&text).expect("net log JSON");
+        let mut fetched = BTreeSet::new();
+        for event in net["events"].as_array().expect("events") {
+            let params = &event["params"];
+            let (Some(url), Some(key)) = (
+                params["url"].as_str(),
+                params["network_isolation_key"].as_str(),
+            ) else {
+                continue;
+            };
+            if key.starts_with("file://") && !url.starts_with("file://") {
+                fetched.insert(url.to_owned());
+            }
+        }
+        assert!(fetched.is_empty(), "{log}: the report fetched {fetched:?}");
+        // The log is not empty of the page: the check above can see its requests.
+        assert!(
+            text.contains("report.html"),
+            "{log} logged nothing of the page"
+        );
+    }
+}
+
+/// The same report as OSCAL assessment results validates against NIST's OSCAL model
+/// (compliance-trestle, pinned, in the venv `make test` caches) and carries the posture API's
+/// numbers, one finding per control.
+#[tokio::test]
+async fn the_oscal_report_is_valid_oscal_with_the_posture_apis_numbers() {
+    let posture = posture();
+    let cp = posture.cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("oscal").await.expect("namespace");
+    deployment(&client, ns.name(), "web", 1).await;
+    let api = Api::<NamespacePosture>::all(client.clone());
+    let namespace = eventually("the namespace's posture", CONVERGE, async |_| {
+        let p = api.get(ns.name()).await.ok()?;
+        (p.workloads.total == 1 && !p.compliance.is_empty()).then_some(p)
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("report.json");
+    let report = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["report", "--format", "oscal", "-n", ns.name(), "-o"])
+        .arg(&file)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .output()
+        .expect("nimbus report");
+    assert!(report.status.success(), "{report:?}");
+
+    let cache = std::env::var_os("NIMBUS_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(|x| std::path::PathBuf::from(x).join("nimbus-rs"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/nimbus-rs"))
+        })
+        .expect("a cache directory");
+    let python = cache.join("oscal/venv-trestle-5.2.0/bin/python");
+    assert!(
+        python.is_file(),
+        "{} is missing: `make test` installs compliance-trestle there \
+         (hack/install-test-tools.sh)",
+        python.display()
+    );
+    let validate = |path: &std::path::Path| {
+        Command::new(&python)
+            .arg(common::workspace_root().join("hack/validate-oscal.py"))
+            .arg(path)
+            .output()
+            .expect("running the OSCAL validator")
+    };
+    let valid = validate(&file);
+    assert!(
+        valid.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&valid.stdout),
+        String::from_utf8_lossy(&valid.stderr)
+    );
+
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("report")).expect("JSON");
+    let result = &doc["assessment-results"]["results"][0];
+    let controls: usize = namespace.compliance.iter().map(|f| f.controls.len()).sum();
+    assert_eq!(result["findings"].as_array().map(Vec::len), Some(controls));
+    let nsa = namespace
+        .compliance
+        .iter()
+        .find(|f| f.framework == "nsa-cisa")
+        .expect("nsa-cisa");
+    let c = nsa
+        .controls
+        .iter()
+        .find(|c| c.id == "C-0057")
+        .expect("C-0057");
+    let observation = result["observations"]
+        .as_array()
+        .expect("observations")
+        .iter()
+        .find(|o| {
+            o["title"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("C-0057 "))
+        })
+        .expect("C-0057's observation");
+    let prop = |name: &str| {
+        observation["props"]
+            .as_array()
+            .and_then(|props| props.iter().find(|p| p["name"] == name))
+            .and_then(|p| p["value"].as_str())
+            .map(str::to_owned)
+    };
+    assert_eq!(prop("not-covered"), Some(c.not_covered.to_string()));
+    assert_eq!(prop("proven"), Some(c.proven.to_string()));
+
+    // The validator refuses what NIST's model refuses, so the check above can fail.
+    let mut broken = doc.clone();
+    broken["assessment-results"]["results"][0]["findings"][0]["target"]["type"] =
+        serde_json::json!("not-a-target-type");
+    let bad = dir.path().join("broken.json");
+    std::fs::write(&bad, broken.to_string()).expect("broken.json");
+    assert!(!validate(&bad).status.success());
 }

@@ -1,6 +1,7 @@
 //! `nimbus intents` and `nimbus explain`: the catalog, printed.
 
 use nimbus_core::catalog::{self, BindingKind, Engine};
+use nimbus_core::compliance::{self, Framework};
 use nimbus_core::engines;
 use std::collections::BTreeSet;
 
@@ -99,6 +100,24 @@ pub fn explain(id: &str) -> anyhow::Result<String> {
         };
         out.push_str(&format!("  {engine}: {audit}\n"));
     }
+    out.push_str("\nControls (`nimbus frameworks` lists them all):\n");
+    for m in compliance::mappings(i.id) {
+        let c = m.control();
+        let withdrawn = if c.withdrawn { ", withdrawn" } else { "" };
+        out.push_str(&format!(
+            "  {} {} {} ({}{withdrawn}): {}\n    source: {} <{}>\n",
+            m.strength.as_str(),
+            m.framework.title(),
+            c.id,
+            c.name,
+            m.note,
+            m.source.cite,
+            m.source.url
+        ));
+    }
+    if let Some(why) = compliance::unmapped(i.id) {
+        out.push_str(&format!("  no current control: {why}\n"));
+    }
     out.push_str("\nParameters:\n");
     if i.params.is_empty() {
         out.push_str("  none\n");
@@ -122,4 +141,38 @@ pub fn explain(id: &str) -> anyhow::Result<String> {
         ));
     }
     Ok(out)
+}
+
+/// `nimbus frameworks`: every framework, and each of its controls the catalog names with the
+/// intents that address it.
+pub fn frameworks() -> String {
+    let mut out = String::new();
+    for f in Framework::ALL {
+        out.push_str(&format!("{} - {} {}\n", f.name(), f.title(), f.version()));
+        for c in compliance::controls(f) {
+            let by: Vec<String> = compliance::MAPPINGS
+                .iter()
+                .filter(|m| m.framework == f && m.control == c.id)
+                .map(|m| match m.strength {
+                    compliance::Strength::Addresses => m.intent.to_owned(),
+                    compliance::Strength::PartiallyAddresses => format!("{} (partially)", m.intent),
+                })
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            out.push_str(&format!(
+                "  {:10} {}\n  {:10}   by {}\n",
+                c.id,
+                c.name,
+                "",
+                by.join(", ")
+            ));
+        }
+        out.push('\n');
+    }
+    out.push_str("Bundles (`nimbus bundle <name>`):\n");
+    for b in compliance::bundles::BUNDLES {
+        out.push_str(&format!("  {:15} {}\n", b.name, b.summary));
+    }
+    out
 }

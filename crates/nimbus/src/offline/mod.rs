@@ -4,7 +4,7 @@
 mod explain;
 mod manifests;
 
-pub use explain::{explain, intents};
+pub use explain::{explain, frameworks, intents};
 #[cfg(feature = "dev")]
 pub use manifests::manifest_files;
 #[cfg(test)]
@@ -474,6 +474,57 @@ fn translate_all(
     }
     warnings.extend(skipped);
     Ok((out, warnings))
+}
+
+/// `nimbus bundle`.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("scope").required(true).args(["namespace", "cluster"])))]
+pub struct BundleArgs {
+    /// The bundle (`nimbus frameworks` lists them).
+    name: String,
+    /// Bind it in this namespace (a SecurityIntentBinding).
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
+    /// Bind it in these namespaces (comma-separated, `*` for all) through a
+    /// ClusterSecurityIntentBinding.
+    #[arg(long, value_delimiter = ',')]
+    cluster: Option<Vec<String>>,
+    /// Only workloads with these labels (`k=v`, repeatable); all when absent.
+    #[arg(long, short = 'l', value_parser = parse_label)]
+    selector: Vec<(String, String)>,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not key=value"))?;
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// `nimbus bundle`: the bundle's manifests as YAML; intents the binding kind cannot enforce
+/// are named in a comment.
+pub fn bundle(args: &BundleArgs) -> anyhow::Result<String> {
+    use nimbus_core::compliance::bundles;
+    let Some(b) = bundles::bundle(&args.name) else {
+        let known: Vec<_> = bundles::BUNDLES.iter().map(|b| b.name).collect();
+        anyhow::bail!(
+            "unknown bundle `{}` (known: {})",
+            args.name,
+            known.join(", ")
+        );
+    };
+    let scope = match (&args.namespace, &args.cluster) {
+        (Some(ns), _) => bundles::Scope::Namespace(ns.clone()),
+        (None, Some(names)) => bundles::Scope::Cluster(names.clone()),
+        (None, None) => anyhow::bail!("give --namespace or --cluster"),
+    };
+    let selector = args.selector.iter().cloned().collect();
+    let rendered = bundles::render(b, &scope, &selector);
+    let mut out = format!("# Bundle {}: {}\n", b.name, b.summary);
+    for (id, why) in &rendered.skipped {
+        out.push_str(&format!("# {id} left out: {why}\n"));
+    }
+    Ok(out + &render(&rendered.objects, Format::Yaml)?)
 }
 
 fn render(objects: &[Value], format: Format) -> anyhow::Result<String> {

@@ -553,16 +553,8 @@ fn kinds(api: KyvernoApi) -> &'static str {
     }
 }
 
-/// The matrix `id` of the legacy kinds, or of the CEL kinds.
-fn matrix_id(api: KyvernoApi, id: &str) -> String {
-    match api {
-        KyvernoApi::Legacy => format!("kyverno-{id}"),
-        KyvernoApi::Cel => format!("kyverno-cel-{id}"),
-    }
-}
-
-/// escapeToHost at `level` with action Block, by admission (dry run).
-async fn escape_to_host(api: KyvernoApi, level: &'static str) {
+/// escapeToHost at `level` with action Block, by admission (dry run); the matrix `id`.
+async fn escape_to_host(api: KyvernoApi, id: &str, level: &'static str) {
     let b = bound(api, "escapeToHost", "Block", json!({"psaLevel": [level]})).await;
     let subjects = b.subjects();
     let mut rows = Vec::new();
@@ -584,7 +576,7 @@ async fn escape_to_host(api: KyvernoApi, level: &'static str) {
         expected.push(((*name).to_owned(), promised));
     }
     let matrix = Matrix {
-        id: matrix_id(api, &format!("escapeToHost-{level}")),
+        id: id.into(),
         title: format!(
             "escapeToHost psaLevel={level}, action Block (Kyverno v1.19.1 admission controller, {})",
             kinds(api)
@@ -600,22 +592,42 @@ async fn escape_to_host(api: KyvernoApi, level: &'static str) {
 
 #[tokio::test]
 async fn escape_to_host_baseline_denies_privileged_pods_where_bound() {
-    escape_to_host(KyvernoApi::Legacy, "baseline").await;
+    escape_to_host(
+        KyvernoApi::Legacy,
+        "kyverno-escapeToHost-baseline",
+        "baseline",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn escape_to_host_restricted_denies_root_pods_where_bound() {
-    escape_to_host(KyvernoApi::Legacy, "restricted").await;
+    escape_to_host(
+        KyvernoApi::Legacy,
+        "kyverno-escapeToHost-restricted",
+        "restricted",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn escape_to_host_baseline_in_cel_kinds_denies_privileged_pods_where_bound() {
-    escape_to_host(KyvernoApi::Cel, "baseline").await;
+    escape_to_host(
+        KyvernoApi::Cel,
+        "kyverno-cel-escapeToHost-baseline",
+        "baseline",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn escape_to_host_restricted_in_cel_kinds_denies_root_pods_where_bound() {
-    escape_to_host(KyvernoApi::Cel, "restricted").await;
+    escape_to_host(
+        KyvernoApi::Cel,
+        "kyverno-cel-escapeToHost-restricted",
+        "restricted",
+    )
+    .await;
 }
 
 /// How long Kyverno takes to report on a new pod: the reports controller scans a pod 30 s after
@@ -726,15 +738,15 @@ fn reported_promise(mode: Mode, selected: bool, pod: &str) -> String {
 /// policy.
 #[tokio::test]
 async fn escape_to_host_audit_and_shadow_admit_and_report() {
-    escape_to_host_audit_and_shadow(KyvernoApi::Legacy).await;
+    escape_to_host_audit_and_shadow(KyvernoApi::Legacy, "kyverno-escapeToHost-audit").await;
 }
 
 #[tokio::test]
 async fn escape_to_host_in_cel_kinds_audit_and_shadow_admit_and_report() {
-    escape_to_host_audit_and_shadow(KyvernoApi::Cel).await;
+    escape_to_host_audit_and_shadow(KyvernoApi::Cel, "kyverno-cel-escapeToHost-audit").await;
 }
 
-async fn escape_to_host_audit_and_shadow(api: KyvernoApi) {
+async fn escape_to_host_audit_and_shadow(api: KyvernoApi, id: &str) {
     let cp = cluster(api);
     let client = cp.client().expect("client");
     let params = json!({"psaLevel": ["baseline"]});
@@ -924,7 +936,7 @@ async fn escape_to_host_audit_and_shadow(api: KyvernoApi) {
     .await;
 
     let matrix = Matrix {
-        id: matrix_id(api, "escapeToHost-audit"),
+        id: id.into(),
         title: format!(
             "escapeToHost psaLevel=baseline in audit and shadow mode (Kyverno v1.19.1 admission and reports controllers, {})",
             kinds(api)
@@ -1106,15 +1118,15 @@ fn runtime_class(d: &Deployment) -> String {
 
 #[tokio::test]
 async fn coco_workload_sets_the_runtime_class_of_selected_deployments() {
-    coco_workload(KyvernoApi::Legacy).await;
+    coco_workload(KyvernoApi::Legacy, "kyverno-cocoWorkload").await;
 }
 
 #[tokio::test]
 async fn coco_workload_in_cel_kinds_sets_the_runtime_class_of_selected_deployments() {
-    coco_workload(KyvernoApi::Cel).await;
+    coco_workload(KyvernoApi::Cel, "kyverno-cel-cocoWorkload").await;
 }
 
-async fn coco_workload(api: KyvernoApi) {
+async fn coco_workload(api: KyvernoApi, id: &str) {
     let mut b = Bound::namespaces(api).await;
     // Deployments that exist before the binding: Kyverno's background controller patches them.
     let mut existing = Vec::new();
@@ -1175,7 +1187,7 @@ async fn coco_workload(api: KyvernoApi) {
         .map(|(case, _)| (case.clone(), promised.clone()))
         .collect();
     let matrix = Matrix {
-        id: matrix_id(api, "cocoWorkload"),
+        id: id.into(),
         title: format!(
             "cocoWorkload runtimeClass=kata-qemu (Kyverno v1.19.1 admission and background controllers, {})",
             kinds(api)

@@ -594,8 +594,14 @@ fn policy_coverage(
     let intent_name = |id: &str| {
         intent_names
             .iter()
-            .find(|(_, intent_id)| intent_id == id)
-            .map(|(name, _)| name.clone())
+            .find(|(_, intent_id, _)| intent_id == id)
+            .map(|(name, ..)| name.clone())
+    };
+    let intent_bundle = |id: &str| {
+        intent_names
+            .iter()
+            .find(|(_, intent_id, _)| intent_id == id)
+            .and_then(|(.., bundle)| bundle.clone())
     };
     PolicyCoverage::new(&PolicyFacts {
         input,
@@ -603,6 +609,7 @@ fn policy_coverage(
         engines: engine_set,
         present: &present,
         intent_name: &intent_name,
+        intent_bundle: &intent_bundle,
         binding,
         protected: &ctx.protected_namespaces,
     })
@@ -621,7 +628,11 @@ fn controlling_binding(owners: &[OwnerReference], namespace: Option<&str>) -> Op
 }
 
 /// `(SecurityIntent name, intent ID)` of each intent the binding binds that exists.
-fn bound_intent_names(ctx: &Context, binding: Option<&Reference>) -> Vec<(String, String)> {
+/// The names, IDs and bundle labels of the SecurityIntents `binding` binds.
+fn bound_intent_names(
+    ctx: &Context,
+    binding: Option<&Reference>,
+) -> Vec<(String, String, Option<String>)> {
     let Some(binding) = binding else {
         return Vec::new();
     };
@@ -641,7 +652,13 @@ fn bound_intent_names(ctx: &Context, binding: Option<&Reference>) -> Vec<(String
         .into_iter()
         .filter_map(|name| {
             let intent = ctx.intents.get(&ObjectRef::new(&name))?;
-            Some((name, intent.spec.intent.id.clone()))
+            let bundle = intent
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(nimbus_core::compliance::bundles::BUNDLE_LABEL))
+                .cloned();
+            Some((name, intent.spec.intent.id.clone(), bundle))
         })
         .collect()
 }

@@ -250,6 +250,7 @@ mod tests {
             intents: vec![],
             workloads: WorkloadCounts::default(),
             gaps: vec![],
+            compliance: Vec::new(),
         }
     }
 

@@ -64,10 +64,34 @@ impl Printed for NamespacePosture {
             "string",
             "The IDs of the intents bound in the namespace.",
         ),
+        (
+            "ATT&CK",
+            "string",
+            "MITRE ATT&CK for Containers: percent of (control, workload) pairs covered, and proven.",
+        ),
+        (
+            "CIS",
+            "string",
+            "CIS Kubernetes Benchmark v1.12: percent covered, and proven.",
+        ),
+        (
+            "NSA",
+            "string",
+            "NSA/CISA Kubernetes Hardening Guide: percent covered, and proven.",
+        ),
+        (
+            "FiGHT",
+            "string",
+            "MITRE FiGHT: percent covered, and proven.",
+        ),
     ];
 
     fn cells(&self) -> Vec<Value> {
         let intents: Vec<&str> = self.intents.iter().map(String::as_str).collect();
+        let score = |name: &str| match self.compliance.iter().find(|f| f.framework == name) {
+            Some(f) => format!("{}% ({}% proven)", f.score, f.proven_score),
+            None => "-".to_owned(),
+        };
         vec![
             json!(self.verdict.as_str()),
             json!(self.workloads.total),
@@ -76,6 +100,10 @@ impl Printed for NamespacePosture {
             json!(self.workloads.unprotected),
             json!(self.workloads.audited),
             json!(or_none(&intents)),
+            json!(score("mitre-attack")),
+            json!(score("cis-kubernetes")),
+            json!(score("nsa-cisa")),
+            json!(score("mitre-fight")),
         ]
     }
 }
