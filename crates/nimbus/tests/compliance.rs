@@ -47,7 +47,9 @@ fn matrices_of(text: &str) -> BTreeSet<&str> {
         .iter()
         .flat_map(|e| {
             let opening = format!("\"{}-", e.name());
-            text.match_indices(&opening).map(|(at, _)| at).collect::<Vec<_>>()
+            text.match_indices(&opening)
+                .map(|(at, _)| at)
+                .collect::<Vec<_>>()
         })
         .filter_map(|at| {
             let rest = &text[at + 1..];
