@@ -44,7 +44,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* `--disable-engines` value: the engines switched off, in the operator's spelling. */}}
 {{- define "nimbus.disabledEngines" -}}
 {{- $off := list }}
-{{- range $name := list "netpol" "kubearmor" "kyverno" "k8tls" "rbac" }}
+{{- range $name := list "netpol" "kubearmor" "kyverno" "k8tls" "rbac" "admission" }}
 {{- if not (index $.Values.engines $name).enabled }}
 {{- $off = append $off $name }}
 {{- end }}

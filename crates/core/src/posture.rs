@@ -288,9 +288,15 @@ fn engine_coverage(
     audited: bool,
 ) -> Option<Vec<EngineCoverage>> {
     let origin = facts.input.origin;
+    // An engine standing by for another of its mechanism (engine preference) is not named:
+    // the posture names the engine in force.
     let considered = |engine, origin| {
         catalog::intent(id).is_some_and(|spec| spec.handled_by(engine, origin))
             && (facts.engines.enabled.contains(&engine) || facts.engines.external.contains(&engine))
+            && !facts
+                .engines
+                .preference
+                .stands_by(engine, origin, facts.engines)
     };
     let here: Vec<_> = crate::engines::Engine::ALL
         .into_iter()

@@ -475,6 +475,12 @@ fn engine_preview(
             "kubearmor: decides at run time from what processes do, so it cannot be previewed; \
              its audit alerts show what it would block",
         ),
+        (Ok(Engine::Admission), _) => not(
+            "WarnedAtAdmission",
+            "admission: kube-apiserver warns each write its audited policy would refuse (and \
+             records it in the audit log), but keeps no report of existing workloads, so which \
+             it would refuse cannot be read",
+        ),
         (Ok(Engine::Kyverno), EngineState::NotInstalled) => not(
             "EngineNotInstalled",
             "kyverno: not installed, so which workloads its audit policy would refuse cannot be \
@@ -915,6 +921,11 @@ mod tests {
         for engine in ["netpol", "rbac", "k8tls"] {
             assert_eq!(reason(engine, installed, &reported), None, "{engine}");
         }
+        // The admission engine warns at admission and keeps no reports: not previewed.
+        assert_eq!(
+            reason("admission", installed, &reported).as_deref(),
+            Some("WarnedAtAdmission")
+        );
 
         let mut enforced = crate::posture::workload_posture(&web, &[]);
         attach(&mut enforced, &found, &reported);

@@ -4,7 +4,7 @@
 //! which has the same shape. One report per workload that a bound intent selects, scoped to the
 //! workload and owned by it; one result per intent.
 
-use crate::engines::{MANAGED_BY, NativeKind, POLICY_REPORT};
+use crate::engines::{Acts, MANAGED_BY, NativeKind, POLICY_REPORT};
 use crate::names;
 use crate::posture::{Workload, workload_posture_name};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -31,6 +31,7 @@ pub const OPEN_REPORT: NativeKind = NativeKind {
     crd: Some("reports.openreports.io"),
     entry: "Report",
     listed: false,
+    acts: Acts::OnWrite,
 };
 
 /// Which report kind the operator writes.

@@ -13,7 +13,7 @@ mod cases;
 use anyhow::Context as _;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines;
+use nimbus_core::engines::{self, Preference};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::reports::ReportFormat;
 use std::collections::BTreeMap;
@@ -232,6 +232,23 @@ pub struct EngineArgs {
     /// adapter that reads NimbusPolicies.
     #[arg(long, value_delimiter = ',', env = "NIMBUS_DISABLE_ENGINES")]
     disable_engines: Vec<Engine>,
+    /// Which of Kyverno's policy APIs to write in: `cel` (policies.kyverno.io/v1
+    /// ValidatingPolicy, MutatingPolicy and their namespaced forms; Kyverno 1.17+), `legacy`
+    /// (kyverno.io/v1 Policy and ClusterPolicy, as Nimbus; Kyverno 1.20 refuses new ones), or
+    /// `auto`: the CEL kinds where the cluster serves them, else the legacy ones. A switch
+    /// writes the new policies and deletes the old ones once Kyverno reports the new ones ready.
+    #[arg(long, default_value_t, env = "NIMBUS_KYVERNO_KINDS")]
+    kyverno_kinds: engines::KyvernoKinds,
+    /// Which engine writes when several of one mechanism can (comma-separated, first
+    /// preferred): Kyverno and admission (Kubernetes' own ValidatingAdmissionPolicy and
+    /// MutatingAdmissionPolicy) both enforce at admission. For each kind of policy, the first
+    /// one enabled and installed that acts on it writes; the other stands by.
+    #[arg(
+        long,
+        env = "NIMBUS_ENGINE_PREFERENCE",
+        default_value = "kyverno,admission"
+    )]
+    engine_preference: Preference,
     /// Namespace of the k8tls CronJobs (holding the k8tls ServiceAccount and ConfigMaps).
     #[arg(long, default_value = engines::DEFAULT_K8TLS_NAMESPACE)]
     k8tls_namespace: String,
@@ -284,6 +301,8 @@ impl EngineArgs {
             .into_iter()
             .filter(|e| !self.disable_engines.contains(e))
             .collect();
+        config.kyverno_kinds = self.kyverno_kinds;
+        config.engine_preference = self.engine_preference.clone();
         config.k8tls_namespace = self.k8tls_namespace.clone();
         config.virtual_patch_db = self.virtual_patch_db.clone();
         config.k8tls_image = self.k8tls_image.clone();

@@ -162,7 +162,29 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ("networking.k8s.io", &["networkpolicies"], OWN, &[]),
         ("security.kubearmor.com", &["kubearmorpolicies"], OWN, &[]),
         ("kyverno.io", &["policies", "clusterpolicies"], OWN, &[]),
+        (
+            "policies.kyverno.io",
+            &[
+                "namespacedvalidatingpolicies",
+                "validatingpolicies",
+                "namespacedmutatingpolicies",
+                "mutatingpolicies",
+            ],
+            OWN,
+            &[],
+        ),
         ("rbac.authorization.k8s.io", &["rolebindings"], OWN, &[]),
+        (
+            "admissionregistration.k8s.io",
+            &[
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+                "mutatingadmissionpolicies",
+                "mutatingadmissionpolicybindings",
+            ],
+            OWN,
+            &[],
+        ),
         (
             "rbac.authorization.k8s.io",
             &["clusterroles"],
@@ -476,6 +498,15 @@ fn default_render_grants_exactly_what_the_operator_calls() {
         "leader election is on by default"
     );
     assert_eq!(flag(deployment, "--disable-engines"), None);
+    // Kyverno preferred: Nimbus's output wherever Kyverno is installed.
+    assert_eq!(
+        flag(deployment, "--engine-preference"),
+        Some(
+            nimbus_core::engines::Preference::default()
+                .to_string()
+                .as_str()
+        )
+    );
     assert_eq!(
         flag(deployment, "--k8tls-namespace"),
         Some("nimbus-k8tls-env")
@@ -524,6 +555,23 @@ fn every_registered_engine_can_be_switched_off_from_the_chart() {
             "{off}"
         );
     }
+}
+
+/// The engine preference is a chart value, passed on as the operator's flag.
+#[test]
+fn the_engine_preference_is_a_chart_value() {
+    let objects = helm_template(&["engines.preference={admission,kyverno}"]);
+    let deployment = only(&objects, "Deployment", RELEASE);
+    let preference = flag(deployment, "--engine-preference");
+    assert_eq!(preference, Some("admission,kyverno"));
+    let parsed: nimbus_core::engines::Preference = preference.unwrap().parse().unwrap();
+    assert_eq!(
+        parsed.order(),
+        [
+            nimbus_core::catalog::Engine::Admission,
+            nimbus_core::catalog::Engine::Kyverno
+        ]
+    );
 }
 
 #[test]

@@ -21,8 +21,9 @@ use nimbus_api::{
     SecurityIntent, SecurityIntentBinding,
 };
 use nimbus_core::engines::{
-    CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, NativeKind,
-    ROLE_BINDING,
+    CONFIG_MAP, CRON_JOB, KUBEARMOR_POLICY, KYVERNO_POLICY, MUTATING_ADMISSION_POLICY,
+    MUTATING_ADMISSION_POLICY_BINDING, NETWORK_POLICY, NativeKind, ROLE_BINDING,
+    VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING,
 };
 use nimbus_testenv::eventually;
 use serde_json::{Value, json};
@@ -252,6 +253,9 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
     }
     let posture_port = nimbus_testenv::free_port().expect("a free port");
     let mut config = common::operator_config_from(deployment, LEADER);
+    // The admission engine preferred, so that it writes (through the chart's RBAC) beside the
+    // Kyverno policies of namespaced bindings, which it does not act on.
+    config.engine_preference = "admission,kyverno".parse().expect("a preference");
     assert!(container_flag(deployment, "--posture-addr").is_some());
     config.posture = Some(nimbus_operator::posture::Config {
         addr: ([127, 0, 0, 1], posture_port).into(),
@@ -335,8 +339,9 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
     })
     .await;
 
-    // A cluster binding exercising the k8tls and RBAC engines (RoleBindings to `view`, which
-    // the operator may only grant through `bind`).
+    // A cluster binding exercising the k8tls, RBAC and admission engines (RoleBindings to
+    // `view`, which the operator may only grant through `bind`; a ValidatingAdmissionPolicy for
+    // escapeToHost and a MutatingAdmissionPolicy for cocoWorkload, each with its binding).
     let intents: Api<SecurityIntent> = Api::all(admin.clone());
     // External addresses make the operator write a ConfigMap (the address list) as well.
     let tls = unique("tls");
@@ -354,7 +359,7 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
         "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
         "metadata": {"name": csib, "annotations": {nimbus_api::ALLOW_SENSITIVE_ANNOTATION: "assessTLS,namespaceSandbox"}},
         "spec": {
-            "intents": [{"name": tls}, {"name": sandbox}],
+            "intents": [{"name": tls}, {"name": sandbox}, {"name": escape}, {"name": coco}],
             "selector": {"nsSelector": {"matchNames": [ns.name()]}}
         }
     }))
@@ -364,9 +369,36 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
         &Api::<ClusterNimbusPolicy>::all(admin.clone()),
         &csib,
         None,
-        &[(&CRON_JOB, 1)],
+        &[
+            (&CRON_JOB, 1),
+            (&VALIDATING_ADMISSION_POLICY, 1),
+            (&MUTATING_ADMISSION_POLICY, 1),
+        ],
     )
     .await;
+    let cron_jobs: Vec<_> = cron_jobs
+        .into_iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "CronJob"))
+        .collect();
+    // Each admission policy is bound (the bindings are not listed in status).
+    for kind in [
+        &VALIDATING_ADMISSION_POLICY_BINDING,
+        &MUTATING_ADMISSION_POLICY_BINDING,
+    ] {
+        let name = format!(
+            "{csib}-{}",
+            if kind.kind.starts_with("Validating") {
+                "escapetohost"
+            } else {
+                "cocoworkload"
+            }
+        );
+        assert!(
+            common::native(&admin, kind, None, &name).await.is_some(),
+            "{} {name} is missing",
+            kind.kind
+        );
+    }
     let k8tls = container_flag(deployment, "--k8tls-namespace");
     assert_eq!(cron_jobs[0].metadata.namespace.as_deref(), k8tls);
     // Its ConfigMaps: the chart's fips-config and fluent-bit-config, and the operator's
@@ -397,9 +429,14 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
         &Api::<NimbusPolicy>::namespaced(admin.clone(), ns.name()),
         &format!("nimbus-ctlr-gen-{csib}"),
         Some(ns.name()),
-        &[(&ROLE_BINDING, 1)],
+        // escapeToHost's KubeArmor policies in the namespace.
+        &[(&ROLE_BINDING, 1), (&KUBEARMOR_POLICY, 3)],
     )
     .await;
+    let role_bindings: Vec<_> = role_bindings
+        .into_iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "RoleBinding"))
+        .collect();
     assert_eq!(role_bindings[0].data["roleRef"]["name"], "view");
     ready(&csibs, &csib).await;
 

@@ -8,7 +8,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{self, EngineSet, NativeKind};
+use nimbus_core::engines::{self, EngineSet, KyvernoKinds, NativeKind, Preference};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,16 +29,40 @@ pub fn when_served(
     }
 }
 
-/// Engines enabled and served.
-pub fn engine_set(enabled: &BTreeSet<Engine>, served: &Served) -> EngineSet {
+/// Engines enabled and served: an engine is installed when every kind it writes is served
+/// (see [`engines::installed`]: Kyverno's are those of the API `kyverno` puts in force), but
+/// for its optional kinds (MutatingAdmissionPolicy: an API server that does not serve it still
+/// enforces the admission engine's validating policies); those of the enabled engines not
+/// served are `unserved`.
+pub fn engine_set(
+    enabled: &BTreeSet<Engine>,
+    kyverno: KyvernoKinds,
+    served: &Served,
+    preference: &Preference,
+) -> EngineSet {
     EngineSet {
         enabled: enabled.clone(),
         installed: Engine::ALL
             .into_iter()
-            .filter(|e| engines::kinds(*e).iter().all(|k| served.contains(k)))
+            .filter(|e| engines::installed(*e, kyverno, |k| served.contains(k)))
+            .collect(),
+        preference: preference.clone(),
+        unserved: enabled
+            .iter()
+            .flat_map(|e| e.spec().optional_kinds.iter().copied())
+            .filter(|k| !served.contains(k))
             .collect(),
         ..EngineSet::default()
     }
+}
+
+/// Built-in kinds some engine declares optional: looked up by discovery, as not every API
+/// server serves them.
+fn optional_builtin(kind: &NativeKind) -> bool {
+    kind.crd.is_none()
+        && Engine::ALL
+            .into_iter()
+            .any(|e| e.spec().optional_kinds.contains(&kind))
 }
 
 /// The live set of served kinds, and whether it is known yet.
@@ -61,25 +85,38 @@ pub fn track(client: Client, engines: &BTreeSet<Engine>) -> (Availability, Drive
 
 /// Tracks `kinds` as [`track`] does.
 pub fn track_kinds(client: Client, kinds: BTreeSet<&'static NativeKind>) -> (Availability, Driver) {
-    let builtin: Served = kinds.iter().filter(|k| k.crd.is_none()).copied().collect();
+    let builtin: Served = kinds
+        .iter()
+        .filter(|k| k.crd.is_none() && !optional_builtin(k))
+        .copied()
+        .collect();
     let (tx, rx) = watch::channel(builtin);
+    let probed: Vec<_> = kinds
+        .iter()
+        .filter(|k| optional_builtin(k))
+        .copied()
+        .collect();
     let crd_kinds: Vec<_> = kinds
         .into_iter()
         .filter_map(|kind| Some((kind, kind.crd?)))
         .collect();
-    // Counts the CRD-backed kinds not looked up yet; `discovered` turns true at zero.
-    let (discovered_tx, discovered) = watch::channel(crd_kinds.is_empty());
-    let unknown = Arc::new(AtomicUsize::new(crd_kinds.len()));
-    let trackers: Vec<Driver> = crd_kinds
+    // Counts the kinds not looked up yet; `discovered` turns true at zero.
+    let lookups = crd_kinds.len() + probed.len();
+    let (discovered_tx, discovered) = watch::channel(lookups == 0);
+    let unknown = Arc::new(AtomicUsize::new(lookups));
+    let first_lookup = || FirstLookup {
+        unknown: unknown.clone(),
+        discovered: discovered_tx.clone(),
+    };
+    let mut trackers: Vec<Driver> = crd_kinds
         .into_iter()
-        .map(|(kind, crd)| {
-            let first_lookup = FirstLookup {
-                unknown: unknown.clone(),
-                discovered: discovered_tx.clone(),
-            };
-            track_crd(client.clone(), kind, crd, tx.clone(), first_lookup).boxed()
-        })
+        .map(|(kind, crd)| track_crd(client.clone(), kind, crd, tx.clone(), first_lookup()).boxed())
         .collect();
+    trackers.extend(
+        probed
+            .into_iter()
+            .map(|kind| track_builtin(client.clone(), kind, tx.clone(), first_lookup()).boxed()),
+    );
     // With no CRD-backed kind there is nothing to track: the driver idles rather than end, and
     // keeps the sender so that subscribers' change streams stay open.
     let driver = future::join_all(trackers).then(move |_| async move {
@@ -149,6 +186,55 @@ async fn track_crd(
     }
 }
 
+/// How often an optional built-in kind is looked up again: only an API server upgrade (or a
+/// change of its `--runtime-config`) serves it, which the operator may well outlive.
+const BUILTIN_RECHECK: Duration = Duration::from_secs(300);
+
+/// Marks the built-in `kind` served while discovery lists it (looked up every
+/// [`BUILTIN_RECHECK`]; until a lookup answers, every few seconds).
+async fn track_builtin(
+    client: Client,
+    kind: &'static NativeKind,
+    served: watch::Sender<Served>,
+    first_lookup: FirstLookup,
+) {
+    let mut first_lookup = Some(first_lookup);
+    loop {
+        let now = match client.list_api_group_resources(&kind.api_version()).await {
+            Ok(list) => Some(list.resources.iter().any(|r| r.name == kind.plural)),
+            // The group version itself is not served.
+            Err(kube::Error::Api(status)) if status.code == 404 => Some(false),
+            Err(error) => {
+                tracing::warn!(%error, kind = kind.kind, "discovery failed; retrying");
+                None
+            }
+        };
+        let Some(now) = now else {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            continue;
+        };
+        let changed = served.send_if_modified(|set| {
+            if now {
+                set.insert(kind)
+            } else {
+                set.remove(kind)
+            }
+        });
+        if changed || first_lookup.is_some() {
+            tracing::info!(
+                kind = kind.kind,
+                group = kind.group,
+                served = now,
+                "engine kind availability changed"
+            );
+        }
+        if let Some(first) = first_lookup.take() {
+            first.done();
+        }
+        tokio::time::sleep(BUILTIN_RECHECK).await;
+    }
+}
+
 /// Whether discovery lists `kind`, waiting a while for a just-created CRD to be established.
 async fn discovered(client: &Client, kind: &NativeKind) -> bool {
     for _ in 0..120 {
@@ -160,4 +246,101 @@ async fn discovered(client: &Client, kind: &NativeKind) -> bool {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nimbus_core::engines::{
+        KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, MUTATING_ADMISSION_POLICY,
+        MUTATING_ADMISSION_POLICY_BINDING, VALIDATING_ADMISSION_POLICY,
+        VALIDATING_ADMISSION_POLICY_BINDING,
+    };
+
+    #[test]
+    fn an_unserved_optional_kind_leaves_its_engine_installed_and_is_reported() {
+        let enabled: BTreeSet<Engine> = Engine::ALL.into();
+        let validating = [
+            &VALIDATING_ADMISSION_POLICY,
+            &VALIDATING_ADMISSION_POLICY_BINDING,
+        ];
+        let mutating = [
+            &MUTATING_ADMISSION_POLICY,
+            &MUTATING_ADMISSION_POLICY_BINDING,
+        ];
+        let kyverno = [&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY];
+        // (served, admission installed, kyverno installed, unserved)
+        let table: &[(
+            Vec<&'static NativeKind>,
+            bool,
+            bool,
+            Vec<&'static NativeKind>,
+        )] = &[
+            // Kubernetes 1.36 with Kyverno.
+            (
+                [&validating[..], &mutating, &kyverno].concat(),
+                true,
+                true,
+                vec![],
+            ),
+            // An older API server: no MutatingAdmissionPolicy, validating still enforced.
+            (
+                [&validating[..], &kyverno].concat(),
+                true,
+                true,
+                mutating.to_vec(),
+            ),
+            // Without the validating kinds the engine is not installed at all.
+            (mutating.to_vec(), false, false, vec![]),
+            // Kyverno needs both of its kinds.
+            (
+                [
+                    &validating[..],
+                    &mutating,
+                    &[&KYVERNO_POLICY, &KUBEARMOR_POLICY],
+                ]
+                .concat(),
+                true,
+                false,
+                vec![],
+            ),
+        ];
+        for (i, (served, admission, kyverno, unserved)) in table.iter().enumerate() {
+            let served: Served = served.iter().copied().collect();
+            let set = engine_set(
+                &enabled,
+                KyvernoKinds::Auto,
+                &served,
+                &Preference::default(),
+            );
+            assert_eq!(
+                set.installed.contains(&Engine::Admission),
+                *admission,
+                "row {i}"
+            );
+            assert_eq!(
+                set.installed.contains(&Engine::Kyverno),
+                *kyverno,
+                "row {i}"
+            );
+            let want: BTreeSet<&NativeKind> = unserved.iter().copied().collect();
+            assert_eq!(set.unserved, want, "row {i}");
+        }
+        // A disabled engine's optional kinds are nobody's concern.
+        let enabled: BTreeSet<Engine> = [Engine::Kyverno].into();
+        let set = engine_set(
+            &enabled,
+            KyvernoKinds::Auto,
+            &Served::new(),
+            &Preference::default(),
+        );
+        assert!(set.unserved.is_empty());
+    }
+
+    #[test]
+    fn optional_builtin_kinds_are_looked_up() {
+        assert!(optional_builtin(&MUTATING_ADMISSION_POLICY));
+        assert!(!optional_builtin(&VALIDATING_ADMISSION_POLICY));
+        assert!(!optional_builtin(&KYVERNO_POLICY));
+    }
 }

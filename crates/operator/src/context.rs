@@ -11,7 +11,7 @@ use nimbus_api::{
     SecurityIntentBinding,
 };
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{EngineSet, Environment, VirtualPatches};
+use nimbus_core::engines::{EngineSet, Environment, KyvernoKinds, Preference, VirtualPatches};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -51,6 +51,9 @@ pub struct Context {
 /// What the engines need beyond the policies.
 pub struct EngineContext {
     pub enabled: BTreeSet<Engine>,
+    pub kyverno_kinds: KyvernoKinds,
+    /// Which engine of a mechanism writes.
+    pub preference: Preference,
     pub served: watch::Receiver<Served>,
     pub k8tls_namespace: String,
     pub k8tls_image: String,
@@ -85,7 +88,12 @@ impl Context {
     }
 
     pub fn engine_set(&self) -> EngineSet {
-        availability::engine_set(&self.engines.enabled, &self.engines.served.borrow())
+        availability::engine_set(
+            &self.engines.enabled,
+            self.engines.kyverno_kinds,
+            &self.engines.served.borrow(),
+            &self.engines.preference,
+        )
     }
 
     /// What the translation of `rules` depends on: settings, and the cluster facts it reads.
@@ -100,6 +108,10 @@ impl Context {
             k8tls_image: e.k8tls_image.clone(),
             sandbox_cluster_roles: e.sandbox_cluster_roles.clone(),
             protected_namespaces: self.protected_namespaces.clone(),
+            kyverno: e
+                .kyverno_kinds
+                .in_force(|k| e.served.borrow().contains(k))
+                .unwrap_or_default(),
         };
         e.facts.read(rules, &mut env);
         env

@@ -49,6 +49,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     kinds: &[&CRON_JOB, &CONFIG_MAP],
     confined_to_k8tls_namespace: true,
     translate,
+    optional_kinds: &[],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

@@ -23,6 +23,41 @@ pub struct NativeKind {
     /// Whether objects of the kind are policies listed in status (supporting objects, such as
     /// k8tls address lists, are not).
     pub listed: bool,
+    /// When an object of the kind acts: what replacing one kind by another waits for.
+    pub acts: Acts,
+}
+
+/// When a native object starts to act once written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Acts {
+    /// As soon as it is stored (what the API server and its built-in controllers read).
+    OnWrite,
+    /// Once Kyverno says it is ready (its webhooks configured for it): a legacy policy's
+    /// `Ready` condition, a CEL policy's `conditionStatus.ready`.
+    WhenKyvernoReady,
+    /// Once kube-apiserver has loaded it (its admission policies): no status says when, so an
+    /// engine taking over keeps the other's objects a while (see [`super::HANDOVER`]).
+    AfterLoad,
+}
+
+impl Acts {
+    /// Whether an object whose `status` is this acts.
+    pub fn judge(self, status: Option<&serde_json::Value>) -> bool {
+        match self {
+            Acts::OnWrite | Acts::AfterLoad => true,
+            Acts::WhenKyvernoReady => status.is_some_and(|status| {
+                status.pointer("/conditionStatus/ready") == Some(&true.into())
+                    || status
+                        .get("conditions")
+                        .and_then(serde_json::Value::as_array)
+                        .is_some_and(|conditions| {
+                            conditions
+                                .iter()
+                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        })
+            }),
+        }
+    }
 }
 
 impl NativeKind {
@@ -54,6 +89,7 @@ pub const NETWORK_POLICY: NativeKind = NativeKind {
     crd: None,
     entry: "NetworkPolicy",
     listed: true,
+    acts: Acts::OnWrite,
 };
 pub const KUBEARMOR_POLICY: NativeKind = NativeKind {
     group: "security.kubearmor.com",
@@ -64,6 +100,7 @@ pub const KUBEARMOR_POLICY: NativeKind = NativeKind {
     crd: Some("kubearmorpolicies.security.kubearmor.com"),
     entry: "KubeArmorPolicy",
     listed: true,
+    acts: Acts::OnWrite,
 };
 pub const KYVERNO_POLICY: NativeKind = NativeKind {
     group: "kyverno.io",
@@ -74,6 +111,7 @@ pub const KYVERNO_POLICY: NativeKind = NativeKind {
     crd: Some("policies.kyverno.io"),
     entry: "KyvernoPolicy",
     listed: true,
+    acts: Acts::WhenKyvernoReady,
 };
 pub const KYVERNO_CLUSTER_POLICY: NativeKind = NativeKind {
     group: "kyverno.io",
@@ -84,7 +122,57 @@ pub const KYVERNO_CLUSTER_POLICY: NativeKind = NativeKind {
     crd: Some("clusterpolicies.kyverno.io"),
     entry: "KyvernoClusterPolicy",
     listed: true,
+    acts: Acts::WhenKyvernoReady,
 };
+/// Kyverno's CEL policy kinds (`policies.kyverno.io/v1`, served since Kyverno 1.17), which
+/// replace `Policy` and `ClusterPolicy`: Kyverno 1.20 refuses to create those, 1.21 removes them.
+const fn kyverno_cel(
+    kind: &'static str,
+    plural: &'static str,
+    crd: &'static str,
+    namespaced: bool,
+    entry: &'static str,
+) -> NativeKind {
+    NativeKind {
+        group: "policies.kyverno.io",
+        version: "v1",
+        kind,
+        plural,
+        namespaced,
+        crd: Some(crd),
+        entry,
+        listed: true,
+        acts: Acts::WhenKyvernoReady,
+    }
+}
+pub const KYVERNO_NAMESPACED_VALIDATING_POLICY: NativeKind = kyverno_cel(
+    "NamespacedValidatingPolicy",
+    "namespacedvalidatingpolicies",
+    "namespacedvalidatingpolicies.policies.kyverno.io",
+    true,
+    "KyvernoNamespacedValidatingPolicy",
+);
+pub const KYVERNO_VALIDATING_POLICY: NativeKind = kyverno_cel(
+    "ValidatingPolicy",
+    "validatingpolicies",
+    "validatingpolicies.policies.kyverno.io",
+    false,
+    "KyvernoValidatingPolicy",
+);
+pub const KYVERNO_NAMESPACED_MUTATING_POLICY: NativeKind = kyverno_cel(
+    "NamespacedMutatingPolicy",
+    "namespacedmutatingpolicies",
+    "namespacedmutatingpolicies.policies.kyverno.io",
+    true,
+    "KyvernoNamespacedMutatingPolicy",
+);
+pub const KYVERNO_MUTATING_POLICY: NativeKind = kyverno_cel(
+    "MutatingPolicy",
+    "mutatingpolicies",
+    "mutatingpolicies.policies.kyverno.io",
+    false,
+    "KyvernoMutatingPolicy",
+);
 pub const CRON_JOB: NativeKind = NativeKind {
     group: "batch",
     version: "v1",
@@ -94,6 +182,7 @@ pub const CRON_JOB: NativeKind = NativeKind {
     crd: None,
     entry: "CronJob",
     listed: true,
+    acts: Acts::OnWrite,
 };
 pub const CONFIG_MAP: NativeKind = NativeKind {
     group: "",
@@ -104,6 +193,7 @@ pub const CONFIG_MAP: NativeKind = NativeKind {
     crd: None,
     entry: "ConfigMap",
     listed: false,
+    acts: Acts::OnWrite,
 };
 pub const ROLE_BINDING: NativeKind = NativeKind {
     group: "rbac.authorization.k8s.io",
@@ -114,6 +204,7 @@ pub const ROLE_BINDING: NativeKind = NativeKind {
     crd: None,
     entry: "RoleBinding",
     listed: true,
+    acts: Acts::OnWrite,
 };
 
 /// Kyverno's reports of its background scans, one per resource, which the preview of audited
@@ -128,6 +219,7 @@ pub const POLICY_REPORT: NativeKind = NativeKind {
     crd: Some("policyreports.wgpolicyk8s.io"),
     entry: "PolicyReport",
     listed: false,
+    acts: Acts::OnWrite,
 };
 
 /// The native kinds `engine` writes.
@@ -143,3 +235,52 @@ pub fn all_kinds() -> Vec<&'static NativeKind> {
         .collect();
     set.into_iter().collect()
 }
+
+/// Kubernetes' own CEL admission policies (the `admission` engine): built in, nothing to
+/// install. Their bindings are supporting objects, as the policies they bind are listed.
+pub const VALIDATING_ADMISSION_POLICY: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "ValidatingAdmissionPolicy",
+    plural: "validatingadmissionpolicies",
+    namespaced: false,
+    crd: None,
+    entry: "ValidatingAdmissionPolicy",
+    listed: true,
+    acts: Acts::AfterLoad,
+};
+pub const VALIDATING_ADMISSION_POLICY_BINDING: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "ValidatingAdmissionPolicyBinding",
+    plural: "validatingadmissionpolicybindings",
+    namespaced: false,
+    crd: None,
+    entry: "ValidatingAdmissionPolicyBinding",
+    listed: false,
+    acts: Acts::AfterLoad,
+};
+/// GA and served by default from Kubernetes 1.36; older API servers do not serve it (the
+/// `admission` engine declares it optional, see [`super::EngineSpec::optional_kinds`]).
+pub const MUTATING_ADMISSION_POLICY: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "MutatingAdmissionPolicy",
+    plural: "mutatingadmissionpolicies",
+    namespaced: false,
+    crd: None,
+    entry: "MutatingAdmissionPolicy",
+    listed: true,
+    acts: Acts::AfterLoad,
+};
+pub const MUTATING_ADMISSION_POLICY_BINDING: NativeKind = NativeKind {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    kind: "MutatingAdmissionPolicyBinding",
+    plural: "mutatingadmissionpolicybindings",
+    namespaced: false,
+    crd: None,
+    entry: "MutatingAdmissionPolicyBinding",
+    listed: false,
+    acts: Acts::AfterLoad,
+};

@@ -120,6 +120,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     kinds: &[&KUBEARMOR_POLICY],
     confined_to_k8tls_namespace: false,
     translate,
+    optional_kinds: &[],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {

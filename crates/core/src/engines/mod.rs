@@ -6,6 +6,8 @@
 //! the [`engines!`] list below: [`Engine`], [`Engine::ALL`] and the registry derive from it.
 
 mod kinds;
+mod preference;
+pub mod pss;
 mod spec;
 mod translate;
 
@@ -19,6 +21,8 @@ pub use k8tls::{
 };
 pub use kinds::*;
 pub use kyverno::virtual_patch::{self, VirtualPatches};
+pub use kyverno::{KyvernoApi, KyvernoKinds};
+pub use preference::{ADMISSION_CONTROL, HANDOVER, Preference, PreferenceError, handover_wait};
 pub use rbac::{DEFAULT_SANDBOX_CLUSTER_ROLES, sandbox_violations};
 pub use spec::{AUDIT, AuditForm, Enforces, EngineSpec, Fact, Permissions, rules_read};
 pub use translate::{
@@ -59,6 +63,7 @@ engines! {
     Kyverno => kyverno,
     K8tls => k8tls,
     Rbac => rbac,
+    Admission => admission,
 }
 
 impl Engine {
@@ -83,6 +88,21 @@ impl Engine {
         self.spec()
             .origins(intent)
             .is_some_and(|o| o.contains(&origin))
+    }
+}
+
+/// Whether `engine` can write: every kind it writes is served but its optional ones, or for
+/// Kyverno, those of the API `kyverno` puts in force.
+pub fn installed(
+    engine: Engine,
+    kyverno: KyvernoKinds,
+    served: impl Fn(&NativeKind) -> bool,
+) -> bool {
+    match engine {
+        Engine::Kyverno => kyverno.in_force(served).is_some(),
+        _ => kinds(engine)
+            .iter()
+            .all(|k| served(k) || engine.spec().optional_kinds.contains(k)),
     }
 }
 

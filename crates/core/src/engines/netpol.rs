@@ -37,6 +37,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     kinds: &[&NETWORK_POLICY],
     confined_to_k8tls_namespace: false,
     translate,
+    optional_kinds: &[],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

@@ -100,6 +100,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     kinds: &[&ROLE_BINDING],
     confined_to_k8tls_namespace: false,
     translate,
+    optional_kinds: &[],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

@@ -22,6 +22,11 @@ pub struct EngineSpec {
     pub confined_to_k8tls_namespace: bool,
     /// Objects (and problems) for one rule of an intent in `enforces`.
     pub(super) translate: fn(&PolicyInput, &Rule, &Environment) -> Output,
+    /// Kinds of `kinds` that not every cluster serves (built-in kinds of recent Kubernetes
+    /// releases): the engine is installed without them, and a rule whose translation writes
+    /// one while it is not served is reported unenforced instead
+    /// ([`super::EngineSet::unserved`]).
+    pub optional_kinds: &'static [&'static NativeKind],
 }
 
 /// An intent an engine enforces.

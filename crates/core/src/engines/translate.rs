@@ -4,7 +4,7 @@
 
 use super::{
     AUDIT, AuditForm, DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES,
-    Engine, MANAGED_BY, NativeKind, VirtualPatches, enforcing,
+    Engine, KyvernoApi, MANAGED_BY, NativeKind, Preference, VirtualPatches, enforcing,
 };
 use crate::intents::{self, BindingKind, Origin};
 use crate::names;
@@ -96,6 +96,8 @@ pub struct Environment {
     pub sandbox_cluster_roles: BTreeSet<String>,
     /// Namespaces cluster bindings never reach; cluster-wide admission rules exclude them.
     pub protected_namespaces: ProtectedNamespaces,
+    /// Which of Kyverno's policy APIs the Kyverno engine writes in.
+    pub kyverno: KyvernoApi,
 }
 
 impl Default for Environment {
@@ -111,6 +113,7 @@ impl Default for Environment {
                 .map(|r| (*r).to_owned())
                 .collect(),
             protected_namespaces: ProtectedNamespaces::default(),
+            kyverno: KyvernoApi::default(),
         }
     }
 }
@@ -123,6 +126,10 @@ pub struct EngineSet {
     /// Engines switched off here whose objects an external adapter reports in the policy's
     /// status (Nimbus's adapter contract): they count as enforcing.
     pub external: BTreeSet<Engine>,
+    /// Which of the engines of one mechanism writes ([`Preference`]).
+    pub preference: Preference,
+    /// Optional kinds ([`super::EngineSpec::optional_kinds`]) the cluster does not serve.
+    pub unserved: BTreeSet<&'static NativeKind>,
 }
 
 impl EngineSet {
@@ -131,12 +138,18 @@ impl EngineSet {
         Self {
             enabled: Engine::ALL.into(),
             installed: Engine::ALL.into(),
-            external: BTreeSet::new(),
+            ..Self::default()
         }
     }
 
     pub fn active(&self, engine: Engine) -> bool {
         self.enabled.contains(&engine) && self.installed.contains(&engine)
+    }
+
+    /// Whether `engine` acts on policies of `origin`: it is active and no engine preferred to
+    /// it writes in its place.
+    pub fn acts(&self, engine: Engine, origin: Origin) -> bool {
+        self.active(engine) && !self.preference.stands_by(engine, origin, self)
     }
 }
 
@@ -215,7 +228,7 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
         // carry assessTLS too, but only its cluster policy runs the scanner.
         let acts = Engine::ALL
             .into_iter()
-            .any(|e| engines.active(e) && e.handles(spec.id, policy.origin));
+            .any(|e| engines.acts(e, policy.origin) && e.handles(spec.id, policy.origin));
         if acts && let Some(problem) = sensitive_problem(rule, &policy.allowed_sensitive) {
             out.problems.push(problem);
             continue;
@@ -224,7 +237,7 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
         let mut failures = Vec::new();
         let mut no_audit_form = Vec::new();
         for engine in Engine::ALL {
-            if !engines.active(engine) || !engine.handles(spec.id, policy.origin) {
+            if !engines.acts(engine, policy.origin) || !engine.handles(spec.id, policy.origin) {
                 continue;
             }
             if rule.rule.action == AUDIT
@@ -240,7 +253,9 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                 spec: rule,
                 key: &key,
             };
-            match (engine.spec().translate)(policy, &rule, env) {
+            match (engine.spec().translate)(policy, &rule, env)
+                .and_then(|emitted| served(emitted, engine, &rule, engines))
+            {
                 Ok(emitted) => {
                     enforced |= !emitted.objects.is_empty();
                     out.problems.extend(emitted.warnings);
@@ -280,6 +295,28 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
         }));
     }
     out
+}
+
+/// An engine's objects for a rule, unless one is of an optional kind the API server does not
+/// serve: then the engine does not enforce the rule, and says why.
+fn served(emitted: Emitted, engine: Engine, rule: &Rule, engines: &EngineSet) -> Output {
+    match emitted
+        .objects
+        .iter()
+        .find(|(kind, _)| engines.unserved.contains(kind))
+    {
+        Some((kind, _)) => Err(rule.problem(
+            condition::REASON_ENGINE_NOT_INSTALLED,
+            format!(
+                "{engine} enforces intent `{}` with a {}, which the API server does not serve \
+                 ({})",
+                rule.spec.id,
+                kind.kind,
+                kind.api_version()
+            ),
+        )),
+        None => Ok(emitted),
+    }
 }
 
 /// What keeps `rule`, bound by a binding of `kind`, from being enforced before any engine runs:
@@ -354,6 +391,43 @@ fn coverage(
             format!("intent `{}` is enforced only through {other}", rule.id),
         )];
     }
+    // Of one mechanism, only the engine preferred at an origin is a candidate there; it stands
+    // in for those preferred to it that are not in force, which the status says.
+    let mut replaced: Vec<(Engine, Engine)> = Vec::new();
+    for origin in kind.origins() {
+        let Some(chosen) = engines.preference.in_force(*origin, engines) else {
+            continue;
+        };
+        if !chosen.handles(spec.id, *origin) {
+            continue;
+        }
+        for engine in engines.preference.preferred_to(chosen, *origin) {
+            if engine.handles(spec.id, *origin) && !replaced.contains(&(engine, chosen)) {
+                replaced.push((engine, chosen));
+            }
+        }
+    }
+    let candidates: BTreeSet<Engine> = candidates
+        .into_iter()
+        .filter(|e| {
+            !kind
+                .origins()
+                .iter()
+                .filter(|o| e.handles(spec.id, **o))
+                .all(|o| engines.preference.stands_by(*e, *o, engines))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return vec![Problem::new(
+            rule,
+            condition::REASON_UNSUPPORTED_INTENT,
+            format!(
+                "intent `{}` is not enforced: the engines that can enforce it stand by for the \
+                 one in force (engine preference {})",
+                rule.id, engines.preference
+            ),
+        )];
+    }
     let external: Vec<String> = candidates
         .iter()
         .filter(|e| !engines.active(**e) && engines.external.contains(*e))
@@ -382,6 +456,25 @@ fn coverage(
                     "intent `{}` is enforced by an external adapter: {}",
                     rule.id,
                     external.join(", ")
+                ),
+            )
+        });
+    }
+    for (engine, chosen) in replaced {
+        let (reason, why) = if engines.enabled.contains(&engine) {
+            (condition::REASON_ENGINE_NOT_INSTALLED, "not installed")
+        } else {
+            (condition::REASON_ENGINE_DISABLED, "disabled")
+        };
+        problems.push(Problem {
+            blocking: false,
+            ..Problem::new(
+                rule,
+                reason,
+                format!(
+                    "intent `{}` is enforced by {chosen} in place of {engine} ({why}; engine \
+                     preference {})",
+                    rule.id, engines.preference
                 ),
             )
         });

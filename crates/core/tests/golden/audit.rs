@@ -5,7 +5,7 @@
 
 use crate::builders::*;
 use nimbus_core::catalog::{Engine, INTENTS};
-use nimbus_core::engines::{AuditForm, Translation};
+use nimbus_core::engines::{AuditForm, EngineSet, Preference, Translation};
 use serde_json::{Value, json};
 
 /// Parameters an intent needs to generate anything.
@@ -68,6 +68,15 @@ fn enforces(object: &Value) -> Option<String> {
         }
         // A scan reports what it finds; it blocks nothing.
         "CronJob" | "ConfigMap" => None,
+        // A validating policy acts only through its bindings' actions.
+        "ValidatingAdmissionPolicy" => None,
+        "ValidatingAdmissionPolicyBinding" => {
+            let actions = &object["spec"]["validationActions"];
+            (actions
+                .as_array()
+                .is_none_or(|a| a.iter().any(|a| a == "Deny")))
+            .then(|| format!("validationActions {actions}"))
+        }
         other => Some(format!("a {other} enforces whatever it is called")),
     }
 }
@@ -144,6 +153,14 @@ fn no_audited_intent_enforces_in_any_engine() {
                 "cluster",
                 run_cwnp_with(&cwnp(all_namespaces(), selector(), rules.clone()), &env),
             ),
+            (
+                "cluster (admission preferred)",
+                run_cwnp_with_engines(
+                    &cwnp(all_namespaces(), selector(), rules.clone()),
+                    &env,
+                    &admission_first(),
+                ),
+            ),
         ];
         for (kind, t) in &cases {
             let case = format!("{} in a {kind} policy", intent.id);
@@ -160,7 +177,16 @@ fn no_audited_intent_enforces_in_any_engine() {
     assert!(generated >= 10, "only {generated} objects generated");
 }
 
-/// Whether `engine` acts on `intent` in a policy of this kind (the catalog's origins).
+/// Every engine installed, the admission engine preferred to Kyverno.
+fn admission_first() -> EngineSet {
+    EngineSet {
+        preference: Preference::new(&[Engine::Admission]).unwrap(),
+        ..EngineSet::all()
+    }
+}
+
+/// Whether `engine` acts on `intent` in a policy of this kind (the catalog's origins), and is
+/// not standing by for another engine of its mechanism (the engine preference).
 fn intent_acts(intent: &str, engine: Engine, kind: &str) -> bool {
     use nimbus_core::catalog::Origin;
     let origin = match kind {
@@ -168,7 +194,13 @@ fn intent_acts(intent: &str, engine: Engine, kind: &str) -> bool {
         "cluster binding namespace" => Origin::ClusterBindingNamespace,
         _ => Origin::Cluster,
     };
+    let engines = if kind == "cluster (admission preferred)" {
+        admission_first()
+    } else {
+        EngineSet::all()
+    };
     nimbus_core::catalog::intent(intent).is_some_and(|i| i.handled_by(engine, origin))
+        && !engines.preference.stands_by(engine, origin, &engines)
 }
 
 /// The same intents under `Block` do enforce: the checks above can tell.

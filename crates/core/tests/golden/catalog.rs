@@ -309,6 +309,7 @@ fn every_declared_intent_has_a_translation() {
             enabled: only.clone(),
             installed: only,
             external: BTreeSet::new(),
+            ..EngineSet::default()
         };
         for origin in enforced.origins {
             let t = match origin {

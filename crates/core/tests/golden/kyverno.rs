@@ -3,9 +3,11 @@
 
 use crate::builders::*;
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::Environment;
+use nimbus_core::engines::pss::{self, Level};
+use nimbus_core::engines::{self, EngineSet, Environment, KyvernoApi, KyvernoKinds, NativeKind};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 fn no_generate() -> Value {
     json!({"clone": {}, "cloneList": {}})
@@ -524,4 +526,208 @@ fn kyverno_params_come_from_the_matching_rule() {
         kyverno[1]["spec"]["rules"][0]["mutate"]["patchStrategicMerge"],
         runtime_patch("kata-qemu")
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kyverno's CEL policy kinds
+// ---------------------------------------------------------------------------------------------
+
+fn cel_env() -> Environment {
+    Environment {
+        kyverno: KyvernoApi::Cel,
+        ..Environment::default()
+    }
+}
+
+/// The CEL expressions of the checks of `level`, as the policy lists them.
+fn pss_validations(level: Level) -> Value {
+    pss::checks(level)
+        .into_iter()
+        .map(|c| json!({"expression": c.expression, "message": c.message}))
+        .collect()
+}
+
+/// A namespaced binding's escapeToHost in the CEL kinds: one NamespacedValidatingPolicy per
+/// rule, `Deny` or `Audit` as the action says, selecting pods by labels (a CEL match condition
+/// Kyverno rewrites for pod controllers' templates), with the checks of the level.
+#[test]
+fn kyverno_cel_escape_to_host_namespaced_binding() {
+    let np = sib_np(
+        json!({"matchLabels": {"app": "web"}, "matchExpressions": [
+            {"key": "tier", "operator": "NotIn", "values": ["db"]},
+            {"key": "canary", "operator": "DoesNotExist"},
+        ]}),
+        vec![rule(
+            "escapeToHost",
+            "Audit",
+            Some("No breakouts"),
+            json!({"psaLevel": ["restricted"]}),
+        )],
+    );
+    let t = run_np_with(&np, &cel_env(), &EngineSet::all());
+    let want = json!({
+        "apiVersion": "policies.kyverno.io/v1",
+        "kind": "NamespacedValidatingPolicy",
+        "metadata": meta(&format!("{SIB_NP}-escapetohost"), Some(NS), "kyverno", Some("No breakouts"), np_owner(SIB_NP)),
+        "spec": {
+            "validationActions": ["Audit"],
+            "evaluation": {"background": {"enabled": true}},
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
+            }]},
+            "matchConditions": [{
+                "name": "workload-selector",
+                "expression": "object.metadata.?labels.orValue({})[?\"app\"] == optional.of(\"web\") \
+                    && !(object.metadata.?labels.orValue({})[?\"tier\"].orValue(null) in [\"db\"]) \
+                    && !(\"canary\" in object.metadata.?labels.orValue({}))",
+            }],
+            "validations": pss_validations(Level::Restricted),
+        },
+    });
+    assert_objects(&of(&t, Engine::Kyverno), &[want]);
+}
+
+/// A cluster binding's escapeToHost in the CEL kinds: a ValidatingPolicy over the selected
+/// namespaces but the protected and the excluded ones, enforcing.
+#[test]
+fn kyverno_cel_escape_to_host_cluster_binding() {
+    let t = run_cwnp_with(
+        &cwnp(
+            json!({"matchNames": ["shop", "web"], "excludeNames": ["web"]}),
+            Value::Null,
+            vec![block("escapeToHost", "No breakouts")],
+        ),
+        &cel_env(),
+    );
+    let want = json!({
+        "apiVersion": "policies.kyverno.io/v1",
+        "kind": "ValidatingPolicy",
+        "metadata": meta(&format!("{CWNP}-escapetohost"), None, "kyverno", Some("No breakouts"), cwnp_owner()),
+        "spec": {
+            "validationActions": ["Deny"],
+            "evaluation": {"background": {"enabled": true}},
+            "matchConstraints": {
+                "resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
+                }],
+                "namespaceSelector": {"matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                     "values": ["kube-system", "nimbus-k8tls-env", "web"]},
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["shop", "web"]},
+                ]},
+            },
+            "validations": pss_validations(Level::Baseline),
+        },
+    });
+    assert_objects(&of(&t, Engine::Kyverno), &[want]);
+}
+
+/// cocoWorkload in the CEL kinds: a policy patching Deployments at admission, and one whose
+/// background run patches those that exist (Kyverno does one or the other per policy).
+#[test]
+fn kyverno_cel_coco_workload_patches_new_and_existing_deployments() {
+    let np = sib_np(
+        selector(),
+        vec![rule(
+            "cocoWorkload",
+            "Block",
+            None,
+            json!({"runtimeClass": ["kata-qemu"]}),
+        )],
+    );
+    let t = run_np_with(&np, &cel_env(), &EngineSet::all());
+    let constraints = json!({
+        "resourceRules": [{
+            "apiGroups": ["apps"], "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["deployments"],
+        }],
+        "objectSelector": selector(),
+    });
+    let patch = json!([{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+        "Object{spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{runtimeClassName: \"kata-qemu\"}}}}"}}]);
+    let policy = |name: String, spec: Value| {
+        json!({
+            "apiVersion": "policies.kyverno.io/v1",
+            "kind": "NamespacedMutatingPolicy",
+            "metadata": meta(&name, Some(NS), "kyverno", Some(""), np_owner(SIB_NP)),
+            "spec": spec,
+        })
+    };
+    let want = [
+        policy(
+            format!("{SIB_NP}-cocoworkload"),
+            json!({
+                "evaluation": {"background": {"enabled": false}},
+                "matchConstraints": constraints,
+                "mutations": patch,
+            }),
+        ),
+        policy(
+            format!("{SIB_NP}-cocoworkload-existing"),
+            json!({
+                "evaluation": {
+                    "admission": {"enabled": false},
+                    "background": {"enabled": true},
+                    "mutateExisting": {"enabled": true},
+                },
+                "matchConstraints": constraints,
+                "targetMatchConstraints": constraints,
+                "mutations": patch,
+            }),
+        ),
+    ];
+    assert_objects(&of(&t, Engine::Kyverno), &want);
+}
+
+/// virtualPatch's generate rules have no CEL translation: they stay legacy `Policy`s.
+#[test]
+fn kyverno_cel_leaves_virtual_patch_on_the_legacy_kinds() {
+    let env = Environment {
+        kyverno: KyvernoApi::Cel,
+        ..vp_env()
+    };
+    let t = run_np_with(
+        &sib_np(selector(), vec![vp_rule()]),
+        &env,
+        &EngineSet::all(),
+    );
+    let kinds: BTreeSet<String> = of(&t, Engine::Kyverno)
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(kinds, BTreeSet::from(["Policy".to_owned()]));
+}
+
+/// Which API the engine writes in: `auto` prefers the CEL kinds, and a forced choice the
+/// cluster does not serve leaves Kyverno not installed.
+#[test]
+fn kyverno_kinds_in_force() {
+    let legacy: &[&NativeKind] = KyvernoApi::Legacy.kinds();
+    let cel: &[&NativeKind] = KyvernoApi::Cel.kinds();
+    let both: Vec<&NativeKind> = legacy.iter().chain(cel).copied().collect();
+    let partial = &cel[..2];
+    for (choice, served, want) in [
+        (KyvernoKinds::Auto, &both[..], Some(KyvernoApi::Cel)),
+        (KyvernoKinds::Auto, legacy, Some(KyvernoApi::Legacy)),
+        (KyvernoKinds::Auto, cel, Some(KyvernoApi::Cel)),
+        (KyvernoKinds::Auto, partial, None),
+        (KyvernoKinds::Auto, &[], None),
+        (KyvernoKinds::Legacy, &both[..], Some(KyvernoApi::Legacy)),
+        (KyvernoKinds::Legacy, cel, None),
+        (KyvernoKinds::Cel, legacy, None),
+        (KyvernoKinds::Cel, &both[..], Some(KyvernoApi::Cel)),
+    ] {
+        let got = choice.in_force(|k| served.contains(&k));
+        assert_eq!(got, want, "{choice} with {} kinds served", served.len());
+        assert_eq!(
+            engines::installed(Engine::Kyverno, choice, |k| served.contains(&k)),
+            want.is_some()
+        );
+    }
+    for name in KyvernoKinds::NAMES {
+        assert_eq!(name.parse::<KyvernoKinds>().unwrap().to_string(), name);
+    }
+    assert!("v2".parse::<KyvernoKinds>().is_err());
 }

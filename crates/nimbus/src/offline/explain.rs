@@ -60,6 +60,19 @@ pub fn explain(id: &str) -> anyhow::Result<String> {
         };
         out.push_str(&format!("  through a {through}: {engines}\n"));
     }
+    let alternatives: Vec<&str> = engines::ADMISSION_CONTROL
+        .iter()
+        .filter(|e| i.engines().contains(e))
+        .map(|e| e.name())
+        .collect();
+    if alternatives.len() > 1 {
+        out.push_str(&format!(
+            "  {} both enforce at admission: for each kind of policy only the first of \
+             --engine-preference (default {}) that is installed and acts on it writes\n",
+            alternatives.join(" and "),
+            engines::Preference::default()
+        ));
+    }
     if i.sensitive {
         out.push_str(&format!(
             "  only when the binding lists it in its {} annotation\n",

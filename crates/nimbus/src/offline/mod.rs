@@ -19,7 +19,7 @@ use nimbus_api::SecurityIntent;
 use nimbus_core::catalog::{self, BindingKind, Engine};
 use nimbus_core::engines::DEFAULT_K8TLS_NAMESPACE;
 use nimbus_core::engines::{
-    self, EngineSet, Environment, PolicyInput, VirtualPatches, virtual_patch,
+    self, EngineSet, Environment, KyvernoKinds, PolicyInput, VirtualPatches, virtual_patch,
 };
 use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::status::{self, NativeOutcome, NativeResult};
@@ -65,6 +65,11 @@ pub struct TranslateArgs {
     /// A virtual-patch database (the JSON the operator reads from its ConfigMap).
     #[arg(long)]
     virtual_patch_db: Option<PathBuf>,
+    /// Which of Kyverno's policy APIs to write in: `legacy` (Policy and ClusterPolicy, as
+    /// Nimbus) or `cel` (ValidatingPolicy, MutatingPolicy and their namespaced forms; `auto`
+    /// is `cel` here, where every kind counts as served).
+    #[arg(long, default_value = "legacy")]
+    kyverno_kinds: KyvernoKinds,
     /// Namespaces cluster bindings never fan out to (the operator's default also protects its
     /// own namespace).
     #[arg(
@@ -385,6 +390,7 @@ pub fn translate(args: &TranslateArgs) -> anyhow::Result<bool> {
         },
         sandbox_cluster_roles: args.sandbox.roles(),
         protected_namespaces: ProtectedNamespaces::new(&args.protected_namespaces),
+        kyverno: args.kyverno_kinds.in_force(|_| true).unwrap_or_default(),
         ..Environment::default()
     };
     let (objects, warnings) = translate_all(&loaded, args, &env, &engine_set(args))?;
@@ -581,6 +587,7 @@ mod fuzz {
                 namespace: "default".into(),
                 engines: Vec::new(),
                 virtual_patch_db: None,
+                kyverno_kinds: KyvernoKinds::Legacy,
                 protected_namespaces: vec!["kube-system".into(), "nimbus-k8tls-env".into()],
                 sandbox: crate::SandboxArgs::default(),
                 output: Format::Json,

@@ -728,6 +728,10 @@ pub fn operator_config_from(
             .split(',')
             .map(str::to_owned)
             .collect(),
+        engine_preference: container_flag(deployment, "--engine-preference")
+            .expect("engine preference")
+            .parse()
+            .expect("an engine preference"),
         ..nimbus_operator::Config::default()
     }
 }

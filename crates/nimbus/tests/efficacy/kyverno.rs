@@ -19,7 +19,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
-use nimbus_core::engines;
+use nimbus_core::engines::{self, KyvernoApi, KyvernoKinds};
 use nimbus_testenv::{
     Child, ControlPlane, Options, TestNamespace, apply_yaml, eventually, free_port,
 };
@@ -29,6 +29,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Kyverno starts slowly on two busy cores (it syncs informers for ~20 kinds first).
 const KYVERNO_START: Duration = Duration::from_secs(180);
@@ -61,21 +62,38 @@ subjects:
   - {kind: ServiceAccount, name: kyverno-reports-controller, namespace: kyverno}
 "#;
 
-struct Kyverno {
-    control_plane: ControlPlane,
+pub(crate) struct Kyverno {
+    pub(crate) control_plane: ControlPlane,
     _admission: Child,
     _background: Child,
     _reports: Child,
 }
 
-/// The control plane with Kyverno and the operator running on it (started once per process).
-fn cluster() -> &'static ControlPlane {
-    static KYVERNO: OnceLock<Kyverno> = OnceLock::new();
-    let kyverno = KYVERNO.get_or_init(|| {
-        std::thread::spawn(|| {
-            tokio::runtime::Runtime::new()
+/// The control plane with Kyverno and the operator running on it, writing Kyverno policies in
+/// `api` (each started once per process).
+fn cluster(api: KyvernoApi) -> &'static ControlPlane {
+    static LEGACY: OnceLock<Kyverno> = OnceLock::new();
+    static CEL: OnceLock<Kyverno> = OnceLock::new();
+    let once = match api {
+        KyvernoApi::Legacy => &LEGACY,
+        KyvernoApi::Cel => &CEL,
+    };
+    let kyverno = once.get_or_init(|| {
+        std::thread::spawn(move || {
+            let kyverno = tokio::runtime::Runtime::new()
                 .expect("runtime")
-                .block_on(start())
+                .block_on(stack());
+            let kinds = match api {
+                KyvernoApi::Legacy => KyvernoKinds::Legacy,
+                KyvernoApi::Cel => KyvernoKinds::Cel,
+            };
+            // Runs for the rest of the process.
+            drop(operator(
+                &kyverno.control_plane,
+                kinds,
+                CancellationToken::new(),
+            ));
+            kyverno
         })
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -83,7 +101,8 @@ fn cluster() -> &'static ControlPlane {
     &kyverno.control_plane
 }
 
-async fn start() -> Kyverno {
+/// A control plane of its own with Kyverno running on it (and the engines' CRDs), no operator.
+pub(crate) async fn stack() -> Kyverno {
     let bin = kyverno_dir();
     let control_plane = ControlPlane::start(Options::default())
         .await
@@ -216,8 +235,24 @@ async fn start() -> Kyverno {
         .await;
     }
 
+    Kyverno {
+        control_plane,
+        _admission: admission,
+        _background: background,
+        _reports: reports,
+    }
+}
+
+/// Runs the operator on `control_plane`, writing Kyverno policies in `kinds`, in a thread of its
+/// own until `shutdown`.
+fn operator(
+    control_plane: &ControlPlane,
+    kinds: KyvernoKinds,
+    shutdown: CancellationToken,
+) -> std::thread::JoinHandle<()> {
     // The posture computes the bindings' previews from Kyverno's reports; nothing reads its
     // API here, so it is not registered with kube-apiserver.
+    let dir = control_plane.work_dir().to_owned();
     let cert = nimbus_testenv::serving_cert(&[]).expect("serving certificate");
     let (cert_file, key_file) = (dir.join("posture.crt"), dir.join("posture.key"));
     std::fs::write(&cert_file, &cert.cert_pem).expect("posture.crt");
@@ -238,21 +273,16 @@ async fn start() -> Kyverno {
             let (ns, name) = VIRTUAL_PATCH_DB;
             let config = nimbus_operator::Config {
                 virtual_patch_db: Some((ns.into(), name.into())),
+                kyverno_kinds: kinds,
                 posture: Some(posture),
                 ..Default::default()
             };
-            let result = nimbus_operator::run(client, config, Default::default()).await;
+            let result = nimbus_operator::run(client, config, shutdown).await;
             if let Err(e) = result {
                 panic!("operator failed: {e}");
             }
         });
-    });
-    Kyverno {
-        control_plane,
-        _admission: admission,
-        _background: background,
-        _reports: reports,
-    }
+    })
 }
 
 /// Where hack/build-kyverno.sh put Kyverno (building it on first use).
@@ -312,27 +342,35 @@ async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
     ns
 }
 
-/// Waits until every Kyverno policy in `namespace` (and every ClusterPolicy) is Ready: Kyverno
-/// enforces a policy only from then on.
-async fn kyverno_policies_ready(client: &Client, namespaces: &[&str]) {
-    let cluster = Api::<DynamicObject>::all_with(
-        client.clone(),
-        &engines::KYVERNO_CLUSTER_POLICY.api_resource(),
-    );
-    let resource = engines::KYVERNO_POLICY.api_resource();
+/// Waits until every Kyverno policy in `namespaces` (and every cluster-wide one), of the legacy
+/// and the CEL kinds, is Ready: Kyverno enforces a policy only from then on.
+pub(crate) async fn kyverno_policies_ready(client: &Client, namespaces: &[&str]) {
     eventually("the Kyverno policies to be Ready", CONVERGE, async |seen| {
-        let mut all = cluster.list(&ListParams::default()).await.ok()?.items;
-        for ns in namespaces {
-            let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
-            all.extend(api.list(&ListParams::default()).await.ok()?.items);
+        let mut all = Vec::new();
+        for kind in engines::Engine::Kyverno.spec().kinds {
+            let resource = kind.api_resource();
+            let apis = if kind.namespaced {
+                namespaces
+                    .iter()
+                    .map(|ns| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource))
+                    .collect()
+            } else {
+                vec![Api::<DynamicObject>::all_with(client.clone(), &resource)]
+            };
+            for api in apis {
+                all.extend(api.list(&ListParams::default()).await.ok()?.items);
+            }
         }
+        // Legacy kinds say so in a Ready condition, the CEL kinds in `conditionStatus`.
         let pending: Vec<String> = all
             .iter()
             .filter(|p| {
-                !p.data["status"]["conditions"].as_array().is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
+                let status = &p.data["status"];
+                status["conditionStatus"]["ready"] != true
+                    && !status["conditions"].as_array().is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
             })
             .map(|p| format!("{:?}/{:?}", p.metadata.namespace, p.metadata.name))
             .collect();
@@ -352,16 +390,16 @@ struct Bound {
     csib: String,
 }
 
-async fn bound(id: &str, action: &str, params: Value) -> Bound {
-    let mut b = Bound::namespaces().await;
+async fn bound(api: KyvernoApi, id: &str, action: &str, params: Value) -> Bound {
+    let mut b = Bound::namespaces(api).await;
     b.bind(id, action, params).await;
     b
 }
 
 impl Bound {
     /// The three namespaces, nothing bound yet.
-    async fn namespaces() -> Bound {
-        let cp = cluster();
+    async fn namespaces(api: KyvernoApi) -> Bound {
+        let cp = cluster(api);
         Bound {
             client: cp.client().expect("client"),
             by_sib: namespace(cp, "eff-kyv-sib").await,
@@ -455,7 +493,7 @@ async fn admission(client: &Client, ns: &str, app: &str, spec: Value) -> String 
 }
 
 /// Creates a pod (`dry_run`: only admission sees it); returns it as stored, or the cell
-/// `denied (<Pod Security reason>)` when Kyverno refused it.
+/// `denied (<Pod Security reason>)` when Kyverno refused it (by a legacy or a CEL policy).
 async fn try_create_pod(
     client: &Client,
     ns: &str,
@@ -487,6 +525,11 @@ async fn try_create_pod(
                 .unwrap_or(&e.message);
             Err(format!("denied ({reason})"))
         }
+        // A CEL policy's refusal: the message of the first check the pod fails.
+        Err(kube::Error::Api(e)) if e.message.contains("denied the request: Policy ") => {
+            let reason = e.message.split(" failed: ").nth(1).unwrap_or(&e.message);
+            Err(format!("denied ({})", reason.trim_end_matches([':', ' '])))
+        }
         Err(e) => panic!("creating a pod in {ns}: {e}"),
     }
 }
@@ -502,9 +545,25 @@ fn forbidden(level: &str, pod: &str) -> bool {
     }
 }
 
+/// How the matrices name the kinds Kyverno enforces.
+fn kinds(api: KyvernoApi) -> &'static str {
+    match api {
+        KyvernoApi::Legacy => "legacy Policy and ClusterPolicy kinds",
+        KyvernoApi::Cel => "CEL policy kinds",
+    }
+}
+
+/// The matrix `id` of the legacy kinds, or of the CEL kinds.
+fn matrix_id(api: KyvernoApi, id: &str) -> String {
+    match api {
+        KyvernoApi::Legacy => format!("kyverno-{id}"),
+        KyvernoApi::Cel => format!("kyverno-cel-{id}"),
+    }
+}
+
 /// escapeToHost at `level` with action Block, by admission (dry run).
-async fn escape_to_host(id: &'static str, level: &'static str) {
-    let b = bound("escapeToHost", "Block", json!({"psaLevel": [level]})).await;
+async fn escape_to_host(api: KyvernoApi, level: &'static str) {
+    let b = bound(api, "escapeToHost", "Block", json!({"psaLevel": [level]})).await;
     let subjects = b.subjects();
     let mut rows = Vec::new();
     let mut expected = Vec::new();
@@ -525,9 +584,10 @@ async fn escape_to_host(id: &'static str, level: &'static str) {
         expected.push(((*name).to_owned(), promised));
     }
     let matrix = Matrix {
-        id,
+        id: matrix_id(api, &format!("escapeToHost-{level}")),
         title: format!(
-            "escapeToHost psaLevel={level}, action Block (Kyverno v1.19.1 admission controller)"
+            "escapeToHost psaLevel={level}, action Block (Kyverno v1.19.1 admission controller, {})",
+            kinds(api)
         ),
         case_header: "pod",
         subjects: subjects.iter().map(|(s, ..)| (*s).to_owned()).collect(),
@@ -540,12 +600,22 @@ async fn escape_to_host(id: &'static str, level: &'static str) {
 
 #[tokio::test]
 async fn escape_to_host_baseline_denies_privileged_pods_where_bound() {
-    escape_to_host("kyverno-escapeToHost-baseline", "baseline").await;
+    escape_to_host(KyvernoApi::Legacy, "baseline").await;
 }
 
 #[tokio::test]
 async fn escape_to_host_restricted_denies_root_pods_where_bound() {
-    escape_to_host("kyverno-escapeToHost-restricted", "restricted").await;
+    escape_to_host(KyvernoApi::Legacy, "restricted").await;
+}
+
+#[tokio::test]
+async fn escape_to_host_baseline_in_cel_kinds_denies_privileged_pods_where_bound() {
+    escape_to_host(KyvernoApi::Cel, "baseline").await;
+}
+
+#[tokio::test]
+async fn escape_to_host_restricted_in_cel_kinds_denies_root_pods_where_bound() {
+    escape_to_host(KyvernoApi::Cel, "restricted").await;
 }
 
 /// How long Kyverno takes to report on a new pod: the reports controller scans a pod 30 s after
@@ -656,7 +726,16 @@ fn reported_promise(mode: Mode, selected: bool, pod: &str) -> String {
 /// policy.
 #[tokio::test]
 async fn escape_to_host_audit_and_shadow_admit_and_report() {
-    let cp = cluster();
+    escape_to_host_audit_and_shadow(KyvernoApi::Legacy).await;
+}
+
+#[tokio::test]
+async fn escape_to_host_in_cel_kinds_audit_and_shadow_admit_and_report() {
+    escape_to_host_audit_and_shadow(KyvernoApi::Cel).await;
+}
+
+async fn escape_to_host_audit_and_shadow(api: KyvernoApi) {
+    let cp = cluster(api);
     let client = cp.client().expect("client");
     let params = json!({"psaLevel": ["baseline"]});
     let audit = intent(&client, "escapeToHost", "Audit", params.clone()).await;
@@ -845,8 +924,11 @@ async fn escape_to_host_audit_and_shadow_admit_and_report() {
     .await;
 
     let matrix = Matrix {
-        id: "kyverno-escapeToHost-audit",
-        title: "escapeToHost psaLevel=baseline in audit and shadow mode (Kyverno v1.19.1 admission and reports controllers)".to_owned(),
+        id: matrix_id(api, "escapeToHost-audit"),
+        title: format!(
+            "escapeToHost psaLevel=baseline in audit and shadow mode (Kyverno v1.19.1 admission and reports controllers, {})",
+            kinds(api)
+        ),
         case_header: "pod",
         subjects: subjects.iter().map(|(s, ..)| (*s).to_owned()).collect(),
         rows,
@@ -854,6 +936,137 @@ async fn escape_to_host_audit_and_shadow_admit_and_report() {
     };
     unbind_cluster(&client, &csib).await;
     matrix.assert();
+}
+
+/// Our Kyverno policies of `kinds` in `namespaces` (of the namespaced kinds) and cluster-wide.
+async fn ours(
+    client: &Client,
+    kinds: &[&'static engines::NativeKind],
+    namespaces: &[&str],
+) -> Vec<DynamicObject> {
+    let params = ListParams::default().labels(&format!("{}=nimbus-kyverno", engines::MANAGED_BY));
+    let mut found = Vec::new();
+    for kind in kinds {
+        let resource = kind.api_resource();
+        let apis = if kind.namespaced {
+            namespaces
+                .iter()
+                .map(|ns| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource))
+                .collect()
+        } else {
+            vec![Api::<DynamicObject>::all_with(client.clone(), &resource)]
+        };
+        for api in apis {
+            found.extend(
+                api.list(&params)
+                    .await
+                    .expect("listing Kyverno policies")
+                    .items,
+            );
+        }
+    }
+    found
+}
+
+/// Moving from Kyverno's legacy kinds to its CEL kinds (an operator upgraded, or
+/// `--kyverno-kinds` changed) leaves no moment unprotected and nothing behind: the operator
+/// writing the legacy kinds stops, one writing the CEL kinds starts, and a privileged pod tried
+/// every 100 ms all along, in a namespace bound by a SecurityIntentBinding and in one bound by a
+/// ClusterSecurityIntentBinding, is denied every time; once the CEL policies act, no legacy
+/// policy of ours remains.
+#[tokio::test]
+async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
+    let kyverno = stack().await;
+    let cp = &kyverno.control_plane;
+    let client = cp.client().expect("client");
+    let stop_legacy = CancellationToken::new();
+    let legacy = operator(cp, KyvernoKinds::Legacy, stop_legacy.clone());
+    let by_sib = namespace(cp, "eff-kyv-move").await;
+    let by_csib = namespace(cp, "eff-kyv-move-csib").await;
+    let bound = [by_sib.name(), by_csib.name()];
+    let si = intent(
+        &client,
+        "escapeToHost",
+        "Block",
+        json!({"psaLevel": ["baseline"]}),
+    )
+    .await;
+    let selecting = Selecting {
+        labels: json!({"app": "web"}),
+        allow_sensitive: None,
+        shadow: false,
+    };
+    bind_namespaced(&client, by_sib.name(), &si, &selecting).await;
+    bind_cluster(&client, by_csib.name(), &si, &selecting).await;
+    kyverno_policies_ready(&client, &bound).await;
+    let cel_kinds = KyvernoApi::Cel.kinds();
+    assert_eq!(
+        ours(&client, KyvernoApi::Legacy.kinds(), &bound)
+            .await
+            .len(),
+        2
+    );
+    assert!(ours(&client, cel_kinds, &bound).await.is_empty());
+
+    let stop_trying = CancellationToken::new();
+    let trying = {
+        let (client, stop) = (client.clone(), stop_trying.clone());
+        let namespaces = bound.map(str::to_owned);
+        let (_, privileged) = PODS[0];
+        tokio::spawn(async move {
+            let mut tries = Vec::new();
+            while !stop.is_cancelled() {
+                for ns in &namespaces {
+                    tries.push(admission(&client, ns, "web", privileged()).await);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tries
+        })
+    };
+    stop_legacy.cancel();
+    tokio::task::spawn_blocking(move || legacy.join())
+        .await
+        .expect("joining")
+        .expect("the legacy operator stopped");
+    let stop_cel = CancellationToken::new();
+    let cel = operator(cp, KyvernoKinds::Auto, stop_cel.clone());
+    eventually(
+        "the CEL policies to act and the legacy ones to be gone",
+        CONVERGE,
+        async |seen| {
+            let left = ours(&client, KyvernoApi::Legacy.kinds(), &bound).await;
+            let written = ours(&client, cel_kinds, &bound).await;
+            let acting = written
+                .iter()
+                .filter(|p| p.data["status"]["conditionStatus"]["ready"] == true)
+                .count();
+            *seen = format!(
+                "{} legacy policies left, {acting} of {} CEL policies acting",
+                left.len(),
+                written.len()
+            );
+            (left.is_empty() && written.len() == 2 && acting == 2).then_some(())
+        },
+    )
+    .await;
+    // A few more tries with the CEL policies alone.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop_trying.cancel();
+    let tries = trying.await.expect("the tries");
+    let admitted: Vec<&String> = tries.iter().filter(|t| !t.starts_with("denied")).collect();
+    assert!(tries.len() > 20, "only {} tries", tries.len());
+    assert!(
+        admitted.is_empty(),
+        "{} of {} tries admitted a privileged pod: {admitted:?}",
+        admitted.len(),
+        tries.len()
+    );
+    stop_cel.cancel();
+    tokio::task::spawn_blocking(move || cel.join())
+        .await
+        .expect("joining")
+        .expect("the operator stopped");
 }
 
 fn deployment(app: &str) -> Deployment {
@@ -893,7 +1106,16 @@ fn runtime_class(d: &Deployment) -> String {
 
 #[tokio::test]
 async fn coco_workload_sets_the_runtime_class_of_selected_deployments() {
-    let mut b = Bound::namespaces().await;
+    coco_workload(KyvernoApi::Legacy).await;
+}
+
+#[tokio::test]
+async fn coco_workload_in_cel_kinds_sets_the_runtime_class_of_selected_deployments() {
+    coco_workload(KyvernoApi::Cel).await;
+}
+
+async fn coco_workload(api: KyvernoApi) {
+    let mut b = Bound::namespaces(api).await;
     // Deployments that exist before the binding: Kyverno's background controller patches them.
     let mut existing = Vec::new();
     for (_, ns, app) in b.subjects() {
@@ -953,8 +1175,11 @@ async fn coco_workload_sets_the_runtime_class_of_selected_deployments() {
         .map(|(case, _)| (case.clone(), promised.clone()))
         .collect();
     let matrix = Matrix {
-        id: "kyverno-cocoWorkload",
-        title: "cocoWorkload runtimeClass=kata-qemu (Kyverno v1.19.1 admission and background controllers)".to_owned(),
+        id: matrix_id(api, "cocoWorkload"),
+        title: format!(
+            "cocoWorkload runtimeClass=kata-qemu (Kyverno v1.19.1 admission and background controllers, {})",
+            kinds(api)
+        ),
         case_header: "Deployment",
         subjects: subjects.iter().map(|(s, ..)| (*s).to_owned()).collect(),
         rows,
@@ -986,7 +1211,7 @@ async fn create_pod(client: &Client, ns: &str, app: &str, image: &str) -> String
 /// controller generated in each namespace once a pod was created there.
 #[tokio::test]
 async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image() {
-    let cp = cluster();
+    let cp = cluster(KyvernoApi::Legacy);
     let client = cp.client().expect("client");
     let si = intent(
         &client,
@@ -1114,7 +1339,7 @@ async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image
     )
     .await;
     let matrix = Matrix {
-        id: "kyverno-virtualPatch",
+        id: "kyverno-virtualPatch".to_owned(),
         title: "virtualPatch cveList=[CVE-2024-4439] (Kyverno v1.19.1 admission and background controllers)".to_owned(),
         case_header: "generated in the pod's namespace",
         subjects: cases.iter().map(|(s, ..)| (*s).to_owned()).collect(),

@@ -8,12 +8,15 @@
 //!   from its Go module and run beside a control plane of their own, the admission controller
 //!   as its webhooks (`kyverno.rs`);
 //! - RBAC (namespaceSandbox): the API server's own RBAC authorizer, asked through
-//!   SubjectAccessReviews.
+//!   SubjectAccessReviews;
+//! - the admission engine's ValidatingAdmissionPolicies and MutatingAdmissionPolicies:
+//!   kube-apiserver itself, answering dry-run writes (`admission.rs`).
 //!
 //! Each test asserts the intent's documented meaning cell by cell, and that the README's "What
 //! enforcement is proven" section shows exactly the matrix it measured
 //! (`NIMBUS_UPDATE_README=1` rewrites that section from the measurements).
 
+mod admission;
 #[path = "../common/mod.rs"]
 mod common;
 mod kyverno;

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 /// Measured verdicts; `expected` holds the documented ones.
 pub struct Matrix {
     /// The README block's id.
-    pub id: &'static str,
+    pub id: String,
     pub title: String,
     /// What the first column names (e.g. "traffic").
     pub case_header: &'static str,

@@ -245,7 +245,8 @@ async fn matrix(id: &'static str) {
         id: match id {
             "dnsManipulation" => "netpol-dnsManipulation",
             _ => "netpol-denyExternalNetworkAccess",
-        },
+        }
+        .into(),
         title: format!("{id} (NetworkPolicy, decided by cyclonus)"),
         case_header: "traffic of the pod",
         subjects: subjects.iter().map(|(s, ..)| (*s).to_owned()).collect(),

@@ -142,7 +142,7 @@ async fn namespace_sandbox_grants_its_role_in_selected_namespaces_only() {
     )
     .await;
     let matrix = Matrix {
-        id: "rbac-namespaceSandbox",
+        id: "rbac-namespaceSandbox".into(),
         title: "namespaceSandbox with clusterRole edit (RoleBinding, decided by the API server's RBAC authorizer)".to_owned(),
         case_header: "request",
         subjects: subjects.iter().map(|(s, ..)| (*s).to_owned()).collect(),

@@ -5,7 +5,7 @@ use super::{Context, update_status};
 use crate::error::Error;
 use crate::metrics::EngineLabels;
 use crate::write::Executed;
-use crate::write::natives::Key;
+use crate::write::natives::{Key, NativeObject};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub async fn reconcile_namespaced(
     np: Arc<NimbusPolicy>,
@@ -180,13 +181,14 @@ where
     }
     // An unbound policy prunes nothing either: one its binding's operator-written content was
     // tampered with is restored by the binding controller, and what is in force meanwhile stays.
+    let mut handover = None;
     let pruned = if bound {
-        let keep = translation
-            .objects
-            .iter()
-            .map(|generated| Key::of(generated.kind, &generated.object))
-            .collect();
-        prune_natives(ctx, uid, &keep, &engines).await?
+        handover = handing_over(ctx, input, &translation, &engines);
+        let spared = handover
+            .as_ref()
+            .map(|(_, engines)| engines.clone())
+            .unwrap_or_default();
+        prune_natives(ctx, uid, &translation.objects, &engines, &spared).await?
     } else {
         Vec::new()
     };
@@ -209,8 +211,53 @@ where
         &natives,
         external,
     );
-    let action = update_status(ctx, api, policy, current, status).await?;
+    let mut action = update_status(ctx, api, policy, current, status).await?;
+    if let Some((wait, _)) = handover {
+        // Back when the engine taking over has loaded its objects, to prune the old ones.
+        action = Action::requeue(wait);
+    }
     executed.result(action)
+}
+
+/// While an engine takes over from another of its mechanism (the engine preference, or which
+/// engines are installed, changed), the objects of the engines standing by are kept until the
+/// new ones have been loaded ([`engines::handover_wait`]): how much longer, and those engines.
+fn handing_over(
+    ctx: &Context,
+    input: &PolicyInput<'_>,
+    translation: &engines::Translation,
+    engines: &engines::EngineSet,
+) -> Option<(Duration, BTreeSet<Engine>)> {
+    let standing_by: BTreeSet<Engine> = engines::ADMISSION_CONTROL
+        .into_iter()
+        .filter(|e| engines.preference.stands_by(*e, input.origin, engines))
+        .collect();
+    let owned = ctx.natives.owned_by(&input.owner.uid);
+    let engine_of = |object: &NativeObject| {
+        let manager = object.labels().get(engines::MANAGED_BY)?;
+        Engine::ALL.into_iter().find(|e| e.manager() == manager)
+    };
+    let old = owned
+        .iter()
+        .any(|(_, o)| engine_of(o).is_some_and(|e| standing_by.contains(&e)));
+    if !old {
+        return None;
+    }
+    let chosen = engines.preference.in_force(input.origin, engines)?;
+    let now = jiff::Timestamp::now();
+    let ages = translation
+        .objects
+        .iter()
+        .filter(|g| g.engine == chosen)
+        .map(|g| {
+            let key = Key::of(g.kind, &g.object);
+            owned
+                .iter()
+                .find(|(kind, o)| Key::of(kind, &**o) == key)
+                .and_then(|(_, o)| o.metadata.creation_timestamp.as_ref())
+                .and_then(|created| Duration::try_from(now.duration_since(created.0)).ok())
+        });
+    engines::handover_wait(ages).map(|wait| (wait, standing_by))
 }
 
 /// Applies every generated native object, one after another, as the policy `input` owns.
@@ -252,12 +299,15 @@ async fn apply_natives(
 async fn prune_natives(
     ctx: &Context,
     uid: &str,
-    keep: &BTreeSet<Key>,
+    generated: &[Generated],
     engines: &EngineSet,
+    spared: &BTreeSet<Engine>,
 ) -> Result<Vec<Engine>, Error> {
     let pruned = ctx
         .natives
-        .prune(uid, keep, |engine| engines.active(engine))
+        .prune(uid, generated, |engine| {
+            engines.active(engine) && !spared.contains(&engine)
+        })
         .await?;
     for engine in &pruned {
         ctx.metrics

@@ -24,7 +24,8 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
-    DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES,
+    DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, KyvernoKinds,
+    Preference,
 };
 use nimbus_core::namespaces::ProtectedNamespaces;
 use std::collections::BTreeSet;
@@ -51,6 +52,11 @@ pub struct Config {
     pub instance: Option<String>,
     /// Engines the operator drives; the others are left to external adapters.
     pub engines: BTreeSet<Engine>,
+    /// Which of Kyverno's policy APIs the Kyverno engine writes in.
+    pub kyverno_kinds: KyvernoKinds,
+    /// Which of the engines of one mechanism (Kyverno, admission) writes, when several are in
+    /// force.
+    pub engine_preference: Preference,
     /// Namespace of the k8tls CronJobs (with its `k8tls` ServiceAccount and ConfigMaps).
     pub k8tls_namespace: String,
     /// The ConfigMap (`namespace/name`) holding the virtual-patch database.
@@ -97,6 +103,8 @@ impl Default for Config {
             reporter: "nimbus-operator".to_owned(),
             instance: None,
             engines: Engine::ALL.into(),
+            kyverno_kinds: KyvernoKinds::default(),
+            engine_preference: Preference::default(),
             k8tls_namespace: DEFAULT_K8TLS_NAMESPACE.to_owned(),
             virtual_patch_db: None,
             k8tls_image: DEFAULT_K8TLS_IMAGE.to_owned(),
@@ -306,6 +314,8 @@ fn context(
         ),
         engines: EngineContext {
             enabled: config.engines.clone(),
+            kyverno_kinds: config.kyverno_kinds,
+            preference: config.engine_preference.clone(),
             served: signals.served,
             facts: caches
                 .facts

@@ -4,7 +4,7 @@
 use super::drift;
 use super::object::{self, is_controlled_by};
 use super::written::Written;
-use crate::cache::{Cache, Creations, Index, Place, place};
+use crate::cache::{Cache, Creations, Deletions, Index, Place, place};
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject};
@@ -13,7 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{Generated, MANAGED_BY, NativeKind};
+use nimbus_core::engines::{self, Generated, MANAGED_BY, NativeKind};
 use nimbus_core::status::NativeOutcome;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
@@ -55,6 +55,7 @@ pub fn cache(
         store: cache.store.clone(),
         owners,
         created: cache.creations(),
+        deleted: cache.deletions(),
         synced: cache.synced_flag(),
     };
     (cache, owned)
@@ -67,6 +68,7 @@ pub struct Owned {
     pub store: Store<NativeObject>,
     pub owners: Index,
     pub created: Creations,
+    pub deleted: Deletions,
     pub synced: watch::Receiver<bool>,
 }
 
@@ -199,15 +201,34 @@ impl Natives {
         })
     }
 
-    /// Deletes the objects controlled by `owner_uid` that are not in `keep`, of the engines the
-    /// translation acted for (`translated`): another engine's objects are not known unwanted,
-    /// only not looked at. Returns the engines of those it deleted.
+    /// Deletes the objects controlled by `owner_uid` that are not among those `generated`, of
+    /// the engines the translation acted for (`translated`): another engine's objects are not
+    /// known unwanted, only not looked at. Returns the engines of those it deleted.
+    ///
+    /// Make before break: an engine's objects of a kind it no longer writes for this owner (its
+    /// policies moved to another API, Kyverno's legacy kinds to its CEL ones) stay until every
+    /// object it writes instead acts, so that enforcement has no gap. The watch on those
+    /// objects brings the owner back here when their status changes.
     pub async fn prune(
         &self,
         owner_uid: &str,
-        keep: &BTreeSet<Key>,
+        generated: &[Generated],
         translated: impl Fn(Engine) -> bool,
     ) -> Result<Vec<Engine>, Error> {
+        let keep: BTreeSet<Key> = generated
+            .iter()
+            .map(|g| Key::of(g.kind, &g.object))
+            .collect();
+        let replacing: BTreeSet<Engine> = generated
+            .iter()
+            .filter(|g| !self.cached(g).is_some_and(|o| o.acts))
+            .map(|g| g.engine)
+            .collect();
+        let writes = |engine: Engine, kind: &NativeKind| {
+            generated
+                .iter()
+                .any(|g| g.engine == engine && g.kind == kind)
+        };
         let mut deleted = Vec::new();
         for (kind, obj) in self.owned_by(owner_uid) {
             let manager = obj.labels().get(MANAGED_BY).map(String::as_str);
@@ -220,7 +241,22 @@ impl Natives {
             if !translated(engine) || keep.contains(&Key::of(kind, &*obj)) {
                 continue;
             }
+            if replacing.contains(&engine) && !writes(engine, kind) {
+                continue;
+            }
+            // Already on its way out: deleted by this process (the store lags), or by anyone
+            // (it waits on finalizers).
+            let uid = obj.uid().unwrap_or_default();
+            let deletions = self.owned(kind).map(|o| &o.deleted);
+            if obj.metadata.deletion_timestamp.is_some()
+                || deletions.is_some_and(|d| d.pending(&uid))
+            {
+                continue;
+            }
             if self.delete(kind, &obj).await? {
+                if let Some(deletions) = deletions {
+                    deletions.deleted(&uid);
+                }
                 deleted.push(engine);
             }
         }
@@ -242,6 +278,8 @@ pub struct NativeObject {
     pub metadata: ObjectMeta,
     kind: String,
     json: Arc<str>,
+    /// Whether it acts, as its status says (see [`nimbus_core::engines::Acts`]).
+    pub acts: bool,
 }
 
 impl NativeObject {
@@ -273,14 +311,17 @@ impl NativeObject {
     }
 }
 
-/// The metadata a [`NativeObject`] keeps typed, out of its text.
-const TYPED_METADATA: [&str; 6] = [
+/// The metadata a [`NativeObject`] keeps typed, out of its text (`creationTimestamp`: how long
+/// an engine taking over has held its objects, see `engines::handover_wait`).
+const TYPED_METADATA: [&str; 8] = [
     "name",
     "namespace",
     "uid",
     "resourceVersion",
     "ownerReferences",
     "labels",
+    "deletionTimestamp",
+    "creationTimestamp",
 ];
 
 impl<'de> Deserialize<'de> for NativeObject {
@@ -290,7 +331,14 @@ impl<'de> Deserialize<'de> for NativeObject {
             .as_object_mut()
             .ok_or_else(|| D::Error::custom("a Kubernetes object must be a JSON object"))?;
         // Kept out of the text: what drift never compares (the status, who wrote it, when).
-        object.remove("status");
+        let status = object.remove("status");
+        let acts = engines::all_kinds()
+            .into_iter()
+            .find(|k| {
+                object.get("apiVersion") == Some(&k.api_version().into())
+                    && object.get("kind") == Some(&k.kind.into())
+            })
+            .is_none_or(|k| k.acts.judge(status.as_ref()));
         let manager = value
             .pointer("/metadata/labels")
             .and_then(|labels| labels.get(MANAGED_BY))
@@ -317,7 +365,6 @@ impl<'de> Deserialize<'de> for NativeObject {
             .iter()
             .filter_map(|key| meta.remove_entry(*key))
             .collect();
-        meta.remove("creationTimestamp");
         meta.remove("generation");
         let metadata: ObjectMeta =
             serde_json::from_value(Value::Object(typed)).map_err(D::Error::custom)?;
@@ -326,6 +373,7 @@ impl<'de> Deserialize<'de> for NativeObject {
             metadata,
             kind,
             json: json.into(),
+            acts,
         })
     }
 }
@@ -460,5 +508,47 @@ mod tests {
             .map(|e| &e["manager"])
             .collect();
         assert_eq!(managers, [&json!("nimbus-kubearmor")]);
+    }
+
+    /// Whether an object acts is read from its status, by its kind's rule: a KubeArmorPolicy
+    /// as soon as it is stored, a Kyverno policy once Kyverno says it is ready.
+    #[test]
+    fn a_native_object_acts_as_its_status_says() {
+        let acts = |api_version: &str, kind: &str, status: Option<Value>| {
+            let mut sent = json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": "p", "namespace": "ns"},
+            });
+            if let Some(status) = status {
+                sent["status"] = status;
+            }
+            serde_json::from_value::<NativeObject>(sent)
+                .expect("a native object")
+                .acts
+        };
+        let cel = "policies.kyverno.io/v1";
+        let ready = |ready: bool| json!({"conditionStatus": {"ready": ready}});
+        let condition = |status: &str| json!({"conditions": [{"type": "Ready", "status": status}]});
+        let cases = [
+            ("security.kubearmor.com/v1", "KubeArmorPolicy", None, true),
+            (cel, "NamespacedValidatingPolicy", None, false),
+            (cel, "NamespacedValidatingPolicy", Some(ready(false)), false),
+            (cel, "NamespacedValidatingPolicy", Some(ready(true)), true),
+            (cel, "MutatingPolicy", Some(ready(true)), true),
+            ("kyverno.io/v1", "Policy", Some(condition("False")), false),
+            (
+                "kyverno.io/v1",
+                "ClusterPolicy",
+                Some(condition("True")),
+                true,
+            ),
+        ];
+        for (api_version, kind, status, want) in cases {
+            assert_eq!(
+                acts(api_version, kind, status.clone()),
+                want,
+                "{kind} {status:?}"
+            );
+        }
     }
 }

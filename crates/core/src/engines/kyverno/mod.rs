@@ -2,6 +2,11 @@
 //! `Policy` per NimbusPolicy of a namespaced binding, or a `ClusterPolicy` per
 //! ClusterNimbusPolicy; virtualPatch lives in its own module.
 //!
+//! Where the cluster serves Kyverno's CEL policy kinds (`policies.kyverno.io/v1`), the first two
+//! are written in those instead ([`KyvernoApi::Cel`]): Kyverno 1.17 deprecated `Policy` and
+//! `ClusterPolicy`, 1.20 refuses to create them and 1.21 removes them. virtualPatch stays on the
+//! legacy kinds: its generate rules have no CEL translation yet.
+//!
 //! Bodies follow Nimbus's adapter, including the empty rule sections its Go types always
 //! serialized, but one: a mutate or generate rule carries no `validate: {}`. Kyverno's CRD
 //! defaults that to `{allowExistingViolations: true}`, and Kyverno (1.19.1, run by the efficacy
@@ -12,17 +17,22 @@
 
 pub mod virtual_patch;
 
+use super::pss::{self, Level};
 use super::{
     AuditForm, BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact, KYVERNO_CLUSTER_POLICY,
-    KYVERNO_POLICY, NAMESPACED, NativeKind, Output, PolicyInput, Rule, metadata, native_name,
-    object, selector_json,
+    KYVERNO_MUTATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY,
+    KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_VALIDATING_POLICY, NAMESPACED,
+    NativeKind, Output, PolicyInput, Rule, metadata, native_name, object, selector_json,
 };
 use super::Engine;
 use crate::intents::{id, param, param_value};
 use crate::names::MAX_NAME_LEN;
 use kube::Resource;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
+use std::fmt;
+use std::str::FromStr;
 
 const DESCRIPTION: &str = "policies.kyverno.io/description";
 const POD: &str = "v1/Pod";
@@ -58,12 +68,94 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             effect: "Kyverno generates the CVE database's patch policies for pods running a listed image",
         },
     ],
-    kinds: &[&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY],
+    kinds: &[
+        &KYVERNO_POLICY,
+        &KYVERNO_CLUSTER_POLICY,
+        &KYVERNO_NAMESPACED_VALIDATING_POLICY,
+        &KYVERNO_VALIDATING_POLICY,
+        &KYVERNO_NAMESPACED_MUTATING_POLICY,
+        &KYVERNO_MUTATING_POLICY,
+    ],
     confined_to_k8tls_namespace: false,
     translate,
+    optional_kinds: &[],
 };
 
+/// Which of Kyverno's policy APIs the engine writes in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KyvernoApi {
+    /// `kyverno.io/v1` `Policy` and `ClusterPolicy`, as Nimbus wrote them.
+    #[default]
+    Legacy,
+    /// `policies.kyverno.io/v1` (Namespaced)ValidatingPolicy and (Namespaced)MutatingPolicy.
+    Cel,
+}
+
+impl KyvernoApi {
+    /// The kinds the engine needs served to write in this API.
+    pub fn kinds(self) -> &'static [&'static NativeKind] {
+        match self {
+            KyvernoApi::Legacy => &[&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY],
+            KyvernoApi::Cel => &[
+                &KYVERNO_NAMESPACED_VALIDATING_POLICY,
+                &KYVERNO_VALIDATING_POLICY,
+                &KYVERNO_NAMESPACED_MUTATING_POLICY,
+                &KYVERNO_MUTATING_POLICY,
+            ],
+        }
+    }
+}
+
+/// Which API the engine is asked to write in (`--kyverno-kinds`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KyvernoKinds {
+    /// The CEL kinds where the cluster serves them, else the legacy ones.
+    #[default]
+    Auto,
+    Legacy,
+    Cel,
+}
+
+impl KyvernoKinds {
+    pub const NAMES: [&'static str; 3] = ["auto", "legacy", "cel"];
+
+    /// The API the engine writes in, given which kinds are served; `None` when the one asked
+    /// for (any, for `Auto`) is not: Kyverno then counts as not installed.
+    pub fn in_force(self, served: impl Fn(&NativeKind) -> bool) -> Option<KyvernoApi> {
+        let usable = |api: KyvernoApi| api.kinds().iter().all(|k| served(k)).then_some(api);
+        match self {
+            KyvernoKinds::Auto => usable(KyvernoApi::Cel).or_else(|| usable(KyvernoApi::Legacy)),
+            KyvernoKinds::Legacy => usable(KyvernoApi::Legacy),
+            KyvernoKinds::Cel => usable(KyvernoApi::Cel),
+        }
+    }
+}
+
+impl fmt::Display for KyvernoKinds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(Self::NAMES[*self as usize])
+    }
+}
+
+impl FromStr for KyvernoKinds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(KyvernoKinds::Auto),
+            "legacy" => Ok(KyvernoKinds::Legacy),
+            "cel" => Ok(KyvernoKinds::Cel),
+            _ => Err(format!(
+                "unknown Kyverno kinds `{s}` (known: {})",
+                Self::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    if env.kyverno == KyvernoApi::Cel && rule.spec.id != id::VIRTUAL_PATCH {
+        return translate_cel(policy, rule, env);
+    }
     let cluster = policy.namespace.is_none();
     let policies = match (rule.spec.id.as_str(), cluster) {
         (id::ESCAPE_TO_HOST, _) => {
@@ -289,4 +381,167 @@ fn no_generate() -> Value {
 fn runtime_class_patch(rule: &Rule) -> Value {
     let class = param_value(rule.spec, param::RUNTIME_CLASS).unwrap_or_default();
     json!({"spec": {"template": {"spec": {"runtimeClassName": class}}}})
+}
+
+/// escapeToHost and cocoWorkload in Kyverno's CEL kinds: one policy per rule, namespaced for a
+/// NimbusPolicy, cluster-wide for a ClusterNimbusPolicy, selecting what the legacy policies
+/// select and enforcing what they enforce.
+fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    let policies = match rule.spec.id.as_str() {
+        id::ESCAPE_TO_HOST => {
+            let level = param_value(rule.spec, param::PSA_LEVEL).unwrap_or_default();
+            let Some(level) = Level::parse(&level) else {
+                return rule.untranslated(Engine::Kyverno);
+            };
+            let validations: Vec<Value> = pss::checks(level)
+                .into_iter()
+                .map(|c| json!({"expression": c.expression, "message": c.message}))
+                .collect();
+            let action = match failure_action(&rule.spec.rule.action) {
+                "Enforce" => "Deny",
+                _ => "Audit",
+            };
+            let mut spec = json!({
+                "validationActions": [action],
+                "evaluation": {"background": {"enabled": true}},
+                "matchConstraints": constraints(policy, env, "", "pods"),
+                "validations": validations,
+            });
+            if let Some(condition) = selected(&policy.selector) {
+                spec["matchConditions"] = json!([condition]);
+            }
+            vec![cel_policy(
+                policy,
+                rule,
+                rule.key,
+                [&KYVERNO_NAMESPACED_VALIDATING_POLICY, &KYVERNO_VALIDATING_POLICY],
+                spec,
+            )]
+        }
+        id::COCO_WORKLOAD => {
+            let class = param_value(rule.spec, param::RUNTIME_CLASS).unwrap_or_default();
+            let class = serde_json::to_string(&class).unwrap_or_default();
+            let mut constraints = constraints(policy, env, "apps", "deployments");
+            if !selector_is_empty(policy) {
+                constraints["objectSelector"] = selector_json(&policy.selector);
+            }
+            let patch = json!([{
+                "patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": format!(
+                    "Object{{spec: Object.spec{{template: Object.spec.template{{spec: \
+                     Object.spec.template.spec{{runtimeClassName: {class}}}}}}}}}"
+                )},
+            }]);
+            // Two policies, as Nimbus's legacy pair: Kyverno mutates at admission only what a
+            // policy without mutateExisting matches, and mutates existing Deployments (its
+            // background controller, once the policy is written) only from one with it, whose
+            // targets are `targetMatchConstraints` (it ignores `matchConditions`, so Deployments
+            // are selected by their own labels, as the legacy policies select them).
+            let on_admission = json!({
+                "evaluation": {"background": {"enabled": false}},
+                "matchConstraints": constraints,
+                "mutations": patch,
+            });
+            let existing = json!({
+                "evaluation": {
+                    "admission": {"enabled": false},
+                    "background": {"enabled": true},
+                    "mutateExisting": {"enabled": true},
+                },
+                "matchConstraints": constraints,
+                "targetMatchConstraints": constraints,
+                "mutations": patch,
+            });
+            let kinds = [&KYVERNO_NAMESPACED_MUTATING_POLICY, &KYVERNO_MUTATING_POLICY];
+            vec![
+                cel_policy(policy, rule, rule.key, kinds, on_admission),
+                cel_policy(policy, rule, &format!("{}-existing", rule.key), kinds, existing),
+            ]
+        }
+        _ => return rule.untranslated(Engine::Kyverno),
+    };
+    Ok(policies.into())
+}
+
+/// A CEL policy named `<policy>-<suffix>`: of the namespaced kind for a NimbusPolicy, of the
+/// cluster-wide one for a ClusterNimbusPolicy.
+fn cel_policy(
+    policy: &PolicyInput,
+    rule: &Rule,
+    suffix: &str,
+    [namespaced, cluster]: [&'static NativeKind; 2],
+    spec: Value,
+) -> (&'static NativeKind, kube::core::DynamicObject) {
+    let kind = if policy.namespace.is_some() {
+        namespaced
+    } else {
+        cluster
+    };
+    let description = rule.spec.description.clone().unwrap_or_default();
+    let meta = metadata(
+        policy,
+        Engine::Kyverno,
+        native_name(policy, suffix, MAX_NAME_LEN),
+        policy.namespace.clone(),
+        &[(DESCRIPTION, &description)],
+    );
+    object(kind, meta, json!({ "spec": spec }))
+}
+
+/// `matchConstraints` on creating and updating `resource` (of API `group`, v1): in the policy's
+/// namespace, or in the selected namespaces of a cluster policy but the protected and the
+/// excluded ones (by their `kubernetes.io/metadata.name` label).
+fn constraints(policy: &PolicyInput, env: &Environment, group: &str, resource: &str) -> Value {
+    let mut constraints = json!({"resourceRules": [{
+        "apiGroups": [group],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": [resource],
+    }]});
+    let Some(namespaces) = &policy.namespaces else {
+        return constraints;
+    };
+    const NAME: &str = "kubernetes.io/metadata.name";
+    let mut excluded: Vec<&str> = env.protected_namespaces.iter().collect();
+    excluded.extend(namespaces.exclude_names.iter().flatten().map(String::as_str));
+    let mut expressions = vec![json!({"key": NAME, "operator": "NotIn", "values": excluded})];
+    let named = namespaces
+        .match_names
+        .as_ref()
+        .filter(|names| !names.iter().any(|n| n == WORKLOAD_ALL_NAMESPACES));
+    if let Some(names) = named {
+        expressions.push(json!({"key": NAME, "operator": "In", "values": names}));
+    }
+    constraints["namespaceSelector"] = json!({ "matchExpressions": expressions });
+    constraints
+}
+
+/// The `matchConditions` entry selecting by the workload selector, as CEL over the object's
+/// labels (an `objectSelector` would keep Kyverno from deriving the pod controllers' checks):
+/// none when it selects everything.
+fn selected(selector: &LabelSelector) -> Option<Value> {
+    let labels = "object.metadata.?labels.orValue({})";
+    let literal = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let values = |v: &Option<Vec<String>>| {
+        let quoted: Vec<String> = v.iter().flatten().map(|v| literal(v)).collect();
+        format!("[{}]", quoted.join(", "))
+    };
+    let mut terms: Vec<String> = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{labels}[?{}] == optional.of({})", literal(k), literal(v)))
+        .collect();
+    for e in selector.match_expressions.iter().flatten() {
+        let key = literal(&e.key);
+        terms.push(match e.operator.as_str() {
+            "In" => format!("{labels}[?{key}].orValue(null) in {}", values(&e.values)),
+            "NotIn" => format!("!({labels}[?{key}].orValue(null) in {})", values(&e.values)),
+            "Exists" => format!("{key} in {labels}"),
+            // DoesNotExist (the API server admits no other operator).
+            _ => format!("!({key} in {labels})"),
+        });
+    }
+    (!terms.is_empty())
+        .then(|| json!({"name": "workload-selector", "expression": terms.join(" && ")}))
 }

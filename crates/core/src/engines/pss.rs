@@ -1,0 +1,324 @@
+//! The Pod Security Standards as CEL validations over a Pod (`object`), for the engines whose
+//! policies are CEL: Kyverno's ValidatingPolicies (which derive the checks of pod controllers'
+//! templates from these, rewriting `object.spec` and `object.metadata`).
+//!
+//! They follow the checks of Kubernetes's pod-security-admission (k8s.io/pod-security-admission
+//! `policy/check_*.go`) at the version Kyverno 1.19's legacy `podSecurity` rule enforces as
+//! `latest` (1.34), so that moving a policy from Kyverno's legacy kinds to its CEL kinds neither
+//! tightens nor loosens what is enforced. Absent fields take the value the API server would
+//! default or the check reads them as (`orValue`).
+
+/// A Pod Security Standards level, as the `psaLevel` parameter names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Baseline,
+    Restricted,
+}
+
+impl Level {
+    pub fn parse(level: &str) -> Option<Self> {
+        match level {
+            "baseline" => Some(Level::Baseline),
+            "restricted" => Some(Level::Restricted),
+            _ => None,
+        }
+    }
+}
+
+/// One check: a CEL expression true of a compliant pod, and what a violating pod is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    pub expression: String,
+    pub message: &'static str,
+}
+
+/// The checks of `level` (restricted includes baseline's).
+pub fn checks(level: Level) -> Vec<Check> {
+    let mut checks = baseline();
+    if level == Level::Restricted {
+        checks.extend(restricted());
+    }
+    checks
+}
+
+const POD: &str = "object.spec.?securityContext";
+
+const BASELINE_CAPABILITIES: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+const SAFE_SYSCTLS: &[&str] = &[
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+];
+const SELINUX_TYPES: &[&str] = &[
+    "",
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+];
+const RESTRICTED_VOLUMES: &[&str] = &[
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "image",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+fn baseline() -> Vec<Check> {
+    let probes = ["livenessProbe", "readinessProbe", "startupProbe"]
+        .iter()
+        .map(|p| format!("c.?{p}"))
+        .chain(["postStart", "preStop"].map(|h| format!("c.?lifecycle.?{h}")))
+        .map(|handler| {
+            format!(
+                "{handler}.?httpGet.?host.orValue('') == '' && \
+                 {handler}.?tcpSocket.?host.orValue('') == ''"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" && ");
+    vec![
+        check(
+            format!(
+                "!{POD}.?windowsOptions.?hostProcess.orValue(false) && {}",
+                every_container("!c.?securityContext.?windowsOptions.?hostProcess.orValue(false)")
+            ),
+            "HostProcess containers are disallowed: securityContext.windowsOptions.hostProcess \
+             must be unset or false.",
+        ),
+        check(
+            "!object.spec.?hostNetwork.orValue(false) && !object.spec.?hostPID.orValue(false) \
+             && !object.spec.?hostIPC.orValue(false)"
+                .into(),
+            "Sharing the host namespaces is disallowed: spec.hostNetwork, spec.hostPID and \
+             spec.hostIPC must be unset or false.",
+        ),
+        check(
+            every_container("!c.?securityContext.?privileged.orValue(false)"),
+            "Privileged containers are disallowed: securityContext.privileged must be unset or \
+             false.",
+        ),
+        check(
+            every_container(&format!(
+                "c.?securityContext.?capabilities.?add.orValue([]).all(cap, cap in {})",
+                list(BASELINE_CAPABILITIES)
+            )),
+            "Adding capabilities beyond the default set is disallowed: \
+             securityContext.capabilities.add may name only AUDIT_WRITE, CHOWN, DAC_OVERRIDE, \
+             FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, SETUID and \
+             SYS_CHROOT.",
+        ),
+        check(
+            "object.spec.?volumes.orValue([]).all(v, !has(v.hostPath))".into(),
+            "HostPath volumes are disallowed: spec.volumes[*].hostPath must be unset.",
+        ),
+        check(
+            every_container("c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0)"),
+            "Host ports are disallowed: ports[*].hostPort must be unset or 0.",
+        ),
+        check(
+            format!(
+                "{POD}.?appArmorProfile.?type.orValue('RuntimeDefault') in \
+                 ['RuntimeDefault', 'Localhost'] && {} && \
+                 object.metadata.?annotations.orValue({{}}).all(k, \
+                 !k.startsWith('container.apparmor.security.beta.kubernetes.io/') || \
+                 object.metadata.annotations[k] in ['', 'runtime/default'] || \
+                 object.metadata.annotations[k].startsWith('localhost/'))",
+                every_container(
+                    "c.?securityContext.?appArmorProfile.?type.orValue('RuntimeDefault') in \
+                     ['RuntimeDefault', 'Localhost']"
+                )
+            ),
+            "Overriding the default AppArmor profile is disallowed: appArmorProfile.type must be \
+             RuntimeDefault or Localhost.",
+        ),
+        check(
+            format!(
+                "{} && {}",
+                selinux(POD),
+                every_container(&selinux("c.?securityContext"))
+            ),
+            "Setting a custom SELinux user or role, or a type other than container_t, \
+             container_init_t, container_kvm_t or container_engine_t, is disallowed.",
+        ),
+        check(
+            every_container("c.?securityContext.?procMount.orValue('Default') == 'Default'"),
+            "Unmasking /proc is disallowed: securityContext.procMount must be unset or Default.",
+        ),
+        check(
+            format!(
+                "{POD}.?seccompProfile.?type.orValue('') != 'Unconfined' && {}",
+                every_container(
+                    "c.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'"
+                )
+            ),
+            "Seccomp profile Unconfined is disallowed.",
+        ),
+        check(
+            format!(
+                "{POD}.?sysctls.orValue([]).all(s, s.name in {})",
+                list(SAFE_SYSCTLS)
+            ),
+            "Setting sysctls outside the safe set is disallowed.",
+        ),
+        check(
+            every_container(&probes),
+            "Probes and lifecycle hooks may not name a host: their httpGet.host and \
+             tcpSocket.host must be unset.",
+        ),
+    ]
+}
+
+fn restricted() -> Vec<Check> {
+    // Pod API validation refuses these fields on Windows pods, so the checks exempt them.
+    let linux = |expression: &str| {
+        format!("object.spec.?os.?name.orValue('') == 'windows' || ({expression})")
+    };
+    let volumes: Vec<String> = RESTRICTED_VOLUMES
+        .iter()
+        .map(|v| format!("has(v.{v})"))
+        .collect();
+    vec![
+        check(
+            format!(
+                "object.spec.?volumes.orValue([]).all(v, {})",
+                volumes.join(" || ")
+            ),
+            "Only configMap, csi, downwardAPI, emptyDir, ephemeral, image, \
+             persistentVolumeClaim, projected and secret volumes are allowed.",
+        ),
+        check(
+            linux(&every_container(
+                "c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false",
+            )),
+            "Privilege escalation is disallowed: securityContext.allowPrivilegeEscalation must \
+             be false.",
+        ),
+        check(
+            every_container(&format!(
+                "c.?securityContext.?runAsNonRoot.orValue({POD}.?runAsNonRoot.orValue(false))"
+            )),
+            "Containers must run as non-root: securityContext.runAsNonRoot must be true (on the \
+             pod or on every container).",
+        ),
+        check(
+            format!(
+                "{POD}.?runAsUser.orValue(1) != 0 && {}",
+                every_container("c.?securityContext.?runAsUser.orValue(1) != 0")
+            ),
+            "Running as root (runAsUser 0) is disallowed.",
+        ),
+        check(
+            linux(&every_container(&format!(
+                "c.?securityContext.?seccompProfile.?type.orValue(\
+                 {POD}.?seccompProfile.?type.orValue('')) in ['RuntimeDefault', 'Localhost']"
+            ))),
+            "A seccomp profile must be set: seccompProfile.type must be RuntimeDefault or \
+             Localhost (on the pod or on every container).",
+        ),
+        check(
+            linux(&every_container(
+                "'ALL' in c.?securityContext.?capabilities.?drop.orValue([]) && \
+                 c.?securityContext.?capabilities.?add.orValue([]).all(cap, \
+                 cap == 'NET_BIND_SERVICE')",
+            )),
+            "Containers must drop ALL capabilities and may add back only NET_BIND_SERVICE.",
+        ),
+    ]
+}
+
+fn check(expression: String, message: &'static str) -> Check {
+    Check {
+        expression,
+        message,
+    }
+}
+
+/// `check` (of a container `c`) holds for every container, init container and ephemeral
+/// container. The lists are checked apart: their elements are of different types.
+fn every_container(check: &str) -> String {
+    ["containers", "initContainers", "ephemeralContainers"]
+        .iter()
+        .map(|list| format!("object.spec.?{list}.orValue([]).all(c, {check})"))
+        .collect::<Vec<_>>()
+        .join(" && ")
+}
+
+fn selinux(context: &str) -> String {
+    format!(
+        "{context}.?seLinuxOptions.?type.orValue('') in {} && \
+         {context}.?seLinuxOptions.?user.orValue('') == '' && \
+         {context}.?seLinuxOptions.?role.orValue('') == ''",
+        list(SELINUX_TYPES)
+    )
+}
+
+/// A CEL list of string literals.
+fn list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("'{i}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restricted_adds_to_baseline() {
+        let baseline = checks(Level::Baseline);
+        let restricted = checks(Level::Restricted);
+        assert_eq!(baseline.len(), 12);
+        assert_eq!(&restricted[..baseline.len()], &baseline[..]);
+        assert_eq!(restricted.len(), baseline.len() + 6);
+    }
+
+    #[test]
+    fn every_expression_has_balanced_delimiters_and_only_single_quoted_literals() {
+        for check in checks(Level::Restricted) {
+            let e = &check.expression;
+            for (open, close) in [('(', ')'), ('[', ']'), ('{', '}')] {
+                assert_eq!(
+                    e.matches(open).count(),
+                    e.matches(close).count(),
+                    "{open}{close} in {e}"
+                );
+            }
+            assert!(!e.contains('"'), "{e}");
+            assert_eq!(e.matches('\'').count() % 2, 0, "{e}");
+        }
+    }
+
+    #[test]
+    fn levels_parse_as_the_parameter_names_them() {
+        assert_eq!(Level::parse("baseline"), Some(Level::Baseline));
+        assert_eq!(Level::parse("restricted"), Some(Level::Restricted));
+        assert_eq!(Level::parse("privileged"), None);
+    }
+}
