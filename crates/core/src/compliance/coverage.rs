@@ -35,8 +35,9 @@ const fn proof(
     }
 }
 
-/// Every enforcement the efficacy tests prove. KubeArmor and k8tls have none: no KubeArmor or
-/// k8tls runtime runs in the tests, so what they enforce is covered but unproven.
+/// Every enforcement the efficacy tests prove (Kyverno's legacy and CEL kinds alike: the engine
+/// is `kyverno` either way). KubeArmor and k8tls have none: no KubeArmor or k8tls runtime runs
+/// in the tests, so what they enforce is covered but unproven.
 pub static PROOFS: &[Proof] = &[
     proof(
         "dnsManipulation",
@@ -63,6 +64,48 @@ pub static PROOFS: &[Proof] = &[
         "kyverno-escapeToHost-restricted",
     ),
     proof(
+        "escapeToHost",
+        Engine::Kyverno,
+        "escape_to_host_baseline_in_cel_kinds_denies_privileged_pods_where_bound",
+        "kyverno-cel-escapeToHost-baseline",
+    ),
+    proof(
+        "escapeToHost",
+        Engine::Kyverno,
+        "escape_to_host_restricted_in_cel_kinds_denies_root_pods_where_bound",
+        "kyverno-cel-escapeToHost-restricted",
+    ),
+    proof(
+        "cocoWorkload",
+        Engine::Kyverno,
+        "coco_workload_in_cel_kinds_sets_the_runtime_class_of_selected_deployments",
+        "kyverno-cel-cocoWorkload",
+    ),
+    proof(
+        "escapeToHost",
+        Engine::Admission,
+        "admission_escape_to_host_baseline_denies_privileged_pods_where_bound",
+        "admission-escapeToHost-baseline",
+    ),
+    proof(
+        "escapeToHost",
+        Engine::Admission,
+        "admission_escape_to_host_restricted_denies_root_pods_where_bound",
+        "admission-escapeToHost-restricted",
+    ),
+    proof(
+        "cocoWorkload",
+        Engine::Admission,
+        "admission_coco_workload_sets_the_runtime_class_of_new_deployments",
+        "admission-cocoWorkload",
+    ),
+    proof(
+        "unAuthorizedSaTokenAccess",
+        Engine::Admission,
+        "admission_sa_token_access_unmounts_the_token_of_new_pods",
+        "admission-unAuthorizedSaTokenAccess",
+    ),
+    proof(
         "cocoWorkload",
         Engine::Kyverno,
         "coco_workload_sets_the_runtime_class_of_selected_deployments",
@@ -83,10 +126,20 @@ pub static PROOFS: &[Proof] = &[
 ];
 
 /// Efficacy matrices that prove something other than enforcement, so no [`Proof`] names them.
-pub static NOT_ENFORCEMENT: &[(&str, &str)] = &[(
-    "kyverno-escapeToHost-audit",
-    "audit and shadow mode admit and report: nothing is enforced",
-)];
+pub static NOT_ENFORCEMENT: &[(&str, &str)] = &[
+    (
+        "kyverno-escapeToHost-audit",
+        "audit and shadow mode admit and report: nothing is enforced",
+    ),
+    (
+        "kyverno-cel-escapeToHost-audit",
+        "audit and shadow mode admit and report: nothing is enforced",
+    ),
+    (
+        "admission-escapeToHost-audit",
+        "audit admits and warns: nothing is enforced",
+    ),
+];
 
 /// The proofs that `engine` enforces `intent`.
 pub fn proofs(intent: &str, engine: Engine) -> impl Iterator<Item = &'static Proof> + '_ {
@@ -419,6 +472,8 @@ mod tests {
         assert_eq!(
             c522.proofs,
             [
+                "kyverno-cel-escapeToHost-baseline",
+                "kyverno-cel-escapeToHost-restricted",
                 "kyverno-escapeToHost-baseline",
                 "kyverno-escapeToHost-restricted"
             ]
