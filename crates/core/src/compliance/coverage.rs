@@ -35,8 +35,9 @@ const fn proof(
     }
 }
 
-/// Every enforcement the efficacy tests prove. KubeArmor and k8tls have none: no KubeArmor or
-/// k8tls runtime runs in the tests, so what they enforce is covered but unproven.
+/// Every enforcement the efficacy tests prove (Kyverno's legacy and CEL kinds alike: the engine
+/// is `kyverno` either way). KubeArmor and k8tls have none: no KubeArmor or k8tls runtime runs
+/// in the tests, so what they enforce is covered but unproven.
 pub static PROOFS: &[Proof] = &[
     proof(
         "dnsManipulation",
@@ -61,12 +62,6 @@ pub static PROOFS: &[Proof] = &[
         Engine::Kyverno,
         "escape_to_host_restricted_denies_root_pods_where_bound",
         "kyverno-escapeToHost-restricted",
-    ),
-    proof(
-        "cocoWorkload",
-        Engine::Kyverno,
-        "coco_workload_sets_the_runtime_class_of_selected_deployments",
-        "kyverno-cocoWorkload",
     ),
     proof(
         "escapeToHost",
@@ -109,6 +104,12 @@ pub static PROOFS: &[Proof] = &[
         Engine::Admission,
         "admission_sa_token_access_unmounts_the_token_of_new_pods",
         "admission-unAuthorizedSaTokenAccess",
+    ),
+    proof(
+        "cocoWorkload",
+        Engine::Kyverno,
+        "coco_workload_sets_the_runtime_class_of_selected_deployments",
+        "kyverno-cocoWorkload",
     ),
     proof(
         "virtualPatch",
@@ -471,6 +472,8 @@ mod tests {
         assert_eq!(
             c522.proofs,
             [
+                "kyverno-cel-escapeToHost-baseline",
+                "kyverno-cel-escapeToHost-restricted",
                 "kyverno-escapeToHost-baseline",
                 "kyverno-escapeToHost-restricted"
             ]

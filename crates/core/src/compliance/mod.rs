@@ -513,7 +513,8 @@ pub static MAPPINGS: &[Mapping] = &[
         "T1528",
         Partially,
         &ATTACK_PEIRATES,
-        "processes cannot read the mounted service-account token; other tokens are not covered",
+        "KubeArmor: processes cannot read the mounted token; the admission engine (cluster \
+         bindings): new pods get none; other tokens are not covered",
     ),
     m(
         id::UNAUTHORIZED_SA_TOKEN_ACCESS,
@@ -521,7 +522,7 @@ pub static MAPPINGS: &[Mapping] = &[
         "T1552.007",
         Partially,
         &ATTACK_M1026,
-        "the token stays mounted but unreadable: the API is out of reach with the pod's identity",
+        "the pod's token is unreadable or not mounted: the API is out of reach with its identity",
     ),
     m(
         id::UNAUTHORIZED_SA_TOKEN_ACCESS,
@@ -529,7 +530,7 @@ pub static MAPPINGS: &[Mapping] = &[
         "5.1.6",
         Partially,
         &CONTROL_TEXT,
-        "the token is still mounted, but processes cannot read it",
+        "KubeArmor leaves it mounted but unreadable; the admission engine mounts none on new pods",
     ),
     m(
         id::UNAUTHORIZED_SA_TOKEN_ACCESS,
@@ -537,7 +538,7 @@ pub static MAPPINGS: &[Mapping] = &[
         "C-0034",
         Partially,
         &CONTROL_TEXT,
-        "the token is still mapped, but processes cannot read it",
+        "KubeArmor leaves it mapped but unreadable; the admission engine maps none on new pods",
     ),
     m(
         id::SW_DEPLOYMENT_TOOLS,
