@@ -14,7 +14,7 @@
 mod common;
 
 use common::cases::Rng;
-use common::generated::{ServerForms, differences, generated_kinds};
+use common::generated::{ServerForms, differences, generated_kinds, native_kinds};
 use common::monitor::{Monitor, Watched};
 use common::oracle::Server;
 use common::replica::Replica;
@@ -27,7 +27,6 @@ use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
     SecurityIntentBinding,
 };
-use nimbus_core::engines::all_kinds;
 use nimbus_testenv::ControlPlane;
 use nimbus_testenv::eventually;
 use serde_json::{Value, json};
@@ -591,7 +590,7 @@ async fn audit(
 
     let mut observed: BTreeMap<Key, Value> = BTreeMap::new();
     let managed = ListParams::default().labels("app.kubernetes.io/managed-by");
-    for kind in all_kinds() {
+    for kind in native_kinds() {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
         for o in api.list(&managed).await? {
             let mut v = serde_json::to_value(o)?;

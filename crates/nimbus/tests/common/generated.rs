@@ -158,19 +158,26 @@ fn diff(path: &str, have: &Value, want: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// Every native kind the operator writes on the test control planes. They serve only Kyverno's
+/// legacy kinds (a Kyverno before 1.17), so the operator writes those; the Kyverno efficacy tests
+/// cover the CEL kinds.
+pub fn native_kinds() -> Vec<&'static nimbus_core::engines::NativeKind> {
+    let cel = nimbus_core::engines::KyvernoApi::Cel.kinds();
+    nimbus_core::engines::all_kinds()
+        .into_iter()
+        .filter(|k| !cel.contains(k))
+        .collect()
+}
+
 /// Every kind the operator generates, with whether it is namespaced.
 pub fn generated_kinds() -> Vec<(ApiResource, bool)> {
     let mut kinds = vec![
         (ApiResource::erase::<NimbusPolicy>(&()), true),
         (ApiResource::erase::<ClusterNimbusPolicy>(&()), false),
     ];
-    // The shared control plane serves only Kyverno's legacy kinds (a Kyverno before 1.17), so
-    // its operator writes those; the Kyverno efficacy tests cover the CEL kinds.
-    let cel = nimbus_core::engines::KyvernoApi::Cel.kinds();
     kinds.extend(
-        nimbus_core::engines::all_kinds()
+        native_kinds()
             .into_iter()
-            .filter(|k| !cel.contains(k))
             .map(|k| (k.api_resource(), k.namespaced)),
     );
     kinds
