@@ -91,12 +91,12 @@ impl Preference {
     }
 }
 
-/// How long the objects of an engine standing by outlive the first objects of the engine
-/// taking over from it. Writing the new objects before deleting the old ones is not enough:
-/// the engine taking over enforces only once it has loaded them (kube-apiserver refreshes its
-/// admission policies about every second; Kyverno readies a new policy in seconds), so the old
-/// ones keep enforcing meanwhile (both engines then enforce the same intent, which only doubles
-/// a check).
+/// How long the objects of an engine standing by outlive the objects of the engine taking over
+/// from it. Writing the new objects before deleting the old ones is not enough: the engine
+/// taking over enforces only once it has loaded them (kube-apiserver refreshes its admission
+/// policies about every second and says nothing when it has; Kyverno readies a new policy in
+/// seconds, and the operator also waits for it to say so), so the old ones keep enforcing
+/// meanwhile (both engines then enforce the same intent, which only doubles a check).
 pub const HANDOVER: Duration = Duration::from_secs(30);
 
 /// How much longer the objects of the engines standing by must be kept, given the ages of the

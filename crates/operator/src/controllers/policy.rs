@@ -254,6 +254,8 @@ fn handing_over(
             owned
                 .iter()
                 .find(|(kind, o)| Key::of(kind, &**o) == key)
+                // One that does not act yet (a Kyverno policy not Ready) counts as just written.
+                .filter(|(_, o)| o.acts)
                 .and_then(|(_, o)| o.metadata.creation_timestamp.as_ref())
                 .and_then(|created| Duration::try_from(now.duration_since(created.0)).ok())
         });
