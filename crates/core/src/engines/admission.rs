@@ -16,6 +16,7 @@
 //! already exist (admission sees only writes), watch processes or files at run time
 //! (KubeArmor's intents), or filter traffic (NetworkPolicy's).
 
+use super::pss;
 use super::Engine;
 use super::{
     AuditForm, CLUSTER, Enforces, EngineSpec, Environment, MUTATING_ADMISSION_POLICY,
@@ -90,10 +91,11 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     let objects = match rule.spec.id.as_str() {
         id::ESCAPE_TO_HOST => {
             let level = param_value(rule.spec, param::PSA_LEVEL).unwrap_or_default();
-            let restricted = level == "restricted";
-            let validations: Vec<Value> = PSS_CHECKS
-                .iter()
-                .filter(|c| restricted || c.level == Level::Baseline)
+            let Some(checked) = pss::Level::parse(&level) else {
+                return rule.untranslated(Engine::Admission);
+            };
+            let validations: Vec<Value> = pss::checks(checked, POD)
+                .into_iter()
                 .map(|c| {
                     json!({
                         "expression": c.expression,
@@ -249,8 +251,8 @@ const POD_SPEC_WRITTEN: &str = "request.operation != 'UPDATE' || (object.kind ==
      object.spec.jobTemplate != oldObject.spec.jobTemplate : \
      object.spec.template != oldObject.spec.template)";
 
-/// The pod spec, its metadata's annotations, its containers and the security contexts the
-/// checks read, whether the object is a pod or a workload controller.
+/// The pod spec and its metadata's annotations, whether the object is a pod or a workload
+/// controller: where the Pod Security checks look ([`POD`]).
 fn pod_variables() -> Value {
     json!([
         {"name": "template", "expression":
@@ -259,159 +261,14 @@ fn pod_variables() -> Value {
         {"name": "spec", "expression": "variables.template.spec"},
         {"name": "annotations", "expression":
             "variables.template.?metadata.?annotations.orValue({})"},
-        {"name": "containers", "expression":
-            "variables.spec.containers + variables.spec.?initContainers.orValue([]) + \
-             variables.spec.?ephemeralContainers.orValue([])"},
-        {"name": "podContext", "expression": "variables.spec.?securityContext.orValue({})"},
-        {"name": "contexts", "expression":
-            "[variables.podContext] + \
-             variables.containers.map(c, c.?securityContext.orValue({}))"},
-        {"name": "windows", "expression": "variables.spec.?os.?name.orValue('') == 'windows'"},
     ])
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Level {
-    Baseline,
-    Restricted,
-}
-
-/// One check of the Pod Security Standards (kubernetes.io/docs/concepts/security/
-/// pod-security-standards, the checks of Pod Security admission's latest version, which Kyverno's
-/// `podSecurity` rule with `version: latest` runs too): a restricted level runs the baseline
-/// checks and its own.
-struct Check {
-    level: Level,
-    expression: &'static str,
-    message: &'static str,
-}
-
-const PSS_CHECKS: &[Check] = &[
-    Check {
-        level: Level::Baseline,
-        expression: "variables.contexts.all(sc, !sc.?windowsOptions.?hostProcess.orValue(false))",
-        message: "Windows HostProcess containers are not allowed",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "!variables.spec.?hostNetwork.orValue(false) && \
-                     !variables.spec.?hostPID.orValue(false) && \
-                     !variables.spec.?hostIPC.orValue(false)",
-        message: "host namespaces (hostNetwork, hostPID, hostIPC) are not allowed",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "variables.containers.all(c, \
-                     !c.?securityContext.?privileged.orValue(false))",
-        message: "privileged containers are not allowed",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "variables.containers.all(c, \
-                     c.?securityContext.?capabilities.?add.orValue([]).all(cap, cap in \
-                     ['AUDIT_WRITE', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', \
-                     'MKNOD', 'NET_BIND_SERVICE', 'SETFCAP', 'SETGID', 'SETPCAP', 'SETUID', \
-                     'SYS_CHROOT']))",
-        message: "capabilities beyond the default set may not be added",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "variables.spec.?volumes.orValue([]).all(v, !has(v.hostPath))",
-        message: "hostPath volumes are not allowed",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "variables.containers.all(c, \
-                     c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0))",
-        message: "host ports are not allowed",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "variables.annotations.all(k, \
-                     !k.startsWith('container.apparmor.security.beta.kubernetes.io/') || \
-                     variables.annotations[k] == 'runtime/default' || \
-                     variables.annotations[k].startsWith('localhost/')) && \
-                     variables.contexts.all(sc, \
-                     sc.?appArmorProfile.?type.orValue('RuntimeDefault') in \
-                     ['RuntimeDefault', 'Localhost'])",
-        message: "AppArmor may not be disabled (Unconfined)",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "variables.contexts.all(sc, \
-                     sc.?seLinuxOptions.?type.orValue('') in \
-                     ['', 'container_t', 'container_init_t', 'container_kvm_t', \
-                     'container_engine_t'] && \
-                     sc.?seLinuxOptions.?user.orValue('') == '' && \
-                     sc.?seLinuxOptions.?role.orValue('') == '')",
-        message: "custom SELinux users, roles and types are not allowed",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "variables.containers.all(c, \
-                     c.?securityContext.?procMount.orValue('Default') == 'Default')",
-        message: "an unmasked /proc mount is not allowed",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "variables.contexts.all(sc, \
-                     sc.?seccompProfile.?type.orValue('') != 'Unconfined')",
-        message: "the seccomp profile may not be Unconfined",
-    },
-    Check {
-        level: Level::Baseline,
-        expression: "variables.podContext.?sysctls.orValue([]).all(s, s.name in \
-                     ['kernel.shm_rmid_forced', 'net.ipv4.ip_local_port_range', \
-                     'net.ipv4.ip_unprivileged_port_start', 'net.ipv4.tcp_syncookies', \
-                     'net.ipv4.ping_group_range', 'net.ipv4.ip_local_reserved_ports', \
-                     'net.ipv4.tcp_keepalive_time', 'net.ipv4.tcp_fin_timeout', \
-                     'net.ipv4.tcp_keepalive_intvl', 'net.ipv4.tcp_keepalive_probes'])",
-        message: "only safe sysctls are allowed",
-    },
-    Check {
-        level: Level::Restricted,
-        expression: "variables.spec.?volumes.orValue([]).all(v, has(v.configMap) || \
-                     has(v.csi) || has(v.downwardAPI) || has(v.emptyDir) || \
-                     has(v.ephemeral) || has(v.persistentVolumeClaim) || has(v.projected) || \
-                     has(v.secret))",
-        message: "only configMap, csi, downwardAPI, emptyDir, ephemeral, \
-                  persistentVolumeClaim, projected and secret volumes are allowed",
-    },
-    Check {
-        level: Level::Restricted,
-        expression: "variables.windows || variables.containers.all(c, \
-                     c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false)",
-        message: "containers must set securityContext.allowPrivilegeEscalation to false",
-    },
-    Check {
-        level: Level::Restricted,
-        expression: "variables.containers.all(c, \
-                     c.?securityContext.?runAsNonRoot.orValue(\
-                     variables.podContext.?runAsNonRoot.orValue(false)) == true)",
-        message: "containers must run as non-root (runAsNonRoot: true)",
-    },
-    Check {
-        level: Level::Restricted,
-        expression: "variables.contexts.all(sc, sc.?runAsUser.orValue(1) != 0)",
-        message: "containers may not run as user 0 (runAsUser: 0)",
-    },
-    Check {
-        level: Level::Restricted,
-        expression: "variables.windows || variables.containers.all(c, \
-                     c.?securityContext.?seccompProfile.?type.orValue(\
-                     variables.podContext.?seccompProfile.?type.orValue('')) in \
-                     ['RuntimeDefault', 'Localhost'])",
-        message: "a seccomp profile (RuntimeDefault or Localhost) must be set",
-    },
-    Check {
-        level: Level::Restricted,
-        expression: "variables.windows || variables.containers.all(c, \
-                     'ALL' in c.?securityContext.?capabilities.?drop.orValue([]) && \
-                     c.?securityContext.?capabilities.?add.orValue([]).all(cap, \
-                     cap == 'NET_BIND_SERVICE'))",
-        message: "containers must drop ALL capabilities and may add only NET_BIND_SERVICE",
-    },
-];
+/// The pod the Pod Security checks read, from [`pod_variables`].
+const POD: pss::Pod<'static> = pss::Pod {
+    spec: "variables.spec",
+    annotations: "variables.annotations",
+};
 
 #[cfg(test)]
 mod tests {
@@ -612,13 +469,10 @@ mod tests {
             }));
             validations.len()
         };
-        let baseline = PSS_CHECKS
-            .iter()
-            .filter(|c| c.level == Level::Baseline)
-            .count();
-        assert_eq!(count("baseline"), baseline);
-        assert_eq!(count("restricted"), PSS_CHECKS.len());
-        assert!(PSS_CHECKS.len() > baseline);
+        let checks = |level| pss::checks(level, POD).len();
+        assert_eq!(count("baseline"), checks(pss::Level::Baseline));
+        assert_eq!(count("restricted"), checks(pss::Level::Restricted));
+        assert!(checks(pss::Level::Restricted) > checks(pss::Level::Baseline));
     }
 
     #[test]

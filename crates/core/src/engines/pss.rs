@@ -1,6 +1,7 @@
-//! The Pod Security Standards as CEL validations over a Pod (`object`), for the engines whose
-//! policies are CEL: Kyverno's ValidatingPolicies (which derive the checks of pod controllers'
-//! templates from these, rewriting `object.spec` and `object.metadata`).
+//! The Pod Security Standards as CEL validations of a pod spec, for the engines whose policies
+//! are CEL: Kyverno's ValidatingPolicies read a Pod (`object`; Kyverno derives the checks of pod
+//! controllers' templates, rewriting `object.spec` and `object.metadata`), the admission engine's
+//! ValidatingAdmissionPolicies a variable holding a Pod's or a workload template's spec.
 //!
 //! They follow the checks of Kubernetes's pod-security-admission (k8s.io/pod-security-admission
 //! `policy/check_*.go`) at the version Kyverno 1.19's legacy `podSecurity` rule enforces as
@@ -32,16 +33,27 @@ pub struct Check {
     pub message: &'static str,
 }
 
-/// The checks of `level` (restricted includes baseline's).
-pub fn checks(level: Level) -> Vec<Check> {
-    let mut checks = baseline();
+/// Where the checks find the pod: CEL expressions of its spec and of its annotations (a map).
+#[derive(Clone, Copy, Debug)]
+pub struct Pod<'a> {
+    pub spec: &'a str,
+    pub annotations: &'a str,
+}
+
+/// A Pod admitted or scanned (`object`).
+pub const OBJECT: Pod<'static> = Pod {
+    spec: "object.spec",
+    annotations: "object.metadata.?annotations.orValue({})",
+};
+
+/// The checks of `level` (restricted includes baseline's) on `pod`.
+pub fn checks(level: Level, pod: Pod) -> Vec<Check> {
+    let mut checks = baseline(pod);
     if level == Level::Restricted {
-        checks.extend(restricted());
+        checks.extend(restricted(pod));
     }
     checks
 }
-
-const POD: &str = "object.spec.?securityContext";
 
 const BASELINE_CAPABILITIES: &[&str] = &[
     "AUDIT_WRITE",
@@ -91,7 +103,10 @@ const RESTRICTED_VOLUMES: &[&str] = &[
     "secret",
 ];
 
-fn baseline() -> Vec<Check> {
+fn baseline(pod: Pod) -> Vec<Check> {
+    let Pod { spec, annotations } = pod;
+    let context = format!("{spec}.?securityContext");
+    let every_container = |check: &str| every_container(spec, check);
     let probes = ["livenessProbe", "readinessProbe", "startupProbe"]
         .iter()
         .map(|p| format!("c.?{p}"))
@@ -107,16 +122,17 @@ fn baseline() -> Vec<Check> {
     vec![
         check(
             format!(
-                "!{POD}.?windowsOptions.?hostProcess.orValue(false) && {}",
+                "!{context}.?windowsOptions.?hostProcess.orValue(false) && {}",
                 every_container("!c.?securityContext.?windowsOptions.?hostProcess.orValue(false)")
             ),
             "HostProcess containers are disallowed: securityContext.windowsOptions.hostProcess \
              must be unset or false.",
         ),
         check(
-            "!object.spec.?hostNetwork.orValue(false) && !object.spec.?hostPID.orValue(false) \
-             && !object.spec.?hostIPC.orValue(false)"
-                .into(),
+            format!(
+                "!{spec}.?hostNetwork.orValue(false) && !{spec}.?hostPID.orValue(false) \
+                 && !{spec}.?hostIPC.orValue(false)"
+            ),
             "Sharing the host namespaces is disallowed: spec.hostNetwork, spec.hostPID and \
              spec.hostIPC must be unset or false.",
         ),
@@ -136,7 +152,7 @@ fn baseline() -> Vec<Check> {
              SYS_CHROOT.",
         ),
         check(
-            "object.spec.?volumes.orValue([]).all(v, !has(v.hostPath))".into(),
+            format!("{spec}.?volumes.orValue([]).all(v, !has(v.hostPath))"),
             "HostPath volumes are disallowed: spec.volumes[*].hostPath must be unset.",
         ),
         check(
@@ -145,12 +161,12 @@ fn baseline() -> Vec<Check> {
         ),
         check(
             format!(
-                "{POD}.?appArmorProfile.?type.orValue('RuntimeDefault') in \
+                "{context}.?appArmorProfile.?type.orValue('RuntimeDefault') in \
                  ['RuntimeDefault', 'Localhost'] && {} && \
-                 object.metadata.?annotations.orValue({{}}).all(k, \
+                 {annotations}.all(k, \
                  !k.startsWith('container.apparmor.security.beta.kubernetes.io/') || \
-                 object.metadata.annotations[k] in ['', 'runtime/default'] || \
-                 object.metadata.annotations[k].startsWith('localhost/'))",
+                 {annotations}[k] in ['', 'runtime/default'] || \
+                 {annotations}[k].startsWith('localhost/'))",
                 every_container(
                     "c.?securityContext.?appArmorProfile.?type.orValue('RuntimeDefault') in \
                      ['RuntimeDefault', 'Localhost']"
@@ -162,7 +178,7 @@ fn baseline() -> Vec<Check> {
         check(
             format!(
                 "{} && {}",
-                selinux(POD),
+                selinux(&context),
                 every_container(&selinux("c.?securityContext"))
             ),
             "Setting a custom SELinux user or role, or a type other than container_t, \
@@ -174,7 +190,7 @@ fn baseline() -> Vec<Check> {
         ),
         check(
             format!(
-                "{POD}.?seccompProfile.?type.orValue('') != 'Unconfined' && {}",
+                "{context}.?seccompProfile.?type.orValue('') != 'Unconfined' && {}",
                 every_container(
                     "c.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'"
                 )
@@ -183,7 +199,7 @@ fn baseline() -> Vec<Check> {
         ),
         check(
             format!(
-                "{POD}.?sysctls.orValue([]).all(s, s.name in {})",
+                "{context}.?sysctls.orValue([]).all(s, s.name in {})",
                 list(SAFE_SYSCTLS)
             ),
             "Setting sysctls outside the safe set is disallowed.",
@@ -196,11 +212,13 @@ fn baseline() -> Vec<Check> {
     ]
 }
 
-fn restricted() -> Vec<Check> {
+fn restricted(pod: Pod) -> Vec<Check> {
+    let spec = pod.spec;
+    let context = format!("{spec}.?securityContext");
+    let every_container = |check: &str| every_container(spec, check);
     // Pod API validation refuses these fields on Windows pods, so the checks exempt them.
-    let linux = |expression: &str| {
-        format!("object.spec.?os.?name.orValue('') == 'windows' || ({expression})")
-    };
+    let linux =
+        |expression: &str| format!("{spec}.?os.?name.orValue('') == 'windows' || ({expression})");
     let volumes: Vec<String> = RESTRICTED_VOLUMES
         .iter()
         .map(|v| format!("has(v.{v})"))
@@ -208,7 +226,7 @@ fn restricted() -> Vec<Check> {
     vec![
         check(
             format!(
-                "object.spec.?volumes.orValue([]).all(v, {})",
+                "{spec}.?volumes.orValue([]).all(v, {})",
                 volumes.join(" || ")
             ),
             "Only configMap, csi, downwardAPI, emptyDir, ephemeral, image, \
@@ -223,14 +241,14 @@ fn restricted() -> Vec<Check> {
         ),
         check(
             every_container(&format!(
-                "c.?securityContext.?runAsNonRoot.orValue({POD}.?runAsNonRoot.orValue(false))"
+                "c.?securityContext.?runAsNonRoot.orValue({context}.?runAsNonRoot.orValue(false))"
             )),
             "Containers must run as non-root: securityContext.runAsNonRoot must be true (on the \
              pod or on every container).",
         ),
         check(
             format!(
-                "{POD}.?runAsUser.orValue(1) != 0 && {}",
+                "{context}.?runAsUser.orValue(1) != 0 && {}",
                 every_container("c.?securityContext.?runAsUser.orValue(1) != 0")
             ),
             "Running as root (runAsUser 0) is disallowed.",
@@ -238,7 +256,7 @@ fn restricted() -> Vec<Check> {
         check(
             linux(&every_container(&format!(
                 "c.?securityContext.?seccompProfile.?type.orValue(\
-                 {POD}.?seccompProfile.?type.orValue('')) in ['RuntimeDefault', 'Localhost']"
+                 {context}.?seccompProfile.?type.orValue('')) in ['RuntimeDefault', 'Localhost']"
             ))),
             "A seccomp profile must be set: seccompProfile.type must be RuntimeDefault or \
              Localhost (on the pod or on every container).",
@@ -262,11 +280,12 @@ fn check(expression: String, message: &'static str) -> Check {
 }
 
 /// `check` (of a container `c`) holds for every container, init container and ephemeral
-/// container. The lists are checked apart: their elements are of different types.
-fn every_container(check: &str) -> String {
+/// container of the pod `spec`. The lists are checked apart: their elements are of different
+/// types.
+fn every_container(spec: &str, check: &str) -> String {
     ["containers", "initContainers", "ephemeralContainers"]
         .iter()
-        .map(|list| format!("object.spec.?{list}.orValue([]).all(c, {check})"))
+        .map(|list| format!("{spec}.?{list}.orValue([]).all(c, {check})"))
         .collect::<Vec<_>>()
         .join(" && ")
 }
@@ -292,8 +311,8 @@ mod tests {
 
     #[test]
     fn restricted_adds_to_baseline() {
-        let baseline = checks(Level::Baseline);
-        let restricted = checks(Level::Restricted);
+        let baseline = checks(Level::Baseline, OBJECT);
+        let restricted = checks(Level::Restricted, OBJECT);
         assert_eq!(baseline.len(), 12);
         assert_eq!(&restricted[..baseline.len()], &baseline[..]);
         assert_eq!(restricted.len(), baseline.len() + 6);
@@ -301,7 +320,7 @@ mod tests {
 
     #[test]
     fn every_expression_has_balanced_delimiters_and_only_single_quoted_literals() {
-        for check in checks(Level::Restricted) {
+        for check in checks(Level::Restricted, OBJECT) {
             let e = &check.expression;
             for (open, close) in [('(', ')'), ('[', ']'), ('{', '}')] {
                 assert_eq!(

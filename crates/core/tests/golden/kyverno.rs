@@ -541,7 +541,7 @@ fn cel_env() -> Environment {
 
 /// The CEL expressions of the checks of `level`, as the policy lists them.
 fn pss_validations(level: Level) -> Value {
-    pss::checks(level)
+    pss::checks(level, pss::OBJECT)
         .into_iter()
         .map(|c| json!({"expression": c.expression, "message": c.message}))
         .collect()

@@ -393,7 +393,7 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
             let Some(level) = Level::parse(&level) else {
                 return rule.untranslated(Engine::Kyverno);
             };
-            let validations: Vec<Value> = pss::checks(level)
+            let validations: Vec<Value> = pss::checks(level, pss::OBJECT)
                 .into_iter()
                 .map(|c| json!({"expression": c.expression, "message": c.message}))
                 .collect();
