@@ -7,6 +7,8 @@
 //! policy's message), admitted with a warning (Audit), or the object as mutated.
 
 use crate::common::{CONVERGE, ENGINE_CRDS, install_engine_crd};
+// Pod specs, from most to least privileged: the same as the Kyverno matrices'.
+use crate::kyverno::{PODS, container};
 use crate::matrix::Matrix;
 use crate::{Selecting, bind_cluster, intent, unbind_cluster};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -281,39 +283,6 @@ impl Bound {
 
 // ---------------------------------------------------------------------------------------------
 // escapeToHost: a ValidatingAdmissionPolicy
-
-/// A pod spec to try, by name.
-type PodCase = (&'static str, fn() -> Value);
-
-/// Pod specs, from most to least privileged (the same as the Kyverno matrices').
-const PODS: &[PodCase] = &[
-    (
-        "privileged container",
-        || json!({"containers": [container(json!({"privileged": true}))]}),
-    ),
-    ("hostPath volume", || {
-        json!({"containers": [container(json!({}))],
-        "volumes": [{"name": "host", "hostPath": {"path": "/etc"}}]})
-    }),
-    (
-        "hostNetwork",
-        || json!({"hostNetwork": true, "containers": [container(json!({}))]}),
-    ),
-    (
-        "runs as root, no seccomp profile (baseline)",
-        || json!({"containers": [container(json!({}))]}),
-    ),
-    ("restricted", || {
-        json!({"containers": [container(json!({
-        "runAsNonRoot": true, "runAsUser": 1000, "allowPrivilegeEscalation": false,
-        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}))]})
-    }),
-];
-
-fn container(security_context: Value) -> Value {
-    // Never pulled: nothing runs the pod.
-    json!({"name": "app", "image": "registry.invalid/app:1", "securityContext": security_context})
-}
 
 fn pod(app: &str, spec: Value) -> Value {
     json!({

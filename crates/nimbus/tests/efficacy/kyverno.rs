@@ -451,10 +451,10 @@ impl Bound {
 }
 
 /// A pod spec to try, by name.
-type PodCase = (&'static str, fn() -> Value);
+pub(crate) type PodCase = (&'static str, fn() -> Value);
 
 /// Pod specs, from most to least privileged.
-const PODS: &[PodCase] = &[
+pub(crate) const PODS: &[PodCase] = &[
     (
         "privileged container",
         || json!({"containers": [container(json!({"privileged": true}))]}),
@@ -478,7 +478,7 @@ const PODS: &[PodCase] = &[
     }),
 ];
 
-fn container(security_context: Value) -> Value {
+pub(crate) fn container(security_context: Value) -> Value {
     // Never pulled: nothing runs the pod.
     json!({"name": "app", "image": "registry.invalid/app:1", "securityContext": security_context})
 }
