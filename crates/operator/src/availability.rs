@@ -165,24 +165,36 @@ async fn track_crd(
             }
         };
         let now = exists && discovered(&client, kind).await;
-        let changed = served.send_if_modified(|set| {
-            if now {
-                set.insert(kind)
-            } else {
-                set.remove(kind)
-            }
-        });
-        if changed {
-            tracing::info!(
-                kind = kind.kind,
-                group = kind.group,
-                served = now,
-                "engine kind availability changed"
-            );
+        record(kind, now, &served, &mut first_lookup, false);
+    }
+}
+
+/// Marks `kind` served or not, logs a change (or the first answer, when `log_first`), and
+/// counts the first lookup done.
+fn record(
+    kind: &'static NativeKind,
+    now: bool,
+    served: &watch::Sender<Served>,
+    first_lookup: &mut Option<FirstLookup>,
+    log_first: bool,
+) {
+    let changed = served.send_if_modified(|set| {
+        if now {
+            set.insert(kind)
+        } else {
+            set.remove(kind)
         }
-        if let Some(first) = first_lookup.take() {
-            first.done();
-        }
+    });
+    if changed || (log_first && first_lookup.is_some()) {
+        tracing::info!(
+            kind = kind.kind,
+            group = kind.group,
+            served = now,
+            "engine kind availability changed"
+        );
+    }
+    if let Some(first) = first_lookup.take() {
+        first.done();
     }
 }
 
@@ -213,24 +225,7 @@ async fn track_builtin(
             tokio::time::sleep(Duration::from_secs(2)).await;
             continue;
         };
-        let changed = served.send_if_modified(|set| {
-            if now {
-                set.insert(kind)
-            } else {
-                set.remove(kind)
-            }
-        });
-        if changed || first_lookup.is_some() {
-            tracing::info!(
-                kind = kind.kind,
-                group = kind.group,
-                served = now,
-                "engine kind availability changed"
-            );
-        }
-        if let Some(first) = first_lookup.take() {
-            first.done();
-        }
+        record(kind, now, &served, &mut first_lookup, true);
         tokio::time::sleep(BUILTIN_RECHECK).await;
     }
 }
