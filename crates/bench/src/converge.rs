@@ -3,7 +3,7 @@
 //! neither the rounding up nor the apiserver load of polling with LISTs.
 
 use crate::operator::tail;
-use crate::workload::{CLUSTER_BINDING, INTENTS, Ops, Plan, cluster_intents};
+use crate::workload::{CLUSTER_BINDING, Ops, Plan, binding_intents, cluster_intents};
 use crate::{Args, step};
 use anyhow::{Context as _, bail};
 use futures::TryStreamExt;
@@ -36,7 +36,10 @@ struct Expected {
 
 /// The policies `plan` makes the operator produce at `revision` of the bindings.
 fn expectations(plan: &Plan, revision: u32) -> BTreeMap<Name, Expected> {
-    let binding_ids: Vec<&str> = INTENTS.iter().map(|(_, id)| *id).collect();
+    let binding_ids: Vec<&str> = binding_intents(revision)
+        .iter()
+        .map(|(_, id)| *id)
+        .collect();
     let cluster_ids: Vec<&str> = cluster_intents(plan.cluster_intents)
         .iter()
         .map(|(_, id)| *id)

@@ -1,10 +1,13 @@
 //! Scenario L: on a quiet, converged cluster, one binding at a time — the time from creating a
 //! SecurityIntentBinding (dnsManipulation) until both its native objects (a NetworkPolicy and a
-//! KubeArmorPolicy) exist, as a watch in the bench sees them.
+//! KubeArmorPolicy) exist, as a watch in the bench sees them. Its floor, once the operator
+//! stopped: the time from sending the same two objects' creates, at once, until the watch sees
+//! both.
 
+use crate::floor;
 use crate::workload::INTENTS;
 use anyhow::{Context as _, bail};
-use futures::StreamExt;
+use futures::{StreamExt, future};
 use kube::api::{DynamicObject, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -16,7 +19,23 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-const NAMESPACE: &str = "bench-latency";
+/// How each sample's native objects come to be.
+#[derive(Clone, Copy)]
+pub enum Writer {
+    /// The operator, from a binding the bench creates.
+    Operator,
+    /// The bench itself, writing the binding's native objects directly.
+    Direct,
+}
+
+impl Writer {
+    fn namespace(self) -> &'static str {
+        match self {
+            Self::Operator => "bench-latency",
+            Self::Direct => "bench-latency-floor",
+        }
+    }
+}
 const KINDS: [&NativeKind; 2] = [&NETWORK_POLICY, &KUBEARMOR_POLICY];
 
 #[derive(Debug, Serialize)]
@@ -32,21 +51,23 @@ type Seen = Arc<Mutex<HashMap<(&'static str, String), Instant>>>;
 
 pub async fn measure(
     client: &Client,
+    writer: Writer,
     samples: usize,
     timeout: Duration,
 ) -> anyhow::Result<Latency> {
+    let ns = writer.namespace();
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?;
+    let namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
     namespaces
         .create(&PostParams::default(), &namespace)
         .await
-        .context("creating the latency namespace")?;
+        .with_context(|| format!("creating namespace {ns}"))?;
     let seen: Seen = Arc::default();
     let watches: Vec<_> = KINDS
         .iter()
         .map(|kind| {
             let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), NAMESPACE, &kind.api_resource());
+                Api::namespaced_with(client.clone(), ns, &kind.api_resource());
             let (seen, kind_name) = (seen.clone(), kind.kind);
             tokio::spawn(async move {
                 let mut objects = watcher(api, watcher::Config::default())
@@ -61,26 +82,44 @@ pub async fn measure(
             })
         })
         .collect();
-    // The cluster binding fans out to the new namespace: let that settle first.
+    // The cluster binding fans out to the new namespace, and the watches start: let that settle
+    // first.
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), NAMESPACE);
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns);
     let mut millis = Vec::with_capacity(samples);
     for i in 0..samples {
         let name = format!("latency-{i}");
-        let binding = serde_json::from_value(json!({
+        let binding: SecurityIntentBinding = serde_json::from_value(json!({
             "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "namespace": ns},
             "spec": {
                 "intents": [{"name": INTENTS[0].0}],
                 "selector": {"workloadSelector": {"matchLabels": {"app": name}}}
             }
         }))?;
+        let natives = match writer {
+            Writer::Operator => Vec::new(),
+            Writer::Direct => floor::natives(&binding)?,
+        };
         let started = Instant::now();
-        bindings
-            .create(&PostParams::default(), &binding)
-            .await
-            .with_context(|| format!("creating binding {name}"))?;
+        match writer {
+            Writer::Operator => {
+                bindings
+                    .create(&PostParams::default(), &binding)
+                    .await
+                    .with_context(|| format!("creating binding {name}"))?;
+            }
+            Writer::Direct => {
+                future::try_join_all(natives.iter().map(|(resource, object)| async move {
+                    Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource)
+                        .create(&PostParams::default(), object)
+                        .await
+                }))
+                .await
+                .with_context(|| format!("creating the native objects of binding {name}"))?;
+            }
+        }
         let native = format!("{name}-dnsmanipulation");
         let done = loop {
             let last = {

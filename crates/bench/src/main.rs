@@ -1,8 +1,10 @@
-//! `nimbus-bench`: the operator against a real local control plane, in three scenarios.
+//! `nimbus-bench`: the operator against a real local control plane, in five scenarios.
 //!
 //! A, cold convergence: intents, N namespaces with M bindings each and one cluster binding are
 //! created; timed until every generated policy reports all its native policies. B, steady
 //! state: nothing changes for a while. C, churn: every binding's workload label changes once.
+//! D, narrowing: every binding drops one intent. L: single bindings, one at a time. Each beside
+//! its floor, the same writes made directly.
 //! For each: wall time, the operator's API requests by verb (from kube-apiserver's
 //! `apiserver_request_total`, minus the bench's own requests), CPU time and memory of the
 //! operator process. Printed as a table and written as JSON (`target/bench-results.json`).
@@ -28,7 +30,7 @@ use report::{Results, mib};
 use requests::Own;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
-use workload::{Ops, Plan};
+use workload::{CREATED, NARROWED, Ops, Plan, RELABELLED};
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the Nimbus operator on a real local control plane")]
@@ -66,8 +68,9 @@ struct Args {
     /// Bindings created one at a time after C, each timed until its native objects exist.
     #[arg(long, default_value_t = 100)]
     latency_samples: usize,
-    /// Requests in flight when the floor writes scenario A's objects directly.
-    #[arg(long, default_value_t = 16)]
+    /// Requests in flight when the floors write the scenarios' objects directly (at the default
+    /// size, 64 wrote A's objects in 1.83 s where 16 took 2.55 s).
+    #[arg(long, default_value_t = 64)]
     floor_concurrency: usize,
     /// Where the JSON results go; default: `target/bench-results.json` in the workspace.
     #[arg(long)]
@@ -103,7 +106,9 @@ fn main() -> std::process::ExitCode {
 }
 
 const COLD: &str = "A cold convergence";
+const STEADY: &str = "B steady state";
 const CHURN: &str = "C churn";
+const NARROWING: &str = "D narrowing";
 
 fn workspace_root() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -211,10 +216,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     workload::create_namespaces(&ops, &plan).await?;
     plan.selected = wait_namespaces_settled(&ops, &plan).await?;
 
+    // The API server's cost: kube-apiserver and etcd (kube-controller-manager's reactions, the
+    // garbage collector's, are not what a writer pays for).
+    let control_plane = procfs::named(&cp.pids(), &["kube-apiserver", "etcd"])?;
     let mut meter = Meter {
         ops: &ops,
         pid,
-        control_plane: cp.pids(),
+        control_plane: control_plane.clone(),
         peak_per_scenario: true,
     };
     let mut scenarios = Vec::new();
@@ -265,7 +273,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     step(format!("B: measuring {:?} without changes", args.steady));
     let start = end;
     tokio::time::sleep(args.steady).await;
-    let end = meter.mark().await?;
+    let mut end = meter.mark().await?;
     if operator.has_exited() {
         bail!(
             "the operator exited during the steady state; its log ends with:\n{}",
@@ -273,7 +281,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     scenarios.push(meter.scenario(
-        "B steady state",
+        STEADY,
         format!(
             "{:.1} s with no changes, after A settled",
             end.at.duration_since(start.at).as_secs_f64()
@@ -284,111 +292,62 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &end,
     ));
 
-    // C: churn.
-    step(format!(
-        "C: changing the workload label of all {} bindings",
-        plan.bindings.len()
-    ));
-    let start = end;
-    let mut tracker = Tracker::start(&ops, &plan, 1);
-    let began = Instant::now();
-    workload::relabel_bindings(&ops, &plan, 1).await?;
-    let (wall, progress) = converge(&mut tracker, began, &args, &mut operator).await?;
-    drop(tracker);
-    step(format!(
-        "C: converged in {:.2} s; settling {:?}",
-        wall.as_secs_f64(),
-        args.settle
-    ));
-    tokio::time::sleep(args.settle).await;
-    let end = meter.mark().await?;
-    scenarios.push(meter.scenario(
-        CHURN,
-        format!(
-            "merge-patch the workload label of all {} SecurityIntentBindings; until every \
-             policy reflects it",
+    // C: churn; D: narrowing.
+    for (name, revision, change) in [
+        (CHURN, RELABELLED, "merge-patch the workload label of"),
+        (NARROWING, NARROWED, "drop the last intent of"),
+    ] {
+        step(format!(
+            "{name}: {change} all {} bindings",
             plan.bindings.len()
-        ),
-        wall,
-        Some((progress.done, progress.expected)),
-        &start,
-        &end,
-    ));
+        ));
+        let start = end;
+        let mut tracker = Tracker::start(&ops, &plan, revision);
+        let began = Instant::now();
+        workload::change_bindings(&ops, &plan, revision).await?;
+        let (wall, progress) = converge(&mut tracker, began, &args, &mut operator).await?;
+        drop(tracker);
+        step(format!(
+            "{name}: converged in {:.2} s; settling {:?}",
+            wall.as_secs_f64(),
+            args.settle
+        ));
+        tokio::time::sleep(args.settle).await;
+        end = meter.mark().await?;
+        scenarios.push(meter.scenario(
+            name,
+            format!(
+                "{change} all {} SecurityIntentBindings (merge patch); until every policy \
+                 reflects it",
+                plan.bindings.len()
+            ),
+            wall,
+            Some((progress.done, progress.expected)),
+            &start,
+            &end,
+        ));
+    }
 
     // L: one binding at a time, on the quiet converged cluster.
     step(format!(
         "L: {} single bindings, one at a time, each until its native objects exist",
         args.latency_samples
     ));
-    let latency = latency::measure(&client, args.latency_samples, args.timeout).await?;
+    let latency = latency::measure(
+        &client,
+        latency::Writer::Operator,
+        args.latency_samples,
+        args.timeout,
+    )
+    .await?;
     step(format!(
         "L: p50 {:.1} ms, p99 {:.1} ms",
         latency.p50_ms, latency.p99_ms
     ));
 
-    // F: the floor, after the operator stopped.
-    let wall_of = |name: &str| {
-        scenarios
-            .iter()
-            .find(|s| s.name == name)
-            .map_or(0.0, |s| s.wall_time_secs)
-    };
-    let (cold_wall, churn_wall) = (wall_of(COLD), wall_of(CHURN));
+    // F: the floors, after the operator stopped.
     drop(operator);
-    let floor_plan = Plan::named(
-        "floor",
-        args.namespaces,
-        args.bindings,
-        usize::from(args.cluster_intents),
-    );
-    workload::create_namespaces(&ops, &floor_plan).await?;
-    // The cluster binding also reached the cluster's own namespaces (default, kube-public, ...).
-    let namespaces: Vec<String> = floor_plan
-        .namespaces
-        .iter()
-        .cloned()
-        .chain(
-            plan.selected
-                .iter()
-                .filter(|n| !plan.namespaces.contains(n))
-                .cloned(),
-        )
-        .collect();
-    let objects = floor::objects(
-        &floor_plan,
-        0,
-        Some((namespaces.as_slice(), "floor-all-namespaces")),
-    )?;
-    step(format!(
-        "F: the floor: the operator stopped; server-side-applying its {} objects of A directly",
-        objects.len()
-    ));
-    let control_plane = cp.pids();
-    let cpu_start = procfs::cpu_ticks_of(&control_plane)?;
-    let written = floor::write(&ops, objects, args.floor_concurrency).await?;
-    let cpu_written = procfs::cpu_ticks_of(&control_plane)?;
-    step(format!("F: {:.2} s", written.wall.as_secs_f64()));
-    let changed = floor::objects(&floor_plan, 1, None)?;
-    step(format!(
-        "F: then the {} objects C changes, server-side-applied over them",
-        changed.len()
-    ));
-    let cpu_churn_start = procfs::cpu_ticks_of(&control_plane)?;
-    let churned = floor::write(&ops, changed, args.floor_concurrency).await?;
-    let cpu_churned = procfs::cpu_ticks_of(&control_plane)?;
-    step(format!("F: {:.2} s", churned.wall.as_secs_f64()));
-    let floor = report::Floor {
-        objects: written.objects,
-        concurrency: args.floor_concurrency,
-        wall_secs: written.wall.as_secs_f64(),
-        cold_convergence_ratio: cold_wall / written.wall.as_secs_f64(),
-        churn_objects: churned.objects,
-        churn_wall_secs: churned.wall.as_secs_f64(),
-        churn_ratio: churn_wall / churned.wall.as_secs_f64(),
-        control_plane_cpu_secs: procfs::ticks_to_secs(cpu_written - cpu_start),
-        churn_control_plane_cpu_secs: procfs::ticks_to_secs(cpu_churned - cpu_churn_start),
-    };
-
+    let floor = floors(&args, &ops, &plan, &control_plane).await?;
     let results = Results {
         config: report::Config {
             namespaces: args.namespaces,
@@ -413,6 +372,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         attribution: report::ATTRIBUTION,
         startup,
         expected,
+        versus: report::versus(&scenarios, &latency, &floor),
         scenarios,
         latency,
         floor,
@@ -431,6 +391,97 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!("\nJSON: {}", output.display());
     drop(cp);
     Ok(())
+}
+
+/// The floors: what the operator wrote in A, C and D, and for single bindings in L, written
+/// directly by the bench into namespaces of their own, with the operator stopped.
+async fn floors(
+    args: &Args,
+    ops: &Ops,
+    plan: &Plan,
+    control_plane: &[u32],
+) -> anyhow::Result<report::Floor> {
+    let floor_plan = Plan::named(
+        "floor",
+        args.namespaces,
+        args.bindings,
+        usize::from(args.cluster_intents),
+    );
+    workload::create_namespaces(ops, &floor_plan).await?;
+    // The cluster binding also reached the cluster's own namespaces (default, kube-public, ...).
+    let namespaces: Vec<String> = floor_plan
+        .namespaces
+        .iter()
+        .cloned()
+        .chain(
+            plan.selected
+                .iter()
+                .filter(|n| !plan.namespaces.contains(n))
+                .cloned(),
+        )
+        .collect();
+    let cold = floor::objects(
+        &floor_plan,
+        CREATED,
+        Some((namespaces.as_slice(), "floor-all-namespaces")),
+    )?;
+    let relabelled = floor::objects(&floor_plan, RELABELLED, None)?;
+    let narrowed = floor::objects(&floor_plan, NARROWED, None)?;
+    let runs = [
+        (
+            COLD,
+            cold.into_iter()
+                .map(|(r, o)| floor::Op::Write(r, o))
+                .collect(),
+        ),
+        (
+            CHURN,
+            floor::changes(
+                &floor::objects(&floor_plan, CREATED, None)?,
+                relabelled.clone(),
+            ),
+        ),
+        (NARROWING, floor::changes(&relabelled, narrowed)),
+    ];
+    let mut versions = floor::Versions::default();
+    let mut written = Vec::new();
+    for (name, writes) in runs {
+        step(format!(
+            "F: the floor of {name}: {} writes, {} in flight",
+            writes.len(),
+            args.floor_concurrency
+        ));
+        let cpu_start = procfs::cpu_ticks_of(control_plane)?;
+        let run = floor::write(ops, writes, args.floor_concurrency, &mut versions).await?;
+        let cpu = procfs::ticks_to_secs(procfs::cpu_ticks_of(control_plane)? - cpu_start);
+        step(format!("F: {:.2} s", run.wall.as_secs_f64()));
+        written.push(report::FloorRun {
+            scenario: name,
+            writes: run.objects,
+            wall_secs: run.wall.as_secs_f64(),
+            api_cpu_secs: cpu,
+        });
+    }
+    step(format!(
+        "F: the floor of L: {} bindings' native objects, one binding at a time",
+        args.latency_samples
+    ));
+    let latency = latency::measure(
+        &ops.client,
+        latency::Writer::Direct,
+        args.latency_samples,
+        args.timeout,
+    )
+    .await?;
+    step(format!(
+        "F: L p50 {:.1} ms, p99 {:.1} ms",
+        latency.p50_ms, latency.p99_ms
+    ));
+    Ok(report::Floor {
+        concurrency: args.floor_concurrency,
+        runs: written,
+        latency,
+    })
 }
 
 /// Waits until kube-controller-manager's garbage collector watches the just-installed kinds.

@@ -43,6 +43,26 @@ pub fn cpu_ticks_of(pids: &[u32]) -> anyhow::Result<u64> {
         .try_fold(0, |sum, pid| Ok(sum + cpu_ticks_of_pid(*pid)?))
 }
 
+/// Those of `pids` whose command (`/proc/<pid>/comm`) is one of `commands`.
+pub fn named(pids: &[u32], commands: &[&str]) -> anyhow::Result<Vec<u32>> {
+    let mut found = Vec::new();
+    for pid in pids {
+        let path = proc_file(*pid, "comm");
+        let comm = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if commands.contains(&comm.trim()) {
+            found.push(*pid);
+        }
+    }
+    if found.len() != commands.len() {
+        bail!(
+            "found {} of the processes {commands:?} among {pids:?}",
+            found.len()
+        );
+    }
+    Ok(found)
+}
+
 /// CPU time of process `pid`, in clock ticks.
 fn cpu_ticks_of_pid(pid: u32) -> anyhow::Result<u64> {
     let path = proc_file(pid, "stat");

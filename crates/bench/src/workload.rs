@@ -27,6 +27,21 @@ pub const INTENTS: [(&str, &str); 4] = [
     ("bench-sw-deployment-tools", "swDeploymentTools"),
     ("bench-deny-external-network", "denyExternalNetworkAccess"),
 ];
+/// The namespaced bindings' revisions: as created (scenario A), after scenario C changed their
+/// workload label, and after scenario D dropped their last intent.
+pub const CREATED: u32 = 0;
+pub const RELABELLED: u32 = 1;
+pub const NARROWED: u32 = 2;
+
+/// The intents a namespaced binding references at `revision`.
+pub fn binding_intents(revision: u32) -> &'static [(&'static str, &'static str)] {
+    if revision >= NARROWED {
+        &INTENTS[..INTENTS.len() - 1]
+    } else {
+        &INTENTS
+    }
+}
+
 /// The intents a cluster binding with `n` intents references, in this order.
 pub fn cluster_intents(n: usize) -> &'static [(&'static str, &'static str)] {
     const ORDER: [(&str, &str); 4] = [INTENTS[1], INTENTS[0], INTENTS[2], INTENTS[3]];
@@ -156,11 +171,11 @@ pub struct Binding {
 }
 
 impl Binding {
-    /// The `app` label after `revision` rounds of churn.
+    /// The `app` label at `revision`.
     pub fn app(&self, revision: u32) -> String {
         match revision {
             0 => self.app.clone(),
-            n => format!("{}-v{n}", self.app),
+            _ => format!("{}-v{RELABELLED}", self.app),
         }
     }
 }
@@ -296,9 +311,9 @@ pub fn intents() -> anyhow::Result<Vec<SecurityIntent>> {
         .collect()
 }
 
-/// The namespaced binding `b` after `revision` rounds of churn.
+/// The namespaced binding `b` at `revision`.
 pub fn binding(b: &Binding, revision: u32) -> anyhow::Result<SecurityIntentBinding> {
-    let refs: Vec<_> = INTENTS
+    let refs: Vec<_> = binding_intents(revision)
         .iter()
         .map(|(name, _)| json!({"name": name}))
         .collect();
@@ -351,16 +366,14 @@ pub async fn create_workload(ops: &Ops, plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scenario C's writes: every binding's workload label changes to its `revision` value.
-pub async fn relabel_bindings(ops: &Ops, plan: &Plan, revision: u32) -> anyhow::Result<()> {
+/// Scenarios C's and D's writes: every binding's spec becomes what it is at `revision`.
+pub async fn change_bindings(ops: &Ops, plan: &Plan, revision: u32) -> anyhow::Result<()> {
     stream::iter(&plan.bindings)
         .map(|b| async move {
-            let api: Api<SecurityIntentBinding> =
-                Api::namespaced(ops.client.clone(), &b.namespace);
-            let patch = json!({
-                "spec": {"selector": {"workloadSelector": {"matchLabels": {"app": b.app(revision)}}}}
-            });
-            ops.merge_patch(&api, &b.name, &patch).await
+            let api: Api<SecurityIntentBinding> = Api::namespaced(ops.client.clone(), &b.namespace);
+            let spec = serde_json::to_value(binding(b, revision)?.spec)?;
+            ops.merge_patch(&api, &b.name, &json!({ "spec": spec }))
+                .await
         })
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()

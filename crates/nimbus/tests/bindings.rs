@@ -123,23 +123,6 @@ async fn intent_first_then_binding_creates_the_policy_with_owner_labels_and_stat
         ),
         ("dnsManipulation", "Block", "Created")
     );
-
-    let events: Api<Event> = Api::namespaced(e.client.clone(), e.ns.name());
-    let reasons = eventually(
-        "a PolicyCreated event on the binding",
-        CONVERGE,
-        async |_| {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items
-                .iter()
-                .any(|ev| {
-                    ev.reason.as_deref() == Some("PolicyCreated")
-                        && ev.involved_object.name.as_deref() == Some("b")
-                })
-                .then_some(())
-        },
-    );
-    reasons.await;
 }
 
 #[tokio::test]
@@ -204,9 +187,29 @@ async fn intent_update_and_delete_propagate_to_the_policy() {
     delete(&e.intents, &a).await;
     policy_with(&e, "x", &["escapeToHost"]).await;
 
-    // Deleting the last removes the policy and zeroes the status.
+    // Deleting the last removes the policy and zeroes the status, and an Event says why.
     delete(&e.intents, &b).await;
     no_policy(&e, "x").await;
+    let events: Api<Event> = Api::namespaced(e.client.clone(), e.ns.name());
+    eventually(
+        "a PolicyDeleted event on the binding",
+        CONVERGE,
+        async |_| {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|ev| {
+                    ev.reason.as_deref() == Some("PolicyDeleted")
+                        && ev.involved_object.name.as_deref() == Some("x")
+                        && ev
+                            .note
+                            .as_deref()
+                            .is_some_and(|n| n.contains("no longer wants it"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -44,6 +44,8 @@ pub struct Context {
     pub protected_namespaces: ProtectedNamespaces,
     /// What this process wrote last (see [`crate::write::Written`]).
     pub written: crate::write::Written,
+    /// One translation at a time per policy (see [`crate::serial`]).
+    pub translating: crate::serial::Serial,
     /// Consecutive failed reconciles per object (`kind/namespace/name`), for backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }

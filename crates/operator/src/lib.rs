@@ -13,6 +13,7 @@ pub mod leader;
 mod metrics;
 pub mod posture;
 mod run;
+mod serial;
 pub mod write;
 
 pub use error::Error;

@@ -1,7 +1,7 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace: observe → plan →
 //! execute → report.
 
-use super::{Context, binding_change_seen, update_status, write_own_policy};
+use super::{Context, binding_change_seen, keep_own_policy, update_status};
 use crate::error::Error;
 use crate::write::{Executed, is_controlled_by, unless_left_behind};
 use kube::runtime::controller::Action;
@@ -29,22 +29,22 @@ pub async fn reconcile(
 
     let observed = ctx.policies.get(&ObjectRef::new(&name).within(&namespace));
     let observed = unless_left_behind(&policies, &*sib, observed).await?;
-    let ours = observed
-        .as_deref()
-        .filter(|p| is_controlled_by(*p, &sib.uid().unwrap_or_default()));
+    let uid = sib.uid().unwrap_or_default();
+    let ours = observed.clone().filter(|p| is_controlled_by(&**p, &uid));
 
     let ns = ctx.namespaces.get(&ObjectRef::new(&namespace));
     let plan = plan::binding(&sib, |n| ctx.intents.get(&ObjectRef::new(n)), ns.as_deref());
 
     let mut executed = Executed::default();
+    let kept;
     let outcome = match &plan {
         _ if observed.is_some() && ours.is_none() => Outcome::Conflict,
         // A typo in the selector must not drop protection: what is in force stays.
-        Err(_) => Outcome::untouched(ours),
+        Err(_) => Outcome::untouched(ours.as_deref()),
         Ok(plan) => {
             let desired = plan.policy.as_ref();
             let created = &ctx.policies_created;
-            write_own_policy(
+            kept = keep_own_policy(
                 &ctx,
                 &*sib,
                 &policies,
@@ -54,7 +54,11 @@ pub async fn reconcile(
                 change_seen,
                 &mut executed,
             )
-            .await?
+            .await?;
+            if kept.stale {
+                return executed.result(Action::requeue(ctx.resync));
+            }
+            kept.outcome()
         }
     };
 

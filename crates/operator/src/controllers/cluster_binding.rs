@@ -3,11 +3,11 @@
 //! report.
 
 use super::{
-    Context, binding_change_seen, policy_rewritten, publish_changes, update_status,
-    write_own_policy,
+    Context, Kept, announce_deletions, binding_change_seen, keep_own_policy, keep_policy,
+    update_status,
 };
 use crate::error::Error;
-use crate::write::{Change, Executed, is_controlled_by, unless_left_behind, write_policy};
+use crate::write::{Executed, is_controlled_by, unless_left_behind};
 use futures::{StreamExt, TryStreamExt, stream};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -31,9 +31,8 @@ pub async fn reconcile(
     let cluster_api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
     let observed = ctx.cluster_policies.get(&ObjectRef::new(&name));
     let observed = unless_left_behind(&cluster_api, &*csib, observed).await?;
-    let ours = observed
-        .as_deref()
-        .filter(|p| is_controlled_by(*p, &csib.uid().unwrap_or_default()));
+    let uid = csib.uid().unwrap_or_default();
+    let ours = observed.clone().filter(|p| is_controlled_by(&**p, &uid));
 
     let namespaces = ctx.namespaces.state();
     // A namespace being deleted takes its policies with it, and nothing may be created there:
@@ -49,17 +48,18 @@ pub async fn reconcile(
     );
 
     let mut executed = Executed::default();
-    let (cluster, attempts) = match &plan {
+    let (kept_cluster, kept_namespaces);
+    let (cluster, namespaces) = match &plan {
         // Re-evaluated on every change, so fixing the binding in place recovers it. What is
         // in force stays in force meanwhile.
-        Err(_) => (Outcome::untouched(ours), Vec::new()),
+        Err(_) => (Outcome::untouched(ours.as_deref()), Vec::new()),
         Ok(plan) => {
-            let cluster = if observed.is_some() && ours.is_none() {
-                Outcome::Conflict
+            kept_cluster = if observed.is_some() && ours.is_none() {
+                None
             } else {
                 let desired = plan.cluster_policy.as_ref();
                 let created = &ctx.cluster_policies_created;
-                write_own_policy(
+                let kept = keep_own_policy(
                     &ctx,
                     &*csib,
                     &cluster_api,
@@ -69,28 +69,35 @@ pub async fn reconcile(
                     change_seen,
                     &mut executed,
                 )
-                .await?
+                .await?;
+                Some(kept)
             };
-            let attempts =
+            kept_namespaces =
                 namespace_policies(&ctx, &csib, plan, change_seen, &mut executed).await?;
-            (cluster, attempts)
+            // (See `Kept::stale`.)
+            let stale = kept_cluster.as_ref().is_some_and(|k| k.stale)
+                || kept_namespaces.iter().flatten().any(|k| k.stale);
+            if stale {
+                return executed.result(Action::requeue(ctx.resync));
+            }
+            let cluster = kept_cluster
+                .as_ref()
+                .map_or(Outcome::Conflict, Kept::outcome);
+            let namespaces = kept_namespaces
+                .iter()
+                .map(|kept| kept.as_ref().map_or(Outcome::Conflict, Kept::outcome))
+                .collect();
+            (cluster, namespaces)
         }
     };
 
-    let (observed, writes): (Vec<_>, Vec<_>) = attempts.into_iter().unzip();
-    let outcomes: Vec<Outcome<'_, NimbusPolicy>> = observed
-        .iter()
-        .zip(writes)
-        .map(|(observed, write)| match write {
-            None => Outcome::Conflict,
-            Some(write) => Outcome::Owned {
-                observed: observed.as_deref(),
-                write,
-            },
-        })
-        .collect();
-    let status =
-        status::cluster_binding_status(&csib, &plan, cluster, &outcomes, &ctx.protected_namespaces);
+    let status = status::cluster_binding_status(
+        &csib,
+        &plan,
+        cluster,
+        &namespaces,
+        &ctx.protected_namespaces,
+    );
     let api: Api<ClusterSecurityIntentBinding> = Api::all(ctx.client.clone());
     let action = update_status(&ctx, &api, &*csib, csib.status.as_ref(), status).await?;
     executed.result(action)
@@ -101,21 +108,16 @@ pub async fn reconcile(
 /// write thousands.
 const FAN_OUT: usize = 16;
 
-/// What writing one namespace's policy did: the policy the binding owned there before, and the
-/// write's result, `T` or failing with `E` (`None`: another object holds the name, and nothing
-/// was written).
-type Attempt<T, E> = (Option<Arc<NimbusPolicy>>, Option<Result<T, E>>);
-
-/// Converges the NimbusPolicy of every namespace of `plan`, a few at a time (one namespace's
-/// write need not wait for another's), in the order of `plan.namespaces`; one Event per kind
-/// of change.
+/// Keeps the NimbusPolicy of every namespace of `plan`, a few at a time (one namespace's write
+/// need not wait for another's), in the order of `plan.namespaces`; one Event for those
+/// deleted. `None` where another object holds the name, and nothing was written.
 async fn namespace_policies(
     ctx: &Context,
     csib: &ClusterSecurityIntentBinding,
     plan: &plan::ClusterBindingPolicies,
     change_seen: Option<Instant>,
     executed: &mut Executed,
-) -> Result<Vec<Attempt<bool, String>>, Error> {
+) -> Result<Vec<Option<Kept<NimbusPolicy>>>, Error> {
     let policy_name = names::cluster_binding_policy_name(&csib.name_any());
     // (By index: a closure taking a reference would have to be general over its lifetime.)
     let results: Vec<_> = stream::iter(0..plan.namespaces.len())
@@ -134,24 +136,24 @@ async fn namespace_policies(
         .try_collect()
         .await?;
     let mut changes = Vec::new();
-    let mut writes = Vec::new();
-    for ((namespace, _), (observed, write)) in plan.namespaces.iter().zip(results) {
-        let write = match write {
-            Some(write) => Some(executed.record(write)?),
-            None => None,
-        };
-        if let Some(Ok(Some(change))) = write {
-            changes.push((Some(namespace.clone()), change));
+    let mut kept = Vec::new();
+    for ((namespace, _), result) in plan.namespaces.iter().zip(results) {
+        let result = result.map(|k| k.recorded(executed)).transpose()?;
+        if let Some(Kept {
+            change: Ok(Some(change)),
+            ..
+        }) = &result
+        {
+            changes.push((Some(namespace.clone()), *change));
         }
-        writes.push((observed, write.map(|w| w.map(|change| change.is_some()))));
+        kept.push(result);
     }
-    publish_changes::<_, NimbusPolicy>(ctx, csib, &policy_name, &changes);
-    Ok(writes)
+    announce_deletions::<_, NimbusPolicy>(ctx, csib, &policy_name, &changes);
+    Ok(kept)
 }
 
-/// Converges the binding's NimbusPolicy `policy_name` in `namespace` to `desired`. Returns the
-/// policy the binding owns there (before the write) and the write's result, `None` when
-/// another object holds the name. `change_seen`: as for [`write_own_policy`].
+/// Keeps the binding's NimbusPolicy `policy_name` in `namespace` (see [`keep_policy`]); `None`
+/// when another object holds the name.
 async fn namespace_policy(
     ctx: &Context,
     csib: &ClusterSecurityIntentBinding,
@@ -159,7 +161,7 @@ async fn namespace_policy(
     namespace: &str,
     desired: Option<&NimbusPolicy>,
     change_seen: Option<Instant>,
-) -> Result<Attempt<Option<Change>, Error>, Error> {
+) -> Result<Option<Kept<NimbusPolicy, Error>>, Error> {
     let api: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), namespace);
     let observed = ctx
         .policies
@@ -168,23 +170,14 @@ async fn namespace_policy(
     let ours = match observed {
         Some(p) if !is_controlled_by(&*p, &csib.uid().unwrap_or_default()) => {
             if desired.is_some() {
-                return Ok((None, None));
+                return Ok(None);
             }
             None
         }
         observed => observed,
     };
-    let write = write_policy(
-        &ctx.written,
-        &api,
-        desired,
-        ours.as_deref(),
-        &ctx.policies_created,
-    )
-    .await;
-    // At once, not after the whole fan-out: the policy controller may finish this one first.
-    if let (Ok(Some(change)), Some(desired)) = (&write, desired) {
-        policy_rewritten(ctx, desired, *change, change_seen);
-    }
-    Ok((ours, Some(write)))
+    let created = &ctx.policies_created;
+    Ok(Some(
+        keep_policy(ctx, &api, desired, ours, created, change_seen).await,
+    ))
 }

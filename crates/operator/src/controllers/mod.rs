@@ -9,12 +9,14 @@ pub mod policy;
 use crate::cache::Creations;
 use crate::context::Context;
 use crate::error::Error;
-use crate::write::{self, Change, Executed, Policy, Status, write_policy};
+use crate::write::{
+    self, Change, Executed, PolicyWrite, Status, predates_status_write, write_policy,
+};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use nimbus_core::status::Outcome;
-use std::collections::BTreeMap;
+use policy::Translated;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,37 +58,114 @@ fn retry_delay(failures: u32, permanent: bool, resync: Duration) -> Duration {
         .min(resync)
 }
 
-/// Writes the policy `binding` generates under its own name (`desired`, or deletes `ours`, the
-/// one it owns, when nothing is desired), announces what changed, and returns what it did for
-/// the binding's status. `created`: the policies of that kind this process created and the
-/// cache does not show yet. `change_seen`: when the binding change being reconciled was first
-/// seen, if it is one (see [`crate::metrics::TimeToProtect`]).
+/// One policy a binding generates, after the binding's reconcile kept it (see [`keep_policy`]);
+/// `E`: why its write failed.
+pub(super) struct Kept<P, E = String> {
+    /// As it now stands: as just written and translated, with its status, or as observed before
+    /// (`None`: there is none, or it was written and not translated).
+    pub policy: Option<Arc<P>>,
+    /// What the write changed, if anything.
+    pub change: Result<Option<Change>, E>,
+    /// Whether it was written and awaits translation by the policy controller.
+    pub awaiting: bool,
+    /// Whether the cached copy it stands as is older than the status this process wrote to it
+    /// (translated at once after an earlier write): a binding status computed from it would be
+    /// out of date, and the newer copy, on its way, reconciles the binding again.
+    pub stale: bool,
+}
+
+impl<P> Kept<P, Error> {
+    /// The write's failure recorded in `executed` (a lost race ends the reconcile).
+    fn recorded(self, executed: &mut Executed) -> Result<Kept<P>, Error> {
+        Ok(Kept {
+            change: executed.record(self.change)?,
+            policy: self.policy,
+            awaiting: self.awaiting,
+            stale: self.stale,
+        })
+    }
+}
+
+impl<P> Kept<P> {
+    /// What it means for the binding's status.
+    pub(super) fn outcome(&self) -> Outcome<'_, P> {
+        Outcome::Owned {
+            observed: self.policy.as_deref(),
+            write: self.change.clone().map(|_| self.awaiting),
+        }
+    }
+}
+
+/// Keeps one policy a binding generates (see [`write_policy`]), and translates what it wrote
+/// at once (see [`policy::translate_written`]) so that its native objects need not wait for
+/// the policy to come back through the watch. `ours`: the one the binding owns; `change_seen`:
+/// when the binding change being reconciled was first seen, if it is one (see
+/// [`crate::metrics::TimeToProtect`]).
+async fn keep_policy<P: Translated>(
+    ctx: &Context,
+    api: &Api<P>,
+    desired: Option<&P>,
+    ours: Option<Arc<P>>,
+    created: &Creations,
+    change_seen: Option<Instant>,
+) -> Kept<P, Error> {
+    let write = write_policy(&ctx.written, api, desired, ours.as_deref(), created).await;
+    let (change, stored) = match write {
+        Ok(Some(PolicyWrite { change, stored })) => (change, stored),
+        unchanged_or_failed => {
+            let stale = ours
+                .as_deref()
+                .is_some_and(|p| predates_status_write(&ctx.written, p));
+            return Kept {
+                policy: ours,
+                change: unchanged_or_failed.map(|_| None),
+                awaiting: false,
+                stale,
+            };
+        }
+    };
+    let policy = match stored {
+        Some(stored) => {
+            policy_rewritten(ctx, &stored, change, change_seen);
+            let current = ours.as_deref().and_then(Translated::status);
+            policy::translate_written(ctx, stored, current)
+                .await
+                .map(Arc::new)
+        }
+        None => None,
+    };
+    Kept {
+        awaiting: policy.is_none() && change != Change::Deleted,
+        policy,
+        change: Ok(Some(change)),
+        stale: false,
+    }
+}
+
+/// Keeps the policy `binding` generates under its own name (see [`keep_policy`]) and announces
+/// its deletion.
 #[allow(clippy::too_many_arguments)]
-async fn write_own_policy<'a, B, P>(
+async fn keep_own_policy<B, P>(
     ctx: &Context,
     binding: &B,
     api: &Api<P>,
     desired: Option<&P>,
-    ours: Option<&'a P>,
+    ours: Option<Arc<P>>,
     created: &Creations,
     change_seen: Option<Instant>,
     executed: &mut Executed,
-) -> Result<Outcome<'a, P>, Error>
+) -> Result<Kept<P>, Error>
 where
     B: Resource<DynamicType = ()>,
-    P: Policy,
+    P: Translated,
 {
-    let write = executed.record(write_policy(&ctx.written, api, desired, ours, created).await)?;
-    if let Ok(Some(change)) = write {
-        publish_changes::<_, P>(ctx, binding, &binding.name_any(), &[(None, change)]);
-        if let Some(desired) = desired {
-            policy_rewritten(ctx, desired, change, change_seen);
-        }
+    let kept = keep_policy(ctx, api, desired, ours, created, change_seen)
+        .await
+        .recorded(executed)?;
+    if let Ok(Some(change)) = kept.change {
+        announce_deletions::<_, P>(ctx, binding, &binding.name_any(), &[(None, change)]);
     }
-    Ok(Outcome::Owned {
-        observed: ours,
-        write: write.map(|change| change.is_some()),
-    })
+    Ok(kept)
 }
 
 /// Starts timing the protection of `policy`, just `change`d for a binding change first seen at
@@ -119,10 +198,12 @@ fn binding_change_seen<B: Resource<DynamicType = ()>>(
     )
 }
 
-/// One Normal event on `binding` per kind of change to its `P` policies named `name`: where
-/// (namespaces, for a cluster binding's per-namespace policies) is listed in the note, so a
-/// fan-out over many namespaces makes at most three events.
-fn publish_changes<B, P>(
+/// One Normal event on `binding` when it deleted its `P` policies named `name` (namespaces,
+/// for a cluster binding's per-namespace policies, listed in the note), which no status can
+/// show once they are gone. A policy created or rewritten is the change the binding's author
+/// just made, and the binding's status reports it (`nimbusPolicy`, `observedGeneration`,
+/// `Ready`): an Event per binding would add as many writes as there are bindings.
+fn announce_deletions<B, P>(
     ctx: &Context,
     binding: &B,
     name: &str,
@@ -131,29 +212,22 @@ fn publish_changes<B, P>(
     B: Resource<DynamicType = ()>,
     P: Resource<DynamicType = ()>,
 {
-    let kind = P::kind(&());
-    let mut by_change: BTreeMap<Change, Vec<&str>> = BTreeMap::new();
-    for (namespace, change) in changes {
-        by_change
-            .entry(*change)
-            .or_default()
-            .extend(namespace.as_deref());
+    let deleted: Vec<Option<&str>> = changes
+        .iter()
+        .filter(|(_, change)| *change == Change::Deleted)
+        .map(|(namespace, _)| namespace.as_deref())
+        .collect();
+    if deleted.is_empty() {
+        return;
     }
-    for (change, namespaces) in by_change {
-        let (reason, verb) = match change {
-            Change::Created => ("PolicyCreated", "created"),
-            Change::Updated => ("PolicyUpdated", "updated"),
-            Change::Deleted => ("PolicyDeleted", "deleted"),
-        };
-        let mut note = format!("{kind} {name} {verb}");
-        if !namespaces.is_empty() {
-            note += &format!(" in {}", namespaces.join(", "));
-        }
-        if change == Change::Deleted {
-            note += ": the binding no longer wants it";
-        }
-        ctx.events.about(binding, EventType::Normal, reason, note);
+    let mut note = format!("{} {name} deleted", P::kind(&()));
+    let namespaces: Vec<&str> = deleted.into_iter().flatten().collect();
+    if !namespaces.is_empty() {
+        note += &format!(" in {}", namespaces.join(", "));
     }
+    note += ": the binding no longer wants it";
+    ctx.events
+        .about(binding, EventType::Normal, "PolicyDeleted", note);
 }
 
 /// Writes an object's status (if it changed and says something new, see

@@ -4,8 +4,9 @@
 use super::{Context, update_status};
 use crate::error::Error;
 use crate::metrics::EngineLabels;
-use crate::write::Executed;
 use crate::write::natives::{Key, NativeObject};
+use crate::write::{Executed, Policy, predates_write};
+use futures::{StreamExt, stream};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -15,45 +16,92 @@ use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{self, EngineSet, Generated, PolicyInput};
 use nimbus_core::plan;
 use nimbus_core::status::{self, NativeOutcome, NativeResult};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
-use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub async fn reconcile_namespaced(
-    np: Arc<NimbusPolicy>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
-    let uid = np
-        .uid()
-        .ok_or_else(|| Error::MissingField(np.name_any(), "metadata.uid"))?;
-    let namespace = np.namespace().unwrap_or_default();
-    let api = Api::namespaced(ctx.client.clone(), &namespace);
-    let input = PolicyInput::namespaced(&np, &uid);
-    let claim = Claim::namespaced(&ctx, &np);
-    sync(&api, &*np, np.status.as_ref(), &input, claim, &ctx).await
+/// A policy the operator translates: a NimbusPolicy or a ClusterNimbusPolicy.
+pub(crate) trait Translated: Policy {
+    /// What the translators read, with `uid` for the owner reference.
+    fn input(&self, uid: &str) -> PolicyInput<'_>;
+    fn status(&self) -> Option<&NimbusPolicyStatus>;
+    fn set_status(&mut self, status: NimbusPolicyStatus);
+    /// Whether it may be translated, from the caches.
+    fn claim(&self, ctx: &Context) -> Claim;
+    fn api(&self, ctx: &Context) -> Api<Self>;
 }
 
-pub async fn reconcile_cluster(
-    cwnp: Arc<ClusterNimbusPolicy>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
-    let uid = cwnp
-        .uid()
-        .ok_or_else(|| Error::MissingField(cwnp.name_any(), "metadata.uid"))?;
-    let input = PolicyInput::cluster(&cwnp, &uid);
-    let claim = Claim::cluster(&ctx, &cwnp);
-    sync(
-        &Api::all(ctx.client.clone()),
-        &*cwnp,
-        cwnp.status.as_ref(),
-        &input,
-        claim,
-        &ctx,
-    )
-    .await
+impl Translated for NimbusPolicy {
+    fn input(&self, uid: &str) -> PolicyInput<'_> {
+        PolicyInput::namespaced(self, uid)
+    }
+    fn status(&self) -> Option<&NimbusPolicyStatus> {
+        self.status.as_ref()
+    }
+    fn set_status(&mut self, status: NimbusPolicyStatus) {
+        self.status = Some(status);
+    }
+    fn claim(&self, ctx: &Context) -> Claim {
+        Claim::namespaced(ctx, self)
+    }
+    fn api(&self, ctx: &Context) -> Api<Self> {
+        Api::namespaced(ctx.client.clone(), &self.namespace().unwrap_or_default())
+    }
+}
+
+impl Translated for ClusterNimbusPolicy {
+    fn input(&self, uid: &str) -> PolicyInput<'_> {
+        PolicyInput::cluster(self, uid)
+    }
+    fn status(&self) -> Option<&NimbusPolicyStatus> {
+        self.status.as_ref()
+    }
+    fn set_status(&mut self, status: NimbusPolicyStatus) {
+        self.status = Some(status);
+    }
+    fn claim(&self, ctx: &Context) -> Claim {
+        Claim::cluster(ctx, self)
+    }
+    fn api(&self, ctx: &Context) -> Api<Self> {
+        Api::all(ctx.client.clone())
+    }
+}
+
+pub async fn reconcile<P: Translated>(policy: Arc<P>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _turn = ctx.translating.turn(super::object_key(&*policy)).await;
+    // A copy older than the binding controller's last write of the policy, which translated
+    // what it wrote (a native object's change can bring this reconcile before the policy's
+    // own watch event): translating it would undo that. The newer copy is on its way.
+    if predates_write(&ctx.written, &*policy) {
+        return Ok(Action::requeue(ctx.resync));
+    }
+    match policy.claim(&ctx) {
+        // The binding controller's write of the policy triggers this again.
+        Claim::Restoring => Ok(Action::requeue(ctx.resync)),
+        claim => sync(&ctx, &*policy, policy.status(), claim).await?.action,
+    }
+}
+
+/// Translates `stored`, a policy its binding's reconcile has just written (with the uid and
+/// resourceVersion of that write; `current`: its status before), at once rather than when the
+/// watch brings it back, and returns it with the status it now has. A failure is the policy
+/// controller's to retry: the write triggers its reconcile, which finds what this one did.
+pub(crate) async fn translate_written<P: Translated>(
+    ctx: &Context,
+    mut stored: P,
+    current: Option<&NimbusPolicyStatus>,
+) -> Option<P> {
+    let _turn = ctx.translating.turn(super::object_key(&stored)).await;
+    match sync(ctx, &stored, current, Claim::Bound).await {
+        Ok(synced) => {
+            stored.set_status(synced.status);
+            Some(stored)
+        }
+        Err(error) => {
+            tracing::debug!(policy = %super::object_key(&stored), %error, "translation left to the policy controller");
+            None
+        }
+    }
 }
 
 /// Whether a policy may be translated. Only a binding's policy is: whoever may write
@@ -138,38 +186,40 @@ fn is_entry_of(engine: Engine, entry: &str) -> bool {
         .any(|k| k.listed && Some(k.entry) == kind)
 }
 
-async fn sync<K>(
-    api: &Api<K>,
-    policy: &K,
-    current: Option<&NimbusPolicyStatus>,
-    input: &PolicyInput<'_>,
-    claim: Claim,
+/// What a translation did: the policy's status, and the reconcile's result.
+struct Synced {
+    status: NimbusPolicyStatus,
+    action: Result<Action, Error>,
+}
+
+/// Translates `policy` and converges its native objects, then writes its status. The caller
+/// holds the policy's turn (see [`crate::serial`]).
+async fn sync<P: Translated>(
     ctx: &Context,
-) -> Result<Action, Error>
-where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
-{
+    policy: &P,
+    current: Option<&NimbusPolicyStatus>,
+    claim: Claim,
+) -> Result<Synced, Error> {
+    let uid = policy
+        .uid()
+        .ok_or_else(|| Error::MissingField(policy.name_any(), "metadata.uid"))?;
     let began = std::time::Instant::now();
-    if claim == Claim::Restoring {
-        // The binding controller's write of the policy triggers this again.
-        return Ok(Action::requeue(ctx.resync));
-    }
+    let input = policy.input(&uid);
     let bound = claim == Claim::Bound;
-    let uid = &input.owner.uid;
     let reported = current
         .and_then(|s| s.adapter_policies.as_deref())
         .unwrap_or_default();
     let mut engines = ctx.engine_set();
     engines.external = external_engines(&engines, reported);
     let env = ctx.environment(input.rules);
-    let mut translation = engines::translate(input, &env, &engines);
+    let mut translation = engines::translate(&input, &env, &engines);
     if !bound {
         translation.objects.clear();
         translation.problems = vec![status::not_bound()];
     }
 
     let mut executed = Executed::default();
-    let natives = apply_natives(ctx, input, &translation.objects, &mut executed).await?;
+    let natives = apply_natives(ctx, &input, &translation.objects, &mut executed).await?;
     if bound
         && natives
             .iter()
@@ -183,12 +233,12 @@ where
     // tampered with is restored by the binding controller, and what is in force meanwhile stays.
     let mut handover = None;
     let pruned = if bound {
-        handover = handing_over(ctx, input, &translation, &engines);
+        handover = handing_over(ctx, &input, &translation, &engines);
         let spared = handover
             .as_ref()
             .map(|(_, engines)| engines.clone())
             .unwrap_or_default();
-        prune_natives(ctx, uid, &translation.objects, &engines, &spared).await?
+        prune_natives(ctx, &uid, &translation.objects, &engines, &spared).await?
     } else {
         Vec::new()
     };
@@ -211,12 +261,16 @@ where
         &natives,
         external,
     );
-    let mut action = update_status(ctx, api, policy, current, status).await?;
+    let api = policy.api(ctx);
+    let mut action = update_status(ctx, &api, policy, current, status.clone()).await?;
     if let Some((wait, _)) = handover {
         // Back when the engine taking over has loaded its objects, to prune the old ones.
         action = Action::requeue(wait);
     }
-    executed.result(action)
+    Ok(Synced {
+        status,
+        action: executed.result(action),
+    })
 }
 
 /// While an engine takes over from another of its mechanism (the engine preference, or which
@@ -262,19 +316,26 @@ fn handing_over(
     engines::handover_wait(ages).map(|wait| (wait, standing_by))
 }
 
-/// Applies every generated native object, one after another, as the policy `input` owns.
+/// Native objects of one policy written at once: they do not depend on each other, and a new
+/// binding is protected when the last is written. Bounded, as every reconcile's writes are (see
+/// `--reconcile-concurrency`), so that the API server is not sent more than it admits at once.
+const NATIVES_IN_FLIGHT: usize = 4;
+
+/// Applies every generated native object, a few at a time, as the policy `input` owns.
 async fn apply_natives(
     ctx: &Context,
     input: &PolicyInput<'_>,
     objects: &[Generated],
     executed: &mut Executed,
 ) -> Result<Vec<NativeResult>, Error> {
+    // (By index: a closure taking a reference would have to be general over its lifetime.)
+    let applied: Vec<_> = stream::iter(0..objects.len())
+        .map(|i| ctx.natives.apply(&objects[i], &input.owner, &ctx.written))
+        .buffered(NATIVES_IN_FLIGHT)
+        .collect()
+        .await;
     let mut natives = Vec::new();
-    for generated in objects {
-        let applied = ctx
-            .natives
-            .apply(generated, &input.owner, &ctx.written)
-            .await;
+    for (generated, applied) in objects.iter().zip(applied) {
         let outcome = match executed.record(applied)? {
             Ok(outcome) => outcome,
             Err(message) => NativeOutcome::Failed(message),

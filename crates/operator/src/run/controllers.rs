@@ -158,7 +158,11 @@ pub(super) fn policy_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Tri
         owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref())
     });
     drain(controller.run(
-        gated("policy", ctx.policies.clone(), policy::reconcile_namespaced),
+        gated(
+            "policy",
+            ctx.policies.clone(),
+            policy::reconcile::<NimbusPolicy>,
+        ),
         error_policy,
         ctx.clone(),
     ))
@@ -180,7 +184,7 @@ pub(super) fn cluster_policy_controller(
         gated(
             "cluster_policy",
             ctx.cluster_policies.clone(),
-            policy::reconcile_cluster,
+            policy::reconcile::<ClusterNimbusPolicy>,
         ),
         error_policy,
         ctx.clone(),

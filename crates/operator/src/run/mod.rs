@@ -328,6 +328,7 @@ fn context(
         leading: signals.leading,
         started: signals.started,
         written: Default::default(),
+        translating: Default::default(),
         failures: Default::default(),
         protected_namespaces: config.protected(),
     }

@@ -9,8 +9,10 @@ pub mod object;
 pub(crate) mod status;
 pub(crate) mod written;
 
-pub use object::{FIELD_MANAGER, Seen, describe, is_controlled_by, left_by_predecessor};
-pub use status::Status;
+pub use object::{
+    FIELD_MANAGER, Seen, describe, is_controlled_by, left_by_predecessor, predates_write,
+};
+pub use status::{Status, predates_status_write};
 pub use written::Written;
 
 use crate::cache::Creations;
@@ -75,6 +77,15 @@ pub enum Change {
     Deleted,
 }
 
+/// What writing one policy a binding generates did.
+#[derive(Debug)]
+pub struct PolicyWrite<P> {
+    pub change: Change,
+    /// The policy as stored (its uid, resourceVersion and generation from the write's response),
+    /// unless deleted.
+    pub stored: Option<P>,
+}
+
 /// Keeps one policy a binding generates: applies `desired`, or deletes the one the binding owns
 /// (`ours`) when nothing is desired. `created`: the policies of that kind this process created
 /// and the cache does not show yet. Returns what changed, if anything.
@@ -84,30 +95,30 @@ pub async fn write_policy<P>(
     desired: Option<&P>,
     ours: Option<&P>,
     created: &Creations,
-) -> Result<Option<Change>, Error>
+) -> Result<Option<PolicyWrite<P>>, Error>
 where
     P: Policy,
 {
     Ok(match (desired, ours) {
         (Some(desired), _) => {
-            object::apply(
-                api,
-                FIELD_MANAGER,
-                desired,
-                ours.map(Seen::of),
-                written,
-                created,
-            )
-            .await?
+            let observed = ours.map(Seen::of);
+            let stored =
+                object::apply(api, FIELD_MANAGER, desired, observed, written, created).await?;
+            stored.map(|stored| PolicyWrite {
+                change: if ours.is_some() {
+                    Change::Updated
+                } else {
+                    Change::Created
+                },
+                stored: Some(stored.onto(desired.clone())),
+            })
         }
-        .then_some(if ours.is_some() {
-            Change::Updated
-        } else {
-            Change::Created
-        }),
         (None, Some(stale)) => object::delete(api, stale, || describe(stale))
             .await?
-            .then_some(Change::Deleted),
+            .then_some(PolicyWrite {
+                change: Change::Deleted,
+                stored: None,
+            }),
         (None, None) => None,
     })
 }

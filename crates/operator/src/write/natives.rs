@@ -194,7 +194,7 @@ impl Natives {
             &owned.created,
         )
         .await?;
-        Ok(if wrote {
+        Ok(if wrote.is_some() {
             NativeOutcome::Written
         } else {
             NativeOutcome::Unchanged

@@ -88,8 +88,8 @@ impl<'a> Seen<'a> {
 /// Makes `observed` exactly `desired` as `manager` (see [`drift`]): nothing when it already is,
 /// else a create when there is none, a replace to change what we created or to take back what
 /// another manager changed, or a server-side apply (objects we applied before).
-/// `created` holds what this process created and its cache has not shown yet. Returns whether
-/// it wrote.
+/// `created` holds what this process created and its cache has not shown yet. Returns what it
+/// stored, if it wrote.
 pub async fn apply<K>(
     api: &Api<K>,
     manager: &str,
@@ -97,7 +97,7 @@ pub async fn apply<K>(
     observed: Option<Seen<'_>>,
     written: &Written,
     created: &Creations,
-) -> Result<bool, Error>
+) -> Result<Option<Stored>, Error>
 where
     K: Resource + Serialize + Clone + Debug,
 {
@@ -118,8 +118,8 @@ where
     let meta = desired.meta();
     let key = written_key(
         "object",
-        &want["apiVersion"],
-        &want["kind"],
+        want["apiVersion"].as_str().unwrap_or_default(),
+        want["kind"].as_str().unwrap_or_default(),
         meta.namespace.as_deref(),
         &name,
     );
@@ -133,7 +133,7 @@ where
         None => created.pending(&place) && written.last(&key, &fingerprint),
     };
     if settled {
-        return Ok(false);
+        return Ok(None);
     }
     let cached_version = cached_version.map(str::to_owned);
     let mut have = observed.map(Seen::object).transpose()?;
@@ -154,7 +154,7 @@ where
     let stored = match write {
         Write::Nothing => {
             written.compared(&key, cached_version.as_deref(), &fingerprint);
-            return Ok(false);
+            return Ok(None);
         }
         Write::Create => {
             let body = serde_json::to_vec(&want).map_err(unserializable)?;
@@ -182,11 +182,24 @@ where
                 .map_err(Error::kube("replacing", context))?
         }
     };
-    written.record(&key, stored.as_deref(), &fingerprint);
+    written.record(&key, stored.resource_version.as_deref(), &fingerprint);
     if write == Write::Create {
         created.created(place);
     }
-    Ok(true)
+    Ok(Some(stored))
+}
+
+/// Whether `obj` is a copy older than what this process last wrote to it: what is decided from
+/// it is out of date, and the newer copy is on its way through the watch.
+pub fn predates_write<K: Resource<DynamicType = ()>>(written: &Written, obj: &K) -> bool {
+    let key = written_key(
+        "object",
+        K::api_version(&()),
+        K::kind(&()),
+        obj.meta().namespace.as_deref(),
+        &obj.name_any(),
+    );
+    written.predates(&key, obj.meta().resource_version.as_deref())
 }
 
 /// The stored object named `name`, if any.
@@ -215,23 +228,38 @@ async fn call<K: Resource + Clone, T: DeserializeOwned>(
     api.clone().into_client().request(request).await
 }
 
-/// Sends a write; returns the resourceVersion it produced, all its response is read for
-/// (parsing the whole object, managedFields and all, cost more than the rest of the write).
+/// What the API server stored for a write, all its response is read for (parsing the whole
+/// object, managedFields and all, cost more than the rest of the write).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stored {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub generation: Option<i64>,
+}
+
+impl Stored {
+    /// `desired` as stored: with the identity and version the write gave it.
+    pub fn onto<K: Resource>(self, mut desired: K) -> K {
+        let meta = desired.meta_mut();
+        meta.uid = self.uid;
+        meta.resource_version = self.resource_version;
+        meta.generation = self.generation;
+        desired
+    }
+}
+
+/// Sends a write; returns what it stored.
 pub(super) async fn send<K: Resource + Clone>(
     api: &Api<K>,
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-) -> Result<Option<String>, kube::Error> {
+) -> Result<Stored, kube::Error> {
     #[derive(Deserialize)]
-    struct Stored {
-        metadata: StoredMeta,
+    struct Response {
+        metadata: Stored,
     }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct StoredMeta {
-        resource_version: Option<String>,
-    }
-    let stored: Stored = call(api, request).await?;
-    Ok(stored.metadata.resource_version)
+    let response: Response = call(api, request).await?;
+    Ok(response.metadata)
 }
 
 /// `want` as a full replacement of `have`: our body, the observed status, our labels,

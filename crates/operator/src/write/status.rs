@@ -76,13 +76,7 @@ where
             return Ok(false);
         }
     }
-    let key = written_key(
-        "status",
-        K::api_version(&()),
-        K::kind(&()),
-        obj.meta().namespace.as_deref(),
-        &obj.name_any(),
-    );
+    let key = status_key(obj);
     let fingerprint = comparable(&desired).to_string();
     if written.settled(&key, obj.meta().resource_version.as_deref(), &fingerprint) {
         return Ok(false);
@@ -99,8 +93,27 @@ where
     let stored = send(api, request)
         .await
         .map_err(Error::kube("writing status of", || describe(obj)))?;
-    written.record(&key, stored.as_deref(), &fingerprint);
+    written.record(&key, stored.resource_version.as_deref(), &fingerprint);
     Ok(true)
+}
+
+/// Whether `obj` is a copy older than the status this process last wrote to it: a status
+/// computed from it is out of date, and the newer copy is on its way through the watch.
+pub fn predates_status_write<K>(written: &Written, obj: &K) -> bool
+where
+    K: Resource<DynamicType = ()>,
+{
+    written.predates(&status_key(obj), obj.meta().resource_version.as_deref())
+}
+
+fn status_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    written_key(
+        "status",
+        K::api_version(&()),
+        K::kind(&()),
+        obj.meta().namespace.as_deref(),
+        &obj.name_any(),
+    )
 }
 
 macro_rules! impl_status {

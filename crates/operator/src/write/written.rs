@@ -46,6 +46,14 @@ impl Written {
         )
     }
 
+    /// Whether a copy at `cached_version` is older than what we last wrote to `key`.
+    pub(super) fn predates(&self, key: &str, cached_version: Option<&str>) -> bool {
+        let Some(cached) = version(cached_version) else {
+            return false;
+        };
+        matches!(self.lock().get(&digest(key)), Some(r) if cached < r.version)
+    }
+
     /// Whether `fingerprint` is what we wrote last to `key`.
     pub(super) fn last(&self, key: &str, fingerprint: &str) -> bool {
         matches!(self.lock().get(&digest(key)), Some(r) if r.fingerprint == digest(fingerprint))
@@ -131,6 +139,9 @@ mod tests {
         assert!(!written.settled("key", Some("100"), "other"));
         assert!(!written.settled("other", Some("100"), "ready"));
         assert!(!written.settled("key", Some("a1"), "ready"));
+        assert!(written.predates("key", Some("100")));
+        assert!(!written.predates("key", Some("120")));
+        assert!(!written.predates("other", Some("100")));
     }
 
     #[test]
