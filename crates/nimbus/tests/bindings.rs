@@ -202,9 +202,9 @@ async fn intent_update_and_delete_propagate_to_the_policy() {
                     ev.reason.as_deref() == Some("PolicyDeleted")
                         && ev.involved_object.name.as_deref() == Some("x")
                         && ev
-                            .note
+                            .message
                             .as_deref()
-                            .is_some_and(|n| n.contains("no longer wants it"))
+                            .is_some_and(|m| m.contains("no longer wants it"))
                 })
                 .then_some(())
         },
