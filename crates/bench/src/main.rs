@@ -16,6 +16,7 @@ mod meter;
 mod operator;
 mod posture;
 mod procfs;
+mod profile;
 mod report;
 mod requests;
 mod workload;
@@ -72,6 +73,12 @@ struct Args {
     /// size, 64 wrote A's objects in 1.83 s where 16 took 2.55 s).
     #[arg(long, default_value_t = 64)]
     floor_concurrency: usize,
+    /// Write kube-apiserver's CPU profiles of A and of A's floor (`A.pprof`, `floor-A.pprof`,
+    /// `--apiserver-profile-secs` from each one's start) into this directory.
+    #[arg(long)]
+    apiserver_profile: Option<PathBuf>,
+    #[arg(long, default_value_t = 6)]
+    apiserver_profile_secs: u64,
     /// Where the JSON results go; default: `target/bench-results.json` in the workspace.
     #[arg(long)]
     output: Option<PathBuf>,
@@ -126,6 +133,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "--latency-samples must be at least 1"
     );
     procfs::check_available()?;
+    if let Some(dir) = &args.apiserver_profile {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let root = workspace_root();
     let nimbus = match &args.nimbus_bin {
         Some(path) => {
@@ -153,9 +163,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", k8tls_env.display()))?;
 
     step("starting the control plane (etcd, kube-apiserver, kube-controller-manager)");
-    let cp = ControlPlane::start(Options::default())
-        .await
-        .context("starting the local control plane")?;
+    let cp = ControlPlane::start(Options {
+        profiling: args.apiserver_profile.is_some(),
+        ..Options::default()
+    })
+    .await
+    .context("starting the local control plane")?;
     let client = cp.client().context("building an admin client")?;
     step("installing the Nimbus CRDs, the engine CRDs and the k8tls environment");
     let nimbus_crds = nimbus_api::crds_yaml().context("rendering the Nimbus CRDs")?;
@@ -236,10 +249,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ));
     let start = meter.mark().await?;
     let mut tracker = Tracker::start(&ops, &plan, 0);
+    let profiling = profile_of(&args, &client, "A");
     let began = Instant::now();
     workload::create_workload(&ops, &plan).await?;
     let (wall, progress) = converge(&mut tracker, began, &args, &mut operator).await?;
     drop(tracker);
+    if let Some(profiling) = profiling {
+        profiling.await.context("profiling kube-apiserver")??;
+    }
     step(format!(
         "A: converged in {:.2} s ({} native policies); settling {:?}",
         wall.as_secs_f64(),
@@ -451,8 +468,14 @@ async fn floors(
             writes.len(),
             args.floor_concurrency
         ));
+        let profiling = (name == COLD)
+            .then(|| profile_of(args, &ops.client, "floor-A"))
+            .flatten();
         let cpu_start = procfs::cpu_ticks_of(control_plane)?;
         let run = floor::write(ops, writes, args.floor_concurrency, &mut versions).await?;
+        if let Some(profiling) = profiling {
+            profiling.await.context("profiling kube-apiserver")??;
+        }
         let cpu = procfs::ticks_to_secs(procfs::cpu_ticks_of(control_plane)? - cpu_start);
         step(format!("F: {:.2} s", run.wall.as_secs_f64()));
         written.push(report::FloorRun {
@@ -482,6 +505,22 @@ async fn floors(
         runs: written,
         latency,
     })
+}
+
+/// Starts profiling kube-apiserver into `<--apiserver-profile>/<name>.pprof`, if asked to.
+fn profile_of(
+    args: &Args,
+    client: &kube::Client,
+    name: &str,
+) -> Option<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    let dir = args.apiserver_profile.as_ref()?;
+    let path = dir.join(format!("{name}.pprof"));
+    step(format!(
+        "profiling kube-apiserver for {} s into {}",
+        args.apiserver_profile_secs,
+        path.display()
+    ));
+    Some(profile::start(client, args.apiserver_profile_secs, path))
 }
 
 /// Waits until kube-controller-manager's garbage collector watches the just-installed kinds.

@@ -63,6 +63,8 @@ pub struct Options {
     /// Send the processes' output to stderr instead of `<work dir>/<process>.log`. Also turned
     /// on by the environment variable `NIMBUS_TESTENV_LOG=1`.
     pub attach_output: bool,
+    /// Serve kube-apiserver's `/debug/pprof` (for benchmarks that profile it).
+    pub profiling: bool,
 }
 
 /// A running etcd + kube-apiserver + kube-controller-manager (+ kube-scheduler + kwok).
@@ -117,6 +119,7 @@ impl ControlPlane {
             pki: &pki,
             fake_nodes,
             attach_output,
+            profiling: options.profiling,
         };
 
         let mut attempt = 1;
@@ -229,6 +232,7 @@ struct Setup<'a> {
     pki: &'a Pki,
     fake_nodes: bool,
     attach_output: bool,
+    profiling: bool,
 }
 
 impl Setup<'_> {
@@ -322,7 +326,7 @@ impl Setup<'_> {
                 "--enable-priority-and-fairness=false".to_owned(),
                 "--max-requests-inflight=0".to_owned(),
                 "--max-mutating-requests-inflight=0".to_owned(),
-                "--profiling=false".to_owned(),
+                format!("--profiling={}", self.profiling),
             ],
         )?;
         let kubeconfig = self.work_dir.join("kubeconfig");
