@@ -43,14 +43,12 @@ pub async fn reconcile(
         Err(_) => Outcome::untouched(ours.as_deref()),
         Ok(plan) => {
             let desired = plan.policy.as_ref();
-            let created = &ctx.policies_created;
             kept = keep_own_policy(
                 &ctx,
                 &*sib,
                 &policies,
                 desired,
                 ours,
-                created,
                 change_seen,
                 &mut executed,
             )

@@ -58,14 +58,12 @@ pub async fn reconcile(
                 None
             } else {
                 let desired = plan.cluster_policy.as_ref();
-                let created = &ctx.cluster_policies_created;
                 let kept = keep_own_policy(
                     &ctx,
                     &*csib,
                     &cluster_api,
                     desired,
                     ours,
-                    created,
                     change_seen,
                     &mut executed,
                 )
@@ -176,8 +174,7 @@ async fn namespace_policy(
         }
         observed => observed,
     };
-    let created = &ctx.policies_created;
     Ok(Some(
-        keep_policy(ctx, &api, desired, ours, created, change_seen).await,
+        keep_policy(ctx, &api, desired, ours, change_seen).await,
     ))
 }

@@ -6,7 +6,6 @@ pub mod cluster_binding;
 pub mod intent;
 pub mod policy;
 
-use crate::cache::Creations;
 use crate::context::Context;
 use crate::error::Error;
 use crate::write::{
@@ -106,9 +105,9 @@ async fn keep_policy<P: Translated>(
     api: &Api<P>,
     desired: Option<&P>,
     ours: Option<Arc<P>>,
-    created: &Creations,
     change_seen: Option<Instant>,
 ) -> Kept<P, Error> {
+    let created = P::created(ctx);
     let write = write_policy(&ctx.written, api, desired, ours.as_deref(), created).await;
     let (change, stored) = match write {
         Ok(Some(PolicyWrite { change, stored })) => (change, stored),
@@ -144,14 +143,12 @@ async fn keep_policy<P: Translated>(
 
 /// Keeps the policy `binding` generates under its own name (see [`keep_policy`]) and announces
 /// its deletion.
-#[allow(clippy::too_many_arguments)]
 async fn keep_own_policy<B, P>(
     ctx: &Context,
     binding: &B,
     api: &Api<P>,
     desired: Option<&P>,
     ours: Option<Arc<P>>,
-    created: &Creations,
     change_seen: Option<Instant>,
     executed: &mut Executed,
 ) -> Result<Kept<P>, Error>
@@ -159,7 +156,7 @@ where
     B: Resource<DynamicType = ()>,
     P: Translated,
 {
-    let kept = keep_policy(ctx, api, desired, ours, created, change_seen)
+    let kept = keep_policy(ctx, api, desired, ours, change_seen)
         .await
         .recorded(executed)?;
     if let Ok(Some(change)) = kept.change {

@@ -2,6 +2,7 @@
 //! translate (pure) → apply what differs → prune what is no longer wanted → write status once.
 
 use super::{Context, update_status};
+use crate::cache::Creations;
 use crate::error::Error;
 use crate::metrics::EngineLabels;
 use crate::write::natives::{Key, NativeObject};
@@ -29,6 +30,8 @@ pub(crate) trait Translated: Policy {
     /// Whether it may be translated, from the caches.
     fn claim(&self, ctx: &Context) -> Claim;
     fn api(&self, ctx: &Context) -> Api<Self>;
+    /// Those of its kind this process created and the cache does not show yet.
+    fn created(ctx: &Context) -> &Creations;
 }
 
 impl Translated for NimbusPolicy {
@@ -47,6 +50,9 @@ impl Translated for NimbusPolicy {
     fn api(&self, ctx: &Context) -> Api<Self> {
         Api::namespaced(ctx.client.clone(), &self.namespace().unwrap_or_default())
     }
+    fn created(ctx: &Context) -> &Creations {
+        &ctx.policies_created
+    }
 }
 
 impl Translated for ClusterNimbusPolicy {
@@ -64,6 +70,9 @@ impl Translated for ClusterNimbusPolicy {
     }
     fn api(&self, ctx: &Context) -> Api<Self> {
         Api::all(ctx.client.clone())
+    }
+    fn created(ctx: &Context) -> &Creations {
+        &ctx.cluster_policies_created
     }
 }
 

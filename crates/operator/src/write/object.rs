@@ -3,7 +3,7 @@
 //! write calls.
 
 use super::drift::{self, Write};
-use super::written::{Written, written_key};
+use super::written::{Written, key_of, written_key};
 use crate::cache::{Creations, place};
 use crate::error::Error;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -192,14 +192,10 @@ where
 /// Whether `obj` is a copy older than what this process last wrote to it: what is decided from
 /// it is out of date, and the newer copy is on its way through the watch.
 pub fn predates_write<K: Resource<DynamicType = ()>>(written: &Written, obj: &K) -> bool {
-    let key = written_key(
-        "object",
-        K::api_version(&()),
-        K::kind(&()),
-        obj.meta().namespace.as_deref(),
-        &obj.name_any(),
-    );
-    written.predates(&key, obj.meta().resource_version.as_deref())
+    written.predates(
+        &key_of("object", obj),
+        obj.meta().resource_version.as_deref(),
+    )
 }
 
 /// The stored object named `name`, if any.

@@ -2,7 +2,7 @@
 //! is raised when an object turns not ready.
 
 use super::object::{FIELD_MANAGER, describe, request, send};
-use super::written::{Written, written_key};
+use super::written::{Written, key_of};
 use crate::error::Error;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -76,7 +76,7 @@ where
             return Ok(false);
         }
     }
-    let key = status_key(obj);
+    let key = key_of("status", obj);
     let fingerprint = comparable(&desired).to_string();
     if written.settled(&key, obj.meta().resource_version.as_deref(), &fingerprint) {
         return Ok(false);
@@ -103,16 +103,9 @@ pub fn predates_status_write<K>(written: &Written, obj: &K) -> bool
 where
     K: Resource<DynamicType = ()>,
 {
-    written.predates(&status_key(obj), obj.meta().resource_version.as_deref())
-}
-
-fn status_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
-    written_key(
-        "status",
-        K::api_version(&()),
-        K::kind(&()),
-        obj.meta().namespace.as_deref(),
-        &obj.name_any(),
+    written.predates(
+        &key_of("status", obj),
+        obj.meta().resource_version.as_deref(),
     )
 }
 

@@ -107,6 +107,17 @@ fn version(resource_version: Option<&str>) -> Option<u64> {
     resource_version.and_then(|v| v.parse().ok())
 }
 
+/// The key of typed object `obj`'s `part` (the object, or its status) in [`Written`].
+pub(super) fn key_of<K: kube::Resource<DynamicType = ()>>(part: &str, obj: &K) -> String {
+    written_key(
+        part,
+        K::api_version(&()),
+        K::kind(&()),
+        obj.meta().namespace.as_deref(),
+        &kube::ResourceExt::name_any(obj),
+    )
+}
+
 /// The key of an object's `part` (the object, or its status) in [`Written`]. Built from what
 /// is at hand: this runs for every object of every reconcile.
 pub(super) fn written_key(
