@@ -71,8 +71,8 @@ pub struct Workload {
 /// Groups pods into workloads. `owner_of(namespace, kind, name)` is the controlling owner of a
 /// ReplicaSet or Job, so a Deployment's or CronJob's pods group under it; any other controller
 /// (StatefulSet, DaemonSet, a custom one) is the workload itself.
-pub fn workloads<'p>(
-    pods: impl IntoIterator<Item = &'p Pod>,
+pub fn workloads(
+    pods: impl IntoIterator<Item = Pod>,
     owner_of: impl Fn(&str, &str, &str) -> Option<OwnerReference>,
 ) -> Vec<Workload> {
     let mut grouped: BTreeMap<(String, String, String), Workload> = BTreeMap::new();
@@ -112,7 +112,7 @@ pub fn workloads<'p>(
         }) {
             workload.created = pod.created.clone();
         }
-        workload.pods.push(pod.clone());
+        workload.pods.push(pod);
     }
     grouped.into_values().collect()
 }
@@ -125,6 +125,35 @@ enum Scope {
         namespaces: Option<NamespaceSelector>,
         protected: ProtectedNamespaces,
     },
+}
+
+/// The policies of `policies` that apply in each of `namespaces`, in their order. A namespace's
+/// policies are found by its name and only cluster policies are matched against every
+/// namespace, so this costs policies + namespaces × cluster policies rather than a
+/// namespace × policy product.
+pub fn applying_by_namespace<'p, 'n>(
+    policies: &'p [PolicyCoverage],
+    namespaces: impl IntoIterator<Item = &'n str>,
+) -> BTreeMap<&'n str, Vec<&'p PolicyCoverage>> {
+    let mut applying: BTreeMap<&str, Vec<&PolicyCoverage>> =
+        namespaces.into_iter().map(|ns| (ns, Vec::new())).collect();
+    for policy in policies {
+        match &policy.scope {
+            Scope::Namespace(ns) => {
+                if let Some(list) = applying.get_mut(ns.as_str()) {
+                    list.push(policy);
+                }
+            }
+            Scope::Cluster { .. } => {
+                for (ns, list) in &mut applying {
+                    if policy.applies_in(ns) {
+                        list.push(policy);
+                    }
+                }
+            }
+        }
+    }
+    applying
 }
 
 /// What one NimbusPolicy or ClusterNimbusPolicy enforces, per rule: computed once per policy
@@ -360,13 +389,16 @@ pub fn workload_posture_name(kind: &str, name: &str) -> String {
     names::fit(&format!("{}-{name}", kind.to_lowercase()), 253)
 }
 
-/// The posture of `workload` under `policies` (every policy of the cluster; those that do not
-/// apply in its namespace are skipped).
-pub fn workload_posture(workload: &Workload, policies: &[PolicyCoverage]) -> WorkloadPosture {
+/// The posture of `workload` under `policies` (those that do not apply in its namespace are
+/// skipped; [`applying_by_namespace`] spares a caller with many namespaces passing them all).
+pub fn workload_posture<'p>(
+    workload: &Workload,
+    policies: impl IntoIterator<Item = &'p PolicyCoverage>,
+) -> WorkloadPosture {
     let total = workload.pods.len();
     let mut intents = Vec::new();
     for policy in policies
-        .iter()
+        .into_iter()
         .filter(|p| p.applies_in(&workload.namespace))
     {
         let selected = workload
@@ -464,11 +496,11 @@ fn common_labels(pods: &[Pod]) -> BTreeMap<String, String> {
 }
 
 /// The posture of `namespace` from its workloads' postures and the policies applying in it.
-pub fn namespace_posture(
+pub fn namespace_posture<'p>(
     namespace: &str,
     created: Option<Time>,
     workloads: &[&WorkloadPosture],
-    policies: &[PolicyCoverage],
+    policies: impl IntoIterator<Item = &'p PolicyCoverage>,
 ) -> NamespacePosture {
     let mut counts = WorkloadCounts::default();
     let mut gaps = Vec::new();
@@ -493,7 +525,7 @@ pub fn namespace_posture(
         }
     }
     let applying: Vec<&PolicyCoverage> = policies
-        .iter()
+        .into_iter()
         .filter(|p| p.applies_in(namespace))
         .collect();
     let bindings: BTreeSet<Reference> = applying.iter().filter_map(|p| p.binding.clone()).collect();
@@ -572,7 +604,7 @@ mod tests {
             ("Job", "report-123") => Some(owner("CronJob", "report")),
             _ => None,
         };
-        let found: Vec<(String, String, usize)> = workloads(&pods, parents)
+        let found: Vec<(String, String, usize)> = workloads(pods, parents)
             .into_iter()
             .map(|w| (w.kind, w.name, w.pods.len()))
             .collect();
@@ -655,6 +687,70 @@ mod tests {
                 .collect(),
         };
         workload_posture(&workload, &[coverage])
+    }
+
+    fn coverage(input: &PolicyInput) -> PolicyCoverage {
+        let engines = EngineSet::all();
+        let translation = translate(input, &Environment::default(), &engines);
+        PolicyCoverage::new(&PolicyFacts {
+            input,
+            translation: &translation,
+            engines: &engines,
+            present: &|_| true,
+            intent_name: &|_| None,
+            intent_bundle: &|_| None,
+            binding: None,
+            protected: &ProtectedNamespaces::default(),
+        })
+    }
+
+    /// Each namespace gets its own policies and the cluster policies selecting it, in policy
+    /// order; a namespace nothing applies in gets none.
+    #[test]
+    fn policies_are_found_by_namespace() {
+        let namespaced = |ns: &str| -> NimbusPolicy {
+            serde_json::from_value(json!({
+                "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "NimbusPolicy",
+                "metadata": {"name": "dns", "namespace": ns},
+                "spec": {"selector": {}, "rules": [{"id": "dnsManipulation", "rule": {"action": "Block"}}]}
+            }))
+            .expect("valid policy")
+        };
+        let cluster: nimbus_api::ClusterNimbusPolicy = serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterNimbusPolicy",
+            "metadata": {"name": "team"},
+            "spec": {"nsSelector": {"matchNames": ["cart", "shop"]},
+                     "rules": [{"id": "dnsManipulation", "rule": {"action": "Block"}}]}
+        }))
+        .expect("valid cluster policy");
+        let (cart, shop) = (namespaced("cart"), namespaced("shop"));
+        let policies = [
+            coverage(&PolicyInput::cluster(&cluster, "c")),
+            coverage(&PolicyInput::namespaced(&cart, "a")),
+            coverage(&PolicyInput::namespaced(&shop, "s")),
+        ];
+        let applying = applying_by_namespace(&policies, ["shop", "cart", "other"]);
+        let names = |ns: &str| -> Vec<String> {
+            applying[ns]
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}/{}",
+                        p.policy.kind,
+                        p.policy.namespace.as_deref().unwrap_or("-")
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            names("shop"),
+            ["ClusterNimbusPolicy/-", "NimbusPolicy/shop"]
+        );
+        assert_eq!(
+            names("cart"),
+            ["ClusterNimbusPolicy/-", "NimbusPolicy/cart"]
+        );
+        assert!(names("other").is_empty());
     }
 
     /// The reason codes, each once.

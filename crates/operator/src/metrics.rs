@@ -78,6 +78,8 @@ pub struct Metrics {
     /// NimbusPolicies and ClusterNimbusPolicies by their `Ready` condition, as cached. Set with
     /// [`Self::workloads`], so only where the posture API runs.
     pub policies: Family<ReadyLabels, Gauge>,
+    /// How long each posture computation took, storing the result included.
+    pub posture_compute: Histogram,
     pub time_to_protect: TimeToProtect,
 }
 
@@ -155,6 +157,12 @@ impl Default for Metrics {
             "NimbusPolicies and ClusterNimbusPolicies by Ready condition (computed only where the posture API runs)",
             policies.clone(),
         );
+        let posture_compute = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "posture_compute_seconds",
+            "Time one posture computation took, from the caches to the served objects (only where the posture API runs)",
+            posture_compute.clone(),
+        );
         let time_to_protect = TimeToProtect::new();
         registry.register(
             "time_to_protect_seconds",
@@ -182,6 +190,7 @@ impl Default for Metrics {
             leader,
             workloads,
             policies,
+            posture_compute,
             time_to_protect,
         }
     }

@@ -95,7 +95,7 @@ impl LocalApiService<'_> {
     }
 
     /// A client of the server itself presenting the front proxy's certificate.
-    fn front_proxy_client(&self, cp: &ControlPlane, ca_pem: &str) -> Result<Client, Error> {
+    pub fn front_proxy_client(&self, cp: &ControlPlane, ca_pem: &str) -> Result<Client, Error> {
         let url = format!("https://127.0.0.1:{}", self.port)
             .parse()
             .expect("a loopback URL is valid");

@@ -338,14 +338,19 @@ where
 }
 
 /// Computes the postures once the workload caches have listed and the operator has started,
-/// then again whenever something
-/// they read changes, until the watches end.
+/// then again whenever something they read changes, until the watches end.
+///
+/// The computation runs on a blocking thread (at tens of thousands of pods it takes a while,
+/// and the posture API must keep answering meanwhile). What it yields is served at once; the
+/// leader's writes of previews and reports follow in a task of their own, which always writes
+/// the latest computation's, so a slow write never holds back the posture.
 pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postures: Arc<Postures>) {
     let Watches {
         changes,
         drivers,
         synced,
     } = watches;
+    let sources = Arc::new(sources);
     let dirty = Arc::new(Notify::new());
     let feed = {
         let dirty = dirty.clone();
@@ -355,53 +360,75 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
             futures::future::ready(())
         })
     };
-    let compute = async move {
-        synced.await;
-        // Before the operator's own caches have listed, everything would look unprotected.
-        let mut started = ctx.started.clone();
-        let _ = started.wait_for(|s| *s).await;
-        loop {
-            let started = std::time::Instant::now();
-            let Computed {
-                workloads,
-                namespaces,
-                previews,
-                reports,
-            } = compute(&ctx, &sources);
-            postures.workloads.replace(workloads);
-            postures.namespaces.replace(namespaces);
-            postures.mark_ready();
-            tracing::debug!(took = ?started.elapsed(), "posture computed");
-            // A standby computes the previews too, and writes them once it leads (gaining the
-            // lead is one of the changes that recompute).
-            let writes = written(&ctx, &sources, &previews, &reports);
-            if *ctx.leading.borrow() && !writes.await {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                dirty.notify_one();
+    let (outputs, computed) = watch::channel(None);
+    let compute = {
+        let (ctx, sources) = (ctx.clone(), sources.clone());
+        async move {
+            synced.await;
+            // Before the operator's own caches have listed, everything would look unprotected.
+            let mut started = ctx.started.clone();
+            let _ = started.wait_for(|s| *s).await;
+            loop {
+                let started = std::time::Instant::now();
+                // Storing serializes what changed: that too stays off the async threads.
+                let computing = {
+                    let (ctx, sources, postures) = (ctx.clone(), sources.clone(), postures.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let computed = compute(&ctx, &sources);
+                        postures.workloads.replace(computed.workloads);
+                        postures.namespaces.replace(computed.namespaces);
+                        computed.writes
+                    })
+                };
+                let writes = match computing.await {
+                    Ok(writes) => writes,
+                    Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+                    // Cancelled: the runtime is shutting down.
+                    Err(_) => return,
+                };
+                postures.mark_ready();
+                let took = started.elapsed();
+                ctx.metrics.posture_compute.observe(took.as_secs_f64());
+                tracing::debug!(?took, "posture computed");
+                // A standby computes the previews too, and writes them once it leads (gaining
+                // the lead is one of the changes that recompute).
+                outputs.send_replace(Some(Arc::new(writes)));
+                dirty.notified().await;
+                tokio::time::sleep(DEBOUNCE).await;
             }
-            dirty.notified().await;
-            tokio::time::sleep(DEBOUNCE).await;
         }
     };
     tokio::select! {
         () = feed => {}
         () = compute => {}
+        () = write(&ctx, &sources, computed) => {}
         _ = futures::future::join_all(drivers) => {}
     }
 }
 
-/// Writes the bindings' previews and our reports; returns whether every write succeeded.
-async fn written(
+/// While leading, writes the bindings' previews and our reports of each computation (the latest
+/// one when several arrived during a write); retries a failed write a second later.
+async fn write(
     ctx: &Context,
     sources: &Workloads,
-    binding_previews: &BTreeMap<Reference, BindingPreview>,
-    reports: &[DesiredReport],
-) -> bool {
-    let (previews, reports) = futures::join!(
-        previews::write(ctx, binding_previews),
-        sources.own_reports.write(&ctx.client, reports),
-    );
-    previews && reports
+    mut computed: watch::Receiver<Option<Arc<Writes>>>,
+) {
+    while computed.changed().await.is_ok() {
+        let Some(writes) = computed.borrow_and_update().clone() else {
+            continue;
+        };
+        if !*ctx.leading.borrow() {
+            continue;
+        }
+        let (previews, reports) = futures::join!(
+            previews::write(ctx, &writes.previews),
+            sources.own_reports.write(&ctx.client, &writes.reports),
+        );
+        if !(previews && reports) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            computed.mark_changed();
+        }
+    }
 }
 
 /// Maps any stream to a change signal.
@@ -413,6 +440,11 @@ pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
 struct Computed {
     workloads: Vec<WorkloadPosture>,
     namespaces: Vec<NamespacePosture>,
+    writes: Writes,
+}
+
+/// What the leader writes of a computation.
+struct Writes {
     /// Each binding's `status.preview`.
     previews: BTreeMap<Reference, BindingPreview>,
     /// The policy report of each workload an intent selects.
@@ -455,11 +487,11 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
     // changed) just because its intents came out in another order.
     coverage.sort_by(|a, b| a.policy.cmp(&b.policy));
 
-    let pods = sources.pods();
-    let workloads = core::workloads(&pods, |ns, kind, name| sources.owner_of(ns, kind, name));
-    let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = ctx
-        .namespaces
-        .state()
+    let workloads = core::workloads(sources.pods(), |ns, kind, name| {
+        sources.owner_of(ns, kind, name)
+    });
+    let namespaces = ctx.namespaces.state();
+    let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = namespaces
         .iter()
         .map(|ns| (ns.name_any(), ns.labels().clone()))
         .collect();
@@ -477,10 +509,18 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
         .and_then(|planned| preview::blocked(&network, &planned.concat()));
     let reports = sources.kyverno_reports();
     let reported = preview::reported(&workloads, &reports);
+    let applying = core::applying_by_namespace(
+        &coverage,
+        namespaces
+            .iter()
+            .filter_map(|ns| ns.metadata.name.as_deref())
+            .chain(workloads.iter().map(|w| w.namespace.as_str())),
+    );
+    let applying_in = |ns: &str| applying.get(ns).into_iter().flatten().copied();
     let workload_postures: Vec<_> = workloads
         .iter()
         .map(|w| {
-            let mut posture = core::workload_posture(w, &coverage);
+            let mut posture = core::workload_posture(w, applying_in(&w.namespace));
             preview::attach(&mut posture, &blocked, &reported);
             posture
         })
@@ -492,9 +532,7 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
             by_namespace.entry(ns).or_default().push(posture);
         }
     }
-    let namespace_postures = ctx
-        .namespaces
-        .state()
+    let namespace_postures = namespaces
         .iter()
         .map(|ns| {
             let name = ns.name_any();
@@ -503,7 +541,7 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
                 &name,
                 ns.metadata.creation_timestamp.clone(),
                 &workloads,
-                &coverage,
+                applying_in(&name),
             )
         })
         .collect();
@@ -513,8 +551,10 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
         .filter_map(|(w, posture)| reports::workload_report(w, posture))
         .collect();
     Computed {
-        reports,
-        previews: preview::binding_previews(&coverage, &workload_postures),
+        writes: Writes {
+            reports,
+            previews: preview::binding_previews(&coverage, &workload_postures),
+        },
         workloads: workload_postures,
         namespaces: namespace_postures,
     }

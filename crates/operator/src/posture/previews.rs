@@ -3,7 +3,9 @@
 //! own, so the binding controllers' status writes neither carry nor remove the field; a preview
 //! is written only when it changed, and removed when the binding audits nothing any more.
 
+use super::reports::all_succeed;
 use crate::context::Context;
+use futures::future::BoxFuture;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
@@ -48,7 +50,7 @@ where
     K: Resource<DynamicType = ()> + Clone + Serialize + serde::de::DeserializeOwned,
     K: std::fmt::Debug + Send + Sync + 'static,
 {
-    let mut ok = true;
+    let mut requests = Vec::new();
     for binding in store.state() {
         let reference = Reference {
             kind: K::kind(&()).into_owned(),
@@ -73,14 +75,16 @@ where
             "metadata": {"name": reference.name},
             "status": status,
         });
-        let params = PatchParams::apply(FIELD_MANAGER);
-        if let Err(error) = api(reference.namespace.as_deref())
-            .patch_status(&reference.name, &params, &Patch::Apply(body))
-            .await
-        {
-            tracing::warn!(binding = ?reference, %error, "writing the binding's preview");
-            ok = false;
-        }
+        let api = api(reference.namespace.as_deref());
+        requests.push(Box::pin(async move {
+            let params = PatchParams::apply(FIELD_MANAGER);
+            let written = api
+                .patch_status(&reference.name, &params, &Patch::Apply(body))
+                .await;
+            written
+                .inspect_err(|error| tracing::warn!(binding = ?reference, %error, "writing the binding's preview"))
+                .is_ok()
+        }) as BoxFuture<'_, bool>);
     }
-    ok
+    all_succeed(requests).await
 }

@@ -6,6 +6,8 @@
 use super::compute::{Watches, signal};
 use crate::availability::{Served, when_served};
 use crate::cache::Cache;
+use futures::StreamExt;
+use futures::future::BoxFuture;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -76,7 +78,7 @@ impl OwnReports {
     pub async fn write(&self, client: &Client, desired: &[DesiredReport]) -> bool {
         let served = self.served.borrow().clone();
         let writing = self.format.kind(|k| served.contains(k));
-        let mut ok = true;
+        let mut requests: Vec<BoxFuture<'_, bool>> = Vec::new();
         for kind in &self.kinds {
             if !served.contains(kind.kind) || !*kind.listed.borrow() {
                 continue;
@@ -101,14 +103,14 @@ impl OwnReports {
                         continue;
                     }
                     let body = reports::report_object(report, kind.kind, existing.as_ref(), now());
-                    let params = PatchParams::apply(FIELD_MANAGER).force();
-                    if let Err(error) = api(&report.namespace)
-                        .patch(&report.name, &params, &Patch::Apply(body))
-                        .await
-                    {
-                        tracing::warn!(report = %report.name, namespace = %report.namespace, %error, "writing a policy report");
-                        ok = false;
-                    }
+                    let api = api(&report.namespace);
+                    requests.push(Box::pin(async move {
+                        let params = PatchParams::apply(FIELD_MANAGER).force();
+                        let written = api.patch(&report.name, &params, &Patch::Apply(body)).await;
+                        written
+                            .inspect_err(|error| tracing::warn!(report = %report.name, namespace = %report.namespace, %error, "writing a policy report"))
+                            .is_ok()
+                    }));
                 }
             }
             for stale in kind.store.state() {
@@ -117,18 +119,34 @@ impl OwnReports {
                 if wanted.contains(&(ns.as_str(), name.as_str())) {
                     continue;
                 }
-                match api(&ns).delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(error) => {
-                        tracing::warn!(report = %name, namespace = %ns, %error, "deleting a policy report");
-                        ok = false;
+                let api = api(&ns);
+                requests.push(Box::pin(async move {
+                    match api.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => true,
+                        Err(kube::Error::Api(e)) if e.code == 404 => true,
+                        Err(error) => {
+                            tracing::warn!(report = %name, namespace = %ns, %error, "deleting a policy report");
+                            false
+                        }
                     }
-                }
+                }));
             }
         }
-        ok
+        all_succeed(requests).await
     }
+}
+
+/// Requests a computation's writes keep in flight: thousands of reports change at once when a
+/// binding covering many workloads does, and one after another they would take minutes.
+pub const WRITES_IN_FLIGHT: usize = 16;
+
+/// Runs `requests`, [`WRITES_IN_FLIGHT`] at a time; whether all succeeded (each runs, whatever
+/// the others do).
+pub async fn all_succeed(requests: impl IntoIterator<Item = BoxFuture<'_, bool>>) -> bool {
+    futures::stream::iter(requests)
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .fold(true, |all, ok| async move { all && ok })
+        .await
 }
 
 fn now() -> i64 {

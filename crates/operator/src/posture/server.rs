@@ -9,7 +9,7 @@ use super::Postures;
 use super::auth::{Attributes, Authorizer, RequestHeader, User};
 use super::openapi::{self, Documents};
 use super::request::{ListQuery, Resource, Target, target};
-use super::store::{Store, key_of};
+use super::store::{Store, Stored, key_of};
 use super::table::{Printed, table};
 use crate::error::Error;
 use axum::body::Body;
@@ -22,6 +22,7 @@ use nimbus_api::posture::GROUP;
 use response::{Form, document, json_response, not_found, respond, status};
 use rustls::ServerConfig;
 use serde_json::json;
+use serde_json::value::RawValue;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -262,14 +263,18 @@ impl Server {
         if let Some(name) = name {
             let key = (namespace.clone().unwrap_or_default(), name.clone());
             return match store.get(&key) {
-                Some(object) => match form {
+                Some(stored) => match form {
                     Form::Table(include) => json_response(&table(
-                        [&*object],
-                        json!({"resourceVersion": object.metadata().resource_version}),
+                        [&*stored.object],
+                        json!({"resourceVersion": stored.object.metadata().resource_version}),
                         include,
                         true,
                     )),
-                    Form::Json => json_response(&*object),
+                    Form::Json => respond(
+                        StatusCode::OK,
+                        "application/json",
+                        stored.json.get().to_owned(),
+                    ),
                 },
                 None => not_found::<T>(&name),
             };
@@ -291,33 +296,33 @@ impl Server {
             return self.watch(store, from, form, in_scope);
         }
         let (version, objects) = store.list();
-        let mut selected = objects.iter().filter(|o| in_scope(o)).filter(|o| {
+        let mut selected = objects.iter().filter(|o| in_scope(&o.object)).filter(|o| {
             continue_after
                 .as_deref()
-                .is_none_or(|after| continue_token(&key_of(&***o)).as_str() > after)
+                .is_none_or(|after| continue_token(&key_of(&*o.object)).as_str() > after)
         });
-        let mut page: Vec<&Arc<T>> = match limit {
+        let page: Vec<&Stored<T>> = match limit {
             Some(limit) => selected.by_ref().take(limit).collect(),
             None => selected.by_ref().collect(),
         };
         let more = selected.next().is_some();
         let mut list_meta = json!({"resourceVersion": version.to_string()});
         if more && let Some(last) = page.last() {
-            list_meta["continue"] = json!(continue_token(&key_of(&***last)));
+            list_meta["continue"] = json!(continue_token(&key_of(&*last.object)));
         }
         match form {
             Form::Table(include) => json_response(&table(
-                page.drain(..).map(|o| &**o),
+                page.iter().map(|o| &*o.object),
                 list_meta,
                 include,
                 true,
             )),
-            Form::Json => json_response(&json!({
-                "apiVersion": openapi::group_version(),
-                "kind": format!("{}List", T::KIND),
-                "metadata": list_meta,
-                "items": page.iter().map(|o| &***o).collect::<Vec<&T>>(),
-            })),
+            Form::Json => json_response(&List {
+                api_version: openapi::group_version(),
+                kind: format!("{}List", T::KIND),
+                metadata: list_meta,
+                items: page.iter().map(|o| &*o.json).collect(),
+            }),
         }
     }
 
@@ -403,6 +408,16 @@ impl Server {
             .body(body)
             .unwrap_or_else(|_| Response::new(Body::empty()))
     }
+}
+
+/// A list of objects already serialized.
+#[derive(serde::Serialize)]
+struct List<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    kind: String,
+    metadata: serde_json::Value,
+    items: Vec<&'a RawValue>,
 }
 
 struct Read {

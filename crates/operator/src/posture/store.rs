@@ -7,6 +7,7 @@
 //! relists rather than missing changes.
 
 use nimbus_api::posture::PostureKind;
+use serde_json::value::RawValue;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -55,11 +56,42 @@ impl Change {
     }
 }
 
+/// An object and its JSON, serialized once as it changes: a list of thousands of objects is
+/// then a concatenation, not thousands of serializations.
+#[derive(Debug)]
+pub struct Stored<T> {
+    pub object: Arc<T>,
+    pub json: Arc<RawValue>,
+}
+
+impl<T> Clone for Stored<T> {
+    fn clone(&self) -> Self {
+        Self {
+            object: self.object.clone(),
+            json: self.json.clone(),
+        }
+    }
+}
+
+impl<T: serde::Serialize> Stored<T> {
+    fn new(object: T) -> Self {
+        let json = serde_json::value::to_raw_value(&object).unwrap_or_else(|error| {
+            // Our own types always serialize; should one not, its readers see `null`.
+            tracing::error!(%error, "serializing a posture object");
+            RawValue::NULL.to_owned()
+        });
+        Self {
+            object: Arc::new(object),
+            json: Arc::from(json),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Event<T> {
     pub version: u64,
     pub change: Change,
-    pub object: Arc<T>,
+    pub object: Stored<T>,
     /// The object before the change (a watch with a selector needs both sides).
     pub previous: Option<Arc<T>>,
 }
@@ -93,7 +125,7 @@ pub struct Store<T> {
 }
 
 struct Inner<T> {
-    objects: BTreeMap<Key, Arc<T>>,
+    objects: BTreeMap<Key, Stored<T>>,
     /// The changes after version `replayable_from`, oldest first.
     history: VecDeque<Event<T>>,
     replayable_from: u64,
@@ -111,7 +143,7 @@ pub struct Gone {
     pub version: u64,
 }
 
-impl<T: PostureKind + Clone + PartialEq + Send + Sync + 'static> Store<T> {
+impl<T: PostureKind + Clone + PartialEq + serde::Serialize + Send + Sync + 'static> Store<T> {
     pub fn new(clock: Clock) -> Self {
         let now = clock.now();
         Self {
@@ -135,16 +167,17 @@ impl<T: PostureKind + Clone + PartialEq + Send + Sync + 'static> Store<T> {
             let key = key_of(&object);
             let old = previous.remove(&key);
             if let Some(old) = &old {
-                object.metadata_mut().resource_version = old.metadata().resource_version.clone();
-                if **old == object {
+                object.metadata_mut().resource_version =
+                    old.object.metadata().resource_version.clone();
+                if *old.object == object {
                     inner.objects.insert(key, old.clone());
                     continue;
                 }
             }
             let version = self.clock.tick();
             object.metadata_mut().resource_version = Some(version.to_string());
-            let object = Arc::new(object);
-            inner.objects.insert(key, object.clone());
+            let stored = Stored::new(object);
+            inner.objects.insert(key, stored.clone());
             let change = if old.is_some() {
                 Change::Modified
             } else {
@@ -153,19 +186,19 @@ impl<T: PostureKind + Clone + PartialEq + Send + Sync + 'static> Store<T> {
             events.push(Event {
                 version,
                 change,
-                object,
-                previous: old,
+                object: stored,
+                previous: old.map(|old| old.object),
             });
         }
         for (_, gone) in previous {
             let version = self.clock.tick();
-            let mut object = (*gone).clone();
+            let mut object = (*gone.object).clone();
             object.metadata_mut().resource_version = Some(version.to_string());
             events.push(Event {
                 version,
                 change: Change::Deleted,
-                object: Arc::new(object),
-                previous: Some(gone),
+                object: Stored::new(object),
+                previous: Some(gone.object),
             });
         }
         if let Some(last) = events.last() {
@@ -184,12 +217,12 @@ impl<T: PostureKind + Clone + PartialEq + Send + Sync + 'static> Store<T> {
     }
 
     /// The current objects (in key order) and their version.
-    pub fn list(&self) -> (u64, Vec<Arc<T>>) {
+    pub fn list(&self) -> (u64, Vec<Stored<T>>) {
         let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
         (inner.version, inner.objects.values().cloned().collect())
     }
 
-    pub fn get(&self, key: &Key) -> Option<Arc<T>> {
+    pub fn get(&self, key: &Key) -> Option<Stored<T>> {
         let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
         inner.objects.get(key).cloned()
     }
@@ -276,10 +309,21 @@ mod tests {
         store.replace([posture("a", Verdict::Protected)]);
         let modified = rx.try_recv().expect("a modified");
         assert_eq!(modified.change, Change::Modified);
-        assert_eq!(modified.object.verdict, Verdict::Protected);
+        assert_eq!(modified.object.object.verdict, Verdict::Protected);
+        // The JSON served is the object's, resourceVersion and all.
+        let served: serde_json::Value =
+            serde_json::from_str(modified.object.json.get()).expect("stored JSON");
+        assert_eq!(
+            served,
+            serde_json::to_value(&*modified.object.object).expect("json")
+        );
+        assert_eq!(
+            served["metadata"]["resourceVersion"],
+            modified.version.to_string()
+        );
         let deleted = rx.try_recv().expect("b deleted");
         assert_eq!(deleted.change, Change::Deleted);
-        assert_eq!(deleted.object.metadata.name.as_deref(), Some("b"));
+        assert_eq!(deleted.object.object.metadata.name.as_deref(), Some("b"));
         assert!(deleted.version > modified.version);
 
         // A watch from the first list replays both changes; from now, none.

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use http::StatusCode;
 use nimbus_api::posture::PostureKind;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 /// Sends `event` as this watch sees it (an object entering or leaving a selection is added
@@ -21,7 +22,7 @@ pub(super) async fn send<T: Printed + Serialize>(
     in_scope: &impl Fn(&T) -> bool,
 ) -> bool {
     let was = event.previous.as_deref().is_some_and(in_scope);
-    let is = event.change != Change::Deleted && in_scope(&event.object);
+    let is = event.change != Change::Deleted && in_scope(&event.object.object);
     let change = match (was, is) {
         (false, false) => return true,
         (false, true) => Change::Added,
@@ -42,19 +43,33 @@ impl Encoder {
         change: Change,
         event: &Event<T>,
     ) -> Bytes {
-        let object = match self.form {
-            Form::Json => serde_json::to_value(&*event.object).unwrap_or(Value::Null),
+        /// A watch event whose object is already serialized.
+        #[derive(Serialize)]
+        struct Line<'a> {
+            #[serde(rename = "type")]
+            change: &'a str,
+            object: &'a RawValue,
+        }
+        let table_json;
+        let object: &RawValue = match self.form {
+            Form::Json => &event.object.json,
             Form::Table(include) => {
                 let headers = !std::mem::replace(&mut self.headers_sent, true);
-                table(
-                    [&*event.object],
+                let table = table(
+                    [&*event.object.object],
                     json!({"resourceVersion": event.version.to_string()}),
                     include,
                     headers,
-                )
+                );
+                table_json = serde_json::value::to_raw_value(&table)
+                    .unwrap_or_else(|_| RawValue::NULL.to_owned());
+                &table_json
             }
         };
-        line(&json!({"type": change.as_str(), "object": object}))
+        line(&Line {
+            change: change.as_str(),
+            object,
+        })
     }
 
     pub(super) fn bookmark<T: PostureKind>(&self, version: u64, initial_events_end: bool) -> Bytes {
@@ -78,7 +93,7 @@ pub(super) fn expired(version: u64) -> Bytes {
     )}))
 }
 
-pub(super) fn line(value: &Value) -> Bytes {
+pub(super) fn line(value: &impl Serialize) -> Bytes {
     let mut bytes = serde_json::to_vec(value).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
