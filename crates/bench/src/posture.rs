@@ -1,7 +1,8 @@
 //! `nimbus-bench posture`: the posture API with thousands of pods on kwok's fake nodes. How
 //! long until every pod's workload has its posture, how long a list through kube-apiserver's
-//! aggregation layer takes (JSON, and the Table `kubectl get` asks for), and the operator's
-//! memory before and after the pods.
+//! aggregation layer takes once the posture has settled (JSON, and the Table `kubectl get`
+//! asks for; and from the operator directly, to tell what the aggregation layer adds), how
+//! long the operator's computations take, and its memory before and after the pods.
 
 use crate::{procfs, report::mib, spawn_operator, step, tail};
 use anyhow::{Context as _, bail};
@@ -159,8 +160,20 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
         created.as_secs_f64(),
         pods_created.as_secs_f64()
     ));
-    // Let the scheduler and kwok finish with the pods before timing the reads.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // The reads are timed at rest: kube-scheduler and kwok go on binding and starting pods
+    // long after the last is created, and each change recomputes the posture.
+    let settled = settle(metrics).await?;
+    match settled {
+        Some(after) => step(format!(
+            "the posture settled {:.1} s after catching up (no computation for {} s)",
+            after.as_secs_f64(),
+            QUIET.as_secs()
+        )),
+        None => step(format!(
+            "the posture still recomputed {} s after catching up; timing the reads anyway",
+            SETTLE_LIMIT.as_secs()
+        )),
+    }
     let after = procfs::Sample::read(pid)?;
 
     let json = time_lists(&client, args.lists, false).await?;
@@ -195,7 +208,7 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
         ("Table", &direct_table, "from the operator directly"),
     ] {
         println!(
-            "  list {form}:  p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms over {} lists of {} objects ({:.1} MiB each), {via}",
+            "  list {form}:  p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms over {} lists of {} objects ({:.1} MiB each), {via}, at rest",
             timing.p50_ms, timing.p99_ms, timing.max_ms, args.lists, timing.objects, timing.mib
         );
     }
@@ -281,6 +294,27 @@ async fn create_workload(
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())
+}
+
+/// How long without a posture computation counts as settled.
+const QUIET: Duration = Duration::from_secs(5);
+const SETTLE_LIMIT: Duration = Duration::from_secs(600);
+
+/// Waits until the operator has not computed the posture for [`QUIET`]; how long that took,
+/// or `None` after [`SETTLE_LIMIT`].
+async fn settle(metrics: u16) -> anyhow::Result<Option<Duration>> {
+    let began = Instant::now();
+    let mut last = (Computations::scrape(metrics).await?.count, Instant::now());
+    while began.elapsed() < SETTLE_LIMIT {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let count = Computations::scrape(metrics).await?.count;
+        if count != last.0 {
+            last = (count, Instant::now());
+        } else if last.1.elapsed() >= QUIET {
+            return Ok(Some(last.1.duration_since(began)));
+        }
+    }
+    Ok(None)
 }
 
 /// The operator's posture computations so far, from its histogram.

@@ -369,23 +369,38 @@ pub fn reported<'a>(
     reports: &'a Result<Vec<Report>, Unreadable>,
 ) -> Reported<'a> {
     let reports = reports.as_ref().map_err(|why| *why)?;
-    let mut owner: HashMap<(&str, &str, &str), WorkloadKey> = HashMap::new();
-    for w in workloads {
-        let ns = w.namespace.as_str();
-        owner.insert((ns, w.kind.as_str(), w.name.as_str()), key(w));
-        for pod in &w.pods {
-            owner.insert((ns, "Pod", pod.name.as_str()), key(w));
-            if let Some(c) = &pod.controller {
-                owner.insert((ns, c.kind.as_str(), c.name.as_str()), key(w));
-            }
-        }
-    }
-    let mut by_workload: BTreeMap<WorkloadKey, Vec<&Report>> = BTreeMap::new();
+    // The reports by their resource; then each workload looks up its own resources (there
+    // are far more pods than reports, and most have none).
+    let mut by_resource: HashMap<(&str, &str, &str), Vec<&Report>> = HashMap::new();
     for report in reports {
         let scope = &report.scope;
         let ns = scope.namespace.as_deref().unwrap_or_default();
-        if let Some(w) = owner.get(&(ns, scope.kind.as_str(), scope.name.as_str())) {
-            by_workload.entry(w.clone()).or_default().push(report);
+        by_resource
+            .entry((ns, scope.kind.as_str(), scope.name.as_str()))
+            .or_default()
+            .push(report);
+    }
+    let mut by_workload: BTreeMap<WorkloadKey, Vec<&Report>> = BTreeMap::new();
+    if by_resource.is_empty() {
+        return Ok(by_workload);
+    }
+    for w in workloads {
+        let ns = w.namespace.as_str();
+        let mut resources = BTreeSet::from([(ns, w.kind.as_str(), w.name.as_str())]);
+        for pod in &w.pods {
+            resources.insert((ns, "Pod", pod.name.as_str()));
+            if let Some(c) = &pod.controller {
+                resources.insert((ns, c.kind.as_str(), c.name.as_str()));
+            }
+        }
+        let found: Vec<&Report> = resources
+            .iter()
+            .filter_map(|r| by_resource.get(r))
+            .flatten()
+            .copied()
+            .collect();
+        if !found.is_empty() {
+            by_workload.insert(key(w), found);
         }
     }
     Ok(by_workload)
