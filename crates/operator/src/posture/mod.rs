@@ -19,6 +19,7 @@ pub use tls::ServingCertificate;
 use crate::context::Context;
 use crate::error::Error;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -135,4 +136,17 @@ fn front_proxy(
         }
     }));
     rx
+}
+
+/// Requests a computation's writes keep in flight: thousands of reports change at once when a
+/// binding covering many workloads does, and one after another they would take minutes.
+const WRITES_IN_FLIGHT: usize = 16;
+
+/// Runs `requests`, [`WRITES_IN_FLIGHT`] at a time; whether all succeeded (each runs, whatever
+/// the others do).
+async fn all_succeed(requests: impl IntoIterator<Item = BoxFuture<'_, bool>>) -> bool {
+    futures::stream::iter(requests)
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .fold(true, |all, ok| async move { all && ok })
+        .await
 }

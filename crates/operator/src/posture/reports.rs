@@ -3,10 +3,10 @@
 //! workload calls for any more (or that are of a kind no longer written). Every replica watches
 //! our own reports, so the leader compares with what is stored without reading it.
 
+use super::all_succeed;
 use super::compute::{Watches, signal};
 use crate::availability::{Served, when_served};
 use crate::cache::Cache;
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -134,19 +134,6 @@ impl OwnReports {
         }
         all_succeed(requests).await
     }
-}
-
-/// Requests a computation's writes keep in flight: thousands of reports change at once when a
-/// binding covering many workloads does, and one after another they would take minutes.
-pub const WRITES_IN_FLIGHT: usize = 16;
-
-/// Runs `requests`, [`WRITES_IN_FLIGHT`] at a time; whether all succeeded (each runs, whatever
-/// the others do).
-pub async fn all_succeed(requests: impl IntoIterator<Item = BoxFuture<'_, bool>>) -> bool {
-    futures::stream::iter(requests)
-        .buffer_unordered(WRITES_IN_FLIGHT)
-        .fold(true, |all, ok| async move { all && ok })
-        .await
 }
 
 fn now() -> i64 {

@@ -10,7 +10,6 @@ use http::StatusCode;
 use nimbus_api::posture::PostureKind;
 use serde::Serialize;
 use serde_json::json;
-use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 /// Sends `event` as this watch sees it (an object entering or leaving a selection is added
@@ -43,33 +42,30 @@ impl Encoder {
         change: Change,
         event: &Event<T>,
     ) -> Bytes {
-        /// A watch event whose object is already serialized.
+        /// A watch event: the object's stored JSON, or a Table row serialized as it goes.
         #[derive(Serialize)]
-        struct Line<'a> {
+        struct Line<'a, O> {
             #[serde(rename = "type")]
             change: &'a str,
-            object: &'a RawValue,
+            object: O,
         }
-        let table_json;
-        let object: &RawValue = match self.form {
-            Form::Json => &event.object.json,
+        let change = change.as_str();
+        match self.form {
+            Form::Json => line(&Line {
+                change,
+                object: &*event.object.json,
+            }),
             Form::Table(include) => {
                 let headers = !std::mem::replace(&mut self.headers_sent, true);
-                let table = table(
+                let object = table(
                     [&*event.object.object],
                     json!({"resourceVersion": event.version.to_string()}),
                     include,
                     headers,
                 );
-                table_json = serde_json::value::to_raw_value(&table)
-                    .unwrap_or_else(|_| RawValue::NULL.to_owned());
-                &table_json
+                line(&Line { change, object })
             }
-        };
-        line(&Line {
-            change: change.as_str(),
-            object,
-        })
+        }
     }
 
     pub(super) fn bookmark<T: PostureKind>(&self, version: u64, initial_events_end: bool) -> Bytes {
