@@ -589,9 +589,9 @@ pub const MAX_EXAMPLES: usize = 5;
 /// Each binding with intents in audit or shadow mode, and what enforcing them would block,
 /// summed from the workload postures' previews (a connection counts for a binding when one of
 /// the intents it audits on that workload would block it).
-pub fn binding_previews(
+pub fn binding_previews<'w>(
     policies: &[PolicyCoverage],
-    postures: &[WorkloadPosture],
+    postures: impl IntoIterator<Item = &'w WorkloadPosture>,
 ) -> BTreeMap<Reference, BindingPreview> {
     /// Workloads, connections and reasons not previewed, each described once.
     #[derive(Default)]

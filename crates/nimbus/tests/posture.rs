@@ -371,6 +371,84 @@ async fn a_namespace_without_workloads_has_nothing_to_protect() {
     assert!(ok && shows(&out, ns.name(), "NoWorkloads"), "{out}{err}");
 }
 
+/// A workload's posture follows its pods, which alone recompute their namespace: scaled, it
+/// counts them; gone, its posture goes and its namespace has no workloads. A namespace whose
+/// pods did not change keeps its postures as they were, resourceVersion and all.
+#[tokio::test]
+async fn a_workloads_posture_follows_its_pods() {
+    let posture = posture();
+    let client = posture.cp.client().expect("client");
+    let ns = posture
+        .cp
+        .test_namespace("posture-pods")
+        .await
+        .expect("namespace");
+    let other = posture
+        .cp
+        .test_namespace("posture-still")
+        .await
+        .expect("namespace");
+    let dns = create_intent(&client, "dnsManipulation", "Block").await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
+    apply(
+        &bindings,
+        "dns",
+        &binding("dns", &[&dns], json!({"app": "web"})),
+    )
+    .await;
+    deployment(&client, ns.name(), "web", 1).await;
+    deployment(&client, other.name(), "db", 1).await;
+    let workloads = Api::<WorkloadPosture>::namespaced(client.clone(), ns.name());
+    let others = Api::<WorkloadPosture>::namespaced(client.clone(), other.name());
+    let namespaces = Api::<NamespacePosture>::all(client.clone());
+    let pods_of = async |count: u32| {
+        eventually(
+            &format!("deployment-web protected with {count} pods"),
+            CONVERGE,
+            async |seen| {
+                let web = workloads.get("deployment-web").await.ok()?;
+                *seen = format!("{} pods, {:?}", web.workload.pods, web.verdict);
+                (web.workload.pods == count && web.verdict == Verdict::Protected).then_some(())
+            },
+        )
+        .await
+    };
+    pods_of(1).await;
+    let db = eventually("deployment-db's posture", CONVERGE, async |_| {
+        others.get("deployment-db").await.ok()
+    })
+    .await;
+
+    deployment(&client, ns.name(), "web", 3).await;
+    pods_of(3).await;
+    Api::<Deployment>::namespaced(client.clone(), ns.name())
+        .delete("web", &DeleteParams::foreground())
+        .await
+        .expect("deleting the Deployment");
+    eventually("deployment-web's posture to go", CONVERGE, async |_| {
+        workloads
+            .get_opt("deployment-web")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let namespace = eventually("the namespace without workloads", CONVERGE, async |seen| {
+        let p = namespaces.get(ns.name()).await.ok()?;
+        *seen = format!("{:?} {:?}", p.verdict, p.workloads);
+        (p.verdict == Verdict::NoWorkloads).then_some(p)
+    })
+    .await;
+    assert_eq!(namespace.workloads.total, 0, "{namespace:#?}");
+
+    let still = others.get("deployment-db").await.expect("deployment-db");
+    assert_eq!(
+        still.metadata.resource_version, db.metadata.resource_version,
+        "rewritten though its pods did not change"
+    );
+}
+
 /// `kubectl explain` reads the fields from the OpenAPI the server publishes.
 #[tokio::test]
 async fn kubectl_explains_the_fields() {

@@ -37,7 +37,7 @@ use nimbus_core::preview;
 use nimbus_core::reports::{self, DesiredReport, ReportFormat};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_stream::wrappers::WatchStream;
@@ -68,8 +68,11 @@ struct KyvernoReports {
 
 /// The watches behind [`Workloads`] and everything else the posture reads.
 pub struct Watches {
-    /// One item per change of anything the posture reads.
+    /// One item per change that any posture may read (a policy, a binding, a namespace...).
     pub changes: Vec<BoxStream<'static, ()>>,
+    /// The namespace of each change of a pod, ReplicaSet or Job: only that namespace's
+    /// postures read it.
+    pub namespaced: Vec<BoxStream<'static, String>>,
     /// What drives the workload caches.
     pub drivers: Vec<Driver>,
     /// Resolves once every workload cache has listed.
@@ -98,11 +101,13 @@ impl Workloads {
             });
         let mut watches = Watches {
             changes: vec![
-                signal(pods.subscribe()),
-                signal(replica_sets.subscribe()),
-                signal(jobs.subscribe()),
                 signal(services.subscribe()),
                 signal(network_policies.subscribe()),
+            ],
+            namespaced: vec![
+                namespaces_of(pods.subscribe()),
+                namespaces_of(replica_sets.subscribe()),
+                namespaces_of(jobs.subscribe()),
             ],
             synced: futures::future::join5(
                 pods.synced(),
@@ -140,12 +145,17 @@ impl Workloads {
             let mut cache: Cache<DynamicObject> =
                 Cache::with(Api::all_with(client.clone(), &resource), resource, config)
                     .strip(strip_report);
+            // Listing none is a change too: the reports become readable.
+            let listed = cache.synced_flag();
             watches.changes.push(signal(cache.subscribe()));
+            watches
+                .changes
+                .push(signal(WatchStream::from_changes(listed.clone())));
             watches
                 .drivers
                 .push(cache.driver_after(availability::when_served(&served, &POLICY_REPORT)));
             KyvernoReports {
-                listed: cache.synced_flag(),
+                listed,
                 store: cache.store,
                 served: served.clone(),
             }
@@ -183,10 +193,12 @@ impl Workloads {
             .collect())
     }
 
-    fn pods(&self) -> Vec<core::Pod> {
+    /// The pods of the namespaces `in_scope`.
+    fn pods(&self, in_scope: impl Fn(&str) -> bool) -> Vec<core::Pod> {
         self.pods
             .state()
             .iter()
+            .filter(|p| in_scope(p.metadata.namespace.as_deref().unwrap_or_default()))
             .map(|p| core::Pod {
                 namespace: p.namespace().unwrap_or_default(),
                 name: p.name_any(),
@@ -338,7 +350,8 @@ where
 }
 
 /// Computes the postures once the workload caches have listed and the operator has started,
-/// then again whenever something they read changes, until the watches end.
+/// then again whenever something they read changes, until the watches end. When only pods,
+/// ReplicaSets and Jobs changed, only their namespaces are recomputed ([`Memo`]).
 ///
 /// The computation runs on a blocking thread (at tens of thousands of pods it takes a while,
 /// and the posture API must keep answering meanwhile). What it yields is served at once; the
@@ -347,18 +360,33 @@ where
 pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postures: Arc<Postures>) {
     let Watches {
         changes,
+        namespaced,
         drivers,
         synced,
     } = watches;
     let sources = Arc::new(sources);
-    let dirty = Arc::new(Notify::new());
+    // The first computation computes everything.
+    let dirty = Arc::new(Mutex::new(Dirty {
+        everything: true,
+        ..Dirty::default()
+    }));
+    let notify = Arc::new(Notify::new());
     let feed = {
-        let dirty = dirty.clone();
+        let (dirty, notify) = (dirty.clone(), notify.clone());
+        // Gaining the lead recomputes, so that the new leader writes.
         let leading = signal(WatchStream::from_changes(ctx.leading.clone()));
-        futures::stream::select_all(changes.into_iter().chain([leading])).for_each(move |()| {
-            dirty.notify_one();
-            futures::future::ready(())
-        })
+        let everywhere = changes
+            .into_iter()
+            .chain([leading])
+            .map(|s| s.map(|()| None));
+        let within = namespaced.into_iter().map(|s| s.map(Some).boxed());
+        futures::stream::select_all(everywhere.map(StreamExt::boxed).chain(within)).for_each(
+            move |namespace| {
+                lock(&dirty).add(namespace);
+                notify.notify_one();
+                futures::future::ready(())
+            },
+        )
     };
     let (outputs, computed) = watch::channel(None);
     let compute = {
@@ -368,20 +396,26 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
             // Before the operator's own caches have listed, everything would look unprotected.
             let mut started = ctx.started.clone();
             let _ = started.wait_for(|s| *s).await;
+            let mut memo = None;
             loop {
                 let started = std::time::Instant::now();
+                // Taken before the caches are read: a later change is in the next computation.
+                let changed = std::mem::take(&mut *lock(&dirty));
                 // Storing serializes what changed: that too stays off the async threads.
                 let computing = {
                     let (ctx, sources, postures) = (ctx.clone(), sources.clone(), postures.clone());
+                    let memo = memo.take();
                     tokio::task::spawn_blocking(move || {
-                        let computed = compute(&ctx, &sources);
-                        postures.workloads.replace(computed.workloads);
-                        postures.namespaces.replace(computed.namespaces);
-                        computed.writes
+                        let (kept, computed) = compute(&ctx, &sources, memo, changed);
+                        let writes = store(&ctx, &postures, &kept, computed);
+                        (kept, writes)
                     })
                 };
                 let writes = match computing.await {
-                    Ok(writes) => writes,
+                    Ok((kept, writes)) => {
+                        memo = Some(kept);
+                        writes
+                    }
                     Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
                     // Cancelled: the runtime is shutting down.
                     Err(_) => return,
@@ -390,10 +424,9 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
                 let took = started.elapsed();
                 ctx.metrics.posture_compute.observe(took.as_secs_f64());
                 tracing::debug!(?took, "posture computed");
-                // A standby computes the previews too, and writes them once it leads (gaining
-                // the lead is one of the changes that recompute).
+                // A standby computes the previews too, and writes them once it leads.
                 outputs.send_replace(Some(Arc::new(writes)));
-                dirty.notified().await;
+                notify.notified().await;
                 tokio::time::sleep(DEBOUNCE).await;
             }
         }
@@ -404,6 +437,10 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
         () = write(&ctx, &sources, computed) => {}
         _ = futures::future::join_all(drivers) => {}
     }
+}
+
+fn lock(dirty: &Mutex<Dirty>) -> std::sync::MutexGuard<'_, Dirty> {
+    dirty.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// While leading, writes the bindings' previews and our reports of each computation (the latest
@@ -420,9 +457,10 @@ async fn write(
         if !*ctx.leading.borrow() {
             continue;
         }
+        let reports = writes.reports.values().flat_map(|r| r.iter());
         let (previews, reports) = futures::join!(
             previews::write(ctx, &writes.previews),
-            sources.own_reports.write(&ctx.client, &writes.reports),
+            sources.own_reports.write(&ctx.client, reports),
         );
         if !(previews && reports) {
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -436,81 +474,165 @@ pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
     stream.map(|_| ()).boxed()
 }
 
-/// What one computation yields.
+/// Maps a cache's changes to the namespaces they happen in.
+fn namespaces_of<K: Resource + Send + 'static>(
+    changes: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) -> BoxStream<'static, String> {
+    changes
+        .filter_map(|changed| {
+            futures::future::ready(changed.ok().and_then(|o| o.meta().namespace.clone()))
+        })
+        .boxed()
+}
+
+/// What changed since the last computation began.
+#[derive(Default)]
+struct Dirty {
+    /// Something any posture may read.
+    everything: bool,
+    /// The namespaces whose pods, ReplicaSets or Jobs changed (unless `everything`).
+    namespaces: BTreeSet<String>,
+}
+
+impl Dirty {
+    /// Adds a change within `namespace`, or anywhere when `None`.
+    fn add(&mut self, namespace: Option<String>) {
+        match namespace {
+            None => {
+                self.everything = true;
+                self.namespaces.clear();
+            }
+            Some(ns) if !self.everything => {
+                self.namespaces.insert(ns);
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// What a computation keeps for the next, which then recomputes only the namespaces whose
+/// pods, ReplicaSets or Jobs changed, when nothing else did.
+struct Memo {
+    /// What each policy covers, in policy order.
+    coverage: Vec<PolicyCoverage>,
+    /// Whether an audited or shadowed rule is previewed: what it would block crosses
+    /// namespaces, so then every change recomputes everything.
+    previewing: bool,
+    /// What the previewed rules would block.
+    blocked: Result<preview::Found, InvalidPolicy>,
+    /// Kyverno's reports, as last read.
+    kyverno_reports: Result<Vec<preview::Report>, preview::Unreadable>,
+    /// The policy reports of each namespace's workloads.
+    reports: BTreeMap<String, Arc<Vec<DesiredReport>>>,
+}
+
+impl Memo {
+    /// What every posture reads: the policies, and the preview over `workloads` (all of them).
+    fn new(ctx: &Context, sources: &Workloads, workloads: &[core::Workload]) -> Self {
+        let engine_set = ctx.engine_set();
+        let mut coverage: Vec<PolicyCoverage> = Vec::new();
+        // The NetworkPolicies enforcing the audited and shadowed rules would write.
+        let mut planned: Vec<Result<Vec<preview::Planned>, InvalidPolicy>> = Vec::new();
+        let mut cover = |input: &PolicyInput, binding, claim| {
+            let env = ctx.environment(input.rules);
+            if claim != Claim::NotBound {
+                planned.push(preview::planned(input, &env, &engine_set));
+            }
+            coverage.push(policy_coverage(
+                ctx,
+                input,
+                &env,
+                binding,
+                &engine_set,
+                claim,
+            ));
+        };
+        for np in ctx.policies.state() {
+            let uid = np.uid().unwrap_or_default();
+            let binding = controlling_binding(np.owner_references(), np.namespace().as_deref());
+            let claim = Claim::namespaced(ctx, &np);
+            cover(&PolicyInput::namespaced(&np, &uid), binding, claim);
+        }
+        for cnp in ctx.cluster_policies.state() {
+            let uid = cnp.uid().unwrap_or_default();
+            let binding = controlling_binding(cnp.owner_references(), None);
+            let claim = Claim::cluster(ctx, &cnp);
+            cover(&PolicyInput::cluster(&cnp, &uid), binding, claim);
+        }
+        // The caches iterate in no fixed order; a posture must not change (and be reported as
+        // changed) just because its intents came out in another order.
+        coverage.sort_by(|a, b| a.policy.cmp(&b.policy));
+
+        let planned = planned
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map(|planned| planned.concat());
+        let previewing = planned.as_ref().is_ok_and(|p| !p.is_empty());
+        let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = ctx
+            .namespaces
+            .state()
+            .iter()
+            .map(|ns| (ns.name_any(), ns.labels().clone()))
+            .collect();
+        let network_policies = sources.network_policies.state();
+        let in_force: Vec<&NetworkPolicy> = network_policies.iter().map(AsRef::as_ref).collect();
+        let network = preview::Network {
+            workloads,
+            namespaces: &namespace_labels,
+            services: &sources.services(),
+            in_force: &in_force,
+        };
+        Self {
+            coverage,
+            previewing,
+            blocked: planned.and_then(|planned| preview::blocked(&network, &planned)),
+            kyverno_reports: sources.kyverno_reports(),
+            reports: BTreeMap::new(),
+        }
+    }
+}
+
+/// The postures of the namespaces a computation recomputed.
 struct Computed {
+    /// Those namespaces; `None` for all.
+    scope: Option<BTreeSet<String>>,
     workloads: Vec<WorkloadPosture>,
     namespaces: Vec<NamespacePosture>,
-    writes: Writes,
 }
 
 /// What the leader writes of a computation.
 struct Writes {
     /// Each binding's `status.preview`.
     previews: BTreeMap<Reference, BindingPreview>,
-    /// The policy report of each workload an intent selects.
-    reports: Vec<DesiredReport>,
+    /// The policy reports of each namespace's workloads an intent selects.
+    reports: BTreeMap<String, Arc<Vec<DesiredReport>>>,
 }
 
-fn compute(ctx: &Context, sources: &Workloads) -> Computed {
-    let engine_set = ctx.engine_set();
-    let mut coverage: Vec<PolicyCoverage> = Vec::new();
-    // The NetworkPolicies enforcing the audited and shadowed rules would write.
-    let mut planned: Vec<Result<Vec<preview::Planned>, InvalidPolicy>> = Vec::new();
-    let mut cover = |input: &PolicyInput, binding, claim| {
-        let env = ctx.environment(input.rules);
-        if claim != Claim::NotBound {
-            planned.push(preview::planned(input, &env, &engine_set));
-        }
-        coverage.push(policy_coverage(
-            ctx,
-            input,
-            &env,
-            binding,
-            &engine_set,
-            claim,
-        ));
+/// Recomputes what `dirty` says changed, from `memo` (the previous computation's) when it can.
+fn compute(
+    ctx: &Context,
+    sources: &Workloads,
+    memo: Option<Memo>,
+    dirty: Dirty,
+) -> (Memo, Computed) {
+    let (memo, scope) = match memo {
+        Some(memo) if !dirty.everything && !memo.previewing => (Some(memo), Some(dirty.namespaces)),
+        _ => (None, None),
     };
-    for np in ctx.policies.state() {
-        let uid = np.uid().unwrap_or_default();
-        let binding = controlling_binding(np.owner_references(), np.namespace().as_deref());
-        let claim = Claim::namespaced(ctx, &np);
-        cover(&PolicyInput::namespaced(&np, &uid), binding, claim);
-    }
-    for cnp in ctx.cluster_policies.state() {
-        let uid = cnp.uid().unwrap_or_default();
-        let binding = controlling_binding(cnp.owner_references(), None);
-        let claim = Claim::cluster(ctx, &cnp);
-        cover(&PolicyInput::cluster(&cnp, &uid), binding, claim);
-    }
-
-    // The caches iterate in no fixed order; a posture must not change (and be reported as
-    // changed) just because its intents came out in another order.
-    coverage.sort_by(|a, b| a.policy.cmp(&b.policy));
-
-    let workloads = core::workloads(sources.pods(), |ns, kind, name| {
+    let in_scope = |ns: &str| scope.as_ref().is_none_or(|s| s.contains(ns));
+    let workloads = core::workloads(sources.pods(in_scope), |ns, kind, name| {
         sources.owner_of(ns, kind, name)
     });
-    let namespaces = ctx.namespaces.state();
-    let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = namespaces
-        .iter()
-        .map(|ns| (ns.name_any(), ns.labels().clone()))
-        .collect();
-    let network_policies = sources.network_policies.state();
-    let in_force: Vec<&NetworkPolicy> = network_policies.iter().map(AsRef::as_ref).collect();
-    let network = preview::Network {
-        workloads: &workloads,
-        namespaces: &namespace_labels,
-        services: &sources.services(),
-        in_force: &in_force,
-    };
-    let blocked = planned
+    let mut memo = memo.unwrap_or_else(|| Memo::new(ctx, sources, &workloads));
+    let reported = preview::reported(&workloads, &memo.kyverno_reports);
+    let namespaces: Vec<_> = ctx
+        .namespaces
+        .state()
         .into_iter()
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(|planned| preview::blocked(&network, &planned.concat()));
-    let reports = sources.kyverno_reports();
-    let reported = preview::reported(&workloads, &reports);
+        .filter(|ns| in_scope(ns.metadata.name.as_deref().unwrap_or_default()))
+        .collect();
     let applying = core::applying_by_namespace(
-        &coverage,
+        &memo.coverage,
         namespaces
             .iter()
             .filter_map(|ns| ns.metadata.name.as_deref())
@@ -521,11 +643,10 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
         .iter()
         .map(|w| {
             let mut posture = core::workload_posture(w, applying_in(&w.namespace));
-            preview::attach(&mut posture, &blocked, &reported);
+            preview::attach(&mut posture, &memo.blocked, &reported);
             posture
         })
         .collect();
-    export_counts(ctx, &workload_postures);
     let mut by_namespace: BTreeMap<&str, Vec<&WorkloadPosture>> = BTreeMap::new();
     for posture in &workload_postures {
         if let Some(ns) = posture.metadata.namespace.as_deref() {
@@ -545,25 +666,50 @@ fn compute(ctx: &Context, sources: &Workloads) -> Computed {
             )
         })
         .collect();
-    let reports = workloads
-        .iter()
-        .zip(&workload_postures)
-        .filter_map(|(w, posture)| reports::workload_report(w, posture))
-        .collect();
-    Computed {
-        writes: Writes {
-            reports,
-            previews: preview::binding_previews(&coverage, &workload_postures),
-        },
+    let mut reports: BTreeMap<String, Vec<DesiredReport>> = BTreeMap::new();
+    for (w, posture) in workloads.iter().zip(&workload_postures) {
+        if let Some(report) = reports::workload_report(w, posture) {
+            reports.entry(w.namespace.clone()).or_default().push(report);
+        }
+    }
+    drop(applying);
+    memo.reports.retain(|ns, _| !in_scope(ns));
+    memo.reports
+        .extend(reports.into_iter().map(|(ns, r)| (ns, Arc::new(r))));
+    let computed = Computed {
         workloads: workload_postures,
         namespaces: namespace_postures,
+        scope,
+    };
+    (memo, computed)
+}
+
+/// Stores what `computed` recomputed and exports the counts; what the leader is to write.
+fn store(ctx: &Context, postures: &Postures, memo: &Memo, computed: Computed) -> Writes {
+    let in_scope = |ns: &str| computed.scope.as_ref().is_none_or(|s| s.contains(ns));
+    postures
+        .workloads
+        .replace_within(|(ns, _)| in_scope(ns), computed.workloads);
+    postures
+        .namespaces
+        .replace_within(|(_, name)| in_scope(name), computed.namespaces);
+    let (_, workloads) = postures.workloads.list();
+    let workloads = workloads.iter().map(|w| &*w.object);
+    export_counts(ctx, workloads.clone());
+    Writes {
+        previews: preview::binding_previews(&memo.coverage, workloads),
+        reports: memo.reports.clone(),
     }
 }
 
 /// Sets the workloads-by-verdict and policies-by-readiness gauges (every value, zeros too, so
 /// a verdict no workload has reads 0 rather than absent).
-fn export_counts(ctx: &Context, workloads: &[WorkloadPosture]) {
+fn export_counts<'w>(ctx: &Context, workloads: impl IntoIterator<Item = &'w WorkloadPosture>) {
     let metrics = &ctx.metrics;
+    let mut by_verdict: BTreeMap<Verdict, usize> = BTreeMap::new();
+    for workload in workloads {
+        *by_verdict.entry(workload.verdict).or_default() += 1;
+    }
     // Those a workload can have (`NoWorkloads` is a namespace's).
     for verdict in [
         Verdict::Protected,
@@ -571,7 +717,7 @@ fn export_counts(ctx: &Context, workloads: &[WorkloadPosture]) {
         Verdict::Unprotected,
         Verdict::Audited,
     ] {
-        let count = workloads.iter().filter(|w| w.verdict == verdict).count();
+        let count = by_verdict.get(&verdict).copied().unwrap_or_default();
         metrics
             .workloads
             .get_or_create(&VerdictLabels {

@@ -17,6 +17,7 @@ use nimbus_core::reports::{self, DesiredReport, ReportFormat};
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
+use tokio_stream::wrappers::WatchStream;
 
 /// Owns the reports it writes, and nothing else.
 pub const FIELD_MANAGER: &str = "nimbus-reports";
@@ -54,13 +55,18 @@ impl OwnReports {
                 let mut cache: Cache<DynamicObject> =
                     Cache::with(Api::all_with(client.clone(), &resource), resource, config)
                         .strip(|r| r.metadata.managed_fields = None);
+                // Listing none is a change too: the kind's reports can then be written.
+                let listed = cache.synced_flag();
                 watches.changes.push(signal(cache.subscribe()));
+                watches
+                    .changes
+                    .push(signal(WatchStream::from_changes(listed.clone())));
                 watches
                     .drivers
                     .push(cache.driver_after(when_served(served, kind)));
                 Kind {
                     kind,
-                    listed: cache.synced_flag(),
+                    listed,
                     store: cache.store,
                 }
             })
@@ -75,7 +81,11 @@ impl OwnReports {
     /// Makes the stored reports `desired`; returns whether every write succeeded (a failed
     /// one is retried at the next computation). Kinds whose reports are not listed yet are
     /// left for the computation their listing triggers.
-    pub async fn write(&self, client: &Client, desired: &[DesiredReport]) -> bool {
+    pub async fn write<'d>(
+        &self,
+        client: &Client,
+        desired: impl Iterator<Item = &'d DesiredReport> + Clone,
+    ) -> bool {
         let served = self.served.borrow().clone();
         let writing = self.format.kind(|k| served.contains(k));
         let mut requests: Vec<BoxFuture<'_, bool>> = Vec::new();
@@ -88,7 +98,7 @@ impl OwnReports {
                 |ns: &str| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
             let mut wanted = BTreeSet::new();
             if writing == Some(kind.kind) {
-                for report in desired {
+                for report in desired.clone() {
                     wanted.insert((report.namespace.as_str(), report.name.as_str()));
                     let key = ObjectRef::new_with(&report.name, resource.clone())
                         .within(&report.namespace);

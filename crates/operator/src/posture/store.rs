@@ -159,9 +159,24 @@ impl<T: PostureKind + Clone + PartialEq + serde::Serialize + Send + Sync + 'stat
     }
 
     /// Replaces the contents with `objects`; only what differs gets a new version and an event.
+    #[cfg(test)]
     pub fn replace(&self, objects: impl IntoIterator<Item = T>) {
+        self.replace_within(|_| true, objects);
+    }
+
+    /// Replaces the objects whose key is `in_scope` with `objects` (all in scope) and keeps the
+    /// others; only what differs gets a new version and an event.
+    pub fn replace_within(
+        &self,
+        in_scope: impl Fn(&Key) -> bool,
+        objects: impl IntoIterator<Item = T>,
+    ) {
         let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
-        let mut previous = std::mem::take(&mut inner.objects);
+        let (mut previous, kept): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            std::mem::take(&mut inner.objects)
+                .into_iter()
+                .partition(|(key, _)| in_scope(key));
+        inner.objects = kept;
         let mut events = Vec::new();
         for mut object in objects {
             let key = key_of(&object);
@@ -335,6 +350,48 @@ mod tests {
         let (backlog, _) = store.watch(None).expect("from now");
         assert_eq!(backlog.len(), 1);
         assert_eq!(backlog[0].change, Change::Added);
+    }
+
+    #[test]
+    fn a_partial_replace_leaves_what_is_out_of_scope() {
+        let store = Store::new(Clock::starting_now());
+        store.replace([
+            posture("a", Verdict::Unprotected),
+            posture("b", Verdict::Protected),
+            posture("c", Verdict::Protected),
+        ]);
+        let (listed_at, _) = store.list();
+        let (_, mut rx) = store.watch(Some(listed_at)).expect("fresh version");
+
+        // In scope: `a` (changed) and `b` (gone); `c` is out of scope though not given.
+        store.replace_within(|(_, name)| name != "c", [posture("a", Verdict::Protected)]);
+        let (_, listed) = store.list();
+        let names: Vec<_> = listed
+            .iter()
+            .map(|s| {
+                (
+                    s.object.metadata.name.clone().unwrap_or_default(),
+                    s.object.verdict,
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("a".to_owned(), Verdict::Protected),
+                ("c".to_owned(), Verdict::Protected)
+            ]
+        );
+        let changes: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| (e.change, e.object.object.metadata.name.clone()))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                (Change::Modified, Some("a".to_owned())),
+                (Change::Deleted, Some("b".to_owned()))
+            ]
+        );
     }
 
     #[test]
