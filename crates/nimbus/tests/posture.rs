@@ -995,6 +995,15 @@ async fn reports_say_what_the_posture_says() {
         }
     }
 
+    // Drift: a report deleted by hand, while nothing the posture reads changes, is written
+    // again.
+    reports
+        .delete("nimbus-pod-web", &DeleteParams::default())
+        .await
+        .expect("deleting the report");
+    let restored = agree("pass").await;
+    assert_ne!(restored.metadata.uid, enforced.metadata.uid, "not deleted");
+
     // Shadow mode: warn.
     web["metadata"]["labels"][MODE_LABEL] = json!(MODE_SHADOW);
     apply(&bindings, "web", &web).await;

@@ -5,7 +5,7 @@
 //! one computation.
 
 use super::reports::OwnReports;
-use super::{Postures, previews};
+use super::{Postures, lock, previews};
 use crate::availability::{self, Served};
 use crate::cache::{Cache, Driver};
 use crate::context::Context;
@@ -37,7 +37,7 @@ use nimbus_core::preview;
 use nimbus_core::reports::{self, DesiredReport, ReportFormat};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_stream::wrappers::WatchStream;
@@ -439,10 +439,6 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
     }
 }
 
-fn lock(dirty: &Mutex<Dirty>) -> std::sync::MutexGuard<'_, Dirty> {
-    dirty.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// While leading, writes the bindings' previews and our reports of each computation (the latest
 /// one when several arrived during a write); retries a failed write a second later.
 async fn write(
@@ -450,17 +446,21 @@ async fn write(
     sources: &Workloads,
     mut computed: watch::Receiver<Option<Arc<Writes>>>,
 ) {
-    while computed.changed().await.is_ok() {
+    loop {
+        tokio::select! {
+            changed = computed.changed() => if changed.is_err() { return },
+            // Compared again where our reports changed (drift, or our own writes landing).
+            () = sources.own_reports.changed() => {}
+        }
         let Some(writes) = computed.borrow_and_update().clone() else {
             continue;
         };
         if !*ctx.leading.borrow() {
             continue;
         }
-        let reports = writes.reports.values().flat_map(|r| r.iter());
         let (previews, reports) = futures::join!(
             previews::write(ctx, &writes.previews),
-            sources.own_reports.write(&ctx.client, reports),
+            sources.own_reports.write(&ctx.client, &writes.reports),
         );
         if !(previews && reports) {
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -475,7 +475,7 @@ pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
 }
 
 /// Maps a cache's changes to the namespaces they happen in.
-fn namespaces_of<K: Resource + Send + 'static>(
+pub(super) fn namespaces_of<K: Resource + Send + 'static>(
     changes: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 ) -> BoxStream<'static, String> {
     changes

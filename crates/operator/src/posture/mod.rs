@@ -138,6 +138,14 @@ fn front_proxy(
     rx
 }
 
+/// Locks `mutex`, poisoned or not: its holders only insert, remove or swap, which a panic
+/// cannot leave half done.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Requests a computation's writes keep in flight: thousands of reports change at once when a
 /// binding covering many workloads does, and one after another they would take minutes.
 const WRITES_IN_FLIGHT: usize = 16;

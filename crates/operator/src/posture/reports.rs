@@ -1,22 +1,25 @@
 //! Writes the posture as policy reports ([`nimbus_core::reports`]): the leader, after each
 //! computation, applies only the reports whose results changed, and deletes ours that no
 //! workload calls for any more (or that are of a kind no longer written). Every replica watches
-//! our own reports, so the leader compares with what is stored without reading it.
+//! our own reports, so the leader compares with what is stored without reading it, and
+//! compares again only the namespaces whose desired or stored reports changed.
 
-use super::all_succeed;
-use super::compute::{Watches, signal};
+use super::compute::{Watches, namespaces_of, signal};
+use super::{all_succeed, lock};
 use crate::availability::{Served, when_served};
 use crate::cache::Cache;
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use nimbus_core::engines::{MANAGED_BY, NativeKind};
 use nimbus_core::reports::{self, DesiredReport, ReportFormat};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_stream::wrappers::WatchStream;
 
 /// Owns the reports it writes, and nothing else.
@@ -34,6 +37,13 @@ pub struct OwnReports {
     format: ReportFormat,
     served: watch::Receiver<Served>,
     kinds: Vec<Kind>,
+    /// The namespaces where one of our reports changed since the last write.
+    changed: Arc<Mutex<BTreeSet<String>>>,
+    /// Told of each such change.
+    notify: Arc<Notify>,
+    /// Each namespace's desired reports as the last write left them in place: while they are
+    /// the same (`Arc`) and none of the namespace's reports changed, they need no comparison.
+    confirmed: Mutex<BTreeMap<String, Arc<Vec<DesiredReport>>>>,
 }
 
 impl OwnReports {
@@ -45,6 +55,8 @@ impl OwnReports {
         served: &watch::Receiver<Served>,
         watches: &mut Watches,
     ) -> Self {
+        let changed = Arc::new(Mutex::new(BTreeSet::new()));
+        let notify = Arc::new(Notify::new());
         let kinds = format
             .candidates()
             .iter()
@@ -57,10 +69,20 @@ impl OwnReports {
                         .strip(|r| r.metadata.managed_fields = None);
                 // Listing none is a change too: the kind's reports can then be written.
                 let listed = cache.synced_flag();
-                watches.changes.push(signal(cache.subscribe()));
                 watches
                     .changes
                     .push(signal(WatchStream::from_changes(listed.clone())));
+                // A change of ours is the writer's alone to look at: the posture reads none.
+                let (changed, notify) = (changed.clone(), notify.clone());
+                watches.drivers.push(
+                    namespaces_of(cache.subscribe())
+                        .for_each(move |ns| {
+                            lock(&changed).insert(ns);
+                            notify.notify_one();
+                            futures::future::ready(())
+                        })
+                        .boxed(),
+                );
                 watches
                     .drivers
                     .push(cache.driver_after(when_served(served, kind)));
@@ -75,17 +97,29 @@ impl OwnReports {
             format,
             served: served.clone(),
             kinds,
+            changed,
+            notify,
+            confirmed: Mutex::default(),
         }
     }
 
-    /// Makes the stored reports `desired`; returns whether every write succeeded (a failed
-    /// one is retried at the next computation). Kinds whose reports are not listed yet are
-    /// left for the computation their listing triggers.
-    pub async fn write<'d>(
+    /// Resolves when one of our reports has changed since the last write.
+    pub async fn changed(&self) {
+        self.notify.notified().await;
+    }
+
+    /// Makes the stored reports `desired` (each namespace's); returns whether every write
+    /// succeeded (a failed one is retried at the next computation). Kinds whose reports are
+    /// not listed yet are left for the computation their listing triggers.
+    pub async fn write(
         &self,
         client: &Client,
-        desired: impl Iterator<Item = &'d DesiredReport> + Clone,
+        desired: &BTreeMap<String, Arc<Vec<DesiredReport>>>,
     ) -> bool {
+        let mut confirmed = std::mem::take(&mut *lock(&self.confirmed));
+        for ns in std::mem::take(&mut *lock(&self.changed)) {
+            confirmed.remove(&ns);
+        }
         let served = self.served.borrow().clone();
         let writing = self.format.kind(|k| served.contains(k));
         let mut requests: Vec<BoxFuture<'_, bool>> = Vec::new();
@@ -98,29 +132,36 @@ impl OwnReports {
                 |ns: &str| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
             let mut wanted = BTreeSet::new();
             if writing == Some(kind.kind) {
-                for report in desired.clone() {
-                    wanted.insert((report.namespace.as_str(), report.name.as_str()));
-                    let key = ObjectRef::new_with(&report.name, resource.clone())
-                        .within(&report.namespace);
-                    let existing = kind
-                        .store
-                        .get(&key)
-                        .and_then(|o| serde_json::to_value(&*o).ok());
-                    if existing
-                        .as_ref()
-                        .is_some_and(|e| reports::up_to_date(report, e))
-                    {
-                        continue;
-                    }
-                    let body = reports::report_object(report, kind.kind, existing.as_ref(), now());
-                    let api = api(&report.namespace);
-                    requests.push(Box::pin(async move {
+                for (ns, reports) in desired {
+                    let unchanged = confirmed.get(ns).is_some_and(|c| Arc::ptr_eq(c, reports));
+                    for report in reports.iter() {
+                        wanted.insert((report.namespace.as_str(), report.name.as_str()));
+                        if unchanged {
+                            continue;
+                        }
+                        let key = ObjectRef::new_with(&report.name, resource.clone())
+                            .within(&report.namespace);
+                        let existing = kind
+                            .store
+                            .get(&key)
+                            .and_then(|o| serde_json::to_value(&*o).ok());
+                        if existing
+                            .as_ref()
+                            .is_some_and(|e| reports::up_to_date(report, e))
+                        {
+                            continue;
+                        }
+                        let body =
+                            reports::report_object(report, kind.kind, existing.as_ref(), now());
+                        let api = api(&report.namespace);
+                        requests.push(Box::pin(async move {
                         let params = PatchParams::apply(FIELD_MANAGER).force();
                         let written = api.patch(&report.name, &params, &Patch::Apply(body)).await;
                         written
                             .inspect_err(|error| tracing::warn!(report = %report.name, namespace = %report.namespace, %error, "writing a policy report"))
                             .is_ok()
                     }));
+                    }
                 }
             }
             for stale in kind.store.state() {
@@ -142,7 +183,11 @@ impl OwnReports {
                 }));
             }
         }
-        all_succeed(requests).await
+        let written = all_succeed(requests).await;
+        if written {
+            *lock(&self.confirmed) = desired.clone();
+        }
+        written
     }
 }
 
