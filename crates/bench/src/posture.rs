@@ -212,10 +212,12 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
             timing.p50_ms, timing.p99_ms, timing.max_ms, args.lists, timing.objects, timing.mib
         );
     }
-    println!(
-        "  computed:    {} times, {:.0} ms on average, the longest within {} ms (nimbus_posture_compute_seconds)",
-        computations.count, computations.mean_ms, computations.longest_within_ms
-    );
+    for c in &computations {
+        println!(
+            "  computed:    {} times (scope {}), {:.0} ms on average, the longest within {} ms (nimbus_posture_compute_seconds)",
+            c.count, c.scope, c.mean_ms, c.longest_within_ms
+        );
+    }
     println!(
         "  operator RSS: {:.1} MiB before the pods, {:.1} MiB after ({per_thousand:.1} MiB per 1,000 pods), {:.1} MiB after the lists (peak {:.1} MiB)",
         mib(before.rss_kib),
@@ -304,10 +306,10 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(600);
 /// or `None` after [`SETTLE_LIMIT`].
 async fn settle(metrics: u16) -> anyhow::Result<Option<Duration>> {
     let began = Instant::now();
-    let mut last = (Computations::scrape(metrics).await?.count, Instant::now());
+    let mut last = (Computations::total(metrics).await?, Instant::now());
     while began.elapsed() < SETTLE_LIMIT {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let count = Computations::scrape(metrics).await?.count;
+        let count = Computations::total(metrics).await?;
         if count != last.0 {
             last = (count, Instant::now());
         } else if last.1.elapsed() >= QUIET {
@@ -317,8 +319,10 @@ async fn settle(metrics: u16) -> anyhow::Result<Option<Duration>> {
     Ok(None)
 }
 
-/// The operator's posture computations so far, from its histogram.
+/// The operator's posture computations of one scope so far, from its histogram.
 struct Computations {
+    /// `all`, or `namespaces` (only those where pods changed).
+    scope: &'static str,
     count: u64,
     mean_ms: f64,
     /// The smallest bucket bound that holds them all.
@@ -326,23 +330,31 @@ struct Computations {
 }
 
 impl Computations {
-    async fn scrape(port: u16) -> anyhow::Result<Self> {
+    /// Those of each scope.
+    async fn scrape(port: u16) -> anyhow::Result<[Self; 2]> {
         let (_, body) = nimbus_testenv::http_get(port, "/metrics")
             .await
             .context("reading the operator's /metrics")?;
+        anyhow::ensure!(
+            body.contains("nimbus_posture_compute_seconds"),
+            "nimbus_posture_compute_seconds is not in the operator's /metrics"
+        );
+        Ok(["all", "namespaces"].map(|scope| Self::parse(&body, scope)))
+    }
+
+    fn parse(body: &str, scope: &'static str) -> Self {
         let value = |line: &str| line.rsplit(' ').next()?.parse::<f64>().ok();
-        let metric = |name: &str| {
+        let label = format!("scope=\"{scope}\"");
+        let label = label.as_str();
+        let series = |suffix: &str| {
+            let name = format!("nimbus_posture_compute_seconds_{suffix}");
             body.lines()
-                .find(|l| l.starts_with(name))
-                .and_then(value)
-                .with_context(|| format!("{name} is not in the operator's /metrics"))
+                .filter(move |l| l.starts_with(&name) && l.contains(label))
         };
-        let count = metric("nimbus_posture_compute_seconds_count")?;
-        let sum = metric("nimbus_posture_compute_seconds_sum")?;
+        let count = series("count").find_map(value).unwrap_or_default();
+        let sum = series("sum").find_map(value).unwrap_or_default();
         // Buckets are cumulative: the first that counts every computation bounds the longest.
-        let longest_within = body
-            .lines()
-            .filter(|l| l.starts_with("nimbus_posture_compute_seconds_bucket"))
+        let longest_within = series("bucket")
             .find(|l| value(l) == Some(count))
             .and_then(|l| {
                 l.split("le=\"")
@@ -353,7 +365,8 @@ impl Computations {
                     .ok()
             })
             .unwrap_or(f64::INFINITY);
-        Ok(Self {
+        Self {
+            scope,
             count: count as u64,
             mean_ms: if count > 0.0 {
                 sum / count * 1000.0
@@ -361,7 +374,12 @@ impl Computations {
                 0.0
             },
             longest_within_ms: longest_within * 1000.0,
-        })
+        }
+    }
+
+    /// Computations of every scope.
+    async fn total(port: u16) -> anyhow::Result<u64> {
+        Ok(Self::scrape(port).await?.iter().map(|c| c.count).sum())
     }
 }
 

@@ -44,6 +44,13 @@ pub struct VerdictLabels {
     pub verdict: &'static str,
 }
 
+/// What a posture computation recomputed: `all`, or only the `namespaces` where pods,
+/// ReplicaSets or Jobs changed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ComputeLabels {
+    pub scope: &'static str,
+}
+
 /// A policy's `Ready` condition: `True`, `False`, or `Unknown` before its first status.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReadyLabels {
@@ -78,8 +85,9 @@ pub struct Metrics {
     /// NimbusPolicies and ClusterNimbusPolicies by their `Ready` condition, as cached. Set with
     /// [`Self::workloads`], so only where the posture API runs.
     pub policies: Family<ReadyLabels, Gauge>,
-    /// How long each posture computation took, storing the result included.
-    pub posture_compute: Histogram,
+    /// How long each posture computation took, storing the result included, by what it
+    /// recomputed.
+    pub posture_compute: Family<ComputeLabels, Histogram>,
     pub time_to_protect: TimeToProtect,
 }
 
@@ -157,7 +165,9 @@ impl Default for Metrics {
             "NimbusPolicies and ClusterNimbusPolicies by Ready condition (computed only where the posture API runs)",
             policies.clone(),
         );
-        let posture_compute = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let posture_compute = Family::<ComputeLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
         registry.register(
             "posture_compute_seconds",
             "Time one posture computation took, from the caches to the served objects (only where the posture API runs)",

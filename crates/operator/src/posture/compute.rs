@@ -10,7 +10,7 @@ use crate::availability::{self, Served};
 use crate::cache::{Cache, Driver};
 use crate::context::Context;
 use crate::controllers::policy::Claim;
-use crate::metrics::{ReadyLabels, VerdictLabels};
+use crate::metrics::{ComputeLabels, ReadyLabels, VerdictLabels};
 use crate::write::object::is_controlled_by;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -407,14 +407,19 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
                     let memo = memo.take();
                     tokio::task::spawn_blocking(move || {
                         let (kept, computed) = compute(&ctx, &sources, memo, changed);
+                        let scope = if computed.scope.is_some() {
+                            "namespaces"
+                        } else {
+                            "all"
+                        };
                         let writes = store(&ctx, &postures, &kept, computed);
-                        (kept, writes)
+                        (kept, scope, writes)
                     })
                 };
-                let writes = match computing.await {
-                    Ok((kept, writes)) => {
+                let (scope, writes) = match computing.await {
+                    Ok((kept, scope, writes)) => {
                         memo = Some(kept);
-                        writes
+                        (scope, writes)
                     }
                     Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
                     // Cancelled: the runtime is shutting down.
@@ -422,8 +427,11 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
                 };
                 postures.mark_ready();
                 let took = started.elapsed();
-                ctx.metrics.posture_compute.observe(took.as_secs_f64());
-                tracing::debug!(?took, "posture computed");
+                ctx.metrics
+                    .posture_compute
+                    .get_or_create(&ComputeLabels { scope })
+                    .observe(took.as_secs_f64());
+                tracing::debug!(?took, scope, "posture computed");
                 // A standby computes the previews too, and writes them once it leads.
                 outputs.send_replace(Some(Arc::new(writes)));
                 notify.notified().await;
