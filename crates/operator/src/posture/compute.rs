@@ -7,7 +7,7 @@
 use super::reports::OwnReports;
 use super::{Postures, lock, previews};
 use crate::availability::{self, Served};
-use crate::cache::{Cache, Driver};
+use crate::cache::{Cache, Driver, Index};
 use crate::context::Context;
 use crate::controllers::policy::Claim;
 use crate::metrics::{ComputeLabels, ReadyLabels, VerdictLabels};
@@ -49,6 +49,8 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// NetworkPolicies and Kyverno's PolicyReports.
 pub struct Workloads {
     pods: Store<Pod>,
+    /// Where the pods of each namespace are: a namespace's pods are found without a scan.
+    pods_by_namespace: Index,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
     jobs: Store<PartialObjectMeta<Job>>,
     services: Store<Service>,
@@ -84,6 +86,7 @@ impl Workloads {
     /// ours of the kinds `reports` may write.
     pub fn watch(client: &Client, kyverno: bool, reports: ReportFormat) -> (Self, Watches) {
         let mut pods = Cache::new(Api::<Pod>::all(client.clone())).strip(strip_pod);
+        let pods_by_namespace = pods.index_by(|pod| pod.metadata.namespace.clone());
         let mut replica_sets = metadata_cache::<ReplicaSet>(client);
         let mut jobs = metadata_cache::<Job>(client);
         let mut services = Cache::new(Api::<Service>::all(client.clone())).strip(|svc| {
@@ -163,6 +166,7 @@ impl Workloads {
         let own_reports = OwnReports::watch(client, reports, &served, &mut watches);
         let workloads = Self {
             pods: pods.store,
+            pods_by_namespace,
             replica_sets: replica_sets.store,
             jobs: jobs.store,
             services: services.store,
@@ -193,12 +197,20 @@ impl Workloads {
             .collect())
     }
 
-    /// The pods of the namespaces `in_scope`.
-    fn pods(&self, in_scope: impl Fn(&str) -> bool) -> Vec<core::Pod> {
-        self.pods
-            .state()
-            .iter()
-            .filter(|p| in_scope(p.metadata.namespace.as_deref().unwrap_or_default()))
+    /// The pods of `namespaces`, or every pod.
+    fn pods(&self, namespaces: Option<&BTreeSet<String>>) -> Vec<core::Pod> {
+        let pods = match namespaces {
+            None => self.pods.state(),
+            Some(namespaces) => namespaces
+                .iter()
+                .flat_map(|ns| self.pods_by_namespace.get(ns))
+                .filter_map(|(ns, name)| {
+                    self.pods
+                        .get(&ObjectRef::new(&name).within(ns.as_deref().unwrap_or_default()))
+                })
+                .collect(),
+        };
+        pods.iter()
             .map(|p| core::Pod {
                 namespace: p.namespace().unwrap_or_default(),
                 name: p.name_any(),
@@ -628,7 +640,7 @@ fn compute(
         _ => (None, None),
     };
     let in_scope = |ns: &str| scope.as_ref().is_none_or(|s| s.contains(ns));
-    let workloads = core::workloads(sources.pods(in_scope), |ns, kind, name| {
+    let workloads = core::workloads(sources.pods(scope.as_ref()), |ns, kind, name| {
         sources.owner_of(ns, kind, name)
     });
     let mut memo = memo.unwrap_or_else(|| Memo::new(ctx, sources, &workloads));

@@ -172,11 +172,16 @@ impl<T: PostureKind + Clone + PartialEq + serde::Serialize + Send + Sync + 'stat
         objects: impl IntoIterator<Item = T>,
     ) {
         let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
-        let (mut previous, kept): (BTreeMap<_, _>, BTreeMap<_, _>) =
-            std::mem::take(&mut inner.objects)
-                .into_iter()
-                .partition(|(key, _)| in_scope(key));
-        inner.objects = kept;
+        // Taken out in place: the objects out of scope (most, when few namespaces changed)
+        // stay where they are.
+        let mut previous = BTreeMap::new();
+        inner.objects.retain(|key, stored| {
+            let taken = in_scope(key);
+            if taken {
+                previous.insert(key.clone(), stored.clone());
+            }
+            !taken
+        });
         let mut events = Vec::new();
         for mut object in objects {
             let key = key_of(&object);
