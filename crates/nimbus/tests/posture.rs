@@ -425,15 +425,7 @@ async fn a_workloads_posture_follows_its_pods() {
         .delete("web", &DeleteParams::foreground())
         .await
         .expect("deleting the Deployment");
-    eventually("deployment-web's posture to go", CONVERGE, async |_| {
-        workloads
-            .get_opt("deployment-web")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    common::gone(&workloads, "deployment-web").await;
     let namespace = eventually("the namespace without workloads", CONVERGE, async |seen| {
         let p = namespaces.get(ns.name()).await.ok()?;
         *seen = format!("{:?} {:?}", p.verdict, p.workloads);
@@ -1014,15 +1006,7 @@ async fn reports_say_what_the_posture_says() {
         .delete("web", &DeleteParams::default())
         .await
         .expect("deleting the binding");
-    eventually("the web pod's report to go", CONVERGE, async |_| {
-        reports
-            .get_opt("nimbus-pod-web")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    common::gone(&reports, "nimbus-pod-web").await;
 }
 
 /// What the README promises of list and watch, through kube-apiserver as clients use it:

@@ -167,6 +167,17 @@ where
         .unwrap_or_else(|e| panic!("getting {name}: {e}"))
 }
 
+/// Waits until `name` is gone from `api`.
+pub async fn gone<K>(api: &Api<K>, name: &str)
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    nimbus_testenv::eventually(&format!("{name} to go"), CONVERGE, async |_| {
+        api.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await
+}
+
 /// Creates a uniquely named SecurityIntent and returns its name.
 pub async fn create_intent(client: &Client, id: &str, action: &str) -> String {
     let name = unique("si");
