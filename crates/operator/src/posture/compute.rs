@@ -692,7 +692,6 @@ fn compute(
             reports.entry(w.namespace.clone()).or_default().push(report);
         }
     }
-    drop(applying);
     memo.reports.retain(|ns, _| !in_scope(ns));
     memo.reports
         .extend(reports.into_iter().map(|(ns, r)| (ns, Arc::new(r))));
