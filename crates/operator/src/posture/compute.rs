@@ -81,6 +81,15 @@ pub struct Watches {
     pub synced: BoxFuture<'static, ()>,
 }
 
+impl Watches {
+    /// Signals when a cache lists (`listed`, its synced flag): listing nothing is a change
+    /// too (what was unreadable becomes readable).
+    pub(super) fn on_list(&mut self, listed: &watch::Receiver<bool>) {
+        self.changes
+            .push(signal(WatchStream::from_changes(listed.clone())));
+    }
+}
+
 impl Workloads {
     /// The watches, Kyverno's reports among them when `kyverno` (the engine is enabled), and
     /// ours of the kinds `reports` may write.
@@ -148,12 +157,9 @@ impl Workloads {
             let mut cache: Cache<DynamicObject> =
                 Cache::with(Api::all_with(client.clone(), &resource), resource, config)
                     .strip(strip_report);
-            // Listing none is a change too: the reports become readable.
             let listed = cache.synced_flag();
+            watches.on_list(&listed);
             watches.changes.push(signal(cache.subscribe()));
-            watches
-                .changes
-                .push(signal(WatchStream::from_changes(listed.clone())));
             watches
                 .drivers
                 .push(cache.driver_after(availability::when_served(&served, &POLICY_REPORT)));
@@ -489,6 +495,11 @@ async fn write(
     }
 }
 
+/// Whether `namespace` is among those `scope` recomputes (`None`: all).
+fn within(scope: Option<&BTreeSet<String>>, namespace: &str) -> bool {
+    scope.is_none_or(|s| s.contains(namespace))
+}
+
 /// Maps any stream to a change signal.
 pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
     stream.map(|_| ()).boxed()
@@ -639,7 +650,7 @@ fn compute(
         Some(memo) if !dirty.everything && !memo.previewing => (Some(memo), Some(dirty.namespaces)),
         _ => (None, None),
     };
-    let in_scope = |ns: &str| scope.as_ref().is_none_or(|s| s.contains(ns));
+    let in_scope = |ns: &str| within(scope.as_ref(), ns);
     let workloads = core::workloads(sources.pods(scope.as_ref()), |ns, kind, name| {
         sources.owner_of(ns, kind, name)
     });
@@ -705,7 +716,7 @@ fn compute(
 
 /// Stores what `computed` recomputed and exports the counts; what the leader is to write.
 fn store(ctx: &Context, postures: &Postures, memo: &Memo, computed: Computed) -> Writes {
-    let in_scope = |ns: &str| computed.scope.as_ref().is_none_or(|s| s.contains(ns));
+    let in_scope = |ns: &str| within(computed.scope.as_ref(), ns);
     postures
         .workloads
         .replace_within(|(ns, _)| in_scope(ns), computed.workloads);

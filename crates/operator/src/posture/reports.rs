@@ -4,7 +4,7 @@
 //! our own reports, so the leader compares with what is stored without reading it, and
 //! compares again only the namespaces whose desired or stored reports changed.
 
-use super::compute::{Watches, namespaces_of, signal};
+use super::compute::{Watches, namespaces_of};
 use super::{all_succeed, lock};
 use crate::availability::{Served, when_served};
 use crate::cache::Cache;
@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, watch};
-use tokio_stream::wrappers::WatchStream;
 
 /// Owns the reports it writes, and nothing else.
 pub const FIELD_MANAGER: &str = "nimbus-reports";
@@ -67,11 +66,9 @@ impl OwnReports {
                 let mut cache: Cache<DynamicObject> =
                     Cache::with(Api::all_with(client.clone(), &resource), resource, config)
                         .strip(|r| r.metadata.managed_fields = None);
-                // Listing none is a change too: the kind's reports can then be written.
+                // Once listed, the kind's reports can be written.
                 let listed = cache.synced_flag();
-                watches
-                    .changes
-                    .push(signal(WatchStream::from_changes(listed.clone())));
+                watches.on_list(&listed);
                 // A change of ours is the writer's alone to look at: the posture reads none.
                 let (changed, notify) = (changed.clone(), notify.clone());
                 watches.drivers.push(
