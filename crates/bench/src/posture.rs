@@ -6,7 +6,7 @@
 
 use crate::{procfs, report::mib, spawn_operator, step, tail};
 use anyhow::{Context as _, bail};
-use futures::{StreamExt, TryStreamExt};
+use futures::{AsyncReadExt as _, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::PostParams;
@@ -18,6 +18,7 @@ use nimbus_testenv::{
 };
 use serde_json::json;
 use std::ffi::OsString;
+use std::io::Read as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,10 @@ pub struct PostureArgs {
     /// Give up when the postures have not caught up after this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// Write kube-apiserver's CPU profile over the JSON lists through it to this file
+    /// (`go tool pprof -top <file>`).
+    #[arg(long)]
+    apiserver_profile: Option<std::path::PathBuf>,
 }
 
 /// Pods kwok runs per fake node (below the node's capacity of 110).
@@ -57,6 +62,7 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
     step("starting the control plane with kube-scheduler and kwok");
     let cp = ControlPlane::start(Options {
         fake_nodes: true,
+        profiling: args.apiserver_profile.is_some(),
         ..Options::default()
     })
     .await
@@ -161,7 +167,20 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
         pods_created.as_secs_f64()
     ));
     // The reads are timed at rest: kube-scheduler and kwok go on binding and starting pods
-    // long after the last is created, and each change recomputes the posture.
+    // long after the last is created, and each change recomputes the posture. kwok's status
+    // writes for pods it has not started yet also keep kube-apiserver busy on these 2 cores
+    // after the posture no longer changes, so the reads wait for them too.
+    let began = Instant::now();
+    match all_running(&client).await? {
+        true => step(format!(
+            "kwok ran every pod {:.1} s after catching up",
+            began.elapsed().as_secs_f64()
+        )),
+        false => step(format!(
+            "pods still not running {} s after catching up; timing the reads anyway",
+            SETTLE_LIMIT.as_secs()
+        )),
+    }
     let settled = settle(metrics).await?;
     match settled {
         Some(after) => step(format!(
@@ -176,15 +195,44 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
     }
     let after = procfs::Sample::read(pid)?;
 
-    let json = time_lists(&client, args.lists, false).await?;
-    let table = time_lists(&client, args.lists, true).await?;
+    let mut profiling = args.apiserver_profile.as_ref().map(|path| {
+        // Over the first form's lists, plain JSON; sampling starts with the request.
+        let secs = (args.lists as u64 / 10).max(1);
+        step(format!(
+            "profiling kube-apiserver for {secs} s into {}",
+            path.display()
+        ));
+        crate::profile::start(&client, secs, path.clone())
+    });
+    let forms = [
+        ListForm::JSON,
+        ListForm::JSON_GZIP,
+        ListForm::TABLE,
+        ListForm::TABLE_GZIP,
+    ];
+    let mut timings = Vec::new();
+    for form in forms {
+        timings.push((
+            form,
+            "through kube-apiserver",
+            time_lists(&client, args.lists, form).await?,
+        ));
+        if let Some(profiling) = profiling.take() {
+            profiling.await.context("the profile task")??;
+        }
+    }
     // The same lists from the operator itself, as kube-apiserver's front proxy asks: what
     // the aggregation layer adds is the difference.
     let direct = service
         .front_proxy_client(&cp, &certificate.ca_pem)
         .context("a client of the posture server")?;
-    let direct_json = time_lists(&direct, args.lists, false).await?;
-    let direct_table = time_lists(&direct, args.lists, true).await?;
+    for form in forms {
+        timings.push((
+            form,
+            "from the operator directly",
+            time_lists(&direct, args.lists, form).await?,
+        ));
+    }
     let after_lists = procfs::Sample::read(pid)?;
     let computations = Computations::scrape(metrics).await?;
 
@@ -201,15 +249,16 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
         pods_created.as_secs_f64(),
         caught_up.saturating_sub(pods_created).as_secs_f64()
     );
-    for (form, timing, via) in [
-        ("JSON ", &json, "through kube-apiserver"),
-        ("Table", &table, "through kube-apiserver"),
-        ("JSON ", &direct_json, "from the operator directly"),
-        ("Table", &direct_table, "from the operator directly"),
-    ] {
+    for (form, via, timing) in &timings {
         println!(
-            "  list {form}:  p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms over {} lists of {} objects ({:.1} MiB each), {via}, at rest",
-            timing.p50_ms, timing.p99_ms, timing.max_ms, args.lists, timing.objects, timing.mib
+            "  list {}:  p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms over {} lists of {} objects ({:.2} MiB each), {via}, at rest",
+            form.label(),
+            timing.p50_ms,
+            timing.p99_ms,
+            timing.max_ms,
+            args.lists,
+            timing.objects,
+            timing.mib
         );
     }
     for c in &computations {
@@ -319,6 +368,26 @@ async fn settle(metrics: u16) -> anyhow::Result<Option<Duration>> {
     Ok(None)
 }
 
+/// Waits until no pod is in a phase other than Running; false after [`SETTLE_LIMIT`].
+async fn all_running(client: &Client) -> anyhow::Result<bool> {
+    let pods = Api::<Pod>::all(client.clone());
+    let not_running = kube::api::ListParams::default()
+        .fields("status.phase!=Running")
+        .limit(1);
+    let began = Instant::now();
+    while began.elapsed() < SETTLE_LIMIT {
+        let list = pods
+            .list_metadata(&not_running)
+            .await
+            .context("listing pods not running")?;
+        if list.items.is_empty() {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    Ok(false)
+}
+
 /// The operator's posture computations of one scope so far, from its histogram.
 struct Computations {
     /// `all`, or `namespaces` (only those where pods changed).
@@ -391,14 +460,53 @@ struct Timing {
     mib: f64,
 }
 
-/// Lists every WorkloadPosture `n` times through `client`, as JSON or as a Table.
-async fn time_lists(client: &Client, n: usize, as_table: bool) -> anyhow::Result<Timing> {
+/// How a list asks for WorkloadPostures: as JSON or as the Table `kubectl get` asks for, and
+/// whether it accepts gzip (kubectl and client-go do; kube-rs without its `gzip` feature not).
+#[derive(Clone, Copy)]
+struct ListForm {
+    table: bool,
+    gzip: bool,
+}
+
+impl ListForm {
+    const JSON: Self = Self {
+        table: false,
+        gzip: false,
+    };
+    const JSON_GZIP: Self = Self {
+        table: false,
+        gzip: true,
+    };
+    const TABLE: Self = Self {
+        table: true,
+        gzip: false,
+    };
+    const TABLE_GZIP: Self = Self {
+        table: true,
+        gzip: true,
+    };
+
+    fn label(self) -> &'static str {
+        match (self.table, self.gzip) {
+            (false, false) => "JSON       ",
+            (false, true) => "JSON, gzip ",
+            (true, false) => "Table      ",
+            (true, true) => "Table, gzip",
+        }
+    }
+}
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Lists every WorkloadPosture `n` times through `client` in `form`; a gzip list is timed until
+/// it is decompressed, as a Go client's transport does.
+async fn time_lists(client: &Client, n: usize, form: ListForm) -> anyhow::Result<Timing> {
     let path = format!(
         "/apis/{}/{}/workloadpostures",
         posture::GROUP,
         posture::VERSION
     );
-    let accept = if as_table {
+    let accept = if form.table {
         "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
     } else {
         "application/json"
@@ -408,21 +516,41 @@ async fn time_lists(client: &Client, n: usize, as_table: bool) -> anyhow::Result
     for _ in 0..n.max(1) {
         // Read by kube-apiserver's front proxy as the user; ignored by kube-apiserver itself,
         // which authenticates the bench by its certificate.
-        let request = http::Request::get(path.as_str())
+        let mut request = http::Request::get(path.as_str())
             .header(http::header::ACCEPT, accept)
             .header("X-Remote-User", "nimbus-bench")
-            .header("X-Remote-Group", "system:masters")
-            .body(Vec::new())?;
+            .header("X-Remote-Group", "system:masters");
+        if form.gzip {
+            request = request.header(http::header::ACCEPT_ENCODING, "gzip");
+        }
         let started = Instant::now();
-        let body = client
-            .request_text(request)
+        let mut received = Vec::new();
+        client
+            .request_stream(request.body(Vec::new())?)
             .await
-            .context("listing WorkloadPostures")?;
+            .context("listing WorkloadPostures")?
+            .read_to_end(&mut received)
+            .await
+            .context("reading the list of WorkloadPostures")?;
+        let body = if received.starts_with(&GZIP_MAGIC) {
+            let mut body = Vec::new();
+            flate2::read::GzDecoder::new(&received[..])
+                .read_to_end(&mut body)
+                .context("decompressing the list")?;
+            body
+        } else {
+            anyhow::ensure!(
+                !form.gzip,
+                "a list of {} bytes asked for with gzip came uncompressed",
+                received.len()
+            );
+            received.clone()
+        };
         samples.push(started.elapsed().as_secs_f64() * 1000.0);
-        let value: serde_json::Value = serde_json::from_str(&body)?;
-        let field = if as_table { "rows" } else { "items" };
+        let value: serde_json::Value = serde_json::from_slice(&body)?;
+        let field = if form.table { "rows" } else { "items" };
         objects = value[field].as_array().map_or(0, Vec::len);
-        bytes = body.len();
+        bytes = received.len();
     }
     samples.sort_by(f64::total_cmp);
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];

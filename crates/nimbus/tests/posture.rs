@@ -441,6 +441,91 @@ async fn a_workloads_posture_follows_its_pods() {
     );
 }
 
+/// A list above 128 KiB comes gzip-compressed through kube-apiserver to a client that accepts
+/// gzip, as kube-apiserver's own lists do, and reads the same as the uncompressed list; kubectl
+/// (which accepts gzip) reads it whole.
+#[tokio::test]
+async fn a_large_list_arrives_gzipped_through_kube_apiserver() {
+    use futures::AsyncReadExt as _;
+    use std::io::Read as _;
+    const PODS: usize = 60;
+    let cp = posture().cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("posture-gzip").await.expect("namespace");
+    // Each posture carries its pods' labels: 40 long ones make it about 3 KiB.
+    let labels: serde_json::Map<String, serde_json::Value> = (0..40)
+        .map(|i| (format!("label-{i:02}"), json!("v".repeat(60))))
+        .collect();
+    let pods = Api::<Pod>::namespaced(client.clone(), ns.name());
+    futures::stream::iter(0..PODS)
+        .for_each_concurrent(8, async |i| {
+            let name = format!("app-{i:02}");
+            let mut labels = labels.clone();
+            labels.insert("app".into(), json!(name));
+            apply(
+                &pods,
+                &name,
+                &json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}),
+            )
+            .await;
+        })
+        .await;
+    let path = format!(
+        "/apis/{}/{}/namespaces/{}/workloadpostures",
+        nimbus_api::posture::GROUP,
+        nimbus_api::posture::VERSION,
+        ns.name()
+    );
+    let list = async |gzip: bool| -> Vec<u8> {
+        let mut request = http::Request::get(path.as_str());
+        if gzip {
+            request = request.header(http::header::ACCEPT_ENCODING, "gzip");
+        }
+        let mut body = Vec::new();
+        client
+            .request_stream(request.body(Vec::new()).expect("request"))
+            .await
+            .expect("listing WorkloadPostures")
+            .read_to_end(&mut body)
+            .await
+            .expect("reading the list");
+        body
+    };
+    let plain: serde_json::Value = eventually("every pod's posture", CONVERGE, async |seen| {
+        let list: serde_json::Value = serde_json::from_slice(&list(false).await).ok()?;
+        let items = list["items"].as_array().map_or(0, Vec::len);
+        *seen = format!("{items} postures");
+        (items == PODS).then_some(list)
+    })
+    .await;
+    let plain_len = serde_json::to_vec(&plain).expect("JSON").len();
+    assert!(plain_len > 128 * 1024, "the list is only {plain_len} bytes");
+
+    let compressed = list(true).await;
+    assert!(
+        compressed.starts_with(&[0x1f, 0x8b]),
+        "not gzip: {:?}",
+        String::from_utf8_lossy(&compressed[..compressed.len().min(200)])
+    );
+    assert!(
+        compressed.len() < plain_len / 4,
+        "{} bytes",
+        compressed.len()
+    );
+    let mut unzipped = Vec::new();
+    flate2::read::GzDecoder::new(&compressed[..])
+        .read_to_end(&mut unzipped)
+        .expect("gunzip");
+    let unzipped: serde_json::Value = serde_json::from_slice(&unzipped).expect("JSON");
+    assert_eq!(unzipped["items"], plain["items"]);
+
+    let (ok, out, err) = kubectl(cp, &["get", "wp", "-n", ns.name(), "-o", "name"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), PODS, "{out}");
+}
+
 /// `kubectl explain` reads the fields from the OpenAPI the server publishes.
 #[tokio::test]
 async fn kubectl_explains_the_fields() {

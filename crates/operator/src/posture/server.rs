@@ -19,7 +19,7 @@ use http::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use nimbus_api::posture::GROUP;
-use response::{Form, document, json_response, not_found, respond, status};
+use response::{Form, accepts_gzip, document, gzipped, json_response, not_found, respond, status};
 use rustls::ServerConfig;
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -106,7 +106,15 @@ async fn connection(
     let shutdown = server.shutdown.clone();
     let service = hyper::service::service_fn(move |request| {
         let (server, proxy) = (server.clone(), proxy.clone());
-        async move { Ok::<_, Infallible>(server.handle(request, proxy.as_deref()).await) }
+        async move {
+            let gzip = accepts_gzip(request.headers());
+            let response = server.handle(request, proxy.as_deref()).await;
+            Ok::<_, Infallible>(if gzip {
+                gzipped(response).await
+            } else {
+                response
+            })
+        }
     });
     let builder = auto::Builder::new(TokioExecutor::new());
     let connection = builder.serve_connection(TokioIo::new(stream), service);
