@@ -184,12 +184,12 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
     let settled = settle(metrics).await?;
     match settled {
         Some(after) => step(format!(
-            "the posture settled {:.1} s after catching up (no computation for {} s)",
+            "the posture settled {:.1} s after that (no computation for {} s)",
             after.as_secs_f64(),
             QUIET.as_secs()
         )),
         None => step(format!(
-            "the posture still recomputed {} s after catching up; timing the reads anyway",
+            "the posture still recomputed {} s after that; timing the reads anyway",
             SETTLE_LIMIT.as_secs()
         )),
     }
@@ -532,22 +532,24 @@ async fn time_lists(client: &Client, n: usize, form: ListForm) -> anyhow::Result
             .read_to_end(&mut received)
             .await
             .context("reading the list of WorkloadPostures")?;
+        let unzipped;
         let body = if received.starts_with(&GZIP_MAGIC) {
-            let mut body = Vec::new();
+            let mut decompressed = Vec::new();
             flate2::read::GzDecoder::new(&received[..])
-                .read_to_end(&mut body)
+                .read_to_end(&mut decompressed)
                 .context("decompressing the list")?;
-            body
+            unzipped = decompressed;
+            &unzipped
         } else {
             anyhow::ensure!(
                 !form.gzip,
                 "a list of {} bytes asked for with gzip came uncompressed",
                 received.len()
             );
-            received.clone()
+            &received
         };
         samples.push(started.elapsed().as_secs_f64() * 1000.0);
-        let value: serde_json::Value = serde_json::from_slice(&body)?;
+        let value: serde_json::Value = serde_json::from_slice(body)?;
         let field = if form.table { "rows" } else { "items" };
         objects = value[field].as_array().map_or(0, Vec::len);
         bytes = received.len();
