@@ -204,12 +204,7 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
         ));
         crate::profile::start(&client, secs, path.clone())
     });
-    let forms = [
-        ListForm::JSON,
-        ListForm::JSON_GZIP,
-        ListForm::TABLE,
-        ListForm::TABLE_GZIP,
-    ];
+    let forms = ListForm::ALL;
     let mut timings = Vec::new();
     for form in forms {
         timings.push((
@@ -469,22 +464,25 @@ struct ListForm {
 }
 
 impl ListForm {
-    const JSON: Self = Self {
-        table: false,
-        gzip: false,
-    };
-    const JSON_GZIP: Self = Self {
-        table: false,
-        gzip: true,
-    };
-    const TABLE: Self = Self {
-        table: true,
-        gzip: false,
-    };
-    const TABLE_GZIP: Self = Self {
-        table: true,
-        gzip: true,
-    };
+    /// JSON and Table, each without and with gzip.
+    const ALL: [Self; 4] = [
+        Self {
+            table: false,
+            gzip: false,
+        },
+        Self {
+            table: false,
+            gzip: true,
+        },
+        Self {
+            table: true,
+            gzip: false,
+        },
+        Self {
+            table: true,
+            gzip: true,
+        },
+    ];
 
     fn label(self) -> &'static str {
         match (self.table, self.gzip) {

@@ -116,7 +116,7 @@ pub(super) fn not_found<T: PostureKind>(name: &str) -> Response<Body> {
 
 /// kube-apiserver's own rule for its responses: gzip at level 1 above 128 KiB. kubectl and
 /// client-go accept gzip, and kube-apiserver's aggregation layer passes the compressed body
-/// through, so it relays a list of 10,000 WorkloadPostures as about 0.4 MiB rather than 7.6.
+/// through, so it relays a list of 10,000 WorkloadPostures as 0.54 MiB rather than 7.6.
 const GZIP_ABOVE: u64 = 128 * 1024;
 
 /// Whether the client named `gzip` in `Accept-Encoding` (as kube-apiserver reads it: a bare
@@ -142,11 +142,11 @@ pub(super) async fn gzipped(response: Response<Body>) -> Response<Body> {
         return response;
     }
     let (mut parts, body) = response.into_parts();
-    let compressed = match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(bytes) => tokio::task::spawn_blocking(move || gzip(&bytes)).await,
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
         Err(error) => return encoding_failed(&error),
     };
-    let compressed = match compressed {
+    let compressed = match tokio::task::spawn_blocking(move || gzip(&bytes)).await {
         Ok(Ok(compressed)) => compressed,
         Ok(Err(error)) => return encoding_failed(&error),
         Err(error) => return encoding_failed(&error),
