@@ -1,5 +1,6 @@
 //! Chaos: a seeded, time-bounded churn of intents, bindings, cluster bindings, namespaces and
-//! hand edits of every generated kind (a key added, a value changed, a delete), while the
+//! hand edits of every generated kind (a key added, a value changed, a delete: every pair at
+//! least once, those the churn's draws left out made right after it), while the
 //! leading operator replica is SIGKILLed and restarted again and again, kube-apiserver is
 //! restarted twice and etcd once. Then an auditor compares the cluster with `nimbus translate`
 //! of the manifests read back from it (the same core the operator runs: this proves
@@ -333,10 +334,21 @@ async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
     let choices: Vec<_> = choices.into_iter().filter(|c| c.2 == least).collect();
     let &(i, edit, _) = rng.pick(&choices);
     let (resource, namespaced, items) = &candidates[i];
-    let object = rng.pick(items);
+    tamper_with(client, resource, *namespaced, rng.pick(items), edit, stats).await;
+}
+
+/// Makes `edit` to `object` (of `resource`) as an intruder would, and counts it.
+async fn tamper_with(
+    client: &Client,
+    resource: &ApiResource,
+    namespaced: bool,
+    object: &Value,
+    edit: &'static str,
+    stats: &mut Stats,
+) {
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
     let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) if *namespaced => Api::namespaced_with(client.clone(), ns, resource),
+        Some(ns) if namespaced => Api::namespaced_with(client.clone(), ns, resource),
         _ => Api::all_with(client.clone(), resource),
     };
     let intruder = PatchParams {
@@ -360,6 +372,36 @@ async fn tamper(client: &Client, rng: &mut Rng, stats: &mut Stats) {
         }
     };
     stats.tamper(&resource.kind, edit, result);
+}
+
+/// Coverage by construction: every (kind, edit) pair the churn's draws left out is made now,
+/// each retried until it takes (its kind's objects exist all along, through the anchors, but
+/// one may be being re-created after an earlier tamper), so that a slow machine that drew
+/// fewer tampers in its time still tampers with everything before the audit.
+async fn tamper_every_pair(client: &Client, pairs: &[(String, &'static str)], stats: &mut Stats) {
+    for (kind, edit) in pairs {
+        let key = (kind.clone(), *edit);
+        let counted = |stats: &Stats| stats.tampers.get(&key).copied().unwrap_or(0);
+        let before = counted(stats);
+        if before > 0 {
+            continue;
+        }
+        let deadline = Instant::now() + CONVERGE;
+        while counted(stats) == before {
+            assert!(
+                Instant::now() < deadline,
+                "{kind} {edit}: no tamper took in {CONVERGE:?}: {:?}",
+                stats.tampers_not_counted
+            );
+            let candidates = generated_objects(client).await;
+            if let Some((resource, namespaced, items)) =
+                candidates.iter().find(|(r, ..)| &r.kind == kind)
+            {
+                tamper_with(client, resource, *namespaced, &items[0], edit, stats).await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 /// One churn step.
@@ -942,6 +984,16 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
             .unwrap_or_else(|e| panic!("restarting {component}: {e}"));
     }
 
+    // The admission engine stands by here (Kyverno is installed and preferred): it writes
+    // nothing, so there is nothing of its kinds to tamper with.
+    let standing_by = nimbus_core::catalog::Engine::Admission.spec().kinds;
+    let every_pair: Vec<(String, &str)> = generated_kinds()
+        .into_iter()
+        .filter(|(kind, _)| !standing_by.iter().any(|k| k.kind == kind.kind))
+        .flat_map(|(kind, _)| EDITS.map(|edit| (kind.kind.clone(), edit)))
+        .collect();
+    tamper_every_pair(&client, &every_pair, &mut stats).await;
+
     // The churn is over: the cluster must converge to exactly the translation.
     let settle = Instant::now();
     let mut last = Audit::default();
@@ -993,14 +1045,9 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         ),
     }
     assert_eq!(kills, LEADER_KILLS, "leader kills during the churn");
-    // The admission engine stands by here (Kyverno is installed and preferred): it writes
-    // nothing, so there is nothing of its kinds to tamper with.
-    let standing_by = nimbus_core::catalog::Engine::Admission.spec().kinds;
-    let untampered: Vec<(String, &str)> = generated_kinds()
-        .into_iter()
-        .filter(|(kind, _)| !standing_by.iter().any(|k| k.kind == kind.kind))
-        .flat_map(|(kind, _)| EDITS.map(|edit| (kind.kind.clone(), edit)))
-        .filter(|k| !stats.tampers.contains_key(k))
+    let untampered: Vec<&(String, &str)> = every_pair
+        .iter()
+        .filter(|k| !stats.tampers.contains_key(*k))
         .collect();
     assert!(
         untampered.is_empty(),
