@@ -5,12 +5,14 @@
 #              regenerate the committed CRDs
 # make netpol-oracle - the core's NetworkPolicy evaluator against cyclonus on 100,000 random
 #              cases (make test runs 2,000)
+# make pss-oracle - escapeToHost through every engine against Kubernetes' PodSecurity admission
+#              on 10,000 random pods per engine and level (make test runs 120)
 # make fuzz  - the API server as the judge of `nimbus validate` and `nimbus translate` on
 #              20,000 random cases (make test runs 600)
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools kyverno test-tools crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle fuzz
+.PHONY: dev test control-plane tools kyverno test-tools crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle pss-oracle fuzz
 
 dev: control-plane
 	$(CARGO) run -- dev
@@ -110,6 +112,16 @@ NETPOL_ORACLE_SEED ?= 1
 netpol-oracle: tools
 	NIMBUS_NETPOL_ORACLE_CASES=$(NETPOL_ORACLE_CASES) NIMBUS_NETPOL_ORACLE_SEED=$(NETPOL_ORACLE_SEED) \
 	  $(CARGO) test -p nimbus --test netpol_oracle -- --nocapture
+
+# escapeToHost through every engine (admission, Kyverno CEL, Kyverno legacy) against Kubernetes'
+# own PodSecurity admission at length: seeded random pods, created, given an ephemeral
+# container, as a Deployment created and as a template replaced, every verdict compared (see
+# crates/nimbus/tests/efficacy/pod_security.rs; make test runs 120 cases per engine and level).
+PSS_ORACLE_CASES ?= 10000
+PSS_ORACLE_SEED ?= 1
+pss-oracle: control-plane kyverno
+	NIMBUS_PSS_CASES=$(PSS_ORACLE_CASES) NIMBUS_PSS_SEED=$(PSS_ORACLE_SEED) \
+	  $(CARGO) test -p nimbus --test efficacy -- --nocapture agrees_with_pod_security
 
 # The API server as the oracle of `nimbus validate` and `nimbus translate` at length: random
 # cases dry-run on the control plane, every disagreement printed with its manifest (see

@@ -41,9 +41,10 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             reads: &[],
             // `validationActions: [Audit, Warn]`: the API server admits and warns.
             audit: AuditForm::Reports,
-            effect: "the API server refuses pods (and Deployments, StatefulSets, DaemonSets, \
-                     ReplicaSets, ReplicationControllers, Jobs, CronJobs whose pod template) \
-                     break the Pod Security Standard (psaLevel), one message per failed check; \
+            effect: "the API server refuses pods, ephemeral containers added to them (kubectl \
+                     debug), and Deployments, StatefulSets, DaemonSets, ReplicaSets, \
+                     ReplicationControllers, Jobs and CronJobs whose pod template, that break \
+                     the Pod Security Standard (psaLevel), one message per failed check; \
                      cluster bindings only",
         },
         Enforces {
@@ -103,6 +104,8 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                             "escapeToHost ({level} Pod Security Standard): {}",
                             c.message
                         ),
+                        // As PodSecurity admission refuses (the default is 422 Invalid).
+                        "reason": "Forbidden",
                     })
                 })
                 .collect();
@@ -228,12 +231,13 @@ fn literal(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-/// Pods, and the workload controllers whose pod template makes pods.
+/// Pods (and the ephemeral containers added to them, through their own subresource, as
+/// `kubectl debug` does), and the workload controllers whose pod template makes pods.
 fn workload_rules() -> Value {
     let ops = json!(["CREATE", "UPDATE"]);
     json!([
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-         "resources": ["pods"]},
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ops,
+         "resources": ["pods", "pods/ephemeralcontainers"]},
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ops,
          "resources": ["replicationcontrollers"]},
         {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ops,
@@ -243,11 +247,22 @@ fn workload_rules() -> Value {
     ])
 }
 
-/// Updates are judged only when they change the pod template: an update that only scales, or
-/// relabels, a workload admitted before the policy is not refused for what it already was (a
-/// pod's spec can hardly change, so pods are judged on creation only, as Pod Security admission
-/// does).
-const POD_SPEC_WRITTEN: &str = "request.operation != 'UPDATE' || (object.kind == 'CronJob' ? \
+/// Updates are judged only when they change what runs: an update that only scales, or
+/// relabels, a workload admitted before the policy is not refused for what it already was. A
+/// workload's update is judged when it changes the pod template; a pod's when PodSecurity
+/// admission judges it (`isSignificantPodUpdate` in k8s.io/pod-security-admission): a
+/// container added or its image changed, an ephemeral container added (through the
+/// `pods/ephemeralcontainers` subresource) or its image changed.
+const POD_SPEC_WRITTEN: &str = "request.operation != 'UPDATE' || (\
+     object.kind == 'Pod' ? \
+     object.spec.containers.map(c, c.?image.orValue('')) != \
+     oldObject.spec.containers.map(c, c.?image.orValue('')) || \
+     object.spec.?initContainers.orValue([]).map(c, c.?image.orValue('')) != \
+     oldObject.spec.?initContainers.orValue([]).map(c, c.?image.orValue('')) || \
+     object.spec.?ephemeralContainers.orValue([]).exists(c, \
+     !oldObject.spec.?ephemeralContainers.orValue([]).exists(o, \
+     o.name == c.name && o.?image.orValue('') == c.?image.orValue(''))) : \
+     object.kind == 'CronJob' ? \
      object.spec.jobTemplate != oldObject.spec.jobTemplate : \
      object.spec.template != oldObject.spec.template)";
 

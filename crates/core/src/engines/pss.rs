@@ -4,10 +4,13 @@
 //! ValidatingAdmissionPolicies a variable holding a Pod's or a workload template's spec.
 //!
 //! They follow the checks of Kubernetes's pod-security-admission (k8s.io/pod-security-admission
-//! `policy/check_*.go`) at the version Kyverno 1.19's legacy `podSecurity` rule enforces as
-//! `latest` (1.34), so that moving a policy from Kyverno's legacy kinds to its CEL kinds neither
-//! tightens nor loosens what is enforced. Absent fields take the value the API server would
-//! default or the check reads them as (`orValue`).
+//! `policy/check_*.go`) as `latest` in Kubernetes 1.36, the version the test control plane runs:
+//! Kubernetes' own PodSecurity admission is the oracle they are held to, case for case, by the
+//! differential test (`tests/efficacy/pod_security.rs`). Kyverno 1.19's legacy `podSecurity`
+//! rule enforces its own vendored copy as `latest`, which predates 1.35's relaxations for pods in
+//! a user namespace (`hostUsers: false`); the README's table of deliberate differences says so.
+//! Absent fields take the value the API server would default or the check reads them as
+//! (`orValue`).
 
 /// A Pod Security Standards level, as the `psaLevel` parameter names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +188,12 @@ fn baseline(pod: Pod) -> Vec<Check> {
              container_init_t, container_kvm_t or container_engine_t, is disallowed.",
         ),
         check(
-            every_container("c.?securityContext.?procMount.orValue('Default') == 'Default'"),
+            // Since 1.35, any value in a user namespace.
+            format!(
+                "{} || ({})",
+                in_user_namespace(spec),
+                default_proc_mount(spec)
+            ),
             "Unmasking /proc is disallowed: securityContext.procMount must be unset or Default.",
         ),
         check(
@@ -240,18 +248,30 @@ fn restricted(pod: Pod) -> Vec<Check> {
              be false.",
         ),
         check(
-            every_container(&format!(
-                "c.?securityContext.?runAsNonRoot.orValue({context}.?runAsNonRoot.orValue(false))"
-            )),
+            // Since 1.35, any value in a user namespace (as runAsUser below).
+            format!(
+                "{} || ({})",
+                in_user_namespace(spec),
+                every_container(&format!(
+                    "c.?securityContext.?runAsNonRoot.orValue(\
+                     {context}.?runAsNonRoot.orValue(false))"
+                ))
+            ),
             "Containers must run as non-root: securityContext.runAsNonRoot must be true (on the \
              pod or on every container).",
         ),
         check(
             format!(
-                "{context}.?runAsUser.orValue(1) != 0 && {}",
+                "{} || ({context}.?runAsUser.orValue(1) != 0 && {})",
+                in_user_namespace(spec),
                 every_container("c.?securityContext.?runAsUser.orValue(1) != 0")
             ),
             "Running as root (runAsUser 0) is disallowed.",
+        ),
+        check(
+            // Since 1.35: baseline's check, without its user-namespace relaxation.
+            default_proc_mount(spec),
+            "Unmasking /proc is disallowed: securityContext.procMount must be unset or Default.",
         ),
         check(
             linux(&every_container(&format!(
@@ -290,6 +310,19 @@ fn every_container(spec: &str, check: &str) -> String {
         .join(" && ")
 }
 
+/// The pod runs in a user namespace (`hostUsers: false`), where Kubernetes 1.35 relaxes the
+/// checks of root and of /proc.
+fn in_user_namespace(spec: &str) -> String {
+    format!("{spec}.?hostUsers.orValue(true) == false")
+}
+
+fn default_proc_mount(spec: &str) -> String {
+    every_container(
+        spec,
+        "c.?securityContext.?procMount.orValue('Default') == 'Default'",
+    )
+}
+
 fn selinux(context: &str) -> String {
     format!(
         "{context}.?seLinuxOptions.?type.orValue('') in {} && \
@@ -315,7 +348,7 @@ mod tests {
         let restricted = checks(Level::Restricted, OBJECT);
         assert_eq!(baseline.len(), 12);
         assert_eq!(&restricted[..baseline.len()], &baseline[..]);
-        assert_eq!(restricted.len(), baseline.len() + 6);
+        assert_eq!(restricted.len(), baseline.len() + 7);
     }
 
     #[test]

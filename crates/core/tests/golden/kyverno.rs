@@ -547,6 +547,19 @@ fn pss_validations(level: Level) -> Value {
         .collect()
 }
 
+/// `want` (escapeToHost's policy of pods) and its twin for the ephemeral containers added to
+/// pods: the same checks on `pods/ephemeralcontainers`, at admission only (Kyverno derives the
+/// pod controllers' checks only from a policy matching `pods` alone).
+fn and_ephemeral(want: Value) -> [Value; 2] {
+    let mut twin = want.clone();
+    let name = format!("{}-ephemeral", want["metadata"]["name"].as_str().unwrap());
+    twin["metadata"]["name"] = json!(name);
+    twin["spec"]["evaluation"]["background"]["enabled"] = json!(false);
+    twin["spec"]["matchConstraints"]["resourceRules"][0]["resources"] =
+        json!(["pods/ephemeralcontainers"]);
+    [want, twin]
+}
+
 /// A namespaced binding's escapeToHost in the CEL kinds: one NamespacedValidatingPolicy per
 /// rule, `Deny` or `Audit` as the action says, selecting pods by labels (a CEL match condition
 /// Kyverno rewrites for pod controllers' templates), with the checks of the level.
@@ -585,7 +598,7 @@ fn kyverno_cel_escape_to_host_namespaced_binding() {
             "validations": pss_validations(Level::Restricted),
         },
     });
-    assert_objects(&of(&t, Engine::Kyverno), &[want]);
+    assert_objects(&of(&t, Engine::Kyverno), &and_ephemeral(want));
 }
 
 /// A cluster binding's escapeToHost in the CEL kinds: a ValidatingPolicy over the selected
@@ -621,7 +634,7 @@ fn kyverno_cel_escape_to_host_cluster_binding() {
             "validations": pss_validations(Level::Baseline),
         },
     });
-    assert_objects(&of(&t, Engine::Kyverno), &[want]);
+    assert_objects(&of(&t, Engine::Kyverno), &and_ephemeral(want));
 }
 
 /// cocoWorkload in the CEL kinds: a policy patching Deployments at admission, and one whose

@@ -70,7 +70,7 @@ fn run_operator(
 
 /// The control plane of the matrices, with the operator preferring the admission engine
 /// (started once per process).
-fn cluster() -> &'static ControlPlane {
+pub(crate) fn cluster() -> &'static ControlPlane {
     static PLANE: OnceLock<ControlPlane> = OnceLock::new();
     PLANE.get_or_init(|| {
         std::thread::spawn(|| {
@@ -90,7 +90,7 @@ fn cluster() -> &'static ControlPlane {
     })
 }
 
-async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
+pub(crate) async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
     let ns = cp.test_namespace(prefix).await.expect("namespace");
     // Pods are admitted only once the namespace's default ServiceAccount exists.
     let accounts = Api::<ServiceAccount>::namespaced(cp.client().expect("client"), ns.name());
@@ -102,21 +102,22 @@ async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
 }
 
 /// What the API server answered a dry-run write.
-struct Answer {
+pub(crate) struct Answer {
     /// The object as it would be stored (mutations applied), or the refusal's Status.
-    body: Value,
-    allowed: bool,
+    pub(crate) body: Value,
+    pub(crate) allowed: bool,
     /// The `Warning` headers' texts.
-    warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Sends `body` to `path` with dry run: only admission sees it. `method` `POST` creates
-/// (`path` a collection); `PATCH` merges `body` into the object at `path`.
-async fn dry_run(client: &Client, method: &str, path: &str, body: &Value) -> Answer {
-    let content_type = if method == "PATCH" {
-        "application/merge-patch+json"
-    } else {
-        "application/json"
+/// (`path` a collection); `PATCH` applies `body` to the object at `path`: a JSON Patch when it is
+/// an array, else a JSON merge patch.
+pub(crate) async fn dry_run(client: &Client, method: &str, path: &str, body: &Value) -> Answer {
+    let content_type = match (method, body.is_array()) {
+        ("PATCH", true) => "application/json-patch+json",
+        ("PATCH", false) => "application/merge-patch+json",
+        _ => "application/json",
     };
     let request = http::Request::builder()
         .method(method)

@@ -71,7 +71,7 @@ pub(crate) struct Kyverno {
 
 /// The control plane with Kyverno and the operator running on it, writing Kyverno policies in
 /// `api` (each started once per process).
-fn cluster(api: KyvernoApi) -> &'static ControlPlane {
+pub(crate) fn cluster(api: KyvernoApi) -> &'static ControlPlane {
     static LEGACY: OnceLock<Kyverno> = OnceLock::new();
     static CEL: OnceLock<Kyverno> = OnceLock::new();
     let once = match api {
@@ -331,7 +331,7 @@ fn dynamic(
     Api::all_with(client.clone(), &resource)
 }
 
-async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
+pub(crate) async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace {
     let ns = cp.test_namespace(prefix).await.expect("namespace");
     // Pods are admitted only once the namespace's default ServiceAccount exists.
     let accounts = Api::<ServiceAccount>::namespaced(cp.client().expect("client"), ns.name());

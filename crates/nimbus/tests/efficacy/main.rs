@@ -10,7 +10,9 @@
 //! - RBAC (namespaceSandbox): the API server's own RBAC authorizer, asked through
 //!   SubjectAccessReviews;
 //! - the admission engine's ValidatingAdmissionPolicies and MutatingAdmissionPolicies:
-//!   kube-apiserver itself, answering dry-run writes (`admission.rs`).
+//!   kube-apiserver itself, answering dry-run writes (`admission.rs`);
+//! - escapeToHost through every engine that enforces it: Kubernetes' own PodSecurity admission,
+//!   case for case on seeded random pods (`pod_security.rs`).
 //!
 //! Each test asserts the intent's documented meaning cell by cell, and that the README's "What
 //! enforcement is proven" section shows exactly the matrix it measured
@@ -22,6 +24,8 @@ mod common;
 mod kyverno;
 mod matrix;
 mod netpol;
+mod pod_security;
+mod pod_specs;
 mod rbac;
 
 use common::{CONVERGE, apply, get, unique};

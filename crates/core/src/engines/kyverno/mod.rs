@@ -49,7 +49,8 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             reads: &[],
             // Validate rules: `validationFailureAction: Audit` reports and admits.
             audit: AuditForm::Reports,
-            effect: "Kyverno refuses pods that break the Pod Security Standard (psaLevel) at admission",
+            effect: "Kyverno refuses pods, and ephemeral containers added to them (kubectl \
+                     debug), that break the Pod Security Standard (psaLevel) at admission",
         },
         Enforces {
             intent: id::COCO_WORKLOAD,
@@ -401,22 +402,34 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
                 "Enforce" => "Deny",
                 _ => "Audit",
             };
-            let mut spec = json!({
-                "validationActions": [action],
-                "evaluation": {"background": {"enabled": true}},
-                "matchConstraints": constraints(policy, env, "", "pods"),
-                "validations": validations,
-            });
-            if let Some(condition) = selected(&policy.selector) {
-                spec["matchConditions"] = json!([condition]);
-            }
-            vec![cel_policy(
-                policy,
-                rule,
-                rule.key,
-                [&KYVERNO_NAMESPACED_VALIDATING_POLICY, &KYVERNO_VALIDATING_POLICY],
-                spec,
-            )]
+            let spec = |resource: &str, background: bool| {
+                let mut spec = json!({
+                    "validationActions": [action],
+                    "evaluation": {"background": {"enabled": background}},
+                    "matchConstraints": constraints(policy, env, "", resource),
+                    "validations": validations,
+                });
+                if let Some(condition) = selected(&policy.selector) {
+                    spec["matchConditions"] = json!([condition]);
+                }
+                spec
+            };
+            let kinds = [&KYVERNO_NAMESPACED_VALIDATING_POLICY, &KYVERNO_VALIDATING_POLICY];
+            // Two policies: Kyverno derives the pod controllers' checks only from a policy
+            // that matches `pods` alone, and an ephemeral container is added through a
+            // subresource of its own (`kubectl debug`), which `pods` does not match. The
+            // background scans read whole pods, ephemeral containers included, so the second
+            // policy judges admission only.
+            vec![
+                cel_policy(policy, rule, rule.key, kinds, spec("pods", true)),
+                cel_policy(
+                    policy,
+                    rule,
+                    &format!("{}-ephemeral", rule.key),
+                    kinds,
+                    spec("pods/ephemeralcontainers", false),
+                ),
+            ]
         }
         id::COCO_WORKLOAD => {
             let class = param_value(rule.spec, param::RUNTIME_CLASS).unwrap_or_default();
