@@ -20,6 +20,7 @@
 use crate::admission::{self, Answer, dry_run};
 use crate::common::{CONVERGE, cases::Rng};
 use crate::kyverno::{self, kyverno_policies_ready};
+use crate::matrix::Matrix;
 use crate::pod_specs::{PodCase, compliant_pod_spec};
 use crate::{Selecting, bind_cluster, intent, unbind_cluster};
 use futures::StreamExt;
@@ -38,6 +39,16 @@ enum Engine {
     Admission,
     KyvernoCel,
     KyvernoLegacy,
+}
+
+impl Engine {
+    fn name(self) -> &'static str {
+        match self {
+            Engine::Admission => "admission (ValidatingAdmissionPolicy)",
+            Engine::KyvernoCel => "Kyverno, CEL kinds",
+            Engine::KyvernoLegacy => "Kyverno, legacy kinds",
+        }
+    }
 }
 
 /// The four ways a pod reaches admission.
@@ -350,9 +361,10 @@ async fn differential(engine: Engine, level: &'static str) -> Vec<Disagreement> 
             }),
         }
     }
-    eprintln!("pod security: {engine:?} at {level}, {cases} cases, seed {seed}");
+    let name = engine.name();
+    eprintln!("pod security: {name} at {level}, {cases} cases, seed {seed}");
     for ((way, oracle, verdict), n) in &tally {
-        eprintln!("  {way:?}: PodSecurity {oracle}, {engine:?} {verdict}: {n}");
+        eprintln!("  {way:?}: PodSecurity {oracle}, {name} {verdict}: {n}");
     }
     for (why, n) in &documented {
         eprintln!("  deliberate difference ({n}): {why}");
@@ -360,8 +372,26 @@ async fn differential(engine: Engine, level: &'static str) -> Vec<Disagreement> 
     disagreements
 }
 
+/// The README's table of the deliberate differences.
+fn differences_in_readme() {
+    let rows: Vec<(String, Vec<String>)> = DIFFERENCES
+        .iter()
+        .map(|d| (d.engine.name().to_owned(), vec![d.why.to_owned()]))
+        .collect();
+    Matrix {
+        id: "pss-differences".into(),
+        title: "Deliberate differences from Kubernetes' PodSecurity admission".into(),
+        case_header: "engine",
+        subjects: vec!["difference".into()],
+        expected: rows.clone(),
+        rows,
+    }
+    .assert();
+}
+
 /// Both levels through `engine`: no disagreement outside the deliberate differences.
 async fn agrees_with_pod_security(engine: Engine) {
+    differences_in_readme();
     let mut failures = Vec::new();
     for level in ["baseline", "restricted"] {
         for d in differential(engine, level).await {
@@ -376,8 +406,12 @@ async fn agrees_with_pod_security(engine: Engine) {
                 ),
             };
             failures.push(format!(
-                "{level} case {} {:?}: PodSecurity {}, {engine:?} {}\n  {submitted}",
-                d.index, d.way, d.oracle, d.engine
+                "{level} case {} {:?}: PodSecurity {}, {} {}\n  {submitted}",
+                d.index,
+                d.way,
+                d.oracle,
+                engine.name(),
+                d.engine
             ));
         }
     }
