@@ -277,14 +277,21 @@ async fn random_bindings_are_rejected_reported_or_enforced_and_never_crash_the_o
     })
     .await;
 
-    // Converged means quiet: whatever it was given, nothing is rewritten over and over.
-    let before = native_writes(metrics).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = native_writes(metrics).await;
-    assert_eq!(
-        before, after,
-        "native objects written while nothing changed"
-    );
+    // Converged means quiet: whatever it was given, nothing is rewritten over and over. The
+    // last writes of the churn may still be in flight on a busy machine, so what is asserted
+    // is that a quiet 3 s comes, not that the first one is.
+    eventually(
+        "3 s without native writes while nothing changes",
+        CONVERGE,
+        async |seen| {
+            let before = native_writes(metrics).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let after = native_writes(metrics).await;
+            *seen = format!("{before} then {after} native writes");
+            (before == after).then_some(())
+        },
+    )
+    .await;
 
     let log = operator.output();
     assert!(!operator.has_exited(), "the operator exited:\n{log}");
