@@ -230,11 +230,15 @@ async fn kubectl_follows_a_workload_from_unprotected_to_protected_to_partial() {
     // The typed view agrees, per engine.
     let api: Api<WorkloadPosture> = Api::namespaced(client.clone(), ns.name());
     // Waited for, not read once: the watch saw Protected, maybe before both pods were counted.
-    let web = eventually("deployment-web Protected with 2 pods", CONVERGE, async |seen| {
-        let web = api.get("deployment-web").await.ok()?;
-        *seen = format!("{:?}, {} pods", web.verdict, web.workload.pods);
-        (web.verdict == Verdict::Protected && web.workload.pods == 2).then_some(web)
-    })
+    let web = eventually(
+        "deployment-web Protected with 2 pods",
+        CONVERGE,
+        async |seen| {
+            let web = api.get("deployment-web").await.ok()?;
+            *seen = format!("{:?}, {} pods", web.verdict, web.workload.pods);
+            (web.verdict == Verdict::Protected && web.workload.pods == 2).then_some(web)
+        },
+    )
     .await;
     let coverage = &web.intents[0];
     assert_eq!(coverage.intent.as_deref(), Some(intent.as_str()));
