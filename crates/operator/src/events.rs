@@ -183,7 +183,11 @@ mod tests {
             events.publish(event(&format!("Test{i}")), ObjectReference::default());
         }
         events.flush(Duration::from_secs(30)).await;
-        assert_eq!(created.load(Ordering::SeqCst), 5, "Events written at the flush's end");
+        assert_eq!(
+            created.load(Ordering::SeqCst),
+            5,
+            "Events written at the flush's end"
+        );
         assert_eq!(queued.get(), 0);
 
         let (client, created) = slow_api_server(Duration::from_secs(3600));
