@@ -647,6 +647,34 @@ mod tests {
 
     const GENERATION: i64 = 4;
 
+    /// The README's "Messages are bounded (4 KiB)": every condition's message, cut at a
+    /// character boundary, says how much it left out; a message within the bound is kept whole.
+    #[test]
+    fn condition_messages_are_bounded_to_4_kib() {
+        // Multi-byte characters, so that a cut at 4096 - 40 bytes falls inside one.
+        let long: String = "ns-é/policy, ".repeat(2_000);
+        for condition in [
+            ready(false, "Conflict", long.clone(), Some(GENERATION)),
+            reconciling(long.clone(), None),
+        ] {
+            let message = &condition.message;
+            assert!(message.len() <= 4096, "{} bytes", message.len());
+            assert!(
+                message.len() > 4000,
+                "cut too short: {} bytes",
+                message.len()
+            );
+            let (kept, note) = message.rsplit_once('…').expect("an ellipsis");
+            assert!(
+                long.starts_with(kept),
+                "the kept part is the message's start"
+            );
+            assert_eq!(note, format!(" ({} more bytes)", long.len() - kept.len()));
+        }
+        let fits = "x".repeat(4096);
+        assert_eq!(ready(true, "Ready", fits.clone(), None).message, fits);
+    }
+
     /// `Ready`'s status, reason and message.
     type Expected = (&'static str, &'static str, &'static str);
     /// What, the outcomes of the cluster policy and of the namespaces' policies, and `Ready`.

@@ -348,6 +348,50 @@ fn replicas_without_leader_election_are_refused() {
     );
 }
 
+/// The README's "the chart refuses to install on < 1.30 unless `sensitiveIntentsAdmission=false`":
+/// `helm template --kube-version` as `helm install` sees the cluster's version.
+#[test]
+fn the_chart_refuses_kubernetes_before_1_30_unless_sensitive_intents_admission_is_off() {
+    let render = |version: &str, set: &[&str]| {
+        let mut command = std::process::Command::new(common::tools_dir().join("helm"));
+        command
+            .args([
+                "template",
+                RELEASE,
+                "charts/nimbus",
+                "--kube-version",
+                version,
+            ])
+            .current_dir(workspace_root());
+        for value in set {
+            command.args(["--set", value]);
+        }
+        command.output().expect("running helm")
+    };
+    let refused = render("1.29.9", &[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("sensitiveIntentsAdmission needs ValidatingAdmissionPolicy v1"),
+        "on 1.29: {stderr}"
+    );
+    let off = render("1.29.9", &["sensitiveIntentsAdmission=false"]);
+    let stdout = String::from_utf8_lossy(&off.stdout);
+    assert!(
+        off.status.success(),
+        "on 1.29 with the switch off: {}",
+        String::from_utf8_lossy(&off.stderr)
+    );
+    assert!(!stdout.contains("nimbus-sensitive-intents"), "{stdout}");
+    let on = render("1.30.0", &[]);
+    assert!(
+        on.status.success()
+            && String::from_utf8_lossy(&on.stdout).contains("nimbus-sensitive-intents"),
+        "on 1.30: {}",
+        String::from_utf8_lossy(&on.stderr)
+    );
+}
+
 #[test]
 fn chart_and_image_match_the_workspace() {
     let root = workspace_root();

@@ -98,6 +98,18 @@ async fn a_partitioned_leader_stops_before_the_standby_takes_over() {
     });
     eprintln!("cut off: stopped leading after {stopped:?}, standby took over after {taken:?}");
     assert!(stopped < taken, "stopped {stopped:?}, taken over {taken:?}");
+    // The leader last renewed at most one retry period (500 ms) before the cut: it stops within
+    // the renew deadline (4 s) of that renewal, and the standby may take the lease only once the
+    // lease (6 s) has run out since then. One second of slack for a busy machine, on the
+    // side where lateness is harmless.
+    assert!(
+        stopped < Duration::from_secs(5),
+        "the partitioned leader led {stopped:?} after the cut (renew deadline 4 s)"
+    );
+    assert!(
+        taken >= Duration::from_millis(5_500),
+        "the standby took the lease {taken:?} after the cut, before the 6 s lease could run out"
+    );
 
     let policies: Api<NimbusPolicy> = Api::namespaced(client.clone(), ns.name());
     eventually("the standby creates the policy", CONVERGE, async |_| {

@@ -123,6 +123,90 @@ impl Events {
 mod tests {
     use super::*;
     use kube::runtime::events::{EventType, Reporter};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn event(reason: &str) -> Event {
+        Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: None,
+            action: "Test".into(),
+            secondary: None,
+        }
+    }
+
+    /// A client whose API server takes `delay` to answer each request, counting the Events
+    /// created.
+    fn slow_api_server(delay: Duration) -> (kube::Client, Arc<AtomicUsize>) {
+        let created = Arc::new(AtomicUsize::new(0));
+        let counted = created.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let counted = counted.clone();
+            async move {
+                tokio::time::sleep(delay).await;
+                if request.method() == http::Method::POST {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+                let stored = serde_json::json!({
+                    "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                    "metadata": {"name": "e", "namespace": "default"},
+                    "eventTime": "2026-01-01T00:00:00.000000Z"
+                });
+                http::Response::builder()
+                    .status(201)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(stored.to_string().into_bytes()))
+            }
+        });
+        (kube::Client::new(service, "default"), created)
+    }
+
+    /// The README's "on SIGTERM the leader … flushes its queued Events": the shutdown's
+    /// `flush` returns once every Event queued before it is written, and, when the events API
+    /// is too slow, after its limit rather than never.
+    #[tokio::test]
+    async fn flush_waits_for_the_queued_events_and_no_longer_than_its_limit() {
+        let reporter = || Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let (client, created) = slow_api_server(Duration::from_millis(50));
+        let queued = Gauge::default();
+        let (events, writer) = Events::start(
+            Recorder::new(client, reporter()),
+            Counter::default(),
+            queued.clone(),
+        );
+        tokio::spawn(writer);
+        for i in 0..5 {
+            events.publish(event(&format!("Test{i}")), ObjectReference::default());
+        }
+        events.flush(Duration::from_secs(30)).await;
+        assert_eq!(
+            created.load(Ordering::SeqCst),
+            5,
+            "Events written at the flush's end"
+        );
+        assert_eq!(queued.get(), 0);
+
+        let (client, created) = slow_api_server(Duration::from_secs(3600));
+        let (events, writer) = Events::start(
+            Recorder::new(client, reporter()),
+            Counter::default(),
+            Gauge::default(),
+        );
+        tokio::spawn(writer);
+        events.publish(event("Stuck"), ObjectReference::default());
+        let started = std::time::Instant::now();
+        events.flush(Duration::from_millis(300)).await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(30),
+            "waited {waited:?}"
+        );
+        assert_eq!(created.load(Ordering::SeqCst), 0);
+    }
 
     #[tokio::test]
     async fn a_full_queue_drops_and_counts_instead_of_waiting() {

@@ -137,10 +137,31 @@ const ALLOWED_TTL: Duration = Duration::from_secs(10);
 const DENIED_TTL: Duration = Duration::from_secs(10);
 const CACHE_LIMIT: usize = 10_000;
 
+/// Answers given, each with when it was given, reused for their TTL.
+#[derive(Default)]
+struct Answers(HashMap<(User, Attributes), (bool, Instant)>);
+
+impl Answers {
+    /// The answer for `key` still fresh at `now`.
+    fn fresh(&self, key: &(User, Attributes), now: Instant) -> Option<bool> {
+        let (allowed, at) = self.0.get(key).copied()?;
+        let ttl = if allowed { ALLOWED_TTL } else { DENIED_TTL };
+        (now.saturating_duration_since(at) < ttl).then_some(allowed)
+    }
+
+    /// Remembers `allowed` for `key` as given at `at`; a full cache starts over.
+    fn remember(&mut self, key: (User, Attributes), allowed: bool, at: Instant) {
+        if self.0.len() >= CACHE_LIMIT {
+            self.0.clear();
+        }
+        self.0.insert(key, (allowed, at));
+    }
+}
+
 /// Asks kube-apiserver whether a user may do something, remembering the answer briefly.
 pub struct Authorizer {
     client: Client,
-    cache: Mutex<HashMap<(User, Attributes), (bool, Instant)>>,
+    cache: Mutex<Answers>,
 }
 
 impl Authorizer {
@@ -153,11 +174,8 @@ impl Authorizer {
 
     pub async fn allowed(&self, user: &User, attributes: &Attributes) -> Result<bool, kube::Error> {
         let key = (user.clone(), attributes.clone());
-        if let Some((allowed, at)) = self.lock().get(&key).copied() {
-            let ttl = if allowed { ALLOWED_TTL } else { DENIED_TTL };
-            if at.elapsed() < ttl {
-                return Ok(allowed);
-            }
+        if let Some(allowed) = self.lock().fresh(&key, Instant::now()) {
+            return Ok(allowed);
         }
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
@@ -184,15 +202,11 @@ impl Authorizer {
         let allowed = answer
             .status
             .is_some_and(|s| s.allowed && s.denied != Some(true));
-        let mut cache = self.lock();
-        if cache.len() >= CACHE_LIMIT {
-            cache.clear();
-        }
-        cache.insert(key, (allowed, Instant::now()));
+        self.lock().remember(key, allowed, Instant::now());
         Ok(allowed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(User, Attributes), (bool, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Answers> {
         self.cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -229,6 +243,47 @@ mod tests {
         assert_eq!(user.groups, ["dev", "system:authenticated"]);
         assert_eq!(user.extra["scopes/a"], ["x"]);
         assert_eq!(config().user(&HeaderMap::new()), None);
+    }
+
+    /// The README's "SubjectAccessReview answers cached 10 s": an answer, allowed or denied,
+    /// is reused for 10 s after it was given and not a moment longer; a full cache starts over.
+    #[test]
+    fn answers_are_reused_for_10_seconds() {
+        let user = |name: &str| User {
+            name: name.to_owned(),
+            uid: None,
+            groups: vec![],
+            extra: BTreeMap::new(),
+        };
+        let list = |namespace: &str| Attributes {
+            verb: "list",
+            resource: "workloadpostures",
+            namespace: Some(namespace.to_owned()),
+            name: None,
+        };
+        let (alice, bob) = ((user("alice"), list("a")), (user("bob"), list("a")));
+        let given = Instant::now();
+        let mut answers = Answers::default();
+        answers.remember(alice.clone(), true, given);
+        answers.remember(bob.clone(), false, given);
+        let at = |secs: f64| given + Duration::from_secs_f64(secs);
+        for (key, answer) in [(&alice, true), (&bob, false)] {
+            assert_eq!(answers.fresh(key, given), Some(answer));
+            assert_eq!(answers.fresh(key, at(9.999)), Some(answer));
+            assert_eq!(answers.fresh(key, at(10.0)), None);
+        }
+        // Per user and per request.
+        assert_eq!(answers.fresh(&(user("alice"), list("b")), given), None);
+        assert_eq!(answers.fresh(&(user("carol"), list("a")), given), None);
+        // A newer answer replaces the older.
+        answers.remember(alice.clone(), false, at(10.0));
+        assert_eq!(answers.fresh(&alice, at(19.0)), Some(false));
+        // Bounded: once full it starts over, forgetting the older answers.
+        for i in 0..CACHE_LIMIT {
+            answers.remember((user(&format!("u{i}")), list("a")), true, given);
+            assert!(answers.0.len() <= CACHE_LIMIT);
+        }
+        assert_eq!(answers.fresh(&alice, at(11.0)), None);
     }
 
     #[test]

@@ -379,7 +379,7 @@ impl Server {
             }
             let deadline = tokio::time::sleep(from.timeout);
             tokio::pin!(deadline);
-            let mut bookmarks = tokio::time::interval(BOOKMARK_EVERY);
+            let mut bookmarks = tokio::time::interval(from.bookmark_every);
             bookmarks.tick().await;
             let mut last = current;
             loop {
@@ -439,6 +439,8 @@ struct WatchFrom {
     version: Option<u64>,
     initial_events_end: bool,
     bookmarks: bool,
+    /// How often a watch with `bookmarks` gets one ([`BOOKMARK_EVERY`]).
+    bookmark_every: Duration,
     timeout: Duration,
 }
 
@@ -461,6 +463,7 @@ fn query_watch(query: &ListQuery) -> Result<WatchFrom, String> {
         version,
         initial_events_end: query.send_initial_events,
         bookmarks: query.allow_bookmarks,
+        bookmark_every: BOOKMARK_EVERY,
         timeout: query
             .timeout_seconds
             .map_or(WATCH_TIMEOUT, Duration::from_secs),
@@ -469,4 +472,78 @@ fn query_watch(query: &ListQuery) -> Result<WatchFrom, String> {
 
 fn continue_token(key: &(String, String)) -> String {
     format!("{}/{}", key.0, key.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Postures;
+    use super::*;
+
+    fn server() -> Server {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = kube::Client::try_from(config).expect("a client");
+        Server {
+            postures: Arc::new(Postures::new()),
+            authorizer: Authorizer::new(client),
+            documents: Documents::build(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// The README's "with `allowWatchBookmarks`, a bookmark every 60 s": what a watch query
+    /// asks for is what the watch below runs with.
+    #[test]
+    fn a_watch_asking_for_bookmarks_gets_one_every_60_seconds() {
+        let asked = ListQuery {
+            allow_bookmarks: true,
+            ..ListQuery::default()
+        };
+        let from = query_watch(&asked).expect("a watch");
+        assert!(from.bookmarks);
+        assert_eq!(from.bookmark_every, Duration::from_secs(60));
+        let from = query_watch(&ListQuery::default()).expect("a watch");
+        assert!(!from.bookmarks);
+    }
+
+    /// A watch's bookmarks come one interval apart (none at once, no more than the interval
+    /// allows), carry the last version, and come only when asked for.
+    #[tokio::test]
+    async fn bookmarks_come_at_the_interval_and_only_when_asked() {
+        const EVERY: Duration = Duration::from_millis(200);
+        const TIMEOUT: Duration = Duration::from_millis(2_000);
+        let server = server();
+        for asked in [true, false] {
+            let from = WatchFrom {
+                version: None,
+                initial_events_end: false,
+                bookmarks: asked,
+                bookmark_every: EVERY,
+                timeout: TIMEOUT,
+            };
+            let started = std::time::Instant::now();
+            let response = server.watch(&server.postures.workloads, Ok(from), Form::Json, |_| true);
+            let mut body = response.into_body().into_data_stream();
+            let mut at = Vec::new();
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.expect("a chunk of the watch");
+                for line in chunk.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    let event: serde_json::Value =
+                        serde_json::from_slice(line).expect("a JSON watch event");
+                    assert_eq!(event["type"], "BOOKMARK", "{event}");
+                    assert_eq!(event["object"]["kind"], "WorkloadPosture", "{event}");
+                    at.push(started.elapsed());
+                }
+            }
+            if asked {
+                assert!(at.len() >= 2, "bookmarks at {at:?}");
+                assert!(at.len() <= 10, "more than one per {EVERY:?}: {at:?}");
+                assert!(
+                    at[0] >= EVERY,
+                    "a bookmark before the first interval: {at:?}"
+                );
+            } else {
+                assert_eq!(at, Vec::<Duration>::new(), "bookmarks not asked for");
+            }
+        }
+    }
 }
