@@ -34,8 +34,8 @@ fn kyverno_cluster_policy(name: &str, description: &str, spec: Value) -> Value {
 }
 
 /// `match` with one filter on `kind` (difference 2: the whole selector, ANDed).
-pub fn kyverno_match(kind: &str, namespaces: Option<Value>, selector: Option<Value>) -> Value {
-    let mut resources = json!({"kinds": [kind]});
+pub fn kyverno_match(kinds: &[&str], namespaces: Option<Value>, selector: Option<Value>) -> Value {
+    let mut resources = json!({"kinds": kinds});
     if let Some(ns) = namespaces {
         resources["namespaces"] = ns;
     }
@@ -44,6 +44,19 @@ pub fn kyverno_match(kind: &str, namespaces: Option<Value>, selector: Option<Val
     }
     json!({"any": [{"resources": resources}], "resources": {}})
 }
+
+/// What escapeToHost's podSecurity rule matches: pods and every pod controller, named (Kyverno
+/// generates no controller rules for a rule whose match has a selector).
+const POD_SECURITY_KINDS: &[&str] = &[
+    "v1/Pod",
+    "apps/v1/Deployment",
+    "apps/v1/ReplicaSet",
+    "apps/v1/StatefulSet",
+    "apps/v1/DaemonSet",
+    "v1/ReplicationController",
+    "batch/v1/Job",
+    "batch/v1/CronJob",
+];
 
 /// Exclude of a cluster policy: the protected namespaces (by default kube-system and k8tls's;
 /// Nimbus excluded only kube-system), then the excluded names.
@@ -114,7 +127,7 @@ pub fn coco_policies(
             json!({
                 "rules": [{
                     "name": "add runtime",
-                    "match": kyverno_match("apps/v1/Deployment", None, selector),
+                    "match": kyverno_match(&["apps/v1/Deployment"], None, selector),
                     "exclude": {"resources": {}},
                     "mutate": {"patchStrategicMerge": runtime_patch(class)},
                     "generate": no_generate(),
@@ -220,7 +233,7 @@ fn kyverno_escape_to_host_namespaced_bindings() {
                 "No breakouts",
                 json!({
                     "rules": [pod_security_rule(
-                        kyverno_match("v1/Pod", None, pods),
+                        kyverno_match(POD_SECURITY_KINDS, None, pods),
                         json!({"resources": {}}),
                         level,
                     )],
@@ -253,42 +266,46 @@ fn kyverno_escape_to_host_cluster_policies() {
             "matchNames",
             json!({"matchNames": ["shop", "blog"]}),
             selector(),
-            kyverno_match("v1/Pod", Some(json!(["shop", "blog"])), Some(selector())),
+            kyverno_match(
+                POD_SECURITY_KINDS,
+                Some(json!(["shop", "blog"])),
+                Some(selector()),
+            ),
             cluster_exclude(None),
         ),
         (
             "matchNames without labels",
             json!({"matchNames": ["shop"]}),
             Value::Null,
-            kyverno_match("v1/Pod", Some(json!(["shop"])), None),
+            kyverno_match(POD_SECURITY_KINDS, Some(json!(["shop"])), None),
             cluster_exclude(None),
         ),
         (
             "all namespaces",
             json!({"matchNames": ["*"]}),
             selector(),
-            kyverno_match("v1/Pod", None, Some(selector())),
+            kyverno_match(POD_SECURITY_KINDS, None, Some(selector())),
             cluster_exclude(None),
         ),
         (
             "all namespaces, no labels at all: every Pod",
             json!({"matchNames": ["*"]}),
             json!({}),
-            kyverno_match("v1/Pod", None, None),
+            kyverno_match(POD_SECURITY_KINDS, None, None),
             cluster_exclude(None),
         ),
         (
             "all but excluded",
             json!({"matchNames": ["*"], "excludeNames": ["dev", "test"]}),
             Value::Null,
-            kyverno_match("v1/Pod", None, None),
+            kyverno_match(POD_SECURITY_KINDS, None, None),
             cluster_exclude(Some(json!(["dev", "test"]))),
         ),
         (
             "excludeNames only (difference 7)",
             json!({"excludeNames": ["dev"]}),
             selector(),
-            kyverno_match("v1/Pod", None, Some(selector())),
+            kyverno_match(POD_SECURITY_KINDS, None, Some(selector())),
             cluster_exclude(Some(json!(["dev"]))),
         ),
     ];
@@ -407,7 +424,7 @@ fn kyverno_coco_cluster_policies() {
                 json!({"runtimeClass": ["kata-qemu"]}),
             ),
             kyverno_match(
-                "apps/v1/Deployment",
+                &["apps/v1/Deployment"],
                 Some(json!(["shop", "blog"])),
                 Some(selector()),
             ),
@@ -420,7 +437,7 @@ fn kyverno_coco_cluster_policies() {
             json!({"matchNames": ["*"]}),
             Value::Null,
             block(),
-            kyverno_match("apps/v1/Deployment", None, None),
+            kyverno_match(&["apps/v1/Deployment"], None, None),
             cluster_exclude(None),
             "kata-clh",
             "Enforce",
@@ -430,7 +447,7 @@ fn kyverno_coco_cluster_policies() {
             json!({"matchNames": ["*"], "excludeNames": ["dev"]}),
             selector(),
             block(),
-            kyverno_match("apps/v1/Deployment", None, Some(selector())),
+            kyverno_match(&["apps/v1/Deployment"], None, Some(selector())),
             cluster_exclude(Some(json!(["dev"]))),
             "kata-clh",
             "Enforce",
@@ -440,7 +457,7 @@ fn kyverno_coco_cluster_policies() {
             json!({"excludeNames": ["dev", "test"]}),
             Value::Null,
             block(),
-            kyverno_match("apps/v1/Deployment", None, None),
+            kyverno_match(&["apps/v1/Deployment"], None, None),
             cluster_exclude(Some(json!(["dev", "test"]))),
             "kata-clh",
             "Enforce",

@@ -46,7 +46,7 @@ fn vp_karmor(np: &str) -> Value {
                 {"name": "containerName", "variable": {"jmesPath": "request.object.spec.containers[?(@.image=='nginx:latest')].name | [0]"}},
                 pod_name_context(),
             ],
-            "match": kyverno_match("v1/Pod", None, Some(selector())),
+            "match": kyverno_match(&["v1/Pod"], None, Some(selector())),
             "exclude": {"resources": {}},
             "preconditions": {"all": [runs_nginx()]},
             "mutate": {},
@@ -76,7 +76,7 @@ fn vp_kyverno(np: &str) -> Value {
         "kyverno",
         json!({
             "name": "cve-2024-4439-virtual-patch-kyverno",
-            "match": kyverno_match("v1/Pod", None, Some(selector())),
+            "match": kyverno_match(&["v1/Pod"], None, Some(selector())),
             "exclude": {"resources": {}},
             "mutate": {},
             "generate": {
@@ -124,7 +124,7 @@ fn vp_netpol(np: &str) -> Value {
         json!({
             "name": "cve-2024-4439-virtual-patch-netpol", // Nimbus lacked the hyphen
             "context": [pod_name_context()],
-            "match": kyverno_match("v1/Pod", None, Some(selector())),
+            "match": kyverno_match(&["v1/Pod"], None, Some(selector())),
             "exclude": {"resources": {}},
             "preconditions": {"all": [runs_nginx()]},
             "mutate": {},

@@ -37,6 +37,20 @@ use std::str::FromStr;
 const DESCRIPTION: &str = "policies.kyverno.io/description";
 const POD: &str = "v1/Pod";
 const DEPLOYMENT: &str = "apps/v1/Deployment";
+/// Pods and the workload controllers whose pod template makes pods, which Kyverno's
+/// `podSecurity` judges by that template. Named rather than left to Kyverno's autogen, which
+/// skips every rule whose `match` has a `selector`: with one, a Deployment of privileged pods was
+/// admitted, and only its pods refused.
+const PODS_AND_CONTROLLERS: &[&str] = &[
+    POD,
+    DEPLOYMENT,
+    "apps/v1/ReplicaSet",
+    "apps/v1/StatefulSet",
+    "apps/v1/DaemonSet",
+    "v1/ReplicationController",
+    "batch/v1/Job",
+    "batch/v1/CronJob",
+];
 
 pub(super) const SPEC: EngineSpec = EngineSpec {
     engine: Engine::Kyverno,
@@ -163,7 +177,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
             let level = param_value(rule.spec, param::PSA_LEVEL).unwrap_or_default();
             let body = json!({
                 "name": "pod-security-standard",
-                "match": matching(policy, POD),
+                "match": matching(policy, PODS_AND_CONTROLLERS),
                 "exclude": excluding(policy, env),
                 "mutate": {},
                 "validate": {"podSecurity": {"level": level, "version": "latest"}},
@@ -198,7 +212,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
             });
             let on_create = json!({
                 "name": "add runtime",
-                "match": matching(policy, DEPLOYMENT),
+                "match": matching(policy, &[DEPLOYMENT]),
                 "exclude": {"resources": {}},
                 "mutate": {"patchStrategicMerge": patch},
                 "generate": no_generate(),
@@ -232,14 +246,14 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
             let patch = runtime_class_patch(rule);
             let on_create = json!({
                 "name": "add-runtime-class-to-pods",
-                "match": matching(policy, DEPLOYMENT),
+                "match": matching(policy, &[DEPLOYMENT]),
                 "exclude": excluding(policy, env),
                 "mutate": {"patchStrategicMerge": patch},
                 "generate": no_generate(),
             });
             let existing = json!({
                 "name": "add-runtime-class-to-existing-pods",
-                "match": matching(policy, DEPLOYMENT),
+                "match": matching(policy, &[DEPLOYMENT]),
                 "exclude": excluding(policy, env),
                 "mutate": {
                     "targets": [{
@@ -342,10 +356,10 @@ fn selector_is_empty(policy: &PolicyInput) -> bool {
             .is_none_or(|e| e.is_empty())
 }
 
-/// `match` on `kind` objects selected by the policy's workload selector (all of them when it
+/// `match` on objects of `kinds` selected by the policy's workload selector (all of them when it
 /// is empty), within the selected namespaces of a cluster policy.
-fn matching(policy: &PolicyInput, kind: &str) -> Value {
-    let mut resources = json!({ "kinds": [kind] });
+fn matching(policy: &PolicyInput, kinds: &[&str]) -> Value {
+    let mut resources = json!({ "kinds": kinds });
     let named = policy
         .namespaces
         .as_ref()
