@@ -641,7 +641,12 @@ async fn switching_the_engine_preference_leaves_no_gap_and_no_leftovers() {
         .await;
     };
     let name = format!("{csib}-escapetohost");
-    listed(&[format!("KyvernoValidatingPolicy/{name}")]).await;
+    // Kyverno's: a policy of pods and one of the ephemeral containers added to them.
+    let kyverno_names = [name.clone(), format!("{name}-ephemeral")];
+    let kyverno_entries = kyverno_names
+        .clone()
+        .map(|n| format!("KyvernoValidatingPolicy/{n}"));
+    listed(&kyverno_entries).await;
     assert!(
         admission_objects(&client, &VALIDATING_ADMISSION_POLICY)
             .await
@@ -695,12 +700,11 @@ async fn switching_the_engine_preference_leaves_no_gap_and_no_leftovers() {
         stop(token, operator).await;
         token = CancellationToken::new();
         operator = run_operator(cp, preference, token.clone());
-        let entry = if engine == Engine::Admission {
-            format!("ValidatingAdmissionPolicy/{name}")
+        if engine == Engine::Admission {
+            listed(&[format!("ValidatingAdmissionPolicy/{name}")]).await;
         } else {
-            format!("KyvernoValidatingPolicy/{name}")
-        };
-        listed(&[entry]).await;
+            listed(&kyverno_entries).await;
+        }
         // No leftovers: the other engine's objects are gone once handed over.
         eventually(
             &format!("{preference}: no leftovers"),
@@ -709,12 +713,16 @@ async fn switching_the_engine_preference_leaves_no_gap_and_no_leftovers() {
                 let vaps = admission_objects(&client, &VALIDATING_ADMISSION_POLICY).await;
                 let bindings =
                     admission_objects(&client, &VALIDATING_ADMISSION_POLICY_BINDING).await;
-                let cluster_policy = kyverno_policy.get_opt(&name).await.ok()?;
-                *seen = format!("{vaps:?} {bindings:?} {:?}", cluster_policy.is_some());
+                let mut kyverno_policies = 0;
+                for n in &kyverno_names {
+                    kyverno_policies +=
+                        usize::from(kyverno_policy.get_opt(n).await.ok()?.is_some());
+                }
+                *seen = format!("{vaps:?} {bindings:?} {kyverno_policies} Kyverno policies");
                 let done = if engine == Engine::Admission {
-                    vaps == [name.clone()] && bindings == [name.clone()] && cluster_policy.is_none()
+                    vaps == [name.clone()] && bindings == [name.clone()] && kyverno_policies == 0
                 } else {
-                    vaps.is_empty() && bindings.is_empty() && cluster_policy.is_some()
+                    vaps.is_empty() && bindings.is_empty() && kyverno_policies == 2
                 };
                 done.then_some(())
             },

@@ -1058,7 +1058,8 @@ async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
                 left.len(),
                 written.len()
             );
-            (left.is_empty() && written.len() == 2 && acting == 2).then_some(())
+            // Per binding, a policy of pods and one of the ephemeral containers added to them.
+            (left.is_empty() && written.len() == 4 && acting == 4).then_some(())
         },
     )
     .await;
