@@ -248,9 +248,10 @@ fn restricted(pod: Pod) -> Vec<Check> {
              be false.",
         ),
         check(
-            // Since 1.35, any value in a user namespace (as runAsUser below).
+            // Since 1.35, any value in a user namespace (as runAsUser below). A pod that sets
+            // false fails even where every container sets true, as PodSecurity judges it.
             format!(
-                "{} || ({})",
+                "{} || ({context}.?runAsNonRoot.orValue(true) && {})",
                 in_user_namespace(spec),
                 every_container(&format!(
                     "c.?securityContext.?runAsNonRoot.orValue(\

@@ -8,11 +8,12 @@
 //!   engine under test: the admission engine (ValidatingAdmissionPolicy), Kyverno's CEL kinds or
 //!   Kyverno's legacy kinds (the real Kyverno 1.19.1).
 //!
-//! Each seeded random case (`pod_specs.rs`) is submitted by server-side dry run to both, four
-//! ways: a pod created; an ephemeral container added to a running compliant pod (the
-//! `pods/ephemeralcontainers` subresource, as `kubectl debug` does); a Deployment created with the
-//! pod as its template; a compliant Deployment's template replaced by it. The verdicts must
-//! agree, apart from the deliberate differences in [`DIFFERENCES`] (the README's table).
+//! Each case is submitted by server-side dry run to both, four ways (the cases long runs found
+//! wrong first, then seeded random ones, `pod_specs.rs`): a pod created; an ephemeral container
+//! added to a running compliant pod (the `pods/ephemeralcontainers` subresource, as `kubectl
+//! debug` does); a Deployment created with the pod as its template; a compliant Deployment's
+//! template replaced by it. The verdicts must agree, apart from the deliberate differences in
+//! [`DIFFERENCES`] (the README's table).
 //!
 //! `NIMBUS_PSS_CASES` (default 120 per level) and `NIMBUS_PSS_SEED` (default 1) size it; `make
 //! pss-oracle` runs 10,000 per engine and level.
@@ -21,7 +22,7 @@ use crate::admission::{self, Answer, dry_run};
 use crate::common::{CONVERGE, cases::Rng};
 use crate::kyverno::{self, kyverno_policies_ready};
 use crate::matrix::Matrix;
-use crate::pod_specs::{PodCase, compliant_pod_spec};
+use crate::pod_specs::{PodCase, compliant_pod_spec, regressions};
 use crate::{Selecting, bind_cluster, intent, unbind_cluster};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -304,7 +305,10 @@ async fn differential(engine: Engine, level: &'static str) -> Vec<Disagreement> 
     let seed = env_or("NIMBUS_PSS_SEED", 1);
     let pair = pair(engine, level).await;
     let mut rng = Rng::new(seed);
-    let generated: Vec<PodCase> = (0..cases).map(|_| PodCase::generate(&mut rng)).collect();
+    let generated: Vec<PodCase> = regressions()
+        .into_iter()
+        .chain((0..cases).map(|_| PodCase::generate(&mut rng)))
+        .collect();
     let ways = [
         Way::PodCreated,
         Way::EphemeralContainerAdded,
