@@ -63,8 +63,9 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
             reads: &[],
             // Validate rules: `validationFailureAction: Audit` reports and admits.
             audit: AuditForm::Reports,
-            effect: "Kyverno refuses pods, and ephemeral containers added to them (kubectl \
-                     debug), that break the Pod Security Standard (psaLevel) at admission",
+            effect: "Kyverno refuses pods, ephemeral containers added to them (kubectl debug), \
+                     and workloads whose pod template, that break the Pod Security Standard \
+                     (psaLevel) at admission",
         },
         Enforces {
             intent: id::COCO_WORKLOAD,
