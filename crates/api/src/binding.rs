@@ -24,13 +24,25 @@ pub const MODE_LABEL: &str = "intent.security.nimbus.com/mode";
 /// The value of [`MODE_LABEL`] for shadow mode.
 pub const MODE_SHADOW: &str = "shadow";
 
+/// Annotation by which a ClusterSecurityIntentBinding lets a namespace's [`MODE_LABEL`] shadow
+/// it there, with the value [`FOLLOW_NAMESPACE_MODE_YES`]. Without it a cluster binding ignores
+/// namespace labels: whoever may create or label a namespace must not weaken what a cluster
+/// administrator binds. A namespace label always shadows the namespace's own
+/// SecurityIntentBindings (its team's). Ours, not Nimbus's: the binding's schema is unchanged.
+pub const FOLLOW_NAMESPACE_MODE_ANNOTATION: &str =
+    "intent.security.nimbus.com/follow-namespace-mode";
+/// The value of [`FOLLOW_NAMESPACE_MODE_ANNOTATION`] that opts in.
+pub const FOLLOW_NAMESPACE_MODE_YES: &str = "true";
+
 /// `status.mode` of a binding: what it enforces.
 pub mod mode {
     /// Its intents are enforced as their actions say.
     pub const ENFORCE: &str = "Enforce";
     /// In shadow mode (the binding, or its namespace, is labelled): nothing is enforced.
     pub const SHADOW: &str = "Shadow";
-    /// A cluster binding some of whose selected namespaces are in shadow mode.
+    /// A cluster binding that follows namespace labels (see
+    /// [`FOLLOW_NAMESPACE_MODE_ANNOTATION`]) some of whose selected namespaces are in shadow
+    /// mode.
     pub const MIXED: &str = "Mixed";
 }
 
@@ -245,7 +257,9 @@ pub struct ClusterSecurityIntentBindingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nimbus_policy_namespaces: Option<Vec<String>>,
     /// `Enforce`; `Shadow` when the binding carries the shadow label (see [`MODE_LABEL`]):
-    /// nothing is enforced; `Mixed` when some of its namespaces do.
+    /// nothing is enforced; `Mixed` when some of its namespaces do and the binding is annotated
+    /// `intent.security.nimbus.com/follow-namespace-mode: "true"` (without it namespace labels
+    /// do not shadow a cluster binding).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// What enforcing the intents it binds in audit or shadow mode would block, summed over

@@ -22,9 +22,9 @@ mod status;
 pub use binding::{
     ALLOW_SENSITIVE_ANNOTATION, BindingPreview, ClusterSecurityIntentBinding,
     ClusterSecurityIntentBindingSpec, ClusterSecurityIntentBindingStatus, ClusterSelector,
-    MAX_CEL_EXPRESSIONS, MAX_CEL_LENGTH, MODE_LABEL, MODE_SHADOW, MatchIntent,
-    SecurityIntentBinding, SecurityIntentBindingSpec, SecurityIntentBindingStatus, WorkloadScope,
-    mode,
+    FOLLOW_NAMESPACE_MODE_ANNOTATION, FOLLOW_NAMESPACE_MODE_YES, MAX_CEL_EXPRESSIONS,
+    MAX_CEL_LENGTH, MODE_LABEL, MODE_SHADOW, MatchIntent, SecurityIntentBinding,
+    SecurityIntentBindingSpec, SecurityIntentBindingStatus, WorkloadScope, mode,
 };
 pub use intent::{Intent, SecurityIntent, SecurityIntentSpec, SecurityIntentStatus};
 pub use policy::{

@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, MODE_LABEL, MODE_SHADOW, NamespaceSelector,
-    NimbusPolicy, NimbusRule, SecurityIntent, SecurityIntentBinding, mode,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, FOLLOW_NAMESPACE_MODE_ANNOTATION,
+    FOLLOW_NAMESPACE_MODE_YES, MODE_LABEL, MODE_SHADOW, NamespaceSelector, NimbusPolicy,
+    NimbusRule, SecurityIntent, SecurityIntentBinding, mode,
 };
 use std::borrow::Borrow;
 
@@ -54,6 +55,17 @@ pub fn in_shadow<K: kube::Resource>(obj: &K) -> bool {
     obj.labels().get(MODE_LABEL).map(String::as_str) == Some(MODE_SHADOW)
 }
 
+/// Whether a cluster binding lets a namespace's shadow label shadow it there: only when the
+/// binding itself opts in ([`FOLLOW_NAMESPACE_MODE_ANNOTATION`]). Whoever may create or label a
+/// namespace may shadow what that namespace's own team binds, never an administrator's
+/// cluster binding unless its author said so.
+pub fn follows_namespace_mode(csib: &ClusterSecurityIntentBinding) -> bool {
+    csib.annotations()
+        .get(FOLLOW_NAMESPACE_MODE_ANNOTATION)
+        .map(String::as_str)
+        == Some(FOLLOW_NAMESPACE_MODE_YES)
+}
+
 /// Every rule of `rules` with `action`: shadow mode audits all, the preview enforces all.
 pub fn set_action(rules: &mut [NimbusRule], action: &str) {
     for rule in rules {
@@ -84,7 +96,8 @@ pub fn binding<I: Borrow<SecurityIntent>>(
 }
 
 /// Plans a cluster binding over `namespaces` (every namespace of the cluster; offline, the
-/// ones given). A protected namespace is never selected.
+/// ones given). A protected namespace is never selected. A namespace's shadow label counts only
+/// when the binding [`follows_namespace_mode`].
 pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
     csib: &ClusterSecurityIntentBinding,
     intent: impl Fn(&str) -> Option<I>,
@@ -93,6 +106,7 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
 ) -> Result<ClusterBindingPolicies, CompileError> {
     let compiled = compile_cluster_binding(&csib.spec, intent)?;
     let shadow = in_shadow(csib);
+    let follows = follows_namespace_mode(csib);
     let mut shadowed_namespaces = false;
     let mut namespace_policies: Vec<(String, Option<NimbusPolicy>)> = namespaces
         .into_iter()
@@ -105,7 +119,7 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
                 .clone()
                 .filter(|_| selected)
                 .map(|mut spec| {
-                    if shadow || in_shadow(ns) {
+                    if shadow || (follows && in_shadow(ns)) {
                         shadowed_namespaces |= !shadow;
                         set_action(&mut spec.rules, crate::engines::AUDIT);
                     }
@@ -381,8 +395,8 @@ mod tests {
     }
 
     /// Shadow mode: a labelled binding, or a binding in a labelled namespace, audits every
-    /// rule; a cluster binding's labelled namespaces audit theirs (its cluster-wide policy only
-    /// when the binding itself is labelled).
+    /// rule; a cluster binding's labelled namespaces audit theirs only when it follows
+    /// namespace labels (its cluster-wide policy only when the binding itself is labelled).
     #[test]
     fn shadow_mode_audits_every_rule_of_what_it_marks() {
         let shadow = |mut labels: serde_json::Value| {
@@ -423,8 +437,23 @@ mod tests {
 
         let all = [marked.clone(), namespace("b", false)];
         let protected = ProtectedNamespaces::default();
+        // A cluster binding ignores namespace labels unless it opts in.
         let plan =
             cluster_binding(&csib(&["a", "b"], &["dns"]), intent, &all, &protected).expect("valid");
+        assert_eq!(plan.mode, mode::ENFORCE);
+        assert!(
+            plan.namespace_policies()
+                .all(|p| actions(&p.spec.rules) == ["Block"])
+        );
+        let mut following = csib(&["a", "b"], &["dns"]);
+        following.metadata.annotations = Some(
+            [(
+                FOLLOW_NAMESPACE_MODE_ANNOTATION.to_owned(),
+                FOLLOW_NAMESPACE_MODE_YES.to_owned(),
+            )]
+            .into(),
+        );
+        let plan = cluster_binding(&following, intent, &all, &protected).expect("valid");
         assert_eq!(plan.mode, mode::MIXED);
         let by_namespace: Vec<(&str, Vec<String>)> = plan
             .namespaces
