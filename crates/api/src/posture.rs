@@ -60,10 +60,12 @@ pub struct Reason {
 pub struct Reference {
     /// Kind of the object.
     pub kind: String,
-    /// Its namespace; absent for cluster-scoped objects.
+    /// Its namespace; absent for cluster-scoped objects, and for an object of another
+    /// namespace than the posture's, which a namespaced posture never names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// Its name.
+    /// Its name; empty for an object of another namespace than the posture's (a preview's
+    /// Service or client: "a Service in another namespace").
     pub name: String,
 }
 
