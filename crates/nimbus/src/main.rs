@@ -401,6 +401,9 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", offline::frameworks());
             Ok(true)
         }
+        Command::Bundle(args) if args.check => {
+            block_on(None, async { offline::bundle_check(&args).await })
+        }
         Command::Bundle(args) => {
             print!("{}", offline::bundle(&args)?);
             Ok(true)
