@@ -148,6 +148,11 @@ pub struct SecurityIntentBindingStatus {
     /// WorkloadPostures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<BindingPreview>,
+    /// Who last wrote each SecurityIntent it binds, and when: whoever may write
+    /// SecurityIntents decides what the binding enforces, so a change is reported here and by
+    /// an `IntentChanged` Event on the binding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intent_writers: Vec<IntentWriter>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -268,6 +273,11 @@ pub struct ClusterSecurityIntentBindingStatus {
     /// WorkloadPostures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<BindingPreview>,
+    /// Who last wrote each SecurityIntent it binds, and when: whoever may write
+    /// SecurityIntents decides what the binding enforces, so a change is reported here and by
+    /// an `IntentChanged` Event on the binding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intent_writers: Vec<IntentWriter>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -276,6 +286,25 @@ pub struct ClusterSecurityIntentBindingStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// Who last wrote a SecurityIntent a binding binds, and when.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IntentWriter {
+    /// The SecurityIntent's name.
+    pub name: String,
+    /// Its `metadata.generation`: a change of its spec changes it.
+    pub generation: i64,
+    /// The user who last created or updated it, from its
+    /// `intent.security.nimbus.com/last-written-by` annotation; absent when unknown (the
+    /// `nimbus-intent-author` admission policy is not installed or not served).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<String>,
+    /// When it was last created or updated (its latest `managedFields` entry outside its
+    /// status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_at: Option<Time>,
 }
 
 /// What enforcing a binding's audited and shadowed intents would block.

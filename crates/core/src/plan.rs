@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, FOLLOW_NAMESPACE_MODE_ANNOTATION,
-    FOLLOW_NAMESPACE_MODE_YES, MODE_LABEL, MODE_SHADOW, NamespaceSelector, NimbusPolicy,
-    NimbusRule, SecurityIntent, SecurityIntentBinding, mode,
+    FOLLOW_NAMESPACE_MODE_YES, IntentWriter, MODE_LABEL, MODE_SHADOW, NamespaceSelector,
+    NimbusPolicy, NimbusRule, SecurityIntent, SecurityIntentBinding, mode,
 };
 use std::borrow::Borrow;
 
@@ -24,6 +24,8 @@ pub struct BindingPolicies {
     pub bound_intents: Vec<String>,
     /// Referenced intents that do not exist.
     pub missing_intents: Vec<String>,
+    /// Who last wrote each bound intent ([`crate::authors`]), in `bound_intents` order.
+    pub writers: Vec<IntentWriter>,
     /// What it enforces: [`mode::ENFORCE`], or [`mode::SHADOW`] (every rule audited).
     pub mode: &'static str,
 }
@@ -44,6 +46,8 @@ pub struct ClusterBindingPolicies {
     pub protected: Vec<String>,
     pub bound_intents: Vec<String>,
     pub missing_intents: Vec<String>,
+    /// Who last wrote each bound intent ([`crate::authors`]), in `bound_intents` order.
+    pub writers: Vec<IntentWriter>,
     /// What it enforces: [`mode::ENFORCE`], [`mode::SHADOW`] (every rule audited, the binding
     /// is labelled) or [`mode::MIXED`] (some selected namespaces are labelled: their policies'
     /// rules are audited).
@@ -80,7 +84,8 @@ pub fn binding<I: Borrow<SecurityIntent>>(
     intent: impl Fn(&str) -> Option<I>,
     namespace: Option<&Namespace>,
 ) -> Result<BindingPolicies, CompileError> {
-    let compiled = compile_binding(&sib.spec, intent)?;
+    let compiled = compile_binding(&sib.spec, &intent)?;
+    let writers = writers(&compiled.bound_intents, &intent);
     let shadow = in_shadow(sib) || namespace.is_some_and(in_shadow);
     Ok(BindingPolicies {
         policy: compiled.policy.map(|mut spec| {
@@ -91,6 +96,7 @@ pub fn binding<I: Borrow<SecurityIntent>>(
         }),
         bound_intents: compiled.bound_intents,
         missing_intents: compiled.missing_intents,
+        writers,
         mode: if shadow { mode::SHADOW } else { mode::ENFORCE },
     })
 }
@@ -104,7 +110,8 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
     namespaces: impl IntoIterator<Item = &'n Namespace>,
     protected: &ProtectedNamespaces,
 ) -> Result<ClusterBindingPolicies, CompileError> {
-    let compiled = compile_cluster_binding(&csib.spec, intent)?;
+    let compiled = compile_cluster_binding(&csib.spec, &intent)?;
+    let writers = writers(&compiled.bound_intents, &intent);
     let shadow = in_shadow(csib);
     let follows = follows_namespace_mode(csib);
     let mut shadowed_namespaces = false;
@@ -146,12 +153,24 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
             .unwrap_or_default(),
         bound_intents: compiled.bound_intents,
         missing_intents: compiled.missing_intents,
+        writers,
         mode: match (shadow, shadowed_namespaces) {
             (true, _) => mode::SHADOW,
             (false, true) => mode::MIXED,
             (false, false) => mode::ENFORCE,
         },
     })
+}
+
+/// Who last wrote each of the `bound` intents.
+fn writers<I: Borrow<SecurityIntent>>(
+    bound: &[String],
+    intent: &impl Fn(&str) -> Option<I>,
+) -> Vec<IntentWriter> {
+    bound
+        .iter()
+        .filter_map(|name| intent(name).map(|si| crate::authors::intent_writer(si.borrow())))
+        .collect()
 }
 
 fn namespace_selector(csib: &ClusterSecurityIntentBinding) -> Option<&NamespaceSelector> {

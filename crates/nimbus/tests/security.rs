@@ -1007,7 +1007,8 @@ async fn the_virtual_patch_database_is_the_only_config_map_the_operator_reads() 
 }
 
 /// Grants `user` (cluster-wide) only what `rules` say, through a ClusterRole and its binding
-/// both named after the user; returns that name, for [`revoke`].
+/// both named after the user, and waits until the authorizer says so (of the first rule's
+/// first verb and resource); returns that name, for [`revoke`].
 async fn grant(user: &str, rules: Value) -> String {
     let role = format!("{user}-role");
     apply(
@@ -1026,6 +1027,19 @@ async fn grant(user: &str, rules: Value) -> String {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
         }),
+    )
+    .await;
+    let first = &rules[0];
+    let resource = format!(
+        "{}:{}",
+        first["apiGroups"][0].as_str().unwrap_or_default(),
+        first["resources"][0].as_str().unwrap_or_default()
+    );
+    let verb = first["verbs"][0].as_str().unwrap_or_default();
+    eventually(
+        &format!("{user} may {verb} {resource}"),
+        CONVERGE,
+        async |_| may(user, verb, &resource, None, None).await.then_some(()),
     )
     .await;
     role
@@ -1081,7 +1095,7 @@ async fn a_namespace_label_cannot_shadow_an_admins_cluster_binding() {
     .await;
     let mut opted_in = cluster_binding(&following, &[&si], &["*"], None);
     opted_in["metadata"]["annotations"] =
-        json!({nimbus_api::FOLLOW_NAMESPACE_MODE_ANNOTATION: "true"});
+        json!({"intent.security.nimbus.com/follow-namespace-mode": "true"});
     apply(&csibs, &following, &opted_in).await;
 
     let sneaky = unique("sneaky");
@@ -1243,4 +1257,144 @@ async fn a_bundle_applied_over_a_squatted_intent_keeps_none_of_its_params() {
         delete(&intents, n).await;
     }
     revoke(&role).await;
+}
+
+/// 10. A dangling name filled by someone else does not change in silence. An admin's cluster
+///     binding names an intent that does not exist yet; a user who may only create
+///     SecurityIntents creates it. The binding's status (`intentWriters`) and an
+///     `IntentChanged` Event on it name the intent, the user (stamped by the chart's
+///     `nimbus-intent-author` MutatingAdmissionPolicy, whatever the request claimed) and when.
+///     Read as JSON, so that the test builds, and fails, without the feature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filled_dangling_intent_names_its_author_on_the_binding() {
+    use k8s_openapi::api::core::v1::Event;
+    let ns = namespace("sec-author").await;
+    let mallory = unique("mallory");
+    let role = grant(
+        &mallory,
+        json!([{"apiGroups": ["intent.security.nimbus.com"],
+                "resources": ["securityintents"], "verbs": ["create"]}]),
+    )
+    .await;
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    let (platform, hardening) = (unique("platform"), unique("hardening"));
+    apply(
+        &csibs,
+        &platform,
+        &cluster_binding(&platform, &[&hardening], &[ns.name()], None),
+    )
+    .await;
+    not_ready_because(&csibs, &platform, condition::REASON_INTENT_NOT_FOUND).await;
+
+    // Mallory claims someone else wrote it: the admission policy overwrites the claim.
+    let mut intent = common::intent(&hardening, "dnsManipulation", "Block");
+    intent["metadata"]["annotations"] =
+        json!({"intent.security.nimbus.com/last-written-by": "admin"});
+    Api::<SecurityIntent>::all(impersonating(&mallory, &[]))
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(intent).expect("an intent"),
+        )
+        .await
+        .expect("mallory may create ordinary intents");
+
+    let writer = eventually(
+        "the binding's status names the intent's author",
+        CONVERGE,
+        async |seen| {
+            let status =
+                serde_json::to_value(get(&csibs, &platform).await?).ok()?["status"].clone();
+            *seen = status.to_string();
+            status["intentWriters"]
+                .as_array()?
+                .iter()
+                .find(|w| w["name"] == hardening.as_str() && w["writtenBy"] == mallory.as_str())
+                .cloned()
+        },
+    )
+    .await;
+    assert!(writer["writtenAt"].is_string(), "{writer}");
+    let events: Api<Event> = Api::namespaced(admin(), "default");
+    let note = eventually(
+        "an IntentChanged Event on the binding",
+        CONVERGE,
+        async |seen| {
+            let list = events
+                .list(&ListParams::default().fields(&format!(
+                    "involvedObject.name={platform},reason=IntentChanged"
+                )))
+                .await
+                .ok()?;
+            *seen = format!(
+                "{:?}",
+                list.items.iter().map(|e| &e.message).collect::<Vec<_>>()
+            );
+            list.items.into_iter().find_map(|e| e.message)
+        },
+    )
+    .await;
+    assert!(
+        note.contains(&hardening) && note.contains(&mallory),
+        "the Event must name the intent and its author: {note}"
+    );
+
+    delete(&csibs, &platform).await;
+    delete(&Api::<SecurityIntent>::all(admin()), &hardening).await;
+    revoke(&role).await;
+}
+
+/// 11. Who may write SecurityIntents is the chart's rule, as the API server's authorizer
+///     answers it: not whoever holds the built-in `view`, `edit` or `admin` role, even
+///     cluster-wide (no role the chart aggregates into them grants a write of the intent
+///     API); whoever is bound to the chart's `<release>-intent-author` role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_cluster_admins_and_intent_authors_may_write_intents() {
+    operator();
+    let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin());
+    let author_role = format!("{}-intent-author", common::RELEASE);
+    let mut bound = Vec::new();
+    for role in ["view", "edit", "admin", author_role.as_str()] {
+        let user = unique(&format!("holder-of-{role}"));
+        apply(
+            &crbs,
+            &user,
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": user},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+            }),
+        )
+        .await;
+        bound.push((role.to_owned(), user));
+    }
+    for (role, user) in &bound {
+        for verb in ["create", "update", "patch"] {
+            for resource in [
+                "intent.security.nimbus.com:securityintents",
+                "intent.security.nimbus.com:clustersecurityintentbindings",
+            ] {
+                let allowed = may(user, verb, resource, None, None).await;
+                assert_eq!(
+                    allowed,
+                    *role == author_role,
+                    "a holder of {role} (cluster-wide) may {verb} {resource}: {allowed}"
+                );
+            }
+        }
+        assert!(
+            !may(
+                user,
+                "create",
+                "intent.security.nimbus.com:nimbuspolicies",
+                Some("default"),
+                None
+            )
+            .await,
+            "a holder of {role} may write NimbusPolicies"
+        );
+    }
+    for (_, user) in &bound {
+        delete(&crbs, user).await;
+    }
 }
