@@ -128,6 +128,13 @@ pub struct IntentCoverage {
     pub bundle: Option<String>,
     /// `Block` prevents, `Audit` only reports.
     pub action: String,
+    /// Who last created or updated the SecurityIntent (its
+    /// `intent.security.nimbus.com/last-written-by` annotation); absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<String>,
+    /// When the SecurityIntent was last created or updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// The binding that binds the intent to the workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding: Option<Reference>,

@@ -43,7 +43,8 @@ pub fn who(w: &IntentWriter) -> String {
     }
 }
 
-fn when(t: &Option<Time>) -> String {
+/// When, for people: RFC 3339, or "an unknown time".
+pub fn when(t: &Option<Time>) -> String {
     t.as_ref()
         .map_or_else(|| "an unknown time".to_owned(), |t| t.0.to_string())
 }

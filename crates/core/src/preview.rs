@@ -744,6 +744,7 @@ mod tests {
             present: &|_| true,
             intent_name: &|_| None,
             intent_bundle: &|_| None,
+            intent_writer: &|_| None,
             binding,
             protected: &Default::default(),
         })
