@@ -48,7 +48,7 @@ test-tools:
 kyverno:
 	bash hack/build-kyverno.sh
 
-# The committed CRDs and admission policies (intent catalog, sensitive intents), the Helm chart's copies (Helm reads
+# The committed CRDs and admission policies (intent catalog, sensitive intents, intent author), the Helm chart's copies (Helm reads
 # only files inside the chart), and the engines' RBAC rules the chart grants; tests fail when
 # any is stale.
 crds:
@@ -61,6 +61,9 @@ crds:
 	$(CARGO) run -q -- admission-policy --sensitive-intents > config/admission/sensitive-intents.yaml.tmp
 	mv config/admission/sensitive-intents.yaml.tmp config/admission/sensitive-intents.yaml
 	cp config/admission/sensitive-intents.yaml charts/nimbus/files/sensitive-intents.yaml
+	$(CARGO) run -q -- admission-policy --intent-author > config/admission/intent-author.yaml.tmp
+	mv config/admission/intent-author.yaml.tmp config/admission/intent-author.yaml
+	cp config/admission/intent-author.yaml charts/nimbus/files/intent-author.yaml
 	$(CARGO) run -q -- engine-rbac > charts/nimbus/files/engine-rbac.yaml.tmp
 	mv charts/nimbus/files/engine-rbac.yaml.tmp charts/nimbus/files/engine-rbac.yaml
 

@@ -24,13 +24,25 @@ pub const MODE_LABEL: &str = "intent.security.nimbus.com/mode";
 /// The value of [`MODE_LABEL`] for shadow mode.
 pub const MODE_SHADOW: &str = "shadow";
 
+/// Annotation by which a ClusterSecurityIntentBinding lets a namespace's [`MODE_LABEL`] shadow
+/// it there, with the value [`FOLLOW_NAMESPACE_MODE_YES`]. Without it a cluster binding ignores
+/// namespace labels: whoever may create or label a namespace must not weaken what a cluster
+/// administrator binds. A namespace label always shadows the namespace's own
+/// SecurityIntentBindings (its team's). Ours, not Nimbus's: the binding's schema is unchanged.
+pub const FOLLOW_NAMESPACE_MODE_ANNOTATION: &str =
+    "intent.security.nimbus.com/follow-namespace-mode";
+/// The value of [`FOLLOW_NAMESPACE_MODE_ANNOTATION`] that opts in.
+pub const FOLLOW_NAMESPACE_MODE_YES: &str = "true";
+
 /// `status.mode` of a binding: what it enforces.
 pub mod mode {
     /// Its intents are enforced as their actions say.
     pub const ENFORCE: &str = "Enforce";
     /// In shadow mode (the binding, or its namespace, is labelled): nothing is enforced.
     pub const SHADOW: &str = "Shadow";
-    /// A cluster binding some of whose selected namespaces are in shadow mode.
+    /// A cluster binding that follows namespace labels (see
+    /// [`FOLLOW_NAMESPACE_MODE_ANNOTATION`]) some of whose selected namespaces are in shadow
+    /// mode.
     pub const MIXED: &str = "Mixed";
 }
 
@@ -136,6 +148,11 @@ pub struct SecurityIntentBindingStatus {
     /// WorkloadPostures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<BindingPreview>,
+    /// Who last wrote each SecurityIntent it binds, and when: whoever may write
+    /// SecurityIntents decides what the binding enforces, so a change is reported here and by
+    /// an `IntentChanged` Event on the binding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intent_writers: Vec<IntentWriter>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -245,7 +262,9 @@ pub struct ClusterSecurityIntentBindingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nimbus_policy_namespaces: Option<Vec<String>>,
     /// `Enforce`; `Shadow` when the binding carries the shadow label (see [`MODE_LABEL`]):
-    /// nothing is enforced; `Mixed` when some of its namespaces do.
+    /// nothing is enforced; `Mixed` when some of its namespaces do and the binding is annotated
+    /// `intent.security.nimbus.com/follow-namespace-mode: "true"` (without it namespace labels
+    /// do not shadow a cluster binding).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// What enforcing the intents it binds in audit or shadow mode would block, summed over
@@ -254,6 +273,11 @@ pub struct ClusterSecurityIntentBindingStatus {
     /// WorkloadPostures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<BindingPreview>,
+    /// Who last wrote each SecurityIntent it binds, and when: whoever may write
+    /// SecurityIntents decides what the binding enforces, so a change is reported here and by
+    /// an `IntentChanged` Event on the binding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intent_writers: Vec<IntentWriter>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -262,6 +286,25 @@ pub struct ClusterSecurityIntentBindingStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// Who last wrote a SecurityIntent a binding binds, and when.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IntentWriter {
+    /// The SecurityIntent's name.
+    pub name: String,
+    /// Its `metadata.generation`: a change of its spec changes it.
+    pub generation: i64,
+    /// The user who last created or updated it, from its
+    /// `intent.security.nimbus.com/last-written-by` annotation; absent when unknown (the
+    /// `nimbus-intent-author` admission policy is not installed or not served).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<String>,
+    /// When it was last created or updated (its latest `managedFields` entry outside its
+    /// status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_at: Option<Time>,
 }
 
 /// What enforcing a binding's audited and shadowed intents would block.

@@ -3,6 +3,12 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// Annotation on a SecurityIntent naming the user who last created or updated it, as the API
+/// server authenticated them. The `nimbus-intent-author` MutatingAdmissionPolicy sets it on
+/// every write, overwriting whatever the request said; absent, the author is unknown (the
+/// policy is not installed, or not served: it needs Kubernetes 1.36).
+pub const LAST_WRITTEN_BY_ANNOTATION: &str = "intent.security.nimbus.com/last-written-by";
+
 /// What a user wants secured, cluster-wide and independent of any workload.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(

@@ -22,11 +22,13 @@ mod status;
 pub use binding::{
     ALLOW_SENSITIVE_ANNOTATION, BindingPreview, ClusterSecurityIntentBinding,
     ClusterSecurityIntentBindingSpec, ClusterSecurityIntentBindingStatus, ClusterSelector,
-    MAX_CEL_EXPRESSIONS, MAX_CEL_LENGTH, MODE_LABEL, MODE_SHADOW, MatchIntent,
-    SecurityIntentBinding, SecurityIntentBindingSpec, SecurityIntentBindingStatus, WorkloadScope,
-    mode,
+    FOLLOW_NAMESPACE_MODE_ANNOTATION, FOLLOW_NAMESPACE_MODE_YES, IntentWriter, MAX_CEL_EXPRESSIONS,
+    MAX_CEL_LENGTH, MODE_LABEL, MODE_SHADOW, MatchIntent, SecurityIntentBinding,
+    SecurityIntentBindingSpec, SecurityIntentBindingStatus, WorkloadScope, mode,
 };
-pub use intent::{Intent, SecurityIntent, SecurityIntentSpec, SecurityIntentStatus};
+pub use intent::{
+    Intent, LAST_WRITTEN_BY_ANNOTATION, SecurityIntent, SecurityIntentSpec, SecurityIntentStatus,
+};
 pub use policy::{
     ClusterNimbusPolicy, ClusterNimbusPolicySpec, NimbusPolicy, NimbusPolicySpec,
     NimbusPolicyStatus, NimbusRule, Rule,

@@ -60,10 +60,12 @@ pub struct Reason {
 pub struct Reference {
     /// Kind of the object.
     pub kind: String,
-    /// Its namespace; absent for cluster-scoped objects.
+    /// Its namespace; absent for cluster-scoped objects, and for an object of another
+    /// namespace than the posture's, which a namespaced posture never names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// Its name.
+    /// Its name; empty for an object of another namespace than the posture's (a preview's
+    /// Service or client: "a Service in another namespace").
     pub name: String,
 }
 
@@ -126,6 +128,13 @@ pub struct IntentCoverage {
     pub bundle: Option<String>,
     /// `Block` prevents, `Audit` only reports.
     pub action: String,
+    /// Who last created or updated the SecurityIntent (its
+    /// `intent.security.nimbus.com/last-written-by` annotation); absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<String>,
+    /// When the SecurityIntent was last created or updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// The binding that binds the intent to the workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding: Option<Reference>,

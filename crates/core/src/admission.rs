@@ -8,6 +8,8 @@
 //!   may create or change a sensitive SecurityIntent. The `allow-sensitive` annotation of a
 //!   binding allows an intent *name*; what that intent grants comes from whoever writes it, so
 //!   writing it must take the same trust as writing the binding.
+//! - The intent-author policy (a MutatingAdmissionPolicy): stamps who last wrote each
+//!   SecurityIntent, so that a binding can say who changed what it enforces.
 
 use crate::catalog::INTENTS;
 use crate::params::ParamKind;
@@ -134,15 +136,57 @@ pub fn sensitive_intents_policy() -> [Value; 2] {
     on_intents(SENSITIVE_POLICY_NAME, spec, "Deny")
 }
 
-/// The ValidatingAdmissionPolicy `name` with `spec`, matching the creation and update of
-/// SecurityIntents, and its binding with `action`.
-fn on_intents(name: &str, mut spec: Value, action: &str) -> [Value; 2] {
-    spec["matchConstraints"] = json!({"resourceRules": [{
+/// Name of the intent-author policy and of its binding.
+pub const AUTHOR_POLICY_NAME: &str = "nimbus-intent-author";
+
+/// The intent-author MutatingAdmissionPolicy and its binding, in this order. On every creation
+/// and update of a SecurityIntent (not its status) it sets
+/// [`nimbus_api::LAST_WRITTEN_BY_ANNOTATION`] to the requesting user, as the API server
+/// authenticated them, overwriting whatever the request said: a binding's status and Events
+/// then name who last wrote each intent it binds. Fails closed, so that no write goes through
+/// with an author of its own choosing. Needs MutatingAdmissionPolicy v1 (Kubernetes 1.36).
+pub fn intent_author_policy() -> [Value; 2] {
+    let expression = format!(
+        "Object{{metadata: Object.metadata{{annotations: {{{}: request.userInfo.username}}}}}}",
+        literal(nimbus_api::LAST_WRITTEN_BY_ANNOTATION)
+    );
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": AUTHOR_POLICY_NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "matchConstraints": intent_writes(),
+            "mutations": [{
+                "patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": expression},
+            }],
+        },
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": AUTHOR_POLICY_NAME},
+        "spec": {"policyName": AUTHOR_POLICY_NAME},
+    });
+    [policy, binding]
+}
+
+/// The creation and update of SecurityIntents (their status, a subresource, excluded).
+fn intent_writes() -> Value {
+    json!({"resourceRules": [{
         "apiGroups": [GROUP],
         "apiVersions": [VERSION],
         "operations": ["CREATE", "UPDATE"],
         "resources": ["securityintents"],
-    }]});
+    }]})
+}
+
+/// The ValidatingAdmissionPolicy `name` with `spec`, matching the creation and update of
+/// SecurityIntents, and its binding with `action`.
+fn on_intents(name: &str, mut spec: Value, action: &str) -> [Value; 2] {
+    spec["matchConstraints"] = intent_writes();
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -198,6 +242,25 @@ mod tests {
         }
         assert_eq!(policy["spec"]["failurePolicy"], "Fail");
         assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    }
+
+    #[test]
+    fn the_author_policy_stamps_the_requesting_user_on_intents_only() {
+        let [policy, binding] = intent_author_policy();
+        let expression = policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+            .as_str()
+            .expect("an expression");
+        assert_eq!(
+            expression,
+            "Object{metadata: Object.metadata{annotations: \
+             {'intent.security.nimbus.com/last-written-by': request.userInfo.username}}}"
+        );
+        assert_eq!(
+            policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+            json!(["securityintents"])
+        );
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+        assert_eq!(binding["spec"]["policyName"], AUTHOR_POLICY_NAME);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! function of already-fetched objects. Controllers fetch, call into this crate, and apply.
 
 pub mod admission;
+pub mod authors;
 pub mod catalog;
 pub mod cel;
 pub mod compile;

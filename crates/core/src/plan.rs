@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, MODE_LABEL, MODE_SHADOW, NamespaceSelector,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, FOLLOW_NAMESPACE_MODE_ANNOTATION,
+    FOLLOW_NAMESPACE_MODE_YES, IntentWriter, MODE_LABEL, MODE_SHADOW, NamespaceSelector,
     NimbusPolicy, NimbusRule, SecurityIntent, SecurityIntentBinding, mode,
 };
 use std::borrow::Borrow;
@@ -23,6 +24,8 @@ pub struct BindingPolicies {
     pub bound_intents: Vec<String>,
     /// Referenced intents that do not exist.
     pub missing_intents: Vec<String>,
+    /// Who last wrote each bound intent ([`crate::authors`]), in `bound_intents` order.
+    pub writers: Vec<IntentWriter>,
     /// What it enforces: [`mode::ENFORCE`], or [`mode::SHADOW`] (every rule audited).
     pub mode: &'static str,
 }
@@ -43,6 +46,8 @@ pub struct ClusterBindingPolicies {
     pub protected: Vec<String>,
     pub bound_intents: Vec<String>,
     pub missing_intents: Vec<String>,
+    /// Who last wrote each bound intent ([`crate::authors`]), in `bound_intents` order.
+    pub writers: Vec<IntentWriter>,
     /// What it enforces: [`mode::ENFORCE`], [`mode::SHADOW`] (every rule audited, the binding
     /// is labelled) or [`mode::MIXED`] (some selected namespaces are labelled: their policies'
     /// rules are audited).
@@ -52,6 +57,17 @@ pub struct ClusterBindingPolicies {
 /// Whether an object's labels put it in shadow mode ([`MODE_LABEL`]).
 pub fn in_shadow<K: kube::Resource>(obj: &K) -> bool {
     obj.labels().get(MODE_LABEL).map(String::as_str) == Some(MODE_SHADOW)
+}
+
+/// Whether a cluster binding lets a namespace's shadow label shadow it there: only when the
+/// binding itself opts in ([`FOLLOW_NAMESPACE_MODE_ANNOTATION`]). Whoever may create or label a
+/// namespace may shadow what that namespace's own team binds, never an administrator's
+/// cluster binding unless its author said so.
+pub fn follows_namespace_mode(csib: &ClusterSecurityIntentBinding) -> bool {
+    csib.annotations()
+        .get(FOLLOW_NAMESPACE_MODE_ANNOTATION)
+        .map(String::as_str)
+        == Some(FOLLOW_NAMESPACE_MODE_YES)
 }
 
 /// Every rule of `rules` with `action`: shadow mode audits all, the preview enforces all.
@@ -68,7 +84,8 @@ pub fn binding<I: Borrow<SecurityIntent>>(
     intent: impl Fn(&str) -> Option<I>,
     namespace: Option<&Namespace>,
 ) -> Result<BindingPolicies, CompileError> {
-    let compiled = compile_binding(&sib.spec, intent)?;
+    let compiled = compile_binding(&sib.spec, &intent)?;
+    let writers = writers(&compiled.bound_intents, &intent);
     let shadow = in_shadow(sib) || namespace.is_some_and(in_shadow);
     Ok(BindingPolicies {
         policy: compiled.policy.map(|mut spec| {
@@ -79,20 +96,24 @@ pub fn binding<I: Borrow<SecurityIntent>>(
         }),
         bound_intents: compiled.bound_intents,
         missing_intents: compiled.missing_intents,
+        writers,
         mode: if shadow { mode::SHADOW } else { mode::ENFORCE },
     })
 }
 
 /// Plans a cluster binding over `namespaces` (every namespace of the cluster; offline, the
-/// ones given). A protected namespace is never selected.
+/// ones given). A protected namespace is never selected. A namespace's shadow label counts only
+/// when the binding [`follows_namespace_mode`].
 pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
     csib: &ClusterSecurityIntentBinding,
     intent: impl Fn(&str) -> Option<I>,
     namespaces: impl IntoIterator<Item = &'n Namespace>,
     protected: &ProtectedNamespaces,
 ) -> Result<ClusterBindingPolicies, CompileError> {
-    let compiled = compile_cluster_binding(&csib.spec, intent)?;
+    let compiled = compile_cluster_binding(&csib.spec, &intent)?;
+    let writers = writers(&compiled.bound_intents, &intent);
     let shadow = in_shadow(csib);
+    let follows = follows_namespace_mode(csib);
     let mut shadowed_namespaces = false;
     let mut namespace_policies: Vec<(String, Option<NimbusPolicy>)> = namespaces
         .into_iter()
@@ -105,7 +126,7 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
                 .clone()
                 .filter(|_| selected)
                 .map(|mut spec| {
-                    if shadow || in_shadow(ns) {
+                    if shadow || (follows && in_shadow(ns)) {
                         shadowed_namespaces |= !shadow;
                         set_action(&mut spec.rules, crate::engines::AUDIT);
                     }
@@ -132,12 +153,24 @@ pub fn cluster_binding<'n, I: Borrow<SecurityIntent>>(
             .unwrap_or_default(),
         bound_intents: compiled.bound_intents,
         missing_intents: compiled.missing_intents,
+        writers,
         mode: match (shadow, shadowed_namespaces) {
             (true, _) => mode::SHADOW,
             (false, true) => mode::MIXED,
             (false, false) => mode::ENFORCE,
         },
     })
+}
+
+/// Who last wrote each of the `bound` intents.
+fn writers<I: Borrow<SecurityIntent>>(
+    bound: &[String],
+    intent: &impl Fn(&str) -> Option<I>,
+) -> Vec<IntentWriter> {
+    bound
+        .iter()
+        .filter_map(|name| intent(name).map(|si| crate::authors::intent_writer(si.borrow())))
+        .collect()
 }
 
 fn namespace_selector(csib: &ClusterSecurityIntentBinding) -> Option<&NamespaceSelector> {
@@ -381,8 +414,8 @@ mod tests {
     }
 
     /// Shadow mode: a labelled binding, or a binding in a labelled namespace, audits every
-    /// rule; a cluster binding's labelled namespaces audit theirs (its cluster-wide policy only
-    /// when the binding itself is labelled).
+    /// rule; a cluster binding's labelled namespaces audit theirs only when it follows
+    /// namespace labels (its cluster-wide policy only when the binding itself is labelled).
     #[test]
     fn shadow_mode_audits_every_rule_of_what_it_marks() {
         let shadow = |mut labels: serde_json::Value| {
@@ -423,8 +456,23 @@ mod tests {
 
         let all = [marked.clone(), namespace("b", false)];
         let protected = ProtectedNamespaces::default();
+        // A cluster binding ignores namespace labels unless it opts in.
         let plan =
             cluster_binding(&csib(&["a", "b"], &["dns"]), intent, &all, &protected).expect("valid");
+        assert_eq!(plan.mode, mode::ENFORCE);
+        assert!(
+            plan.namespace_policies()
+                .all(|p| actions(&p.spec.rules) == ["Block"])
+        );
+        let mut following = csib(&["a", "b"], &["dns"]);
+        following.metadata.annotations = Some(
+            [(
+                FOLLOW_NAMESPACE_MODE_ANNOTATION.to_owned(),
+                FOLLOW_NAMESPACE_MODE_YES.to_owned(),
+            )]
+            .into(),
+        );
+        let plan = cluster_binding(&following, intent, &all, &protected).expect("valid");
         assert_eq!(plan.mode, mode::MIXED);
         let by_namespace: Vec<(&str, Vec<String>)> = plan
             .namespaces

@@ -179,6 +179,8 @@ pub struct PolicyFacts<'a> {
     pub intent_name: &'a dyn Fn(&str) -> Option<String>,
     /// The bundle label of that SecurityIntent, if any.
     pub intent_bundle: &'a dyn Fn(&str) -> Option<String>,
+    /// Who last wrote that SecurityIntent, and when ([`crate::authors`]).
+    pub intent_writer: &'a dyn Fn(&str) -> Option<nimbus_api::IntentWriter>,
     /// The binding that controls the policy.
     pub binding: Option<Reference>,
     pub protected: &'a ProtectedNamespaces,
@@ -267,11 +269,14 @@ impl PolicyCoverage {
                 } else {
                     Verdict::Partial
                 };
+                let writer = (facts.intent_writer)(&rule.id);
                 Some(IntentCoverage {
                     intent: (facts.intent_name)(&rule.id),
                     id: rule.id.clone(),
                     bundle: (facts.intent_bundle)(&rule.id),
                     action: rule.rule.action.clone(),
+                    written_by: writer.as_ref().and_then(|w| w.written_by.clone()),
+                    written_at: writer.and_then(|w| w.written_at),
                     binding: facts.binding.clone(),
                     policy: policy.clone(),
                     verdict,
@@ -664,6 +669,7 @@ mod tests {
             present,
             intent_name: &|_| Some("dns-manipulation".to_owned()),
             intent_bundle: &|_| None,
+            intent_writer: &|_| None,
             binding: Some(Reference {
                 kind: "SecurityIntentBinding".into(),
                 namespace: Some("shop".into()),
@@ -699,6 +705,7 @@ mod tests {
             present: &|_| true,
             intent_name: &|_| None,
             intent_bundle: &|_| None,
+            intent_writer: &|_| None,
             binding: None,
             protected: &ProtectedNamespaces::default(),
         })

@@ -128,10 +128,32 @@ struct Backend<'a> {
     target_name: Option<String>,
 }
 
+/// How the posture of a workload in `namespace` refers to `object`: by name in its own
+/// namespace, as "a <kind> in another namespace" (no namespace, an empty name) anywhere else.
+/// Whoever may read a namespace's postures (and its bindings' `status.preview`) need not be
+/// allowed to list anything of another namespace, so a posture never names what is there.
+pub fn seen_from(namespace: &str, object: Reference) -> Reference {
+    if object.namespace.as_deref() == Some(namespace) {
+        return object;
+    }
+    Reference {
+        kind: object.kind,
+        namespace: None,
+        name: String::new(),
+    }
+}
+
+/// Whether `r` is an object of another namespace, not named (see [`seen_from`]).
+pub fn unnamed(r: &Reference) -> bool {
+    r.name.is_empty()
+}
+
 /// Every connection through a Service that is allowed now and denied once `planned` is in
 /// force, listed at the workload that would lose it: `Egress` at the client (when its own
 /// egress is cut), `Ingress` at the server (when its ingress is cut). Only pods with an IP
-/// take part: a pod without one is not running and has no connections to lose.
+/// take part: a pod without one is not running and has no connections to lose. A Service or
+/// client of another namespace than the workload's is not named ([`seen_from`]): connections
+/// that differ only in which one it is are listed once.
 pub fn blocked(network: &Network, planned: &[Planned]) -> Result<Found, InvalidPolicy> {
     let mut found = Found::new();
     if planned.is_empty() {
@@ -201,7 +223,7 @@ pub fn blocked(network: &Network, planned: &[Planned]) -> Result<Found, InvalidP
                         .or_default()
                         .insert(BlockedConnection {
                             direction: "Egress".to_owned(),
-                            service: service.clone(),
+                            service: seen_from(&client.namespace, service.clone()),
                             port: b.port.port,
                             protocol: b.port.protocol.clone(),
                             client: None,
@@ -217,11 +239,14 @@ pub fn blocked(network: &Network, planned: &[Planned]) -> Result<Found, InvalidP
                             service,
                             port: b.port.port,
                             protocol: b.port.protocol.clone(),
-                            client: Some(Reference {
-                                kind: client.kind.clone(),
-                                namespace: Some(client.namespace.clone()),
-                                name: client.name.clone(),
-                            }),
+                            client: Some(seen_from(
+                                &b.workload.namespace,
+                                Reference {
+                                    kind: client.kind.clone(),
+                                    namespace: Some(client.namespace.clone()),
+                                    name: client.name.clone(),
+                                },
+                            )),
                             intents: by(|_, ingress| !ingress),
                         });
                 }
@@ -668,23 +693,24 @@ pub fn binding_previews<'w>(
 
 /// `Egress to Service shop/db 5432/TCP`, or `Ingress from Deployment web/client through Service
 /// shop/api 8080/TCP`.
+/// One not named ([`seen_from`]) reads `a Service in another namespace`.
 fn describe(b: &BlockedConnection) -> String {
-    let service = format!(
-        "Service {}/{} {}/{}",
-        b.service.namespace.as_deref().unwrap_or_default(),
-        b.service.name,
-        b.port,
-        b.protocol
-    );
+    let object = |r: &Reference| {
+        if unnamed(r) {
+            format!("a {} in another namespace", r.kind)
+        } else {
+            format!(
+                "{} {}/{}",
+                r.kind,
+                r.namespace.as_deref().unwrap_or_default(),
+                r.name
+            )
+        }
+    };
+    let service = format!("{} {}/{}", object(&b.service), b.port, b.protocol);
     match &b.client {
         None => format!("{} to {service}", b.direction),
-        Some(c) => format!(
-            "{} from {} {}/{} through {service}",
-            b.direction,
-            c.kind,
-            c.namespace.as_deref().unwrap_or_default(),
-            c.name
-        ),
+        Some(c) => format!("{} from {} through {service}", b.direction, object(c)),
     }
 }
 
@@ -718,6 +744,7 @@ mod tests {
             present: &|_| true,
             intent_name: &|_| None,
             intent_bundle: &|_| None,
+            intent_writer: &|_| None,
             binding,
             protected: &Default::default(),
         })
@@ -871,6 +898,96 @@ mod tests {
         };
         let found = blocked(&network, &planned_for("denyExternalNetworkAccess", "Audit"));
         assert!(connections(&found).is_empty());
+    }
+
+    /// A posture names nothing of another namespace: its Services and clients there are "a
+    /// Service in another namespace", so whoever reads one namespace's postures learns no
+    /// other namespace's inventory.
+    #[test]
+    fn a_preview_names_nothing_of_another_namespace() {
+        let r = |ns: Option<&str>, name: &str| Reference {
+            kind: "Service".into(),
+            namespace: ns.map(str::to_owned),
+            name: name.into(),
+        };
+        for (from, object, expected) in [
+            ("shop", r(Some("shop"), "db"), r(Some("shop"), "db")),
+            ("shop", r(Some("bank"), "vault"), r(None, "")),
+            ("shop", r(None, "node-thing"), r(None, "")),
+        ] {
+            assert_eq!(seen_from(from, object.clone()), expected, "{object:?}");
+        }
+
+        // web (shop) loses egress to bank/vault and to shop/db; partners/outside (outside
+        // the private networks) loses its way into web.
+        let mut outside = workload("partners", "outside", Some("100.64.0.1"), &[]);
+        outside.kind = "Pod".into();
+        let workloads = [
+            workload("shop", "web", Some("10.244.0.10"), &[("http", 8080)]),
+            workload("shop", "db", Some("10.244.0.11"), &[("pg", 5432)]),
+            workload("bank", "vault", Some("10.244.1.11"), &[("pg", 5432)]),
+            workload("bank", "ledger", Some("10.244.1.12"), &[("pg", 5432)]),
+            outside,
+        ];
+        let services = [
+            service("shop", "web", 80, Target::Name("http".into())),
+            service("shop", "db", 5432, Target::Name("pg".into())),
+            service("bank", "vault", 5432, Target::Name("pg".into())),
+            service("bank", "ledger", 5432, Target::Name("pg".into())),
+        ];
+        let label = |ns: &str| {
+            (
+                ns.to_owned(),
+                BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), ns.to_owned())]),
+            )
+        };
+        let namespaces = BTreeMap::from([label("shop"), label("bank"), label("partners")]);
+        let network = Network {
+            workloads: &workloads,
+            namespaces: &namespaces,
+            services: &services,
+            in_force: &[],
+        };
+        let found = blocked(&network, &planned_for("dnsManipulation", "Audit"));
+        let described: Vec<String> = found
+            .as_ref()
+            .expect("policies that evaluate")
+            .values()
+            .flatten()
+            .map(describe)
+            .collect();
+        // bank/vault and bank/ledger are one unnamed connection.
+        assert_eq!(
+            described,
+            [
+                "Egress to a Service in another namespace 5432/TCP",
+                "Egress to Service shop/db 5432/TCP",
+                "Egress to Service shop/web 80/TCP",
+            ]
+        );
+        let found = blocked(&network, &planned_for("denyExternalNetworkAccess", "Audit"));
+        let described: Vec<String> = found
+            .as_ref()
+            .expect("policies that evaluate")
+            .values()
+            .flatten()
+            .map(describe)
+            .collect();
+        assert!(
+            described.contains(
+                &"Ingress from a Pod in another namespace through Service shop/web 80/TCP"
+                    .to_owned()
+            ),
+            "{described:?}"
+        );
+        for b in found.iter().flat_map(|f| f.values().flatten()) {
+            for r in std::iter::once(&b.service).chain(&b.client) {
+                assert!(
+                    unnamed(r) || r.namespace.as_deref() == Some("shop"),
+                    "{b:?} names {r:?}"
+                );
+            }
+        }
     }
 
     /// The list is bounded; KubeArmor says why it is not previewed; an enforced workload has

@@ -192,6 +192,22 @@ fn result(intent: &IntentCoverage) -> ReportResult {
     if let Some(binding) = &intent.binding {
         properties.insert("binding".to_owned(), describe(binding));
     }
+    if let Some(name) = &intent.intent {
+        let writer = nimbus_api::IntentWriter {
+            name: name.clone(),
+            generation: 0,
+            written_by: intent.written_by.clone(),
+            written_at: intent.written_at.clone(),
+        };
+        properties.insert(
+            "intentWrittenBy".to_owned(),
+            format!(
+                "{} at {}",
+                crate::authors::who(&writer),
+                crate::authors::when(&writer.written_at)
+            ),
+        );
+    }
     let objects: Vec<String> = intent
         .engines
         .iter()
@@ -314,6 +330,8 @@ mod tests {
             id: id.into(),
             bundle: None,
             action: "Block".into(),
+            written_by: None,
+            written_at: None,
             binding: Some(Reference {
                 kind: "SecurityIntentBinding".into(),
                 namespace: Some("shop".into()),
@@ -407,6 +425,13 @@ mod tests {
         assert_eq!(
             report.results[3].properties["binding"],
             "SecurityIntentBinding shop/web"
+        );
+        // Who last wrote each intent: unknown here (no stamp).
+        assert!(
+            report.results[3].properties["intentWrittenBy"]
+                .starts_with("an unknown user (no intent.security.nimbus.com/last-written-by"),
+            "{:?}",
+            report.results[3].properties
         );
         assert_eq!(report.name, "nimbus-deployment-web");
         assert_eq!(report.owner.as_ref().map(|o| o.uid.as_str()), Some("d-1"));

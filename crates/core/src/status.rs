@@ -341,6 +341,23 @@ pub fn binding_status(
     plan: &Result<BindingPolicies, CompileError>,
     outcome: Outcome<'_, NimbusPolicy>,
 ) -> SecurityIntentBindingStatus {
+    let mut status = binding_status_without_writers(sib, plan, outcome);
+    status.intent_writers = match plan {
+        Ok(plan) => plan.writers.clone(),
+        Err(_) => sib
+            .status
+            .as_ref()
+            .map(|s| s.intent_writers.clone())
+            .unwrap_or_default(),
+    };
+    status
+}
+
+fn binding_status_without_writers(
+    sib: &SecurityIntentBinding,
+    plan: &Result<BindingPolicies, CompileError>,
+    outcome: Outcome<'_, NimbusPolicy>,
+) -> SecurityIntentBindingStatus {
     let generation = sib.metadata.generation;
     let name = sib.name_any();
     let (observed, write) = match outcome {
@@ -410,6 +427,8 @@ fn binding_status_of(
         mode,
         // The posture computation's to write (see `preview`).
         preview: None,
+        // Filled in by `binding_status`.
+        intent_writers: Vec::new(),
         observed_generation: conditions.first().and_then(|c| c.observed_generation),
         conditions,
     }
@@ -529,6 +548,7 @@ pub fn cluster_binding_status(
         mode: Some(plan.mode.to_owned()),
         // The posture computation's to write (see `preview`).
         preview: None,
+        intent_writers: plan.writers.clone(),
         observed_generation: generation,
         conditions,
     }

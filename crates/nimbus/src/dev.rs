@@ -105,6 +105,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             "sensitive-intents",
             nimbus_core::admission::sensitive_intents_policy(),
         ),
+        (
+            "intent-author",
+            nimbus_core::admission::intent_author_policy(),
+        ),
     ] {
         apply_yaml(&client, &crate::admission_policy_yaml(objects)?)
             .await

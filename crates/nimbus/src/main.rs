@@ -50,8 +50,12 @@ enum Command {
     AdmissionPolicy {
         /// Print instead the one that lets only who may create ClusterSecurityIntentBindings
         /// create or change sensitive SecurityIntents.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "intent_author")]
         sensitive_intents: bool,
+        /// Print instead the MutatingAdmissionPolicy that stamps who last wrote each
+        /// SecurityIntent (Kubernetes 1.36).
+        #[arg(long)]
+        intent_author: bool,
     },
     /// Print every engine's RBAC rules, derived from its registration (the Helm chart's
     /// files/engine-rbac.yaml).
@@ -401,6 +405,9 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", offline::frameworks());
             Ok(true)
         }
+        Command::Bundle(args) if args.check => {
+            block_on(None, async { offline::bundle_check(&args).await })
+        }
         Command::Bundle(args) => {
             print!("{}", offline::bundle(&args)?);
             Ok(true)
@@ -409,9 +416,14 @@ fn run_cli() -> anyhow::Result<bool> {
             print!("{}", nimbus_api::crds_yaml().context("rendering CRDs")?);
             Ok(true)
         }
-        Command::AdmissionPolicy { sensitive_intents } => {
+        Command::AdmissionPolicy {
+            sensitive_intents,
+            intent_author,
+        } => {
             let objects = if sensitive_intents {
                 nimbus_core::admission::sensitive_intents_policy()
+            } else if intent_author {
+                nimbus_core::admission::intent_author_policy()
             } else {
                 nimbus_core::admission::intent_catalog_policy()
             };

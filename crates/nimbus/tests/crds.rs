@@ -29,6 +29,13 @@ fn committed_admission_policies_match_the_catalog() {
                 "charts/nimbus/files/sensitive-intents.yaml",
             ],
         ),
+        (
+            ["admission-policy", "--intent-author"].as_slice(),
+            [
+                "config/admission/intent-author.yaml",
+                "charts/nimbus/files/intent-author.yaml",
+            ],
+        ),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
             .args(args)

@@ -849,7 +849,18 @@ async fn the_preview_lists_exactly_what_promotion_then_denies() {
         "{summary:?}"
     );
 
-    // Every listed connection, across both namespaces: (workload, direction, Service, port, client).
+    // Every listed connection, across both namespaces: (workload, direction, Service, port,
+    // client). A posture names nothing of another namespace: a Service or client there reads
+    // `another namespace`, and connections that differ only in which one it is are listed once.
+    // Only this test's pods have IPs, so every connection listed is this test's.
+    let named = |r: &nimbus_api::posture::Reference| {
+        if r.name.is_empty() {
+            assert!(r.namespace.is_none(), "{r:?}");
+            "another namespace".to_owned()
+        } else {
+            format!("{}/{}", r.namespace.as_deref().unwrap_or(""), r.name)
+        }
+    };
     let mut previewed = std::collections::BTreeSet::new();
     for ns in namespaces {
         let list = Api::<WorkloadPosture>::namespaced(client.clone(), ns)
@@ -859,27 +870,19 @@ async fn the_preview_lists_exactly_what_promotion_then_denies() {
         for posture in list.items {
             for b in posture.preview.iter().flat_map(|p| &p.blocked) {
                 assert!(!b.intents.is_empty(), "no intent named for {b:?}");
-                // Other tests share the cluster: only this test's Services and clients count.
-                let ours = |r: &nimbus_api::posture::Reference| {
-                    r.namespace
-                        .as_deref()
-                        .is_some_and(|n| namespaces.contains(&n))
-                };
-                if !ours(&b.service) || b.client.as_ref().is_some_and(|c| !ours(c)) {
-                    continue;
+                for r in std::iter::once(&b.service).chain(&b.client) {
+                    assert!(
+                        r.name.is_empty() || r.namespace.as_deref() == Some(ns),
+                        "the posture of {ns}/{} names {r:?}",
+                        posture.workload.name
+                    );
                 }
                 previewed.insert((
                     format!("{ns}/{}", posture.workload.name),
                     b.direction.clone(),
-                    format!(
-                        "{}/{}",
-                        b.service.namespace.as_deref().unwrap_or(""),
-                        b.service.name
-                    ),
+                    named(&b.service),
                     b.port,
-                    b.client
-                        .as_ref()
-                        .map(|c| format!("{}/{}", c.namespace.as_deref().unwrap_or(""), c.name)),
+                    b.client.as_ref().map(named),
                 ));
             }
         }
@@ -944,16 +947,25 @@ async fn the_preview_lists_exactly_what_promotion_then_denies() {
     let decided: BTreeMap<String, serde_json::Value> =
         common::netpol_decide(&json!({"policies": policies, "traffic": traffic}));
     let mut denied = std::collections::BTreeSet::new();
+    // `ns/name` as the posture of a workload in namespace `from` names it.
+    let seen_from = |from: usize, ns: usize, name: &str| {
+        if from == ns {
+            format!("{}/{name}", namespaces[ns])
+        } else {
+            "another namespace".to_owned()
+        }
+    };
     for (name, (source, ns, service, port, backend)) in &cells {
         let verdict = &decided[name];
-        let service = format!("{}/{service}", namespaces[*ns]);
         if verdict["egress"] == json!(false) {
             let at = format!("{}/{}", namespaces[source.0], source.1);
-            denied.insert((at, "Egress".to_owned(), service.clone(), *port, None));
+            let service = seen_from(source.0, *ns, service);
+            denied.insert((at, "Egress".to_owned(), service, *port, None));
         }
         if verdict["ingress"] == json!(false) {
             let at = format!("{}/{}", namespaces[backend.0], backend.1);
-            let client = format!("{}/{}", namespaces[source.0], source.1);
+            let client = seen_from(backend.0, source.0, source.1);
+            let service = seen_from(backend.0, *ns, service);
             denied.insert((at, "Ingress".to_owned(), service, *port, Some(client)));
         }
     }

@@ -1005,3 +1005,396 @@ async fn the_virtual_patch_database_is_the_only_config_map_the_operator_reads() 
     delete(&bindings, "nimbus-virtual-patch-db").await;
     delete(&roles, "nimbus-virtual-patch-db").await;
 }
+
+/// Grants `user` (cluster-wide) only what `rules` say, through a ClusterRole and its binding
+/// both named after the user, and waits until the authorizer says so (of the first rule's
+/// first verb and resource); returns that name, for [`revoke`].
+async fn grant(user: &str, rules: Value) -> String {
+    let role = format!("{user}-role");
+    apply(
+        &Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(admin()),
+        &role,
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": role}, "rules": rules}),
+    )
+    .await;
+    apply(
+        &Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin()),
+        &role,
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+        }),
+    )
+    .await;
+    let first = &rules[0];
+    let resource = format!(
+        "{}:{}",
+        first["apiGroups"][0].as_str().unwrap_or_default(),
+        first["resources"][0].as_str().unwrap_or_default()
+    );
+    let verb = first["verbs"][0].as_str().unwrap_or_default();
+    eventually(
+        &format!("{user} may {verb} {resource}"),
+        CONVERGE,
+        async |_| may(user, verb, &resource, None, None).await.then_some(()),
+    )
+    .await;
+    role
+}
+
+/// Removes what [`grant`] created.
+async fn revoke(role: &str) {
+    delete(
+        &Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin()),
+        role,
+    )
+    .await;
+    delete(
+        &Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(admin()),
+        role,
+    )
+    .await;
+}
+
+/// 8. A namespace label cannot weaken an administrator's cluster binding. Someone who may only
+///    create and label namespaces (self-service namespaces) creates one labelled
+///    `intent.security.nimbus.com/mode=shadow`: the admin's cluster binding over every
+///    namespace still enforces there (its NetworkPolicy is written, its policy blocks, its mode
+///    stays `Enforce`). Only a cluster binding annotated `follow-namespace-mode: "true"` lets
+///    the label shadow it there (`Mixed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_label_cannot_shadow_an_admins_cluster_binding() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    operator();
+    let tenant = unique("ns-tenant");
+    let role = grant(
+        &tenant,
+        json!([{"apiGroups": [""], "resources": ["namespaces"],
+                "verbs": ["create", "patch", "update", "get"]}]),
+    )
+    .await;
+    let intents: Api<SecurityIntent> = Api::all(admin());
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    let si = unique("no-exfil");
+    apply(
+        &intents,
+        &si,
+        &common::intent(&si, "denyExternalNetworkAccess", "Block"),
+    )
+    .await;
+    let (no_exfil, following) = (unique("no-exfil"), unique("no-exfil-follows"));
+    apply(
+        &csibs,
+        &no_exfil,
+        &cluster_binding(&no_exfil, &[&si], &["*"], None),
+    )
+    .await;
+    let mut opted_in = cluster_binding(&following, &[&si], &["*"], None);
+    opted_in["metadata"]["annotations"] =
+        json!({"intent.security.nimbus.com/follow-namespace-mode": "true"});
+    apply(&csibs, &following, &opted_in).await;
+
+    let sneaky = unique("sneaky");
+    let namespace: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": sneaky, "labels": {nimbus_api::MODE_LABEL: nimbus_api::MODE_SHADOW}}
+    }))
+    .expect("a namespace");
+    Api::<Namespace>::all(impersonating(&tenant, &[]))
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("the tenant may create namespaces");
+
+    let policies: Api<NimbusPolicy> = Api::namespaced(admin(), &sneaky);
+    let netpols: Api<NetworkPolicy> = Api::namespaced(admin(), &sneaky);
+    let actions = |p: &NimbusPolicy| -> Vec<String> {
+        p.spec.rules.iter().map(|r| r.rule.action.clone()).collect()
+    };
+    eventually(
+        "the admin's binding enforcing in the labelled namespace",
+        CONVERGE,
+        async |seen| {
+            let policy = get(&policies, &format!("nimbus-ctlr-gen-{no_exfil}")).await?;
+            let mode = get(&csibs, &no_exfil).await?.status?.mode;
+            let written: Vec<String> = netpols
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .map(ResourceExt::name_any)
+                .filter(|n| n.starts_with(&format!("nimbus-ctlr-gen-{no_exfil}-")))
+                .collect();
+            *seen = format!(
+                "actions {:?}, mode {mode:?}, NetworkPolicies {written:?}",
+                actions(&policy)
+            );
+            (actions(&policy) == ["Block"]
+                && mode.as_deref() == Some("Enforce")
+                && !written.is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    // The binding that opted in follows the label there.
+    eventually("the opted-in binding Mixed", CONVERGE, async |seen| {
+        let policy = get(&policies, &format!("nimbus-ctlr-gen-{following}")).await?;
+        let mode = get(&csibs, &following).await?.status?.mode;
+        *seen = format!("actions {:?}, mode {mode:?}", actions(&policy));
+        (actions(&policy) == ["Audit"] && mode.as_deref() == Some("Mixed")).then_some(())
+    })
+    .await;
+
+    delete(&Api::<Namespace>::all(admin()), &sneaky).await;
+    delete(&csibs, &no_exfil).await;
+    delete(&csibs, &following).await;
+    delete(&intents, &si).await;
+    revoke(&role).await;
+}
+
+/// Runs the `nimbus` binary with the admin kubeconfig.
+fn nimbus_cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(args)
+        .env("KUBECONFIG", nimbus_testenv::shared().kubeconfig_path())
+        .output()
+        .expect("running nimbus")
+}
+
+/// 9. A squatted bundle name keeps nothing. Someone who may only create SecurityIntents
+///    creates one under a name `nimbus bundle` will print, with a target of their choosing. The
+///    admin's `nimbus bundle --check` says it differs and exits non-zero; applying the bundle
+///    over it as a client-side `kubectl apply` does (a JSON merge patch, which keeps what the
+///    patch does not mention) leaves none of the squatter's parameters, since the bundle
+///    writes every parameter its intents take; `--check` then passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_applied_over_a_squatted_intent_keeps_none_of_its_params() {
+    operator();
+    let squatter = unique("squatter");
+    let role = grant(
+        &squatter,
+        json!([{"apiGroups": ["intent.security.nimbus.com"],
+                "resources": ["securityintents"], "verbs": ["create"]}]),
+    )
+    .await;
+    let name = "oran-5g-assess-t-l-s";
+    let mut squat = common::intent(name, "dnsManipulation", "Block");
+    squat["spec"]["intent"]["params"] =
+        json!({"external_addresses": ["db.internal:443"], "schedule": ["0 * * * *"]});
+    Api::<SecurityIntent>::all(impersonating(&squatter, &[]))
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(squat).expect("an intent"),
+        )
+        .await
+        .expect("the squatter may create ordinary intents");
+
+    let scope = ["bundle", "oran-5g", "--cluster", "*"];
+    let check = nimbus_cli(&[&scope[..], &["--check"]].concat());
+    let said = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert_ne!(check.status.code(), Some(0), "--check passed: {said}");
+    assert!(
+        said.contains(&format!("SecurityIntent {name}: differs"))
+            && said.contains("id is dnsManipulation")
+            && said.contains("params.external_addresses"),
+        "{said}\n{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    // `nimbus bundle … | kubectl apply -f -` over existing objects: a merge patch of each.
+    let printed = nimbus_cli(&scope);
+    assert_eq!(printed.status.code(), Some(0));
+    let intents: Api<SecurityIntent> = Api::all(admin());
+    let mut names = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_slice(&printed.stdout) {
+        let object: Value = serde::Deserialize::deserialize(doc).expect("a YAML document");
+        if object["kind"] != "SecurityIntent" {
+            continue;
+        }
+        let n = object["metadata"]["name"]
+            .as_str()
+            .expect("a name")
+            .to_owned();
+        match get(&intents, &n).await {
+            Some(_) => {
+                intents
+                    .patch(&n, &PatchParams::default(), &Patch::Merge(&object))
+                    .await
+                    .unwrap_or_else(|e| panic!("merging {n}: {e}"));
+            }
+            None => {
+                intents
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(object).expect("an intent"),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("creating {n}: {e}"));
+            }
+        }
+        names.push(n);
+    }
+    let merged = get(&intents, name).await.expect("the intent");
+    assert_eq!(merged.spec.intent.id, "assessTLS");
+    assert_eq!(
+        serde_json::to_value(&merged.spec.intent.params).expect("json"),
+        json!({"external_addresses": [], "schedule": ["@weekly"]}),
+        "the squatter's parameters survived the bundle"
+    );
+    let check = nimbus_cli(&[&scope[..], &["--check"]].concat());
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+
+    for n in &names {
+        delete(&intents, n).await;
+    }
+    revoke(&role).await;
+}
+
+/// 10. A dangling name filled by someone else does not change in silence. An admin's cluster
+///     binding names an intent that does not exist yet; a user who may only create
+///     SecurityIntents creates it. The binding's status (`intentWriters`) and an
+///     `IntentChanged` Event on it name the intent, the user (stamped by the chart's
+///     `nimbus-intent-author` MutatingAdmissionPolicy, whatever the request claimed) and when.
+///     Read as JSON, so that the test builds, and fails, without the feature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filled_dangling_intent_names_its_author_on_the_binding() {
+    use k8s_openapi::api::core::v1::Event;
+    let ns = namespace("sec-author").await;
+    let mallory = unique("mallory");
+    let role = grant(
+        &mallory,
+        json!([{"apiGroups": ["intent.security.nimbus.com"],
+                "resources": ["securityintents"], "verbs": ["create"]}]),
+    )
+    .await;
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    let (platform, hardening) = (unique("platform"), unique("hardening"));
+    apply(
+        &csibs,
+        &platform,
+        &cluster_binding(&platform, &[&hardening], &[ns.name()], None),
+    )
+    .await;
+    not_ready_because(&csibs, &platform, condition::REASON_INTENT_NOT_FOUND).await;
+
+    // Mallory claims someone else wrote it: the admission policy overwrites the claim.
+    let mut intent = common::intent(&hardening, "dnsManipulation", "Block");
+    intent["metadata"]["annotations"] =
+        json!({"intent.security.nimbus.com/last-written-by": "admin"});
+    Api::<SecurityIntent>::all(impersonating(&mallory, &[]))
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(intent).expect("an intent"),
+        )
+        .await
+        .expect("mallory may create ordinary intents");
+
+    let writer = eventually(
+        "the binding's status names the intent's author",
+        CONVERGE,
+        async |seen| {
+            let status =
+                serde_json::to_value(get(&csibs, &platform).await?).ok()?["status"].clone();
+            *seen = status.to_string();
+            status["intentWriters"]
+                .as_array()?
+                .iter()
+                .find(|w| w["name"] == hardening.as_str() && w["writtenBy"] == mallory.as_str())
+                .cloned()
+        },
+    )
+    .await;
+    assert!(writer["writtenAt"].is_string(), "{writer}");
+    let events: Api<Event> = Api::namespaced(admin(), "default");
+    let note = eventually(
+        "an IntentChanged Event on the binding",
+        CONVERGE,
+        async |seen| {
+            let list = events
+                .list(&ListParams::default().fields(&format!(
+                    "involvedObject.name={platform},reason=IntentChanged"
+                )))
+                .await
+                .ok()?;
+            *seen = format!(
+                "{:?}",
+                list.items.iter().map(|e| &e.message).collect::<Vec<_>>()
+            );
+            list.items.into_iter().find_map(|e| e.message)
+        },
+    )
+    .await;
+    assert!(
+        note.contains(&hardening) && note.contains(&mallory),
+        "the Event must name the intent and its author: {note}"
+    );
+
+    delete(&csibs, &platform).await;
+    delete(&Api::<SecurityIntent>::all(admin()), &hardening).await;
+    revoke(&role).await;
+}
+
+/// 11. Who may write SecurityIntents is the chart's rule, as the API server's authorizer
+///     answers it: not whoever holds the built-in `view`, `edit` or `admin` role, even
+///     cluster-wide (no role the chart aggregates into them grants a write of the intent
+///     API); whoever is bound to the chart's `<release>-intent-author` role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_cluster_admins_and_intent_authors_may_write_intents() {
+    operator();
+    let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin());
+    let author_role = format!("{}-intent-author", common::RELEASE);
+    let mut bound = Vec::new();
+    for role in ["view", "edit", "admin", author_role.as_str()] {
+        let user = unique(&format!("holder-of-{role}"));
+        apply(
+            &crbs,
+            &user,
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": user},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+            }),
+        )
+        .await;
+        bound.push((role.to_owned(), user));
+    }
+    for (role, user) in &bound {
+        for verb in ["create", "update", "patch"] {
+            for resource in [
+                "intent.security.nimbus.com:securityintents",
+                "intent.security.nimbus.com:clustersecurityintentbindings",
+            ] {
+                let allowed = may(user, verb, resource, None, None).await;
+                assert_eq!(
+                    allowed,
+                    *role == author_role,
+                    "a holder of {role} (cluster-wide) may {verb} {resource}: {allowed}"
+                );
+            }
+        }
+        assert!(
+            !may(
+                user,
+                "create",
+                "intent.security.nimbus.com:nimbuspolicies",
+                Some("default"),
+                None
+            )
+            .await,
+            "a holder of {role} may write NimbusPolicies"
+        );
+    }
+    for (_, user) in &bound {
+        delete(&crbs, user).await;
+    }
+}

@@ -3,8 +3,9 @@
 //! so that GitOps holds ordinary Nimbus manifests. Each object carries [`BUNDLE_LABEL`].
 
 use super::Framework;
-use crate::catalog::{self, BindingKind};
+use crate::catalog::{self, BindingKind, IntentSpec};
 use crate::intents::{id, param};
+use nimbus_api::SecurityIntent;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -148,11 +149,7 @@ pub fn render(bundle: &Bundle, scope: &Scope, selector: &BTreeMap<String, String
             sensitive.push(bi.id);
         }
         let name = format!("{}-{}", bundle.name, kebab(bi.id));
-        let mut intent = json!({"id": bi.id, "action": "Block"});
-        if !bi.params.is_empty() {
-            let params: BTreeMap<_, _> = bi.params.iter().copied().collect();
-            intent["params"] = json!(params);
-        }
+        let intent = json!({"id": bi.id, "action": "Block", "params": explicit_params(spec, bi)});
         objects.push(json!({
             "apiVersion": "intent.security.nimbus.com/v1alpha1",
             "kind": "SecurityIntent",
@@ -188,6 +185,84 @@ pub fn render(bundle: &Bundle, scope: &Scope, selector: &BTreeMap<String, String
         }),
     });
     Rendered { objects, skipped }
+}
+
+/// Every parameter the intent takes, with the bundle's value, else its default, else none
+/// (`[]`, which the engines read as absent): a bundle applied over an intent that exists
+/// already (a client-side `kubectl apply` merges into it) leaves none of its earlier values.
+fn explicit_params(spec: &IntentSpec, bi: &BundleIntent) -> BTreeMap<&'static str, Vec<String>> {
+    spec.params
+        .iter()
+        .map(|p| {
+            let given = bi.params.iter().find(|(name, _)| *name == p.name);
+            let values: Vec<String> = match (given, p.default) {
+                (Some((_, values)), _) => values.iter().map(|v| (*v).to_owned()).collect(),
+                (None, Some(default)) => vec![default.to_owned()],
+                (None, None) => Vec::new(),
+            };
+            (p.name, values)
+        })
+        .collect()
+}
+
+/// How a live SecurityIntent differs from the one a bundle printed (`expected`), in what the
+/// engines act on: its ID, its action, and the value each parameter takes (given, else its
+/// default), plus any parameter the intent does not take. Empty when it acts as printed.
+pub fn differences(expected: &SecurityIntent, live: &SecurityIntent) -> Vec<String> {
+    let (want, have) = (&expected.spec.intent, &live.spec.intent);
+    let mut out = Vec::new();
+    if want.id != have.id {
+        out.push(format!("id is {}, the bundle's is {}", have.id, want.id));
+    }
+    if want.action != have.action {
+        out.push(format!(
+            "action is {}, the bundle's is {}",
+            have.action, want.action
+        ));
+    }
+    let (want_params, have_params) = (
+        want.params.clone().unwrap_or_default(),
+        have.params.clone().unwrap_or_default(),
+    );
+    let spec = catalog::intent(&want.id);
+    for p in spec.map_or(&[][..], |s| s.params) {
+        let (w, h) = (
+            effective(p, want_params.get(p.name)),
+            effective(p, have_params.get(p.name)),
+        );
+        if w != h {
+            out.push(format!(
+                "params.{} is {:?}, the bundle's is {:?}",
+                p.name, h, w
+            ));
+        }
+    }
+    for name in have_params.keys() {
+        if spec.is_none_or(|s| s.param(name).is_none()) {
+            out.push(format!(
+                "params.{name} is set, and the bundle's {} takes no such parameter",
+                want.id
+            ));
+        }
+    }
+    out
+}
+
+/// The values an engine uses for `param` given `values` (see [`crate::intents::param_values`]).
+fn effective(param: &crate::intents::Param, values: Option<&Vec<String>>) -> Vec<String> {
+    let take = if param.multiple { usize::MAX } else { 1 };
+    let valid: Vec<String> = values
+        .into_iter()
+        .flatten()
+        .take(take)
+        .filter(|v| crate::params::check(param.kind, v).is_ok())
+        .cloned()
+        .collect();
+    if valid.is_empty() {
+        param.default.map(str::to_owned).into_iter().collect()
+    } else {
+        valid
+    }
 }
 
 /// `escapeToHost` -> `escape-to-host`, a valid object name.
@@ -300,5 +375,72 @@ mod tests {
             cis.objects[0]["spec"]["intent"]["params"]["psaLevel"][0],
             "restricted"
         );
+    }
+
+    /// A bundle writes every parameter its intents take, so a merge into an intent someone
+    /// else created keeps none of theirs; `differences` names what a live intent changes.
+    #[test]
+    fn a_bundle_writes_every_parameter_and_names_what_a_live_intent_changes() {
+        let oran = bundle("oran-5g").expect("oran-5g");
+        let cluster = render(oran, &Scope::Cluster(vec!["*".into()]), &BTreeMap::new());
+        let intents: Vec<SecurityIntent> = cluster.objects[..cluster.objects.len() - 1]
+            .iter()
+            .map(|o| serde_json::from_value(o.clone()).expect("a SecurityIntent"))
+            .collect();
+        for si in &intents {
+            let spec = catalog::intent(&si.spec.intent.id).expect("in the catalog");
+            let params = si.spec.intent.params.clone().expect("params written");
+            let written: Vec<&str> = params.keys().map(String::as_str).collect();
+            let taken: Vec<&str> = spec.params.iter().map(|p| p.name).collect();
+            let mut taken_sorted = taken.clone();
+            taken_sorted.sort_unstable();
+            assert_eq!(written, taken_sorted, "{}", spec.id);
+            assert!(differences(si, si).is_empty());
+        }
+        let tls = intents
+            .iter()
+            .find(|i| i.spec.intent.id == "assessTLS")
+            .expect("assessTLS");
+        assert_eq!(
+            serde_json::to_value(&tls.spec.intent.params).expect("json"),
+            json!({"external_addresses": [], "schedule": ["@weekly"]})
+        );
+
+        let live = |intent: Value| -> SecurityIntent {
+            serde_json::from_value(json!({
+                "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntent",
+                "metadata": {"name": "oran-5g-assess-t-l-s"}, "spec": {"intent": intent}
+            }))
+            .expect("a SecurityIntent")
+        };
+        for (intent, expected) in [
+            // As an earlier bundle printed it (no params): the same defaults, no difference.
+            (json!({"id": "assessTLS", "action": "Block"}), vec![]),
+            (
+                json!({"id": "assessTLS", "action": "Block", "params": {"schedule": ["@weekly"]}}),
+                vec![],
+            ),
+            // A squatter's target survives a merge unless the bundle writes it.
+            (
+                json!({"id": "assessTLS", "action": "Block",
+                       "params": {"external_addresses": ["db.internal:443"], "schedule": ["@weekly"]}}),
+                vec![r#"params.external_addresses is ["db.internal:443"], the bundle's is []"#],
+            ),
+            (
+                json!({"id": "dnsManipulation", "action": "Audit",
+                       "params": {"mode": ["x"]}}),
+                vec![
+                    "id is dnsManipulation, the bundle's is assessTLS",
+                    "action is Audit, the bundle's is Block",
+                    "params.mode is set, and the bundle's assessTLS takes no such parameter",
+                ],
+            ),
+        ] {
+            assert_eq!(
+                differences(tls, &live(intent.clone())),
+                expected,
+                "{intent}"
+            );
+        }
     }
 }

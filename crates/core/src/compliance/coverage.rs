@@ -325,6 +325,8 @@ mod tests {
             id: id.into(),
             bundle: None,
             action: "Block".into(),
+            written_by: None,
+            written_at: None,
             binding: None,
             policy: Reference {
                 kind: "NimbusPolicy".into(),

@@ -1,7 +1,9 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace: observe → plan →
 //! execute → report.
 
-use super::{Context, binding_change_seen, keep_own_policy, update_status};
+use super::{
+    Context, announce_intent_changes, binding_change_seen, keep_own_policy, update_status,
+};
 use crate::error::Error;
 use crate::write::{Executed, is_controlled_by, unless_left_behind};
 use kube::runtime::controller::Action;
@@ -62,6 +64,9 @@ pub async fn reconcile(
 
     let status = status::binding_status(&sib, &plan, outcome);
     let api: Api<SecurityIntentBinding> = Api::namespaced(ctx.client.clone(), &namespace);
-    let action = update_status(&ctx, &api, &*sib, sib.status.as_ref(), status).await?;
+    let (action, written) = update_status(&ctx, &api, &*sib, sib.status.as_ref(), status).await?;
+    if let (true, Some(before), Ok(plan)) = (written, sib.status.as_ref(), &plan) {
+        announce_intent_changes(&ctx, &*sib, &before.intent_writers, &plan.writers);
+    }
     executed.result(action)
 }

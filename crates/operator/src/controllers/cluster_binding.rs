@@ -3,8 +3,8 @@
 //! report.
 
 use super::{
-    Context, Kept, announce_deletions, binding_change_seen, keep_own_policy, keep_policy,
-    update_status,
+    Context, Kept, announce_deletions, announce_intent_changes, binding_change_seen,
+    keep_own_policy, keep_policy, update_status,
 };
 use crate::error::Error;
 use crate::write::{Executed, is_controlled_by, unless_left_behind};
@@ -97,7 +97,10 @@ pub async fn reconcile(
         &ctx.protected_namespaces,
     );
     let api: Api<ClusterSecurityIntentBinding> = Api::all(ctx.client.clone());
-    let action = update_status(&ctx, &api, &*csib, csib.status.as_ref(), status).await?;
+    let (action, written) = update_status(&ctx, &api, &*csib, csib.status.as_ref(), status).await?;
+    if let (true, Some(before), Ok(plan)) = (written, csib.status.as_ref(), &plan) {
+        announce_intent_changes(&ctx, &*csib, &before.intent_writers, &plan.writers);
+    }
     executed.result(action)
 }
 

@@ -227,16 +227,32 @@ fn announce_deletions<B, P>(
         .about(binding, EventType::Normal, "PolicyDeleted", note);
 }
 
+/// One Warning Event `IntentChanged` on `binding` per SecurityIntent it binds that is new or
+/// was written since its status last said (see [`nimbus_core::authors::changes`]): which
+/// intent, when, and by whom. Called once the status saying so is written, so each change is
+/// announced once.
+fn announce_intent_changes<B: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    binding: &B,
+    before: &[nimbus_api::IntentWriter],
+    after: &[nimbus_api::IntentWriter],
+) {
+    for note in nimbus_core::authors::changes(before, after) {
+        ctx.events
+            .about(binding, EventType::Warning, "IntentChanged", note);
+    }
+}
+
 /// Writes an object's status (if it changed and says something new, see
 /// [`nimbus_core::status::only_pending`]) and raises a Warning event when it turns not ready,
-/// then schedules the next drift re-check.
+/// then schedules the next drift re-check; says whether it wrote.
 async fn update_status<K, S>(
     ctx: &Context,
     api: &kube::Api<K>,
     obj: &K,
     current: Option<&S>,
     status: S,
-) -> Result<Action, Error>
+) -> Result<(Action, bool), Error>
 where
     K: Resource<DynamicType = ()>
         + serde::Serialize
@@ -247,20 +263,19 @@ where
 {
     let before = current.map(Status::conditions).unwrap_or_default();
     if nimbus_core::status::only_pending(before, status.conditions()) {
-        return Ok(Action::requeue(ctx.resync));
+        return Ok((Action::requeue(ctx.resync), false));
     }
     let not_ready = status
         .conditions()
         .iter()
         .find(|c| c.status == "False")
         .cloned();
-    if write::status::status(api, obj, current, status, &ctx.written).await?
-        && let Some(c) = not_ready
-    {
+    let written = write::status::status(api, obj, current, status, &ctx.written).await?;
+    if written && let Some(c) = not_ready {
         ctx.events
             .about(obj, EventType::Warning, &c.reason, c.message);
     }
-    Ok(Action::requeue(ctx.resync))
+    Ok((Action::requeue(ctx.resync), written))
 }
 
 #[cfg(test)]

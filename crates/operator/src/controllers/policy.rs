@@ -271,7 +271,7 @@ async fn sync<P: Translated>(
         external,
     );
     let api = policy.api(ctx);
-    let mut action = update_status(ctx, &api, policy, current, status.clone()).await?;
+    let (mut action, _) = update_status(ctx, &api, policy, current, status.clone()).await?;
     if let Some((wait, _)) = handover {
         // Back when the engine taking over has loaded its objects, to prune the old ones.
         action = Action::requeue(wait);

@@ -810,14 +810,20 @@ fn policy_coverage(
     let intent_name = |id: &str| {
         intent_names
             .iter()
-            .find(|(_, intent_id, _)| intent_id == id)
+            .find(|(_, intent_id, ..)| intent_id == id)
             .map(|(name, ..)| name.clone())
     };
     let intent_bundle = |id: &str| {
         intent_names
             .iter()
-            .find(|(_, intent_id, _)| intent_id == id)
-            .and_then(|(.., bundle)| bundle.clone())
+            .find(|(_, intent_id, ..)| intent_id == id)
+            .and_then(|(_, _, bundle, _)| bundle.clone())
+    };
+    let intent_writer = |id: &str| {
+        intent_names
+            .iter()
+            .find(|(_, intent_id, ..)| intent_id == id)
+            .map(|(.., writer)| writer.clone())
     };
     PolicyCoverage::new(&PolicyFacts {
         input,
@@ -826,6 +832,7 @@ fn policy_coverage(
         present: &present,
         intent_name: &intent_name,
         intent_bundle: &intent_bundle,
+        intent_writer: &intent_writer,
         binding,
         protected: &ctx.protected_namespaces,
     })
@@ -843,12 +850,12 @@ fn controlling_binding(owners: &[OwnerReference], namespace: Option<&str>) -> Op
     })
 }
 
-/// `(SecurityIntent name, intent ID)` of each intent the binding binds that exists.
-/// The names, IDs and bundle labels of the SecurityIntents `binding` binds.
+/// The names, IDs, bundle labels and writers of the SecurityIntents `binding` binds that
+/// exist.
 fn bound_intent_names(
     ctx: &Context,
     binding: Option<&Reference>,
-) -> Vec<(String, String, Option<String>)> {
+) -> Vec<(String, String, Option<String>, nimbus_api::IntentWriter)> {
     let Some(binding) = binding else {
         return Vec::new();
     };
@@ -874,7 +881,8 @@ fn bound_intent_names(
                 .as_ref()
                 .and_then(|l| l.get(nimbus_core::compliance::bundles::BUNDLE_LABEL))
                 .cloned();
-            Some((name, intent.spec.intent.id.clone(), bundle))
+            let writer = nimbus_core::authors::intent_writer(&intent);
+            Some((name, intent.spec.intent.id.clone(), bundle, writer))
         })
         .collect()
 }
