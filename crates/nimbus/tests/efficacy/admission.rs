@@ -418,6 +418,104 @@ async fn admission_escape_to_host_audit_admits_and_warns() {
     escape_to_host("admission-escapeToHost-audit", "baseline", "Audit").await;
 }
 
+/// A workload admitted before escapeToHost was bound is not refused for what it already was:
+/// scaling or relabelling it is admitted (the policy judges an update only when it changes the
+/// pod template, as its match condition says), and changing its template is judged. So is a
+/// pod: relabelling a running one is admitted, adding a privileged ephemeral container is not.
+#[tokio::test]
+async fn admission_escape_to_host_judges_updates_only_when_they_change_what_runs() {
+    let mut b = Bound::namespaces().await;
+    let ns = b.by_csib.name().to_owned();
+    let deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+    let pods = format!("/api/v1/namespaces/{ns}/pods");
+    let mut violating = deployment("web", PODS[0].1());
+    violating["metadata"] = json!({"name": "before", "labels": {"app": "web"}});
+    let created = dry_run(&b.client, "POST", &deployments, &violating).await;
+    assert!(created.allowed, "before the binding: {}", created.body);
+    let created = Api::<Deployment>::namespaced(b.client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(violating).expect("a Deployment"),
+        )
+        .await;
+    created.expect("the Deployment created before the binding");
+    let mut running = pod("web", json!({"containers": [container(json!({}))]}));
+    running["metadata"] = json!({"name": "running", "labels": {"app": "web"}});
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(b.client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(running).expect("a pod"),
+        )
+        .await
+        .expect("the pod");
+    b.bind("escapeToHost", "Block", json!({}), false).await;
+
+    let before = format!("{deployments}/before");
+    let answers = [
+        (
+            "scaled",
+            dry_run(
+                &b.client,
+                "PATCH",
+                &before,
+                &json!({"spec": {"replicas": 3}}),
+            )
+            .await,
+            true,
+        ),
+        (
+            "relabelled",
+            dry_run(
+                &b.client,
+                "PATCH",
+                &before,
+                &json!({"metadata": {"labels": {"tier": "x"}}}),
+            )
+            .await,
+            true,
+        ),
+        (
+            "its template changed",
+            dry_run(
+                &b.client,
+                "PATCH",
+                &before,
+                &json!({"spec": {"template": {"metadata": {"labels": {"rev": "2"}}}}}),
+            )
+            .await,
+            false,
+        ),
+        (
+            "a running pod relabelled",
+            dry_run(
+                &b.client,
+                "PATCH",
+                &format!("{pods}/running"),
+                &json!({"metadata": {"labels": {"tier": "x"}}}),
+            )
+            .await,
+            true,
+        ),
+        (
+            "a privileged ephemeral container added to a running pod",
+            dry_run(
+                &b.client,
+                "PATCH",
+                &format!("{pods}/running/ephemeralcontainers"),
+                &json!({"spec": {"ephemeralContainers": [{
+                    "name": "debugger", "image": "registry.invalid/debug:1",
+                    "securityContext": {"privileged": true}}]}}),
+            )
+            .await,
+            false,
+        ),
+    ];
+    for (what, answer, admitted) in answers {
+        assert_eq!(answer.allowed, admitted, "{what}: {}", answer.body);
+    }
+    b.done().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // cocoWorkload and unAuthorizedSaTokenAccess: MutatingAdmissionPolicies
 
