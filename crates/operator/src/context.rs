@@ -46,8 +46,16 @@ pub struct Context {
     pub written: crate::write::Written,
     /// One translation at a time per policy (see [`crate::serial`]).
     pub translating: crate::serial::Serial,
-    /// Consecutive failed reconciles per object (`kind/namespace/name`), for backoff.
-    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Per object (`kind/namespace/name`) failing now: its consecutive failed reconciles and
+    /// when the first of them failed, for backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<String, Failing>>,
+}
+
+/// An object's current streak of failed reconciles.
+#[derive(Clone, Copy, Debug)]
+pub struct Failing {
+    pub count: u32,
+    pub since: std::time::Instant,
 }
 
 /// What the engines need beyond the policies.
@@ -67,7 +75,7 @@ pub struct EngineContext {
 
 impl Context {
     /// Counts a failed reconcile of `key`; returns how many in a row.
-    pub fn count_failure(&self, key: &str) -> u32 {
+    pub fn count_failure(&self, key: &str) -> Failing {
         let mut failures = self
             .failures
             .lock()
@@ -77,9 +85,12 @@ impl Context {
         if failures.len() >= 4096 && !failures.contains_key(key) {
             failures.clear();
         }
-        let count = failures.entry(key.to_owned()).or_default();
-        *count = count.saturating_add(1);
-        *count
+        let failing = failures.entry(key.to_owned()).or_insert(Failing {
+            count: 0,
+            since: std::time::Instant::now(),
+        });
+        failing.count = failing.count.saturating_add(1);
+        *failing
     }
 
     pub fn forget_failures(&self, key: &str) {

@@ -139,6 +139,11 @@ pub static NOT_ENFORCEMENT: &[(&str, &str)] = &[
         "admission-escapeToHost-audit",
         "audit admits and warns: nothing is enforced",
     ),
+    (
+        "pss-differences",
+        "the deliberate differences of escapeToHost's engines from PodSecurity admission, which \
+         the differential allows: a table of exceptions, not of enforcement",
+    ),
 ];
 
 /// The proofs that `engine` enforces `intent`.

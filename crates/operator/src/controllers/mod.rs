@@ -41,20 +41,21 @@ pub fn error_policy<K: Resource<DynamicType = ()>>(
     err: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let failures = ctx.count_failure(&object_key(&*obj));
-    let delay = retry_delay(failures, err.is_permanent(), ctx.resync);
-    tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, failures, retry_in = ?delay, "reconcile failed");
+    let failing = ctx.count_failure(&object_key(&*obj));
+    let delay = retry_delay(failing.since.elapsed(), err.is_permanent(), ctx.resync);
+    tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, failures = failing.count, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
-/// How long to wait after the `failures`-th failure in a row.
-fn retry_delay(failures: u32, permanent: bool, resync: Duration) -> Duration {
+/// How long to wait after a failure, the object failing for `failing_for`: as long again
+/// (at least [`RETRY`], at most the resync period). Retries that keep failing double the wait
+/// from the second on, as a count of failures would; but a burst of failures that events triggered within moments
+/// (a namespace re-created, a kube-apiserver restarted) does not push the next try minutes away.
+fn retry_delay(failing_for: Duration, permanent: bool, resync: Duration) -> Duration {
     if permanent {
         return resync;
     }
-    RETRY
-        .saturating_mul(1 << failures.saturating_sub(1).min(16))
-        .min(resync)
+    failing_for.max(RETRY).min(resync)
 }
 
 /// One policy a binding generates, after the binding's reconcile kept it (see [`keep_policy`]);
@@ -285,11 +286,26 @@ mod tests {
     #[test]
     fn retries_double_up_to_the_resync_and_permanent_failures_wait_for_it() {
         let resync = Duration::from_secs(300);
-        let delays: Vec<u64> = (1..=8)
-            .map(|n| retry_delay(n, false, resync).as_secs())
-            .collect();
-        assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300]);
-        assert_eq!(retry_delay(u32::MAX, false, resync), resync);
-        assert_eq!(retry_delay(1, true, resync), resync);
+        // Each retry failing when its wait is over: the waits double.
+        let mut failing_for = Duration::ZERO;
+        let mut delays = Vec::new();
+        for _ in 0..8 {
+            let delay = retry_delay(failing_for, false, resync);
+            delays.push(delay.as_secs());
+            failing_for += delay;
+        }
+        assert_eq!(delays, [5, 5, 10, 20, 40, 80, 160, 300]);
+        assert_eq!(retry_delay(Duration::MAX, false, resync), resync);
+        assert_eq!(retry_delay(Duration::ZERO, true, resync), resync);
+    }
+
+    #[test]
+    fn a_burst_of_failures_waits_no_longer_than_one() {
+        let resync = Duration::from_secs(300);
+        // Five failures in 3 s, each triggered by an event, not by a retry.
+        for failing_for in [0, 1, 2, 3] {
+            let delay = retry_delay(Duration::from_secs(failing_for), false, resync);
+            assert_eq!(delay, RETRY, "failing for {failing_for} s");
+        }
     }
 }
