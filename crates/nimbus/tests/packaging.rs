@@ -348,10 +348,11 @@ fn replicas_without_leader_election_are_refused() {
     );
 }
 
-/// The README's "the chart refuses to install on < 1.30 unless `sensitiveIntentsAdmission=false`":
-/// `helm template --kube-version` as `helm install` sees the cluster's version.
+/// The README's "the chart refuses to install on < 1.30 unless `sensitiveIntentsAdmission=false`"
+/// and "on an older cluster [than 1.36] unless `intentAuthorAdmission=false`": `helm template
+/// --kube-version` as `helm install` sees the cluster's version.
 #[test]
-fn the_chart_refuses_kubernetes_before_1_30_unless_sensitive_intents_admission_is_off() {
+fn the_chart_refuses_kubernetes_too_old_for_its_admission_policies_unless_switched_off() {
     let render = |version: &str, set: &[&str]| {
         let mut command = std::process::Command::new(common::tools_dir().join("helm"));
         command
@@ -368,14 +369,16 @@ fn the_chart_refuses_kubernetes_before_1_30_unless_sensitive_intents_admission_i
         }
         command.output().expect("running helm")
     };
-    let refused = render("1.29.9", &[]);
+    // The intent-author policy needs 1.36 and is switched off here: it has a test of its own.
+    const NO_AUTHOR: &str = "intentAuthorAdmission=false";
+    let refused = render("1.29.9", &[NO_AUTHOR]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
         !refused.status.success()
             && stderr.contains("sensitiveIntentsAdmission needs ValidatingAdmissionPolicy v1"),
         "on 1.29: {stderr}"
     );
-    let off = render("1.29.9", &["sensitiveIntentsAdmission=false"]);
+    let off = render("1.29.9", &["sensitiveIntentsAdmission=false", NO_AUTHOR]);
     let stdout = String::from_utf8_lossy(&off.stdout);
     assert!(
         off.status.success(),
@@ -383,11 +386,34 @@ fn the_chart_refuses_kubernetes_before_1_30_unless_sensitive_intents_admission_i
         String::from_utf8_lossy(&off.stderr)
     );
     assert!(!stdout.contains("nimbus-sensitive-intents"), "{stdout}");
-    let on = render("1.30.0", &[]);
+    let on = render("1.30.0", &[NO_AUTHOR]);
     assert!(
         on.status.success()
             && String::from_utf8_lossy(&on.stdout).contains("nimbus-sensitive-intents"),
         "on 1.30: {}",
+        String::from_utf8_lossy(&on.stderr)
+    );
+
+    // The intent-author policy: refused before 1.36 unless switched off, rendered from 1.36.
+    let refused = render("1.35.0", &[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("intentAuthorAdmission needs MutatingAdmissionPolicy v1"),
+        "on 1.35: {stderr}"
+    );
+    let off = render("1.35.0", &[NO_AUTHOR]);
+    assert!(
+        off.status.success()
+            && !String::from_utf8_lossy(&off.stdout).contains("kind: MutatingAdmissionPolicy"),
+        "on 1.35 with the switch off: {}",
+        String::from_utf8_lossy(&off.stderr)
+    );
+    let on = render("1.36.0", &[]);
+    assert!(
+        on.status.success()
+            && String::from_utf8_lossy(&on.stdout).contains("kind: MutatingAdmissionPolicy"),
+        "on 1.36: {}",
         String::from_utf8_lossy(&on.stderr)
     );
 }
