@@ -4,7 +4,6 @@
 //! Pure: the controllers observe, plan and execute, then ask this module what to report.
 
 use crate::CompileError;
-use crate::engines::Problem;
 use crate::names;
 use crate::namespaces::ProtectedNamespaces;
 use crate::plan::{BindingPolicies, ClusterBindingPolicies};
@@ -18,6 +17,10 @@ use nimbus_api::{
     condition,
 };
 use std::collections::BTreeMap;
+
+mod policy;
+use policy::policy_conditions;
+pub use policy::{NativeOutcome, NativeResult, not_bound, policy_ready, policy_status};
 
 /// A `Ready` condition (the transition time is filled in when it is written).
 pub fn ready(
@@ -554,114 +557,10 @@ pub fn cluster_binding_status(
     }
 }
 
-/// What executing a policy's translation did to one generated native object.
-#[derive(Debug, Clone, PartialEq)]
-pub enum NativeOutcome {
-    /// It already was as generated.
-    Unchanged,
-    Written,
-    /// An object of that name exists and is not the policy's: it was left alone.
-    Conflict,
-    /// Why the write failed.
-    Failed(String),
-}
-
-/// One generated native object: its status entry (`Kind/name`, or `namespace/CronJob/name`),
-/// whether the status lists its kind, and what writing it did.
-#[derive(Debug, Clone)]
-pub struct NativeResult {
-    pub entry: String,
-    pub listed: bool,
-    pub outcome: NativeOutcome,
-}
-
-/// The problem of a policy that is not the one any binding generates: it is not translated.
-pub fn not_bound() -> Problem {
-    Problem {
-        intent: String::new(),
-        reason: condition::REASON_NOT_BOUND,
-        message: "not the policy an existing SecurityIntentBinding or \
-                  ClusterSecurityIntentBinding generates (or written by someone else than the \
-                  operator); not translated"
-            .to_owned(),
-        blocking: true,
-    }
-}
-
-/// The status of a NimbusPolicy or ClusterNimbusPolicy at `generation`: the problems of its
-/// translation (see [`not_bound`]), plus a conflict or failure per native object; the entries
-/// of the native objects in force, after those external adapters reported (`external`: they
-/// own them).
-pub fn policy_status(
-    generation: Option<i64>,
-    problems: &[Problem],
-    natives: &[NativeResult],
-    external: Vec<String>,
-) -> NimbusPolicyStatus {
-    let mut problems = problems.to_vec();
-    let mut entries = external;
-    for native in natives {
-        match &native.outcome {
-            NativeOutcome::Conflict => problems.push(Problem {
-                intent: String::new(),
-                reason: condition::REASON_POLICY_CONFLICT,
-                message: format!("{} exists and is not owned by this policy", native.entry),
-                blocking: true,
-            }),
-            NativeOutcome::Failed(message) => problems.push(Problem {
-                intent: String::new(),
-                reason: condition::REASON_APPLY_FAILED,
-                message: message.clone(),
-                blocking: true,
-            }),
-            NativeOutcome::Unchanged | NativeOutcome::Written => {
-                if native.listed {
-                    entries.push(native.entry.clone());
-                }
-            }
-        }
-    }
-    NimbusPolicyStatus {
-        status: STATUS_CREATED.to_owned(),
-        last_updated: None,
-        number_of_adapter_policies: entries.len() as i32,
-        adapter_policies: (!entries.is_empty()).then_some(entries),
-        observed_generation: generation,
-        conditions: policy_conditions(&problems, generation),
-    }
-}
-
-/// A policy's conditions: [`policy_ready`], and `Stalled` for the problems that stall it (see
-/// [`stalls`]): those leaving an intent unenforced, and a parameter that is not applied as
-/// written even where its default is enforced instead. A partial problem (another engine still
-/// enforces the intent) does not stall.
-fn policy_conditions(problems: &[Problem], generation: Option<i64>) -> Vec<Condition> {
-    let mut stall = Stall::default();
-    for p in problems.iter().filter(|p| {
-        stalls(p.reason) && (p.blocking || p.reason == condition::REASON_INVALID_PARAMETER)
-    }) {
-        stall.add(p.reason, p.message.clone());
-    }
-    with_kstatus(policy_ready(problems, generation), stall)
-}
-
-/// `Ready` from the problems of a translation: false with the first blocking problem's reason
-/// when an intent is not enforced at all; true otherwise, with partial problems in the message.
-pub fn policy_ready(problems: &[Problem], generation: Option<i64>) -> Condition {
-    let message = problems
-        .iter()
-        .map(|p| p.message.as_str())
-        .collect::<Vec<_>>()
-        .join("; ");
-    match problems.iter().find(|p| p.blocking) {
-        Some(p) => ready(false, p.reason, message, generation),
-        None => ready(true, condition::REASON_READY, message, generation),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engines::Problem;
     use crate::plan;
     use serde_json::json;
 

@@ -1,0 +1,67 @@
+//! What the posture's caches keep of each object, and its metadata-only caches.
+
+use super::*;
+
+/// Keeps of a pod what the posture reads: its metadata (labels, owners), its containers'
+/// ports and its IP.
+pub(super) fn strip_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    pod.metadata.annotations = None;
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        containers: spec
+            .containers
+            .into_iter()
+            .map(|c| Container {
+                name: c.name,
+                ports: c.ports,
+                ..Container::default()
+            })
+            .collect(),
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|status| PodStatus {
+        pod_ip: status.pod_ip,
+        ..PodStatus::default()
+    });
+}
+
+/// Keeps of a PolicyReport the resource it is about and, of each result, what the preview
+/// reads (the message only of failures): reports can be many and large.
+pub(super) fn strip_report(report: &mut DynamicObject) {
+    report.metadata = ObjectMeta {
+        name: report.metadata.name.take(),
+        namespace: report.metadata.namespace.take(),
+        ..ObjectMeta::default()
+    };
+    let scope = &report.data["scope"];
+    let results: Vec<Value> = report.data["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let failed = r["result"] == "fail";
+            json!({
+                "policy": r["policy"],
+                "rule": r["rule"],
+                "result": r["result"],
+                "message": if failed { r["message"].clone() } else { Value::Null },
+            })
+        })
+        .collect();
+    report.data = json!({
+        "scope": {"kind": scope["kind"], "namespace": scope["namespace"], "name": scope["name"]},
+        "results": results,
+    });
+}
+
+/// A cluster-wide, metadata-only cache of `K`.
+pub(super) fn metadata_cache<K>(client: &Client) -> Cache<PartialObjectMeta<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + std::fmt::Debug + 'static,
+    PartialObjectMeta<K>: Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    Cache::new(Api::all(client.clone())).strip(|meta| {
+        meta.metadata.managed_fields = None;
+        meta.metadata.annotations = None;
+    })
+}

@@ -1,0 +1,108 @@
+//! What each policy covers, decided as its status is.
+
+use super::*;
+
+/// What a policy covers, decided as its status is: a policy no binding generates covers
+/// nothing, and a native object counts only when the policy controls it (not merely one of
+/// that name). One a binding generates that others wrote to is judged by what is in force.
+pub(super) fn policy_coverage(
+    ctx: &Context,
+    input: &PolicyInput,
+    env: &engines::Environment,
+    binding: Option<Reference>,
+    engine_set: &engines::EngineSet,
+    claim: Claim,
+) -> PolicyCoverage {
+    let mut translation = engines::translate(input, env, engine_set);
+    if claim == Claim::NotBound {
+        translation.objects.clear();
+        translation.problems = vec![nimbus_core::status::not_bound()];
+    }
+    let present = |g: &engines::Generated| {
+        ctx.natives
+            .cached(g)
+            .is_some_and(|o| is_controlled_by(&*o, &input.owner.uid))
+    };
+    let intent_names = bound_intent_names(ctx, binding.as_ref());
+    let intent_name = |id: &str| {
+        intent_names
+            .iter()
+            .find(|(_, intent_id, ..)| intent_id == id)
+            .map(|(name, ..)| name.clone())
+    };
+    let intent_bundle = |id: &str| {
+        intent_names
+            .iter()
+            .find(|(_, intent_id, ..)| intent_id == id)
+            .and_then(|(_, _, bundle, _)| bundle.clone())
+    };
+    let intent_writer = |id: &str| {
+        intent_names
+            .iter()
+            .find(|(_, intent_id, ..)| intent_id == id)
+            .map(|(.., writer)| writer.clone())
+    };
+    PolicyCoverage::new(&PolicyFacts {
+        input,
+        translation: &translation,
+        engines: engine_set,
+        present: &present,
+        intent_name: &intent_name,
+        intent_bundle: &intent_bundle,
+        intent_writer: &intent_writer,
+        binding,
+        protected: &ctx.protected_namespaces,
+    })
+}
+
+/// The binding a policy's controller reference points to.
+pub(super) fn controlling_binding(
+    owners: &[OwnerReference],
+    namespace: Option<&str>,
+) -> Option<Reference> {
+    let owner = owners.iter().find(|o| o.controller == Some(true))?;
+    let namespaced = owner.kind == SecurityIntentBinding::kind(&());
+    let cluster = owner.kind == ClusterSecurityIntentBinding::kind(&());
+    (namespaced || cluster).then(|| Reference {
+        kind: owner.kind.clone(),
+        namespace: namespace.filter(|_| namespaced).map(str::to_owned),
+        name: owner.name.clone(),
+    })
+}
+
+/// The names, IDs, bundle labels and writers of the SecurityIntents `binding` binds that
+/// exist.
+pub(super) fn bound_intent_names(
+    ctx: &Context,
+    binding: Option<&Reference>,
+) -> Vec<(String, String, Option<String>, nimbus_api::IntentWriter)> {
+    let Some(binding) = binding else {
+        return Vec::new();
+    };
+    let names: Vec<String> = match &binding.namespace {
+        Some(ns) => ctx
+            .bindings
+            .get(&ObjectRef::new(&binding.name).within(ns))
+            .map(|b| b.spec.intents.iter().map(|i| i.name.clone()).collect())
+            .unwrap_or_default(),
+        None => ctx
+            .cluster_bindings
+            .get(&ObjectRef::new(&binding.name))
+            .map(|b| b.spec.intents.iter().map(|i| i.name.clone()).collect())
+            .unwrap_or_default(),
+    };
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let intent = ctx.intents.get(&ObjectRef::new(&name))?;
+            let bundle = intent
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(nimbus_core::compliance::bundles::BUNDLE_LABEL))
+                .cloned();
+            let writer = nimbus_core::authors::intent_writer(&intent);
+            Some((name, intent.spec.intent.id.clone(), bundle, writer))
+        })
+        .collect()
+}

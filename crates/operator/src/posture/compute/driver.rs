@@ -1,0 +1,131 @@
+//! The posture's loop: computing on every change, and the leader's writes after it.
+
+use super::*;
+
+/// Computes the postures once the workload caches have listed and the operator has started,
+/// then again whenever something they read changes, until the watches end. When only pods,
+/// ReplicaSets and Jobs changed, only their namespaces are recomputed ([`Memo`]).
+///
+/// The computation runs on a blocking thread (at tens of thousands of pods it takes a while,
+/// and the posture API must keep answering meanwhile). What it yields is served at once; the
+/// leader's writes of previews and reports follow in a task of their own, which always writes
+/// the latest computation's, so a slow write never holds back the posture.
+pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postures: Arc<Postures>) {
+    let Watches {
+        changes,
+        namespaced,
+        drivers,
+        synced,
+    } = watches;
+    let sources = Arc::new(sources);
+    // The first computation computes everything.
+    let dirty = Arc::new(Mutex::new(Dirty {
+        everything: true,
+        ..Dirty::default()
+    }));
+    let notify = Arc::new(Notify::new());
+    let feed = {
+        let (dirty, notify) = (dirty.clone(), notify.clone());
+        // Gaining the lead recomputes, so that the new leader writes.
+        let leading = signal(WatchStream::from_changes(ctx.leading.clone()));
+        let everywhere = changes
+            .into_iter()
+            .chain([leading])
+            .map(|s| s.map(|()| None));
+        let within = namespaced.into_iter().map(|s| s.map(Some).boxed());
+        futures::stream::select_all(everywhere.map(StreamExt::boxed).chain(within)).for_each(
+            move |namespace| {
+                lock(&dirty).add(namespace);
+                notify.notify_one();
+                futures::future::ready(())
+            },
+        )
+    };
+    let (outputs, computed) = watch::channel(None);
+    let compute = {
+        let (ctx, sources) = (ctx.clone(), sources.clone());
+        async move {
+            synced.await;
+            // Before the operator's own caches have listed, everything would look unprotected.
+            let mut started = ctx.started.clone();
+            let _ = started.wait_for(|s| *s).await;
+            let mut memo = None;
+            loop {
+                let started = std::time::Instant::now();
+                // Taken before the caches are read: a later change is in the next computation.
+                let changed = std::mem::take(&mut *lock(&dirty));
+                // Storing serializes what changed: that too stays off the async threads.
+                let computing = {
+                    let (ctx, sources, postures) = (ctx.clone(), sources.clone(), postures.clone());
+                    let memo = memo.take();
+                    tokio::task::spawn_blocking(move || {
+                        let (kept, computed) = compute(&ctx, &sources, memo, changed);
+                        let scope = if computed.scope.is_some() {
+                            "namespaces"
+                        } else {
+                            "all"
+                        };
+                        let writes = store(&ctx, &postures, &kept, computed);
+                        (kept, scope, writes)
+                    })
+                };
+                let (scope, writes) = match computing.await {
+                    Ok((kept, scope, writes)) => {
+                        memo = Some(kept);
+                        (scope, writes)
+                    }
+                    Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+                    // Cancelled: the runtime is shutting down.
+                    Err(_) => return,
+                };
+                postures.mark_ready();
+                let took = started.elapsed();
+                ctx.metrics
+                    .posture_compute
+                    .get_or_create(&ComputeLabels { scope })
+                    .observe(took.as_secs_f64());
+                tracing::debug!(?took, scope, "posture computed");
+                // A standby computes the previews too, and writes them once it leads.
+                outputs.send_replace(Some(Arc::new(writes)));
+                notify.notified().await;
+                tokio::time::sleep(DEBOUNCE).await;
+            }
+        }
+    };
+    tokio::select! {
+        () = feed => {}
+        () = compute => {}
+        () = write(&ctx, &sources, computed) => {}
+        _ = futures::future::join_all(drivers) => {}
+    }
+}
+
+/// While leading, writes the bindings' previews and our reports of each computation (the latest
+/// one when several arrived during a write); retries a failed write a second later.
+pub(super) async fn write(
+    ctx: &Context,
+    sources: &Workloads,
+    mut computed: watch::Receiver<Option<Arc<Writes>>>,
+) {
+    loop {
+        tokio::select! {
+            changed = computed.changed() => if changed.is_err() { return },
+            // Compared again where our reports changed (drift, or our own writes landing).
+            () = sources.own_reports.changed() => {}
+        }
+        let Some(writes) = computed.borrow_and_update().clone() else {
+            continue;
+        };
+        if !*ctx.leading.borrow() {
+            continue;
+        }
+        let (previews, reports) = futures::join!(
+            previews::write(ctx, &writes.previews),
+            sources.own_reports.write(&ctx.client, &writes.reports),
+        );
+        if !(previews && reports) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            computed.mark_changed();
+        }
+    }
+}
