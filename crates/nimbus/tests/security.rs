@@ -245,6 +245,16 @@ fn sandbox_role_binding(csib: &str, role: &str) -> String {
     format!("nimbus-ctlr-gen-{csib}-namespacesandbox-role-{role}")
 }
 
+/// A ClusterRoleBinding `name` of `role` to the user `user`.
+fn cluster_role_binding(name: &str, role: &str, user: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    })
+}
+
 /// 1. A sandbox over every namespace grants its group in ordinary namespaces, never in the
 ///    operator's, the k8tls or kube-system namespace: the group cannot mint tokens for the
 ///    operator's ServiceAccount.
@@ -503,17 +513,7 @@ async fn a_dangling_reference_cannot_be_completed_into_a_sensitive_intent() {
                     "metadata": {"name": role}, "rules": rules}),
         )
         .await;
-        apply(
-            &crbs,
-            &role,
-            &json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": role},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-            }),
-        )
-        .await;
+        apply(&crbs, &role, &cluster_role_binding(&role, &role, user)).await;
     }
 
     let (later, later_tls) = (unique("later"), unique("later-tls"));
@@ -1021,12 +1021,7 @@ async fn grant(user: &str, rules: Value) -> String {
     apply(
         &Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin()),
         &role,
-        &json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-        }),
+        &cluster_role_binding(&role, &role, user),
     )
     .await;
     let first = &rules[0];
@@ -1355,17 +1350,7 @@ async fn only_cluster_admins_and_intent_authors_may_write_intents() {
     let mut bound = Vec::new();
     for role in ["view", "edit", "admin", author_role.as_str()] {
         let user = unique(&format!("holder-of-{role}"));
-        apply(
-            &crbs,
-            &user,
-            &json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": user},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-            }),
-        )
-        .await;
+        apply(&crbs, &user, &cluster_role_binding(&user, role, &user)).await;
         bound.push((role.to_owned(), user));
     }
     for (role, user) in &bound {
