@@ -15,6 +15,7 @@ pub mod netpol;
 pub mod objects;
 pub mod params;
 pub mod plan;
+pub mod policy;
 pub mod posture;
 pub mod preview;
 pub mod reports;

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 mod policy;
 use policy::policy_conditions;
-pub use policy::{NativeOutcome, NativeResult, not_bound, policy_ready, policy_status};
+pub use policy::{NativeOutcome, NativeResult, policy_ready, policy_status};
 
 /// A `Ready` condition (the transition time is filled in when it is written).
 pub fn ready(
@@ -560,8 +560,9 @@ pub fn cluster_binding_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engines::Problem;
+    use crate::engines::{EngineSet, Problem, Translation};
     use crate::plan;
+    use crate::policy::{Claim, PolicyPlan};
     use serde_json::json;
 
     const GENERATION: i64 = 4;
@@ -705,11 +706,19 @@ mod tests {
             native("ConfigMap/b", false, NativeOutcome::Unchanged),
             native("KubeArmorPolicy/c", true, NativeOutcome::Unchanged),
         ];
+        let planned = |problems: Vec<Problem>, external_entries: Vec<String>| PolicyPlan {
+            claim: Claim::Bound,
+            engines: EngineSet::default(),
+            translation: Translation {
+                objects: Vec::new(),
+                problems,
+            },
+            external_entries,
+        };
         let status = policy_status(
+            &planned(vec![partial], vec!["KubeArmorPolicy/external".into()]),
             Some(2),
-            std::slice::from_ref(&partial),
             &natives,
-            vec!["KubeArmorPolicy/external".into()],
         );
         assert_eq!(
             status.adapter_policies,
@@ -736,10 +745,9 @@ mod tests {
         ];
         for (outcome, reason, message) in cases {
             let status = policy_status(
+                &planned(Vec::new(), Vec::new()),
                 Some(2),
-                &[],
                 &[native("NetworkPolicy/a", true, outcome)],
-                Vec::new(),
             );
             let c = &status.conditions[0];
             assert_eq!(
@@ -748,8 +756,6 @@ mod tests {
             );
             assert_eq!(status.adapter_policies, None);
         }
-        let status = policy_status(Some(2), &[not_bound()], &[], Vec::new());
-        assert_eq!(status.conditions[0].reason, condition::REASON_NOT_BOUND);
     }
 
     #[test]

@@ -2,17 +2,21 @@ use crate::availability::{self, Served};
 use crate::cache::Creations;
 use crate::facts::Facts;
 use crate::metrics::Metrics;
+use crate::write::FIELD_MANAGER;
 use crate::write::natives::Natives;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusRule, SecurityIntent,
-    SecurityIntentBinding,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
+    NimbusRule, SecurityIntent, SecurityIntentBinding,
 };
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{EngineSet, Environment, KyvernoKinds, Preference, VirtualPatches};
+use nimbus_core::engines::{
+    EngineSet, Environment, KyvernoKinds, PolicyInput, Preference, VirtualPatches,
+};
 use nimbus_core::namespaces::ProtectedNamespaces;
+use nimbus_core::policy::{self, Claim, PolicyPlan};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -128,5 +132,41 @@ impl Context {
         };
         e.facts.read(rules, &mut env);
         env
+    }
+
+    /// Whether `np` may be translated, from the caches (see [`Claim`]).
+    pub fn claim(&self, np: &NimbusPolicy) -> Claim {
+        Claim::namespaced(
+            np,
+            |ns, name| self.bindings.get(&ObjectRef::new(name).within(ns)),
+            |name| self.cluster_bindings.get(&ObjectRef::new(name)),
+            &self.protected_namespaces,
+            FIELD_MANAGER,
+        )
+    }
+
+    /// Whether `cnp` may be translated, from the caches (see [`Claim`]).
+    pub fn cluster_claim(&self, cnp: &ClusterNimbusPolicy) -> Claim {
+        Claim::cluster(
+            cnp,
+            |name| self.cluster_bindings.get(&ObjectRef::new(name)),
+            FIELD_MANAGER,
+        )
+    }
+
+    /// The plan of the policy `input`, claimed `claim`, whose status is `current`, in `env`
+    /// (its [`Self::environment`]): what the policy controller executes and the posture judges
+    /// by.
+    pub fn plan_policy(
+        &self,
+        input: &PolicyInput<'_>,
+        env: &Environment,
+        current: Option<&NimbusPolicyStatus>,
+        claim: Claim,
+    ) -> PolicyPlan {
+        let reported = current
+            .and_then(|s| s.adapter_policies.as_deref())
+            .unwrap_or_default();
+        policy::plan(input, env, self.engine_set(), claim, reported)
     }
 }

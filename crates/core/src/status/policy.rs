@@ -3,6 +3,7 @@
 
 use super::{Stall, ready, stalls, with_kstatus};
 use crate::engines::Problem;
+use crate::policy::PolicyPlan;
 use nimbus_api::{Condition, NimbusPolicyStatus, STATUS_CREATED, condition};
 
 /// What executing a policy's translation did to one generated native object.
@@ -26,31 +27,17 @@ pub struct NativeResult {
     pub outcome: NativeOutcome,
 }
 
-/// The problem of a policy that is not the one any binding generates: it is not translated.
-pub fn not_bound() -> Problem {
-    Problem {
-        intent: String::new(),
-        reason: condition::REASON_NOT_BOUND,
-        message: "not the policy an existing SecurityIntentBinding or \
-                  ClusterSecurityIntentBinding generates (or written by someone else than the \
-                  operator); not translated"
-            .to_owned(),
-        blocking: true,
-    }
-}
-
-/// The status of a NimbusPolicy or ClusterNimbusPolicy at `generation`: the problems of its
-/// translation (see [`not_bound`]), plus a conflict or failure per native object; the entries
-/// of the native objects in force, after those external adapters reported (`external`: they
-/// own them).
+/// The status of a NimbusPolicy or ClusterNimbusPolicy at `generation`, planned `plan`, once
+/// its native objects were written (`natives`): the problems of its translation, plus a
+/// conflict or failure per native object; the entries of the native objects in force, after
+/// those external adapters reported (they own them).
 pub fn policy_status(
+    plan: &PolicyPlan,
     generation: Option<i64>,
-    problems: &[Problem],
     natives: &[NativeResult],
-    external: Vec<String>,
 ) -> NimbusPolicyStatus {
-    let mut problems = problems.to_vec();
-    let mut entries = external;
+    let mut problems = plan.translation.problems.clone();
+    let mut entries = plan.external_entries.clone();
     for native in natives {
         match &native.outcome {
             NativeOutcome::Conflict => problems.push(Problem {

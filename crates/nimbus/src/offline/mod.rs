@@ -22,6 +22,7 @@ use nimbus_core::engines::{
     self, EngineSet, Environment, KyvernoKinds, PolicyInput, VirtualPatches, virtual_patch,
 };
 use nimbus_core::namespaces::ProtectedNamespaces;
+use nimbus_core::policy::{self, Claim};
 use nimbus_core::status::{self, NativeOutcome, NativeResult};
 use nimbus_core::{compile_binding, compile_cluster_binding, plan, validation};
 use serde_json::Value;
@@ -269,8 +270,9 @@ fn readiness(loaded: &Loaded) -> Vec<String> {
     let protected = ProtectedNamespaces::defaults(None, DEFAULT_K8TLS_NAMESPACE);
     // A generated policy as it would report itself once translated and applied.
     let translated = |input: &PolicyInput| {
-        let translation = engines::translate(input, &env, &engines);
-        let natives: Vec<NativeResult> = translation
+        let plan = policy::plan(input, &env, engines.clone(), Claim::Bound, &[]);
+        let natives: Vec<NativeResult> = plan
+            .translation
             .objects
             .iter()
             .map(|g| NativeResult {
@@ -279,7 +281,7 @@ fn readiness(loaded: &Loaded) -> Vec<String> {
                 outcome: NativeOutcome::Written,
             })
             .collect();
-        status::policy_status(None, &translation.problems, &natives, Vec::new())
+        status::policy_status(&plan, None, &natives)
     };
     let line = |what: String, ready: &[nimbus_api::Condition]| match ready.first() {
         Some(c) if c.message.is_empty() => format!("{what}: Ready={} ({})", c.status, c.reason),
@@ -428,7 +430,9 @@ fn translate_all(
     let mut skipped = Vec::new();
     let mut emit =
         |policy: Value, input: &PolicyInput, out: &mut Vec<Value>| -> anyhow::Result<()> {
-            let translation = engines::translate(input, env, engines);
+            // Every policy the CLI prints is its binding's, as the operator would write it.
+            let translation =
+                policy::plan(input, env, engines.clone(), Claim::Bound, &[]).translation;
             out.push(policy);
             for g in translation.objects {
                 out.push(serde_json::to_value(&g.object)?);

@@ -1,9 +1,9 @@
 //! SecurityIntentBinding → NimbusPolicy of the same name and namespace: observe → plan →
 //! execute → report.
 
-use super::{
-    Context, announce_intent_changes, binding_change_seen, keep_own_policy, update_status,
-};
+use super::keep::{announce_intent_changes, binding_change_seen, keep_own_policy};
+use super::report::update_status;
+use crate::context::Context;
 use crate::error::Error;
 use crate::write::{Executed, is_controlled_by, unless_left_behind};
 use kube::runtime::controller::Action;

@@ -2,10 +2,12 @@
 //! `nimbus-ctlr-gen-<binding>` in every selected, live namespace: observe → plan → execute →
 //! report.
 
-use super::{
-    Context, Kept, announce_deletions, announce_intent_changes, binding_change_seen,
-    keep_own_policy, keep_policy, update_status,
+use super::keep::{
+    Kept, announce_deletions, announce_intent_changes, binding_change_seen, keep_own_policy,
+    keep_policy,
 };
+use super::report::update_status;
+use crate::context::Context;
 use crate::error::Error;
 use crate::write::{Executed, is_controlled_by, unless_left_behind};
 use futures::{StreamExt, TryStreamExt, stream};
@@ -22,17 +24,12 @@ pub async fn reconcile(
     csib: Arc<ClusterSecurityIntentBinding>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let name = csib.name_any();
     let change_seen = binding_change_seen(
         &ctx,
         &*csib,
         csib.status.as_ref().and_then(|s| s.observed_generation),
     );
-    let cluster_api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
-    let observed = ctx.cluster_policies.get(&ObjectRef::new(&name));
-    let observed = unless_left_behind(&cluster_api, &*csib, observed).await?;
-    let uid = csib.uid().unwrap_or_default();
-    let ours = observed.clone().filter(|p| is_controlled_by(&**p, &uid));
+    let (ours, held) = observe_cluster_policy(&ctx, &csib).await?;
 
     let namespaces = ctx.namespaces.state();
     // A namespace being deleted takes its policies with it, and nothing may be created there:
@@ -48,45 +45,30 @@ pub async fn reconcile(
     );
 
     let mut executed = Executed::default();
-    let (kept_cluster, kept_namespaces);
-    let (cluster, namespaces) = match &plan {
-        // Re-evaluated on every change, so fixing the binding in place recovers it. What is
-        // in force stays in force meanwhile.
-        Err(_) => (Outcome::untouched(ours.as_deref()), Vec::new()),
-        Ok(plan) => {
-            kept_cluster = if observed.is_some() && ours.is_none() {
-                None
-            } else {
-                let desired = plan.cluster_policy.as_ref();
-                let kept = keep_own_policy(
-                    &ctx,
-                    &*csib,
-                    &cluster_api,
-                    desired,
-                    ours,
-                    change_seen,
-                    &mut executed,
-                )
-                .await?;
-                Some(kept)
-            };
-            kept_namespaces =
-                namespace_policies(&ctx, &csib, plan, change_seen, &mut executed).await?;
-            // (See `Kept::stale`.)
-            let stale = kept_cluster.as_ref().is_some_and(|k| k.stale)
-                || kept_namespaces.iter().flatten().any(|k| k.stale);
-            if stale {
-                return executed.result(Action::requeue(ctx.resync));
-            }
-            let cluster = kept_cluster
-                .as_ref()
-                .map_or(Outcome::Conflict, Kept::outcome);
-            let namespaces = kept_namespaces
-                .iter()
-                .map(|kept| kept.as_ref().map_or(Outcome::Conflict, Kept::outcome))
-                .collect();
-            (cluster, namespaces)
-        }
+    // Re-evaluated on every change, so fixing the binding in place recovers it. What is in
+    // force stays in force meanwhile.
+    let kept = match &plan {
+        Ok(plan) => Some(
+            execute(
+                &ctx,
+                &csib,
+                plan,
+                held,
+                ours.clone(),
+                change_seen,
+                &mut executed,
+            )
+            .await?,
+        ),
+        Err(_) => None,
+    };
+    if kept.as_ref().is_some_and(KeptPolicies::stale) {
+        // (See `Kept::stale`.)
+        return executed.result(Action::requeue(ctx.resync));
+    }
+    let (cluster, namespaces) = match &kept {
+        Some(kept) => kept.outcomes(),
+        None => (Outcome::untouched(ours.as_deref()), Vec::new()),
     };
 
     let status = status::cluster_binding_status(
@@ -102,6 +84,81 @@ pub async fn reconcile(
         announce_intent_changes(&ctx, &*csib, &before.intent_writers, &plan.writers);
     }
     executed.result(action)
+}
+
+/// The binding's ClusterNimbusPolicy as observed, and whether another object holds its name
+/// (then it is left alone).
+async fn observe_cluster_policy(
+    ctx: &Context,
+    csib: &ClusterSecurityIntentBinding,
+) -> Result<(Option<Arc<ClusterNimbusPolicy>>, bool), Error> {
+    let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
+    let observed = ctx.cluster_policies.get(&ObjectRef::new(&csib.name_any()));
+    let observed = unless_left_behind(&api, csib, observed).await?;
+    let uid = csib.uid().unwrap_or_default();
+    let ours = observed.clone().filter(|p| is_controlled_by(&**p, &uid));
+    let held = observed.is_some() && ours.is_none();
+    Ok((ours, held))
+}
+
+/// What a cluster binding's execute step kept: its ClusterNimbusPolicy (`None`: another
+/// object holds the name, and nothing was written), and each namespace's NimbusPolicy in the
+/// plan's order (likewise).
+struct KeptPolicies {
+    cluster: Option<Kept<ClusterNimbusPolicy>>,
+    namespaces: Vec<Option<Kept<NimbusPolicy>>>,
+}
+
+impl KeptPolicies {
+    /// Whether a status computed from them would be out of date (see [`Kept::stale`]).
+    fn stale(&self) -> bool {
+        self.cluster.as_ref().is_some_and(|k| k.stale)
+            || self.namespaces.iter().flatten().any(|k| k.stale)
+    }
+
+    /// What they mean for the binding's status.
+    fn outcomes(
+        &self,
+    ) -> (
+        Outcome<'_, ClusterNimbusPolicy>,
+        Vec<Outcome<'_, NimbusPolicy>>,
+    ) {
+        let cluster = self
+            .cluster
+            .as_ref()
+            .map_or(Outcome::Conflict, Kept::outcome);
+        let namespaces = self
+            .namespaces
+            .iter()
+            .map(|kept| kept.as_ref().map_or(Outcome::Conflict, Kept::outcome))
+            .collect();
+        (cluster, namespaces)
+    }
+}
+
+/// Keeps every policy of `plan`: the cluster policy (unless another object `held` its name;
+/// `ours`: the binding's, as observed) and the namespaces' policies.
+async fn execute(
+    ctx: &Context,
+    csib: &ClusterSecurityIntentBinding,
+    plan: &plan::ClusterBindingPolicies,
+    held: bool,
+    ours: Option<Arc<ClusterNimbusPolicy>>,
+    change_seen: Option<Instant>,
+    executed: &mut Executed,
+) -> Result<KeptPolicies, Error> {
+    let cluster = if held {
+        None
+    } else {
+        let api: Api<ClusterNimbusPolicy> = Api::all(ctx.client.clone());
+        let desired = plan.cluster_policy.as_ref();
+        Some(keep_own_policy(ctx, csib, &api, desired, ours, change_seen, executed).await?)
+    };
+    let namespaces = namespace_policies(ctx, csib, plan, change_seen, executed).await?;
+    Ok(KeptPolicies {
+        cluster,
+        namespaces,
+    })
 }
 
 /// Policies of a cluster binding written at once, one per namespace. Each reconcile otherwise

@@ -1,7 +1,7 @@
 //! SecurityIntent: status `{id, action, status: Created}` plus conditions, decided by
 //! [`nimbus_core::status::intent_status`].
 
-use super::Context;
+use crate::context::Context;
 use crate::error::Error;
 use crate::write;
 use kube::runtime::controller::Action;

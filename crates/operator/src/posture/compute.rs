@@ -9,7 +9,6 @@ use super::{Postures, lock, previews};
 use crate::availability::{self, Served};
 use crate::cache::{Cache, Driver, Index};
 use crate::context::Context;
-use crate::controllers::policy::Claim;
 use crate::metrics::{ComputeLabels, ReadyLabels, VerdictLabels};
 use crate::write::object::is_controlled_by;
 use futures::future::BoxFuture;
@@ -32,6 +31,7 @@ use nimbus_api::{
 };
 use nimbus_core::engines::{self, MANAGED_BY, NativeKind, POLICY_REPORT, PolicyInput};
 use nimbus_core::netpol::InvalidPolicy;
+use nimbus_core::policy::{Claim, PolicyPlan};
 use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
 use nimbus_core::preview;
 use nimbus_core::reports::{self, DesiredReport, ReportFormat};
@@ -377,35 +377,35 @@ struct Memo {
 impl Memo {
     /// What every posture reads: the policies, and the preview over `workloads` (all of them).
     fn new(ctx: &Context, sources: &Workloads, workloads: &[core::Workload]) -> Self {
-        let engine_set = ctx.engine_set();
         let mut coverage: Vec<PolicyCoverage> = Vec::new();
         // The NetworkPolicies enforcing the audited and shadowed rules would write.
         let mut planned: Vec<Result<Vec<preview::Planned>, InvalidPolicy>> = Vec::new();
-        let mut cover = |input: &PolicyInput, binding, claim| {
-            let env = ctx.environment(input.rules);
-            if claim != Claim::NotBound {
-                planned.push(preview::planned(input, &env, &engine_set));
-            }
-            coverage.push(policy_coverage(
-                ctx,
-                input,
-                &env,
-                binding,
-                &engine_set,
-                claim,
-            ));
-        };
+        let mut cover =
+            |input: &PolicyInput, status: Option<&NimbusPolicyStatus>, binding, claim| {
+                // Judged by the plan the policy controller executes.
+                let env = ctx.environment(input.rules);
+                let plan = ctx.plan_policy(input, &env, status, claim);
+                if claim != Claim::NotBound {
+                    planned.push(preview::planned(input, &env, &plan.engines));
+                }
+                coverage.push(policy_coverage(ctx, input, &plan, binding));
+            };
         for np in ctx.policies.state() {
             let uid = np.uid().unwrap_or_default();
             let binding = controlling_binding(np.owner_references(), np.namespace().as_deref());
-            let claim = Claim::namespaced(ctx, &np);
-            cover(&PolicyInput::namespaced(&np, &uid), binding, claim);
+            let input = PolicyInput::namespaced(&np, &uid);
+            cover(&input, np.status.as_ref(), binding, ctx.claim(&np));
         }
         for cnp in ctx.cluster_policies.state() {
             let uid = cnp.uid().unwrap_or_default();
             let binding = controlling_binding(cnp.owner_references(), None);
-            let claim = Claim::cluster(ctx, &cnp);
-            cover(&PolicyInput::cluster(&cnp, &uid), binding, claim);
+            let input = PolicyInput::cluster(&cnp, &uid);
+            cover(
+                &input,
+                cnp.status.as_ref(),
+                binding,
+                ctx.cluster_claim(&cnp),
+            );
         }
         // The caches iterate in no fixed order; a posture must not change (and be reported as
         // changed) just because its intents came out in another order.

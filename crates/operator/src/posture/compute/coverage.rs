@@ -2,22 +2,16 @@
 
 use super::*;
 
-/// What a policy covers, decided as its status is: a policy no binding generates covers
-/// nothing, and a native object counts only when the policy controls it (not merely one of
-/// that name). One a binding generates that others wrote to is judged by what is in force.
+/// What a policy covers, judged by its plan (`plan`, as the policy controller executes it): a
+/// policy no binding generates covers nothing, and a native object counts only when the policy
+/// controls it (not merely one of that name). One a binding generates that others wrote to is
+/// judged by what is in force.
 pub(super) fn policy_coverage(
     ctx: &Context,
     input: &PolicyInput,
-    env: &engines::Environment,
+    plan: &PolicyPlan,
     binding: Option<Reference>,
-    engine_set: &engines::EngineSet,
-    claim: Claim,
 ) -> PolicyCoverage {
-    let mut translation = engines::translate(input, env, engine_set);
-    if claim == Claim::NotBound {
-        translation.objects.clear();
-        translation.problems = vec![nimbus_core::status::not_bound()];
-    }
     let present = |g: &engines::Generated| {
         ctx.natives
             .cached(g)
@@ -44,8 +38,8 @@ pub(super) fn policy_coverage(
     };
     PolicyCoverage::new(&PolicyFacts {
         input,
-        translation: &translation,
-        engines: engine_set,
+        translation: &plan.translation,
+        engines: &plan.engines,
         present: &present,
         intent_name: &intent_name,
         intent_bundle: &intent_bundle,
