@@ -9,15 +9,19 @@
 #              on 10,000 random pods per engine and level (make test runs 120)
 # make fuzz  - the API server as the judge of `nimbus validate` and `nimbus translate` on
 #              20,000 random cases (make test runs 600)
+# make docs  - the book (docs/src, everything beyond the README) into docs/book/; make
+#              docs-reference - regenerate its reference pages from the code
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools kyverno test-tools crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle pss-oracle fuzz
+.PHONY: dev test control-plane tools kyverno test-tools docs docs-reference crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle pss-oracle fuzz
 
 dev: control-plane
 	$(CARGO) run -- dev
 
-test: control-plane tools kyverno test-tools
+# `docs` builds the book; its links and anchors are checked by tests/docs_links.rs, and its
+# generated reference pages by tests/docs_reference.rs, both in `cargo test`.
+test: control-plane tools kyverno test-tools docs
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# What the Dockerfile builds (no `dev` feature, locked dependencies), checked for the host.
@@ -41,6 +45,21 @@ tools:
 # report test (cold: ~20 s and ~40 s here; warm: instant).
 test-tools:
 	bash hack/install-test-tools.sh
+
+# The book: docs/src built into docs/book/ by mdBook 0.5.4 (hack/build-mdbook.sh pins it),
+# installed from crates.io with its locked dependencies into ~/.cache/nimbus-rs/tools/mdbook
+# (cold: 543 s wall, 201 s of CPU, on a 2-core machine shared with a Cargo build; warm: instant).
+docs:
+	mdbook="$$(bash hack/build-mdbook.sh)" && "$$mdbook" build docs
+
+# The book's reference pages (docs/src/reference/: the command line, the CRD fields, the intent
+# catalog), rendered from the code by the hidden `nimbus docs-reference`; a test fails when
+# any is stale.
+docs-reference:
+	for page in cli crds intents; do \
+	  $(CARGO) run -q -- docs-reference $$page > docs/src/reference/$$page.md.tmp && \
+	  mv docs/src/reference/$$page.md.tmp docs/src/reference/$$page.md || exit 1; \
+	done
 
 # Kyverno's admission and background controllers for the efficacy tests, from the release
 # pinned in tools/kyverno, cached in ~/.cache/nimbus-rs/kyverno (cold: ~380 MB of modules and
@@ -99,7 +118,7 @@ bench-posture: control-plane
 	$(CARGO) run --release -p nimbus-bench -- posture $(BENCH_ARGS)
 
 # The chaos suite at length: churn, leader kills and control-plane restarts, then an audit
-# against `nimbus translate` (see the README). One run per seed.
+# against `nimbus translate` (see docs/src/proofs.md, "Proof under chaos"). One run per seed.
 CHAOS_SECONDS ?= 300
 CHAOS_SEEDS ?= 1 2 3
 chaos: control-plane

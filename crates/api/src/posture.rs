@@ -338,7 +338,7 @@ pub struct ControlCoverage {
     pub audited: u32,
     /// Workloads where nothing addresses it.
     pub not_covered: u32,
-    /// The efficacy matrices behind `proven` (README "What enforcement is proven").
+    /// The efficacy matrices behind `proven` (the book's "What enforcement is proven", docs/src/proofs.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub proofs: Vec<String>,
 }

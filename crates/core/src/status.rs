@@ -567,7 +567,7 @@ mod tests {
 
     const GENERATION: i64 = 4;
 
-    /// The README's "Messages are bounded (4 KiB)": every condition's message, cut at a
+    /// The book's (docs/src/concepts.md) "Messages are bounded (4 KiB)": every condition's message, cut at a
     /// character boundary, says how much it left out; a message within the bound is kept whole.
     #[test]
     fn condition_messages_are_bounded_to_4_kib() {

@@ -2,6 +2,7 @@
 
 #[cfg(feature = "dev")]
 mod dev;
+mod docs_reference;
 mod offline;
 mod report;
 
@@ -61,6 +62,12 @@ enum Command {
     /// files/engine-rbac.yaml).
     #[command(hide = true)]
     EngineRbac,
+    /// Print one of the book's reference pages (docs/src/reference/), generated from the code.
+    #[command(hide = true)]
+    DocsReference {
+        #[arg(value_enum)]
+        page: docs_reference::Page,
+    },
     /// Start a local control plane, install the CRDs, run the operator on it and apply the
     /// examples; runs until Ctrl-C.
     #[cfg(feature = "dev")]
@@ -432,6 +439,10 @@ fn run_cli() -> anyhow::Result<bool> {
         }
         Command::EngineRbac => {
             print!("{}", engine_rbac_yaml()?);
+            Ok(true)
+        }
+        Command::DocsReference { page } => {
+            print!("{}", page.render()?);
             Ok(true)
         }
         Command::Report(args) => block_on(None, async { report::run(&args).await.map(|()| true) }),

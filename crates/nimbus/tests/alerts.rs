@@ -298,7 +298,7 @@ async fn alerts_and_dashboard_query_only_exported_metrics() {
     .await;
     // The posture computation counts the binding's policy (whatever its readiness).
     moved("the policy counted", "nimbus_policies", 0.0).await;
-    // And times itself (the README's `nimbus_posture_compute_seconds`).
+    // And times itself (docs/src/alerts.md's `nimbus_posture_compute_seconds`).
     moved(
         "the posture computation timed",
         "nimbus_posture_compute_seconds_count",

@@ -1,7 +1,7 @@
 //! The compliance coverage's "proven" comes from a table in the core
 //! (`nimbus_core::compliance::coverage::PROOFS`); this keeps it and the efficacy tests in
 //! agreement: every proof names an efficacy test of its engine and a matrix the efficacy tests
-//! measured (the README shows exactly what they measure), and every measured matrix is a proof
+//! measured (the book's docs/src/proofs.md shows exactly what they measure), and every measured matrix is a proof
 //! or says why not.
 
 use nimbus_core::compliance::coverage::{NOT_ENFORCEMENT, PROOFS};
@@ -41,9 +41,10 @@ fn tests_of(text: &str) -> BTreeSet<&str> {
     out
 }
 
-fn readme_blocks() -> BTreeSet<String> {
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
-    let text = std::fs::read_to_string(readme).expect("README.md");
+/// The ids of the efficacy blocks docs/src/proofs.md shows.
+fn proofs_page_blocks() -> BTreeSet<String> {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/proofs.md");
+    let text = std::fs::read_to_string(page).expect("docs/src/proofs.md");
     text.split("<!-- efficacy:")
         .skip(1)
         .filter_map(|rest| Some(rest.split_once(" -->")?.0.to_owned()))
@@ -53,10 +54,10 @@ fn readme_blocks() -> BTreeSet<String> {
 #[test]
 fn the_proof_table_and_the_efficacy_tests_agree() {
     let sources = efficacy_sources();
-    // The README's efficacy blocks are what the efficacy tests measured: each test asserts
+    // The proofs page's efficacy blocks are what the efficacy tests measured: each test asserts
     // that its block shows exactly its measurement.
-    let readme = readme_blocks();
-    assert!(readme.len() >= 8, "too few matrices found: {readme:?}");
+    let shown = proofs_page_blocks();
+    assert!(shown.len() >= 8, "too few matrices found: {shown:?}");
     for p in PROOFS {
         let file = format!("{}.rs", p.engine.name());
         let text = sources
@@ -68,8 +69,8 @@ fn the_proof_table_and_the_efficacy_tests_agree() {
             p.test
         );
         assert!(
-            readme.contains(p.matrix),
-            "{p:?}: no efficacy test measured the matrix {} (the README shows none)",
+            shown.contains(p.matrix),
+            "{p:?}: no efficacy test measured the matrix {} (docs/src/proofs.md shows none)",
             p.matrix
         );
         let (engine, rest) = p.matrix.split_once('-').expect("engine-intent");
@@ -80,7 +81,7 @@ fn the_proof_table_and_the_efficacy_tests_agree() {
     }
     let proven: BTreeSet<&str> = PROOFS.iter().map(|p| p.matrix).collect();
     let excused: BTreeSet<&str> = NOT_ENFORCEMENT.iter().map(|(m, _)| *m).collect();
-    for m in &readme {
+    for m in &shown {
         assert!(
             proven.contains(m.as_str()) ^ excused.contains(m.as_str()),
             "the efficacy matrix {m} is measured but is neither a proof nor excused"
@@ -88,12 +89,12 @@ fn the_proof_table_and_the_efficacy_tests_agree() {
     }
 }
 
-/// README's "Compliance" section shows the catalog's mapping exactly
-/// (`NIMBUS_UPDATE_README=1` rewrites it).
+/// The book's "Compliance" page (docs/src/compliance.md) shows the catalog's mapping exactly
+/// (`NIMBUS_UPDATE_DOCS=1` rewrites it).
 #[test]
-fn the_readme_shows_the_mapping() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
-    let text = std::fs::read_to_string(&path).expect("README.md");
+fn the_compliance_page_shows_the_mapping() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/compliance.md");
+    let text = std::fs::read_to_string(&path).expect("docs/src/compliance.md");
     let (begin, end) = (
         "<!-- compliance:mapping -->\n",
         "<!-- /compliance:mapping -->",
@@ -102,14 +103,14 @@ fn the_readme_shows_the_mapping() {
     let (b, e) = text
         .find(begin)
         .and_then(|b| Some((b, b + text[b..].find(end)? + end.len())))
-        .expect("README.md has a compliance:mapping block");
-    if std::env::var_os("NIMBUS_UPDATE_README").is_some() {
+        .expect("docs/src/compliance.md has a compliance:mapping block");
+    if std::env::var_os("NIMBUS_UPDATE_DOCS").is_some() {
         std::fs::write(&path, format!("{}{block}{}", &text[..b], &text[e..]))
-            .expect("writing README.md");
+            .expect("writing docs/src/compliance.md");
         return;
     }
     assert!(
         text[b..e] == block,
-        "README.md does not show the mapping (NIMBUS_UPDATE_README=1 rewrites it):\n{block}"
+        "docs/src/compliance.md does not show the mapping (NIMBUS_UPDATE_DOCS=1 rewrites it):\n{block}"
     );
 }

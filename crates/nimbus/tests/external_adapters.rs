@@ -1,5 +1,5 @@
-//! Engines left to external adapters (`nimbus run --disable-engines …`, the process the README
-//! documents): the operator keeps running with no CRD-backed engine at all, and counts and keeps
+//! Engines left to external adapters (`nimbus run --disable-engines …`, the process the book
+//! documents in docs/src/concepts.md): the operator keeps running with no CRD-backed engine at all, and counts and keeps
 //! what an external adapter reports in a policy's status (Nimbus's adapter contract) instead of
 //! claiming the intent is not enforced.
 

@@ -1,4 +1,4 @@
-//! The engine handover the README describes, driven by Kyverno's CRDs rather than by the
+//! The engine handover the book describes (docs/src/intents-and-engines.md), driven by Kyverno's CRDs rather than by the
 //! preference: when they go, the admission engine takes over a cluster binding's escapeToHost;
 //! when they come back, Kyverno's policy is written first and the admission engine's objects
 //! are kept until it is 30 s old and Kyverno reports it ready, then pruned.
@@ -19,7 +19,7 @@ use nimbus_testenv::upstream::{KYVERNO_CLUSTER_POLICY as CLUSTER_POLICY_CRD, KYV
 use serde_json::json;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// What the README promises: the old engine's objects are kept until the new ones are 30 s old
+/// What the book promises (docs/src/intents-and-engines.md): the old engine's objects are kept until the new ones are 30 s old
 /// (not the constant the code uses, so that changing it fails here).
 const HANDOVER: Duration = Duration::from_secs(30);
 

@@ -348,7 +348,7 @@ fn replicas_without_leader_election_are_refused() {
     );
 }
 
-/// The README's "the chart refuses to install on < 1.30 unless `sensitiveIntentsAdmission=false`"
+/// The book's (docs/src/security-model.md) "the chart refuses to install on < 1.30 unless `sensitiveIntentsAdmission=false`"
 /// and "on an older cluster [than 1.36] unless `intentAuthorAdmission=false`": `helm template
 /// --kube-version` as `helm install` sees the cluster's version.
 #[test]

@@ -1119,7 +1119,7 @@ async fn reports_say_what_the_posture_says() {
     common::gone(&reports, "nimbus-pod-web").await;
 }
 
-/// What the README promises of list and watch, through kube-apiserver as clients use it:
+/// What the book (docs/src/posture-api.md) promises of list and watch, through kube-apiserver as clients use it:
 /// `limit`/`continue` pages through every object once, the verdict label and `metadata.name`
 /// select, a streaming watch (`sendInitialEvents`) sends every object then a bookmark marking
 /// the end of the initial events, and every write is refused with 405.
@@ -1374,7 +1374,7 @@ async fn a_bundle_covers_its_frameworks_controls_on_the_selected_workloads() {
     // 10 controls on 2 workloads: 9 covered on web (8 proven), none on other.
     assert_eq!((cis.workloads, cis.score, cis.proven_score), (2, 45, 40));
 
-    // As README's "Coverage in the posture API" shows: ATT&CK 4 of 5 controls on web (T1190,
+    // As docs/src/compliance.md's "Coverage in the posture API" shows: ATT&CK 4 of 5 controls on web (T1190,
     // T1611 proven), CIS, NSA/CISA 7 of 7 (6 proven), FiGHT 1 of 4 (FGT1611, proven).
     let (ok, out, err) = kubectl(cp, &["get", "namespacepostures", ns.name()]);
     assert!(
@@ -1513,9 +1513,10 @@ async fn the_html_report_shows_the_posture_apis_numbers_in_a_browser() {
         "{} bytes",
         png.len()
     );
-    if std::env::var_os("NIMBUS_UPDATE_README").is_some() {
-        let docs = common::workspace_root().join("docs/compliance-report.png");
-        std::fs::create_dir_all(docs.parent().expect("docs")).expect("docs/");
+    if std::env::var_os("NIMBUS_UPDATE_DOCS").is_some() {
+        // The screenshot docs/src/reports.md shows.
+        let docs = common::workspace_root().join("docs/src/compliance-report.png");
+        std::fs::create_dir_all(docs.parent().expect("docs/src")).expect("docs/src/");
         std::fs::write(docs, &png).expect("writing the screenshot");
     }
     let dom = headless(&page, "--dump-dom", &dir.path().join("net-dom.json"));

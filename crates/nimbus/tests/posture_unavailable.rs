@@ -1,7 +1,7 @@
 //! The hazard of every aggregated API: while no replica serves the posture API, its APIService
 //! is unavailable, and kube-controller-manager's namespace controller cannot finish deleting a
 //! namespace (it must know every namespaced resource of every group to empty it). Measured here
-//! as the README states it: a namespace deleted while the operator is down stays `Terminating`,
+//! as the book states it (docs/src/operations.md, "Operational hazards"): a namespace deleted while the operator is down stays `Terminating`,
 //! with the condition `NamespaceDeletionDiscoveryFailure` naming the posture group, and is
 //! deleted once a replica serves again.
 //!
@@ -153,7 +153,7 @@ async fn a_namespace_deleted_while_no_replica_serves_waits_for_one() {
         .expect("reading the namespace");
     assert!(
         stuck.is_some(),
-        "the namespace was deleted while the posture API was down: the hazard is gone, update the README"
+        "the namespace was deleted while the posture API was down: the hazard is gone, update docs/src/operations.md"
     );
 
     // A replica serves again: the deletion completes.

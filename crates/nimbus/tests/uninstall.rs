@@ -1,4 +1,4 @@
-//! Uninstalling, as the README states it:
+//! Uninstalling, as the book states it (docs/src/operations.md, "Uninstalling"):
 //! - stopping the operator leaves every generated policy in force (nothing is deleted on
 //!   shutdown);
 //! - deleting a binding, operator running or not, deletes its policies, and the garbage
@@ -6,7 +6,7 @@
 //! - deleting the Nimbus CRDs deletes the bindings and policies; their native objects may stay
 //!   (the garbage collector keeps a dependent whose owner's kind it can no longer resolve, so
 //!   whether it gets to them first is a matter of timing). They carry the engines' label, by
-//!   which the README's command deletes them: the command is read from the README and run as
+//!   which the book's command deletes them: the command is read from docs/src/operations.md and run as
 //!   it is, over the leftovers of every kind the engines and the reports write that this
 //!   cluster serves, and it must name every such kind and label value of the engine registry.
 //!
@@ -88,7 +88,7 @@ async fn uninstalling_keeps_policies_until_bindings_go_and_leaves_nothing_after_
         .await;
     }
     // Whether the garbage collector still deletes their native objects depends on timing (it
-    // cannot resolve an owner whose kind is gone): so the README says to delete the leftovers
+    // cannot resolve an owner whose kind is gone): so the book says to delete the leftovers
     // by the engines' label. Leftovers of the kinds nothing generated here (the admission
     // engine's, k8tls's, RBAC's, the reports), as the garbage collector leaves them: no owner.
     plant_leftovers(&client).await;
@@ -100,7 +100,7 @@ async fn uninstalling_keeps_policies_until_bindings_go_and_leaves_nothing_after_
         "too few kinds left over to judge the command by: {left:?}"
     );
 
-    run_readme_cleanup(cp.kubeconfig_path());
+    run_documented_cleanup(cp.kubeconfig_path());
     assert_eq!(labelled_leftovers(&client).await, Vec::<String>::new());
     // What others manage stays.
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), K8TLS_NAMESPACE);
@@ -110,28 +110,28 @@ async fn uninstalling_keeps_policies_until_bindings_go_and_leaves_nothing_after_
     );
 }
 
-/// The README's uninstall cleanup command (the `sh` block that sets `selector=`).
-fn readme_cleanup() -> String {
-    let readme = common::workspace_root().join("README.md");
-    let text = std::fs::read_to_string(&readme).expect("README.md");
+/// The uninstall cleanup command of docs/src/operations.md (the `sh` block that sets `selector=`).
+fn documented_cleanup() -> String {
+    let page = common::workspace_root().join("docs/src/operations.md");
+    let text = std::fs::read_to_string(&page).expect("docs/src/operations.md");
     let start = text
         .find("```sh\nselector='")
-        .expect("the README's cleanup command")
+        .expect("the operations page's cleanup command")
         + "```sh\n".len();
     let len = text[start..].find("```").expect("the command's block ends");
     text[start..start + len].to_owned()
 }
 
-/// Runs the README's cleanup command with `sh`, the test tools' kubectl and the cluster's
+/// Runs the documented cleanup command with `sh`, the test tools' kubectl and the cluster's
 /// kubeconfig.
-fn run_readme_cleanup(kubeconfig: &std::path::Path) {
+fn run_documented_cleanup(kubeconfig: &std::path::Path) {
     let path = format!(
         "{}:{}",
         common::tools_dir().display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let output = std::process::Command::new("sh")
-        .args(["-ec", &readme_cleanup()])
+        .args(["-ec", &documented_cleanup()])
         .env("PATH", path)
         .env("KUBECONFIG", kubeconfig)
         .stdin(std::process::Stdio::null())
@@ -139,7 +139,7 @@ fn run_readme_cleanup(kubeconfig: &std::path::Path) {
         .expect("running sh");
     assert!(
         output.status.success(),
-        "the README's cleanup failed ({}):\n{}{}",
+        "the documented cleanup failed ({}):\n{}{}",
         output.status,
         String::from_utf8_lossy(&output.stderr),
         String::from_utf8_lossy(&output.stdout)
@@ -173,11 +173,11 @@ fn managers() -> BTreeSet<&'static str> {
         .collect()
 }
 
-/// The README's command names exactly the kinds and label values the registry says are
-/// written: a kind added to an engine, or a new engine, fails this until the README follows.
+/// The documented command names exactly the kinds and label values the registry says are
+/// written: a kind added to an engine, or a new engine, fails this until docs/src/operations.md follows.
 #[test]
-fn the_readme_cleanup_names_every_generated_kind_and_manager() {
-    let command = readme_cleanup();
+fn the_documented_cleanup_names_every_generated_kind_and_manager() {
+    let command = documented_cleanup();
     let (_, selector) = command
         .split_once("managed-by in (")
         .expect("a selector by the managers");
@@ -186,7 +186,7 @@ fn the_readme_cleanup_names_every_generated_kind_and_manager() {
     assert_eq!(
         named,
         managers(),
-        "the managers the README's selector names"
+        "the managers the documented selector names"
     );
     let (_, kinds) = command
         .split_once("for kind in")
@@ -197,7 +197,11 @@ fn the_readme_cleanup_names_every_generated_kind_and_manager() {
         .filter(|w| *w != "\\")
         .map(str::to_owned)
         .collect();
-    assert_eq!(named, registry_kinds(), "the kinds the README's loop names");
+    assert_eq!(
+        named,
+        registry_kinds(),
+        "the kinds the documented loop names"
+    );
 }
 
 /// `Kind namespace/name` of every object labelled by a manager of [`managers`] in every kind

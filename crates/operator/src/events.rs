@@ -162,7 +162,7 @@ mod tests {
         (kube::Client::new(service, "default"), created)
     }
 
-    /// The README's "on SIGTERM the leader … flushes its queued Events": the shutdown's
+    /// The book's (docs/src/cli.md) "on SIGTERM the leader … flushes its queued Events": the shutdown's
     /// `flush` returns once every Event queued before it is written, and, when the events API
     /// is too slow, after its limit rather than never.
     #[tokio::test]

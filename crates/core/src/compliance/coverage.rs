@@ -17,7 +17,7 @@ pub struct Proof {
     pub engine: Engine,
     /// The efficacy test function.
     pub test: &'static str,
-    /// Its matrix, as README.md's `<!-- efficacy:ID -->` block shows it.
+    /// Its matrix, as the `<!-- efficacy:ID -->` block of docs/src/proofs.md shows it.
     pub matrix: &'static str,
 }
 

@@ -692,7 +692,7 @@ fn natural(id: &str) -> Vec<(u64, &str)> {
         .collect()
 }
 
-/// The mapping as a Markdown table, one row per intent and framework (README's "Compliance").
+/// The mapping as a Markdown table, one row per intent and framework (the book's "Compliance", docs/src/compliance.md).
 pub fn markdown_table() -> String {
     let mut out = String::from("| Intent | Framework | Controls (source) |\n|---|---|---|\n");
     for intent in crate::catalog::INTENTS {

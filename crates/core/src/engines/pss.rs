@@ -8,7 +8,7 @@
 //! Kubernetes' own PodSecurity admission is the oracle they are held to, case for case, by the
 //! differential test (`tests/efficacy/pod_security.rs`). Kyverno 1.19's legacy `podSecurity`
 //! rule enforces its own vendored copy as `latest`, which predates 1.35's relaxations for pods in
-//! a user namespace (`hostUsers: false`); the README's table of deliberate differences says so.
+//! a user namespace (`hostUsers: false`); the table of deliberate differences in docs/src/proofs.md says so.
 //! Absent fields take the value the API server would default or the check reads them as
 //! (`orValue`).
 

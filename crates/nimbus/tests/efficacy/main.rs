@@ -14,9 +14,9 @@
 //! - escapeToHost through every engine that enforces it: Kubernetes' own PodSecurity admission,
 //!   case for case on seeded random pods (`pod_security.rs`).
 //!
-//! Each test asserts the intent's documented meaning cell by cell, and that the README's "What
+//! Each test asserts the intent's documented meaning cell by cell, and that the book's "What
 //! enforcement is proven" section shows exactly the matrix it measured
-//! (`NIMBUS_UPDATE_README=1` rewrites that section from the measurements).
+//! (docs/src/proofs.md; `NIMBUS_UPDATE_DOCS=1` rewrites that section from the measurements).
 
 mod admission;
 #[path = "../common/mod.rs"]

@@ -1,12 +1,15 @@
 //! A verdict matrix (cases × subjects): what was measured against what the intent promises,
-//! and the README block that shows it.
+//! and the block of the book's docs/src/proofs.md that shows it.
 
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
+/// The book's page that shows every measured matrix ("What enforcement is proven").
+const PROOFS_PAGE_PATH: &str = "docs/src/proofs.md";
+
 /// Measured verdicts; `expected` holds the documented ones.
 pub struct Matrix {
-    /// The README block's id.
+    /// The id of its block in docs/src/proofs.md.
     pub id: String,
     pub title: String,
     /// What the first column names (e.g. "traffic").
@@ -18,10 +21,10 @@ pub struct Matrix {
 }
 
 impl Matrix {
-    /// Both checks: the measurement keeps the promise, and the README shows it.
+    /// Both checks: the measurement keeps the promise, and the book shows it.
     pub fn assert(&self) {
         self.assert_as_promised();
-        self.assert_in_readme();
+        self.assert_in_docs();
     }
 
     /// Fails with every cell where the measurement differs from the promise (a measured
@@ -62,12 +65,12 @@ impl Matrix {
         out
     }
 
-    /// The README's block for this matrix must show exactly what was measured.
-    fn assert_in_readme(&self) {
-        static README: Mutex<()> = Mutex::new(());
-        let _one_writer = README.lock().unwrap_or_else(|e| e.into_inner());
-        let path = crate::common::workspace_root().join("README.md");
-        let text = std::fs::read_to_string(&path).expect("README.md");
+    /// docs/src/proofs.md's block for this matrix must show exactly what was measured.
+    fn assert_in_docs(&self) {
+        static PROOFS_PAGE: Mutex<()> = Mutex::new(());
+        let _one_writer = PROOFS_PAGE.lock().unwrap_or_else(|e| e.into_inner());
+        let path = crate::common::workspace_root().join(PROOFS_PAGE_PATH);
+        let text = std::fs::read_to_string(&path).expect(PROOFS_PAGE_PATH);
         let (begin, end) = (
             format!("<!-- efficacy:{} -->\n", self.id),
             format!("<!-- /efficacy:{} -->", self.id),
@@ -76,18 +79,18 @@ impl Matrix {
         let current = text
             .find(&begin)
             .and_then(|b| Some((b, b + text[b..].find(&end)? + end.len())));
-        if std::env::var_os("NIMBUS_UPDATE_README").is_some() {
+        if std::env::var_os("NIMBUS_UPDATE_DOCS").is_some() {
             let updated = match current {
                 Some((b, e)) => format!("{}{block}{}", &text[..b], &text[e..]),
-                None => panic!("README.md has no {begin} … {end} block to update"),
+                None => panic!("{PROOFS_PAGE_PATH} has no {begin} … {end} block to update"),
             };
-            std::fs::write(&path, updated).expect("writing README.md");
+            std::fs::write(&path, updated).expect("writing the proofs page");
             return;
         }
         let shown = current.map(|(b, e)| &text[b..e]);
         assert!(
             shown == Some(block.as_str()),
-            "README.md does not show the measured matrix {} (NIMBUS_UPDATE_README=1 rewrites it):\n{block}",
+            "{PROOFS_PAGE_PATH} does not show the measured matrix {} (NIMBUS_UPDATE_DOCS=1 rewrites it):\n{block}",
             self.id
         );
     }

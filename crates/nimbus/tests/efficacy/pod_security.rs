@@ -13,7 +13,7 @@
 //! added to a running compliant pod (the `pods/ephemeralcontainers` subresource, as `kubectl
 //! debug` does); a Deployment created with the pod as its template; a compliant Deployment's
 //! template replaced by it. The verdicts must agree, apart from the deliberate differences in
-//! [`DIFFERENCES`] (the README's table).
+//! [`DIFFERENCES`] (the table in docs/src/proofs.md).
 //!
 //! `NIMBUS_PSS_CASES` (default 120 per level) and `NIMBUS_PSS_SEED` (default 1) size it; `make
 //! pss-oracle` runs 10,000 per engine and level.
@@ -77,7 +77,7 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// A deliberate difference from PodSecurity: which engine, why (the README's table says the
+/// A deliberate difference from PodSecurity: which engine, why (docs/src/proofs.md's table says the
 /// same), and the cases it covers.
 struct Difference {
     engine: Engine,
@@ -376,8 +376,8 @@ async fn differential(engine: Engine, level: &'static str) -> Vec<Disagreement> 
     disagreements
 }
 
-/// The README's table of the deliberate differences.
-fn differences_in_readme() {
+/// docs/src/proofs.md's table of the deliberate differences.
+fn differences_in_docs() {
     let rows: Vec<(String, Vec<String>)> = DIFFERENCES
         .iter()
         .map(|d| (d.engine.name().to_owned(), vec![d.why.to_owned()]))
@@ -395,7 +395,7 @@ fn differences_in_readme() {
 
 /// Both levels through `engine`: no disagreement outside the deliberate differences.
 async fn agrees_with_pod_security(engine: Engine) {
-    differences_in_readme();
+    differences_in_docs();
     let mut failures = Vec::new();
     for level in ["baseline", "restricted"] {
         for d in differential(engine, level).await {

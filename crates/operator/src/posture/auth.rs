@@ -245,7 +245,7 @@ mod tests {
         assert_eq!(config().user(&HeaderMap::new()), None);
     }
 
-    /// The README's "SubjectAccessReview answers cached 10 s": an answer, allowed or denied,
+    /// The book's (docs/src/posture-api.md) "SubjectAccessReview answers cached 10 s": an answer, allowed or denied,
     /// is reused for 10 s after it was given and not a moment longer; a full cache starts over.
     #[test]
     fn answers_are_reused_for_10_seconds() {

@@ -490,7 +490,7 @@ mod tests {
         }
     }
 
-    /// The README's "with `allowWatchBookmarks`, a bookmark every 60 s": what a watch query
+    /// The book's (docs/src/posture-api.md) "with `allowWatchBookmarks`, a bookmark every 60 s": what a watch query
     /// asks for is what the watch below runs with.
     #[test]
     fn a_watch_asking_for_bookmarks_gets_one_every_60_seconds() {
