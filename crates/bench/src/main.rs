@@ -9,6 +9,11 @@
 //! `apiserver_request_total`, minus the bench's own requests), CPU time and memory of the
 //! operator process. Printed as a table and written as JSON (`target/bench-results.json`).
 
+// Shape rule (issue #43): no function longer than clippy.toml's `too-many-lines-threshold`.
+// Non-test code only: a test reads best as one table or one story, and test builds
+// (`cfg(test)`, tests/) do not see this line.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
 mod converge;
 mod floor;
 mod latency;

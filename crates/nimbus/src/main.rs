@@ -1,5 +1,10 @@
 //! `nimbus`: the operator and its tools in one binary.
 
+// Shape rule (issue #43): no function longer than clippy.toml's `too-many-lines-threshold`.
+// Non-test code only: a test reads best as one table or one story, and test builds
+// (`cfg(test)`, tests/) do not see this line.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
 #[cfg(feature = "dev")]
 mod dev;
 mod offline;

@@ -127,16 +127,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let served = availability.served.clone();
     let started = Started::when(caches.started(&availability));
     let leadership = Leadership::start(&client, &config, &metrics);
-    let reporter = Reporter {
-        controller: config.reporter.clone(),
-        instance: config.instance.clone(),
-    };
-    let (events, events_writer) = Events::start(
-        Recorder::new(client.clone(), reporter),
-        metrics.events_dropped.clone(),
-        metrics.events_queued.clone(),
-    );
-    tokio::spawn(events_writer);
+    let events = start_events(&client, &config, &metrics);
     let signals = Signals {
         served: served.clone(),
         leading: leadership.leading.clone(),
@@ -163,18 +154,11 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let posture = match &config.posture {
         Some(posture_config) => {
             let kyverno = config.engines.contains(&Engine::Kyverno);
-            let (workloads, mut watches) =
-                posture::Workloads::watch(&client, kyverno, posture_config.reports);
-            watches.changes.extend(caches.posture_inputs(&served));
-            let server = posture::start(
-                posture_config,
-                &client,
-                ctx.clone(),
-                workloads,
-                watches,
-                shutdown.clone(),
-            );
-            Some(server.await?)
+            let inputs = |watches: &mut posture::Watches| {
+                watches.changes.extend(caches.posture_inputs(&served));
+            };
+            let started = start_posture(posture_config, &client, &ctx, kyverno, inputs, &shutdown);
+            Some(started.await?)
         }
         None => None,
     };
@@ -182,15 +166,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     if let Some(server) = posture {
         tokio::spawn(server);
     }
-    if let Some(addr) = config.health_addr {
-        // Its own task: its graceful stop must not cut the controllers' in-flight reconciles.
-        let ready = started.reached();
-        let server = health::serve(addr, ready, watches.broken.clone(), shutdown.clone()).await?;
-        tokio::spawn(server);
-    }
-    if let Some(addr) = config.metrics_addr {
-        tokio::spawn(metrics.clone().serve(addr, shutdown.clone()).await?);
-    }
+    serve_probes(&config, &started, &watches.broken, &metrics, &shutdown).await?;
 
     tracing::info!(
         engines = ?config.engines,
@@ -207,6 +183,65 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     ctx.events.flush(Duration::from_secs(2)).await;
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// Starts the health endpoints and the metrics endpoint, where configured. Each is its own
+/// task: its graceful stop must not cut the controllers' in-flight reconciles.
+async fn serve_probes(
+    config: &Config,
+    started: &Started,
+    broken: &CancellationToken,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Result<(), Error> {
+    if let Some(addr) = config.health_addr {
+        let ready = started.reached();
+        let server = health::serve(addr, ready, broken.clone(), shutdown.clone()).await?;
+        tokio::spawn(server);
+    }
+    if let Some(addr) = config.metrics_addr {
+        tokio::spawn(metrics.clone().serve(addr, shutdown.clone()).await?);
+    }
+    Ok(())
+}
+
+/// The Kubernetes Events queue, its writer running.
+fn start_events(client: &Client, config: &Config, metrics: &Metrics) -> Events {
+    let reporter = Reporter {
+        controller: config.reporter.clone(),
+        instance: config.instance.clone(),
+    };
+    let (events, events_writer) = Events::start(
+        Recorder::new(client.clone(), reporter),
+        metrics.events_dropped.clone(),
+        metrics.events_queued.clone(),
+    );
+    tokio::spawn(events_writer);
+    events
+}
+
+/// The posture API: its computation started, its server ready to run. `inputs` adds the
+/// caches' changes to what the computation watches.
+async fn start_posture(
+    posture_config: &posture::Config,
+    client: &Client,
+    ctx: &Arc<Context>,
+    kyverno: bool,
+    inputs: impl FnOnce(&mut posture::Watches),
+    shutdown: &CancellationToken,
+) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
+    let (workloads, mut watches) =
+        posture::Workloads::watch(client, kyverno, posture_config.reports);
+    inputs(&mut watches);
+    posture::start(
+        posture_config,
+        client,
+        ctx.clone(),
+        workloads,
+        watches,
+        shutdown.clone(),
+    )
+    .await
 }
 
 /// Whether the operator has started: every cache listed, engine availability known (see
