@@ -7,9 +7,6 @@ use kube::Client;
 use std::path::PathBuf;
 use tokio::task::JoinHandle;
 
-use crate::args::Args;
-use crate::progress::step;
-
 /// Starts sampling kube-apiserver's CPU for `secs` seconds; the profile is written to `path`
 /// when the returned task ends.
 pub fn start(client: &Client, secs: u64, path: PathBuf) -> JoinHandle<anyhow::Result<()>> {
@@ -28,20 +25,4 @@ pub fn start(client: &Client, secs: u64, path: PathBuf) -> JoinHandle<anyhow::Re
             .context("reading kube-apiserver's CPU profile")?;
         std::fs::write(&path, profile).with_context(|| format!("writing {}", path.display()))
     })
-}
-
-/// Starts profiling kube-apiserver into `<--apiserver-profile>/<name>.pprof`, if asked to.
-pub fn profile_of(
-    args: &Args,
-    client: &kube::Client,
-    name: &str,
-) -> Option<tokio::task::JoinHandle<anyhow::Result<()>>> {
-    let dir = args.apiserver_profile.as_ref()?;
-    let path = dir.join(format!("{name}.pprof"));
-    step(format!(
-        "profiling kube-apiserver for {} s into {}",
-        args.apiserver_profile_secs,
-        path.display()
-    ));
-    Some(start(client, args.apiserver_profile_secs, path))
 }

@@ -4,7 +4,7 @@ use crate::args::Args;
 use crate::converge::{Tracker, converge};
 use crate::meter::{Mark, Meter};
 use crate::operator::tail;
-use crate::profile::profile_of;
+use crate::profile;
 use crate::progress::step;
 use crate::report::{self, CHURN, COLD, NARROWING, STEADY, Scenario};
 use crate::workload::{self, NARROWED, Plan, RELABELLED};
@@ -143,4 +143,20 @@ pub async fn changes(
         ));
     }
     Ok(scenarios)
+}
+
+/// Starts profiling kube-apiserver into `<--apiserver-profile>/<name>.pprof`, if asked to.
+pub fn profile_of(
+    args: &Args,
+    client: &kube::Client,
+    name: &str,
+) -> Option<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    let dir = args.apiserver_profile.as_ref()?;
+    let path = dir.join(format!("{name}.pprof"));
+    step(format!(
+        "profiling kube-apiserver for {} s into {}",
+        args.apiserver_profile_secs,
+        path.display()
+    ));
+    Some(profile::start(client, args.apiserver_profile_secs, path))
 }

@@ -17,13 +17,15 @@ use nimbus_api::posture::{
     WorkloadPosture,
 };
 use nimbus_api::{BindingPreview, NimbusRule};
-use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The action promotion enforces with.
 mod kyverno_reports;
+mod listing;
 pub use kyverno_reports::{Report, ReportResult, Reported, Unreadable, reported};
 use kyverno_reports::{kyverno_key, refusals};
+use listing::key;
+pub use listing::{MAX_EXAMPLES, WorkloadKey};
 
 const BLOCK: &str = "Block";
 
@@ -111,15 +113,8 @@ pub fn planned(
         .collect()
 }
 
-/// `(namespace, kind, name)` of a workload.
-pub type WorkloadKey = (String, String, String);
-
 /// What [`blocked`] found: the connections each workload would lose.
 pub type Found = BTreeMap<WorkloadKey, BTreeSet<BlockedConnection>>;
-
-fn key(w: &Workload) -> WorkloadKey {
-    (w.namespace.clone(), w.kind.clone(), w.name.clone())
-}
 
 /// A Service port as one of its backend pods serves it.
 struct Backend<'a> {
@@ -454,10 +449,6 @@ pub fn attach(
     });
 }
 
-/// At most this many connections and refusals are named in a binding's status, and resources
-/// in a refusal.
-pub const MAX_EXAMPLES: usize = 5;
-
 /// Each binding with intents in audit or shadow mode, and what enforcing them would block,
 /// summed from the workload postures' previews (a connection counts for a binding when one of
 /// the intents it audits on that workload would block it).
@@ -566,6 +557,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use nimbus_api::NimbusPolicy;
+    use serde_json::Value;
     use serde_json::json;
 
     fn policy(id: &str, action: &str) -> NimbusPolicy {

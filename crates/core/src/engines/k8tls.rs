@@ -20,7 +20,7 @@ use nimbus_api::condition;
 use serde_json::{Value, json};
 
 /// Where the CronJobs run unless configured otherwise (Nimbus's fixed namespace).
-pub const DEFAULT_NAMESPACE: &str = "nimbus-k8tls-env";
+pub use crate::namespaces::DEFAULT_K8TLS_NAMESPACE as DEFAULT_NAMESPACE;
 /// The scanner unless configured otherwise: Nimbus's image, at a fixed release instead of
 /// `latest`, so what runs in the cluster changes only when the operator's configuration does.
 pub const DEFAULT_IMAGE: &str = "kubearmor/k8tls:v0.1.0";

@@ -5,7 +5,7 @@
 //! compares again only the namespaces whose desired or stored reports changed.
 
 use super::compute::{Watches, namespaces_of};
-use super::{all_succeed, lock};
+use super::writes::{all_succeed, lock};
 use crate::availability::{Served, when_served};
 use crate::cache::Cache;
 use futures::future::BoxFuture;

@@ -5,9 +5,9 @@
 mod response;
 mod stream;
 
-use super::Postures;
 use super::auth::{Attributes, Authorizer, RequestHeader, User};
 use super::openapi::{self, Documents};
+use super::postures::Postures;
 use super::request::{ListQuery, Resource, Target, target};
 use super::store::{Gone, Store, Stored, Watch, key_of};
 use super::table::{Printed, table};
