@@ -50,7 +50,7 @@ fn no_import_circle_between_modules() {
         for crate_root in ["lib.rs", "main.rs"].map(|f| src.join(f)) {
             if files.contains(&crate_root) {
                 let modules = CrateModules::load(&read, &crate_root, &src, &files);
-                circles.extend(import_circles(&modules));
+                circles.extend(import_circles(&crate_root, &modules));
             }
         }
     }
@@ -64,7 +64,7 @@ fn no_import_circle_between_modules() {
 
 /// Every set of modules that reach each other through their paths, with the edges between
 /// them (one place per edge), as a message.
-fn import_circles(modules: &CrateModules) -> Vec<String> {
+fn import_circles(crate_root: &Path, modules: &CrateModules) -> Vec<String> {
     let edges = modules.edges();
     let mut graph = DiGraph::<usize, ()>::new();
     let nodes: Vec<_> = (0..modules.modules.len())
@@ -83,7 +83,11 @@ fn import_circles(modules: &CrateModules) -> Vec<String> {
             .iter()
             .map(|m| modules.modules[*m].name.as_str())
             .collect();
-        let mut message = format!("circle between {}:", names.join(", "));
+        let mut message = format!(
+            "{}: circle between {}:",
+            crate_root.display(),
+            names.join(", ")
+        );
         for edge in first_place_per_edge(&edges, &members) {
             message.push_str(&format!(
                 "\n    {} -> {}  at {}:{} (`{}`)",
