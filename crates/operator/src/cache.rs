@@ -232,7 +232,7 @@ where
                 }
                 Vec::new()
             }
-            Ok(watcher::Event::InitDone) => self.relisted(),
+            Ok(watcher::Event::InitDone) => self.list_complete(),
             Ok(watcher::Event::Apply(obj)) => {
                 if let Some((key, index)) = &self.index {
                     index.set(place(&obj), key(&obj));
@@ -264,7 +264,7 @@ where
     }
 
     /// A complete (re)list: what it holds, and what vanished since the previous one.
-    fn relisted(&mut self) -> Vec<K> {
+    fn list_complete(&mut self) -> Vec<K> {
         if self.synced.send_replace(true) {
             for subscriber in &self.relist_subscribers {
                 let _ = subscriber.send(());
