@@ -41,10 +41,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- include "nimbus.fullname" . }}
 {{- end }}
 
-{{/* `--disable-engines` value: the engines switched off, in the operator's spelling. */}}
+{{/* `--disable-engines` value: the engines switched off, in the operator's spelling. Every
+registered engine is a key of files/engine-rbac.yaml (generated from the registration by `make
+crds`), so the list is not kept here. */}}
 {{- define "nimbus.disabledEngines" -}}
 {{- $off := list }}
-{{- range $name := list "netpol" "kubearmor" "kyverno" "k8tls" "rbac" "admission" }}
+{{- range $name, $_ := .Files.Get "files/engine-rbac.yaml" | fromYaml }}
 {{- if not (index $.Values.engines $name).enabled }}
 {{- $off = append $off $name }}
 {{- end }}

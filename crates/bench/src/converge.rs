@@ -2,9 +2,10 @@
 //! on NimbusPolicies and ClusterNimbusPolicies tell the moment the last one gets there, with
 //! neither the rounding up nor the apiserver load of polling with LISTs.
 
+use crate::args::Args;
 use crate::operator::tail;
+use crate::progress::step;
 use crate::workload::{CLUSTER_BINDING, Ops, Plan, binding_intents, cluster_intents};
-use crate::{Args, step};
 use anyhow::{Context as _, bail};
 use futures::TryStreamExt;
 use kube::api::{ListParams, WatchEvent};

@@ -9,6 +9,12 @@
 //! `apiserver_request_total`, minus the bench's own requests), CPU time and memory of the
 //! operator process. Printed as a table and written as JSON (`target/bench-results.json`).
 
+// Shape rule (issue #43): no function longer than clippy.toml's `too-many-lines-threshold`.
+// Non-test code only: a test reads best as one table or one story, and test builds
+// (`cfg(test)`, tests/) do not see this line.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
+mod args;
 mod converge;
 mod floor;
 mod latency;
@@ -17,82 +23,25 @@ mod operator;
 mod posture;
 mod procfs;
 mod profile;
+mod progress;
 mod report;
 mod requests;
+mod scenarios;
 mod workload;
 
 use anyhow::{Context as _, bail};
+use args::{Args, Other};
 use clap::Parser;
-use converge::{Tracker, converge};
 use meter::Meter;
 use nimbus_testenv::{ControlPlane, Options, apply_yaml, free_port};
-use operator::{build_operator, spawn_operator, tail};
-use report::{Results, mib};
+use operator::{build_operator, spawn_operator};
+use progress::step;
+use report::{CHURN, COLD, NARROWING, Results, mib};
 use requests::Own;
+use scenarios::{changes, cold_convergence, profile_of, steady_state};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use workload::{CREATED, NARROWED, Ops, Plan, RELABELLED};
-
-#[derive(Parser, Debug)]
-#[command(about = "Benchmark the Nimbus operator on a real local control plane")]
-struct Args {
-    /// Namespaces, each with its own bindings.
-    #[arg(long, default_value_t = 50)]
-    namespaces: usize,
-    /// SecurityIntentBindings (each referencing all four intents), spread over the namespaces
-    /// in turn.
-    #[arg(long, default_value_t = 100)]
-    bindings: usize,
-    /// Intents of the ClusterSecurityIntentBinding over all namespaces (1-4: escapeToHost,
-    /// dnsManipulation, swDeploymentTools, denyExternalNetworkAccess).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=4))]
-    cluster_intents: u8,
-    /// Length of the steady-state measurement (scenario B).
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    steady: Duration,
-    /// Quiet time after A and C converge, counted with them, before the next scenario.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    settle: Duration,
-    /// Give up when a scenario has not converged after this long.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
-    timeout: Duration,
-    /// Passed to `nimbus run --resync` (default: the operator's own default).
-    #[arg(long)]
-    resync: Option<String>,
-    /// Passed to `nimbus run --reconcile-concurrency` (default: the operator's own default).
-    #[arg(long)]
-    reconcile_concurrency: Option<u16>,
-    /// The `nimbus` binary to run; default: `cargo build --release -p nimbus` and use its
-    /// output.
-    #[arg(long, env = "NIMBUS_BENCH_OPERATOR")]
-    nimbus_bin: Option<PathBuf>,
-    /// Bindings created one at a time after C, each timed until its native objects exist.
-    #[arg(long, default_value_t = 100)]
-    latency_samples: usize,
-    /// Requests in flight when the floors write the scenarios' objects directly (at the default
-    /// size, 64 wrote A's objects in 1.83 s where 16 took 2.55 s).
-    #[arg(long, default_value_t = 64)]
-    floor_concurrency: usize,
-    /// Write kube-apiserver's CPU profiles of A and of A's floor (`A.pprof`, `floor-A.pprof`,
-    /// `--apiserver-profile-secs` from each one's start) into this directory.
-    #[arg(long)]
-    apiserver_profile: Option<PathBuf>,
-    #[arg(long, default_value_t = 6)]
-    apiserver_profile_secs: u64,
-    /// Where the JSON results go; default: `target/bench-results.json` in the workspace.
-    #[arg(long)]
-    output: Option<PathBuf>,
-    /// Another benchmark instead of the operator's scenarios.
-    #[command(subcommand)]
-    other: Option<Other>,
-}
-
-#[derive(clap::Subcommand, Debug)]
-enum Other {
-    /// The posture API with thousands of pods on kwok nodes: catch-up time, list latency
-    /// through kube-apiserver, operator memory.
-    Posture(posture::PostureArgs),
-}
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -112,18 +61,9 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-const COLD: &str = "A cold convergence";
-const STEADY: &str = "B steady state";
-const CHURN: &str = "C churn";
-const NARROWING: &str = "D narrowing";
-
 fn workspace_root() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     root.canonicalize().unwrap_or(root)
-}
-
-fn step(message: impl AsRef<str>) {
-    eprintln!("[bench] {}", message.as_ref());
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -137,7 +77,88 @@ async fn run(args: Args) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let root = workspace_root();
-    let nimbus = match &args.nimbus_bin {
+    let nimbus = operator_binary(&args, &root).await?;
+    step(format!("operator binary: {}", nimbus.display()));
+    if let Some(Other::Posture(posture_args)) = args.other {
+        return posture::run(posture_args, &nimbus).await;
+    }
+
+    let (cp, client) = start_cluster(&args, &root).await?;
+    let ops = Ops {
+        client: client.clone(),
+        own: Own::default(),
+    };
+    wait_garbage_collector(&ops).await?;
+
+    let (mut operator, startup) = start_operator(&cp, &nimbus, &args).await?;
+    let pid = operator.pid();
+
+    let mut plan = Plan::new(
+        args.namespaces,
+        args.bindings,
+        usize::from(args.cluster_intents),
+    );
+    step(format!(
+        "creating {} namespaces (before any measurement)",
+        plan.namespaces.len()
+    ));
+    workload::create_namespaces(&ops, &plan).await?;
+    plan.selected = wait_namespaces_settled(&ops, &plan).await?;
+
+    // The API server's cost: kube-apiserver and etcd (kube-controller-manager's reactions, the
+    // garbage collector's, are not what a writer pays for).
+    let control_plane = procfs::named(&cp.pids(), &["kube-apiserver", "etcd"])?;
+    let mut meter = Meter {
+        ops: &ops,
+        pid,
+        control_plane: control_plane.clone(),
+        peak_per_scenario: true,
+    };
+    let (cold, expected, end) =
+        cold_convergence(&mut meter, &plan, &args, &client, &mut operator).await?;
+    let (steady, end) = steady_state(&mut meter, &args, &mut operator, end).await?;
+    let mut scenarios = vec![cold, steady];
+    scenarios.extend(changes(&mut meter, &plan, &args, &mut operator, end).await?);
+
+    // L: one binding at a time, on the quiet converged cluster.
+    step(format!(
+        "L: {} single bindings, one at a time, each until its native objects exist",
+        args.latency_samples
+    ));
+    let latency = latency::measure(
+        &client,
+        latency::Writer::Operator,
+        args.latency_samples,
+        args.timeout,
+    )
+    .await?;
+    step(format!(
+        "L: p50 {:.1} ms, p99 {:.1} ms",
+        latency.p50_ms, latency.p99_ms
+    ));
+
+    // F: the floors, after the operator stopped.
+    drop(operator);
+    let floor = floors(&args, &ops, &plan, &control_plane).await?;
+    let results = Results {
+        config: config_of(&args, &plan, &nimbus),
+        attribution: report::ATTRIBUTION,
+        startup,
+        expected,
+        versus: report::versus(&scenarios, &latency, &floor),
+        scenarios,
+        latency,
+        floor,
+    };
+    print!("{}", report::table(&results));
+    write_results(&results, &args, &root)?;
+    drop(cp);
+    Ok(())
+}
+
+/// The `nimbus` binary: `--nimbus-bin`, or a release build of the workspace's.
+async fn operator_binary(args: &Args, root: &Path) -> anyhow::Result<PathBuf> {
+    Ok(match &args.nimbus_bin {
         Some(path) => {
             anyhow::ensure!(
                 path.is_file(),
@@ -147,17 +168,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             path.clone()
         }
         None => tokio::task::spawn_blocking({
-            let root = root.clone();
+            let root = root.to_path_buf();
             move || build_operator(&root)
         })
         .await
         .context("building the operator")??,
-    };
-    step(format!("operator binary: {}", nimbus.display()));
-    if let Some(Other::Posture(posture_args)) = args.other {
-        return posture::run(posture_args, &nimbus).await;
-    }
+    })
+}
 
+/// The control plane, with the Nimbus CRDs, the engines' CRDs and the k8tls environment.
+async fn start_cluster(args: &Args, root: &Path) -> anyhow::Result<(ControlPlane, kube::Client)> {
     let k8tls_env = root.join("charts/nimbus/files/k8tls/environment.yaml");
     let k8tls_env = std::fs::read_to_string(&k8tls_env)
         .with_context(|| format!("reading {}", k8tls_env.display()))?;
@@ -181,13 +201,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     apply_yaml(&client, &k8tls_env)
         .await
         .context("installing charts/nimbus/files/k8tls/environment.yaml")?;
+    Ok((cp, client))
+}
 
-    let ops = Ops {
-        client: client.clone(),
-        own: Own::default(),
-    };
-    wait_garbage_collector(&ops).await?;
-
+/// The operator, ready; and what its start-up cost.
+async fn start_operator(
+    cp: &ControlPlane,
+    nimbus: &Path,
+    args: &Args,
+) -> anyhow::Result<(nimbus_testenv::Child, report::Startup)> {
     step("starting the operator");
     let (health, metrics) = (free_port()?, free_port()?);
     let mut operator_args: Vec<String> = vec![
@@ -204,7 +226,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         operator_args.extend(["--reconcile-concurrency".into(), n.to_string()]);
     }
     let spawned = Instant::now();
-    let mut operator = spawn_operator(&cp, &nimbus, &operator_args, health).await?;
+    let operator = spawn_operator(cp, nimbus, &operator_args, health).await?;
     let pid = operator.pid();
     let ready_secs = spawned.elapsed().as_secs_f64();
     let at_ready = procfs::Sample::read(pid)?;
@@ -216,185 +238,35 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cpu_secs: procfs::ticks_to_secs(at_ready.cpu_ticks),
         rss_mib: mib(at_ready.rss_kib),
     };
+    Ok((operator, startup))
+}
 
-    let mut plan = Plan::new(
-        args.namespaces,
-        args.bindings,
-        usize::from(args.cluster_intents),
-    );
-    step(format!(
-        "creating {} namespaces (before any measurement)",
-        plan.namespaces.len()
-    ));
-    workload::create_namespaces(&ops, &plan).await?;
-    plan.selected = wait_namespaces_settled(&ops, &plan).await?;
-
-    // The API server's cost: kube-apiserver and etcd (kube-controller-manager's reactions, the
-    // garbage collector's, are not what a writer pays for).
-    let control_plane = procfs::named(&cp.pids(), &["kube-apiserver", "etcd"])?;
-    let mut meter = Meter {
-        ops: &ops,
-        pid,
-        control_plane: control_plane.clone(),
-        peak_per_scenario: true,
-    };
-    let mut scenarios = Vec::new();
-
-    // A: cold convergence.
-    step(format!(
-        "A: creating 4 SecurityIntents, {} SecurityIntentBindings and 1 \
-         ClusterSecurityIntentBinding; waiting for {} policies",
-        plan.bindings.len(),
-        plan.expected_policies()
-    ));
-    let start = meter.mark().await?;
-    let mut tracker = Tracker::start(&ops, &plan, 0);
-    let profiling = profile_of(&args, &client, "A");
-    let began = Instant::now();
-    workload::create_workload(&ops, &plan).await?;
-    let (wall, progress) = converge(&mut tracker, began, &args, &mut operator).await?;
-    drop(tracker);
-    if let Some(profiling) = profiling {
-        profiling.await.context("profiling kube-apiserver")??;
+/// What was measured, as the results describe it.
+fn config_of(args: &Args, plan: &Plan, nimbus: &Path) -> report::Config {
+    report::Config {
+        namespaces: args.namespaces,
+        security_intent_bindings: plan.bindings.len(),
+        cluster_binding_intents: workload::cluster_intents(plan.cluster_intents)
+            .iter()
+            .map(|(_, id)| *id)
+            .collect(),
+        security_intents: workload::INTENTS.len(),
+        cluster_security_intent_bindings: 1,
+        steady_state_secs: args.steady.as_secs_f64(),
+        settle_secs: args.settle.as_secs_f64(),
+        operator_resync: args.resync.clone(),
+        operator_reconcile_concurrency: args.reconcile_concurrency,
+        operator_binary: nimbus.display().to_string(),
+        bench_release_build: !cfg!(debug_assertions),
+        cpus: std::thread::available_parallelism().map_or(0, usize::from),
+        unix_time: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
     }
-    step(format!(
-        "A: converged in {:.2} s ({} native policies); settling {:?}",
-        wall.as_secs_f64(),
-        progress.native_policies,
-        args.settle
-    ));
-    let expected = report::Expected {
-        policies: progress.expected,
-        native_policies: progress.native_policies,
-        adapter_policies_per_policy: progress.per_policy.clone(),
-    };
-    tokio::time::sleep(args.settle).await;
-    let end = meter.mark().await?;
-    scenarios.push(meter.scenario(
-        COLD,
-        format!(
-            "create 4 SecurityIntents, {} SecurityIntentBindings in {} namespaces and 1 \
-             ClusterSecurityIntentBinding; until all {} policies report their {} native policies",
-            plan.bindings.len(),
-            plan.namespaces.len(),
-            progress.expected,
-            progress.native_policies
-        ),
-        wall,
-        Some((progress.done, progress.expected)),
-        &start,
-        &end,
-    ));
+}
 
-    // B: steady state.
-    step(format!("B: measuring {:?} without changes", args.steady));
-    let start = end;
-    tokio::time::sleep(args.steady).await;
-    let mut end = meter.mark().await?;
-    if operator.has_exited() {
-        bail!(
-            "the operator exited during the steady state; its log ends with:\n{}",
-            tail(&operator.output(), 40)
-        );
-    }
-    scenarios.push(meter.scenario(
-        STEADY,
-        format!(
-            "{:.1} s with no changes, after A settled",
-            end.at.duration_since(start.at).as_secs_f64()
-        ),
-        end.at.duration_since(start.at),
-        None,
-        &start,
-        &end,
-    ));
-
-    // C: churn; D: narrowing.
-    for (name, revision, change) in [
-        (CHURN, RELABELLED, "merge-patch the workload label of"),
-        (NARROWING, NARROWED, "drop the last intent of"),
-    ] {
-        step(format!(
-            "{name}: {change} all {} bindings",
-            plan.bindings.len()
-        ));
-        let start = end;
-        let mut tracker = Tracker::start(&ops, &plan, revision);
-        let began = Instant::now();
-        workload::change_bindings(&ops, &plan, revision).await?;
-        let (wall, progress) = converge(&mut tracker, began, &args, &mut operator).await?;
-        drop(tracker);
-        step(format!(
-            "{name}: converged in {:.2} s; settling {:?}",
-            wall.as_secs_f64(),
-            args.settle
-        ));
-        tokio::time::sleep(args.settle).await;
-        end = meter.mark().await?;
-        scenarios.push(meter.scenario(
-            name,
-            format!(
-                "{change} all {} SecurityIntentBindings (merge patch); until every policy \
-                 reflects it",
-                plan.bindings.len()
-            ),
-            wall,
-            Some((progress.done, progress.expected)),
-            &start,
-            &end,
-        ));
-    }
-
-    // L: one binding at a time, on the quiet converged cluster.
-    step(format!(
-        "L: {} single bindings, one at a time, each until its native objects exist",
-        args.latency_samples
-    ));
-    let latency = latency::measure(
-        &client,
-        latency::Writer::Operator,
-        args.latency_samples,
-        args.timeout,
-    )
-    .await?;
-    step(format!(
-        "L: p50 {:.1} ms, p99 {:.1} ms",
-        latency.p50_ms, latency.p99_ms
-    ));
-
-    // F: the floors, after the operator stopped.
-    drop(operator);
-    let floor = floors(&args, &ops, &plan, &control_plane).await?;
-    let results = Results {
-        config: report::Config {
-            namespaces: args.namespaces,
-            security_intent_bindings: plan.bindings.len(),
-            cluster_binding_intents: workload::cluster_intents(plan.cluster_intents)
-                .iter()
-                .map(|(_, id)| *id)
-                .collect(),
-            security_intents: workload::INTENTS.len(),
-            cluster_security_intent_bindings: 1,
-            steady_state_secs: args.steady.as_secs_f64(),
-            settle_secs: args.settle.as_secs_f64(),
-            operator_resync: args.resync.clone(),
-            operator_reconcile_concurrency: args.reconcile_concurrency,
-            operator_binary: nimbus.display().to_string(),
-            bench_release_build: !cfg!(debug_assertions),
-            cpus: std::thread::available_parallelism().map_or(0, usize::from),
-            unix_time: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        },
-        attribution: report::ATTRIBUTION,
-        startup,
-        expected,
-        versus: report::versus(&scenarios, &latency, &floor),
-        scenarios,
-        latency,
-        floor,
-    };
-    print!("{}", report::table(&results));
+/// Writes the results as JSON (`--output`, or `target/bench-results.json`).
+fn write_results(results: &Results, args: &Args, root: &Path) -> anyhow::Result<()> {
     let output = args
         .output
         .clone()
@@ -402,11 +274,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(dir) = output.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let json = serde_json::to_string_pretty(&results).context("serializing the results")?;
+    let json = serde_json::to_string_pretty(results).context("serializing the results")?;
     std::fs::write(&output, json + "\n")
         .with_context(|| format!("writing {}", output.display()))?;
     println!("\nJSON: {}", output.display());
-    drop(cp);
     Ok(())
 }
 
@@ -505,22 +376,6 @@ async fn floors(
         runs: written,
         latency,
     })
-}
-
-/// Starts profiling kube-apiserver into `<--apiserver-profile>/<name>.pprof`, if asked to.
-fn profile_of(
-    args: &Args,
-    client: &kube::Client,
-    name: &str,
-) -> Option<tokio::task::JoinHandle<anyhow::Result<()>>> {
-    let dir = args.apiserver_profile.as_ref()?;
-    let path = dir.join(format!("{name}.pprof"));
-    step(format!(
-        "profiling kube-apiserver for {} s into {}",
-        args.apiserver_profile_secs,
-        path.display()
-    ));
-    Some(profile::start(client, args.apiserver_profile_secs, path))
 }
 
 /// Waits until kube-controller-manager's garbage collector watches the just-installed kinds.

@@ -1,9 +1,10 @@
 //! Measurement windows: the counters at a point in time, and a scenario's figures between two.
 
+use crate::procfs;
+use crate::progress::step;
 use crate::report::{Attributed, Scenario, mib};
 use crate::requests::{self, Counts};
 use crate::workload::{self, Ops};
-use crate::{procfs, step};
 use anyhow::Context as _;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! The operator under test: built in release mode, run against the control plane, and its log.
 
-use crate::step;
+use crate::progress::step;
 use anyhow::{Context as _, bail};
 use nimbus_testenv::{Child, ControlPlane, http_get};
 use std::ffi::OsString;

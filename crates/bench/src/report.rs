@@ -5,6 +5,12 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+/// The scenarios, as the results name them.
+pub const COLD: &str = "A cold convergence";
+pub const STEADY: &str = "B steady state";
+pub const CHURN: &str = "C churn";
+pub const NARROWING: &str = "D narrowing";
+
 /// How operator requests are attributed (also written into the JSON).
 pub const ATTRIBUTION: &str = "Operator requests = increase of kube-apiserver's \
 apiserver_request_total (GET /metrics with the admin client) over the window, minus the \
@@ -76,7 +82,7 @@ pub fn versus(
 ) -> Vec<Versus> {
     let idle_per_sec = scenarios
         .iter()
-        .find(|s| s.name == crate::STEADY)
+        .find(|s| s.name == STEADY)
         .map_or(0.0, |s| s.control_plane_cpu_secs / s.window_secs.max(1e-9));
     let mut out = Vec::new();
     let mut add = |figure: String, operator: f64, floor: f64, goal: Option<f64>| {
@@ -94,7 +100,7 @@ pub fn versus(
         };
         let name = run.scenario;
         // D counts what removing intents costs (DELETEs above all); its floor writes no status.
-        let goal = |ratio| (name != crate::NARROWING).then_some(ratio);
+        let goal = |ratio| (name != NARROWING).then_some(ratio);
         add(
             format!("{name}: wall time (s)"),
             s.wall_time_secs,
@@ -239,6 +245,20 @@ pub fn mib(kib: u64) -> f64 {
 /// The human-readable table.
 pub fn table(results: &Results) -> String {
     let mut out = String::new();
+    write_setup(&mut out, results);
+    write_grid(
+        &mut out,
+        &results.scenarios,
+        &scenario_rows(&results.scenarios),
+    );
+    write_details(&mut out, &results.scenarios);
+    write_versus(&mut out, results);
+    let _ = writeln!(out, "\nAttribution: {ATTRIBUTION}");
+    out
+}
+
+/// What was measured, and the operator's start-up.
+fn write_setup(out: &mut String, results: &Results) {
     let c = &results.config;
     let e = &results.expected;
     let _ = writeln!(
@@ -274,11 +294,13 @@ pub fn table(results: &Results) -> String {
         c.cpus
     );
     let _ = writeln!(out);
+}
 
-    let s = &results.scenarios;
+/// The scenarios' figures, one row per figure and one cell per scenario.
+fn scenario_rows(scenarios: &[Scenario]) -> Vec<(String, Vec<String>)> {
     let mut rows: Vec<(String, Vec<String>)> = Vec::new();
     let mut row = |label: &str, f: &dyn Fn(&Scenario) -> String| {
-        rows.push((label.to_owned(), s.iter().map(f).collect()));
+        rows.push((label.to_owned(), scenarios.iter().map(f).collect()));
     };
     row("wall time (s)", &|x| format!("{:.2}", x.wall_time_secs));
     row("counting window (s)", &|x| format!("{:.2}", x.window_secs));
@@ -340,10 +362,14 @@ pub fn table(results: &Results) -> String {
     row("operator RSS at end (MiB)", &|x| {
         format!("{:.1}", x.operator_rss_mib)
     });
+    rows
+}
 
+/// `rows` as a grid under the scenarios' names.
+fn write_grid(out: &mut String, scenarios: &[Scenario], rows: &[(String, Vec<String>)]) {
     let label_width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
-    let headers: Vec<String> = s.iter().map(|x| x.name.to_owned()).collect();
-    let widths: Vec<usize> = (0..s.len())
+    let headers: Vec<String> = scenarios.iter().map(|x| x.name.to_owned()).collect();
+    let widths: Vec<usize> = (0..scenarios.len())
         .map(|i| {
             rows.iter()
                 .map(|(_, cells)| cells[i].len())
@@ -359,15 +385,18 @@ pub fn table(results: &Results) -> String {
     let _ = writeln!(out);
     let total_width = label_width + widths.iter().map(|w| w + 2).sum::<usize>();
     let _ = writeln!(out, "{}", "-".repeat(total_width));
-    for (label, cells) in &rows {
+    for (label, cells) in rows {
         let _ = write!(out, "{label:label_width$}");
         for (cell, w) in cells.iter().zip(&widths) {
             let _ = write!(out, "  {cell:>w$}");
         }
         let _ = writeln!(out);
     }
+}
 
-    for x in s {
+/// Each scenario's description and its requests by kind.
+fn write_details(out: &mut String, scenarios: &[Scenario]) {
+    for x in scenarios {
         let _ = writeln!(out, "\n{}: {}", x.name, x.description);
         if x.operator_requests_by_kind.is_empty() {
             let _ = writeln!(out, "  no operator requests");
@@ -392,6 +421,10 @@ pub fn table(results: &Results) -> String {
             );
         }
     }
+}
+
+/// L's latency, and the operator beside the floor.
+fn write_versus(out: &mut String, results: &Results) {
     let l = &results.latency;
     let _ = writeln!(
         out,
@@ -432,6 +465,4 @@ pub fn table(results: &Results) -> String {
             v.figure, v.operator, v.floor, v.ratio
         );
     }
-    let _ = writeln!(out, "\nAttribution: {ATTRIBUTION}");
-    out
 }

@@ -1,6 +1,11 @@
 //! The sans-IO core of the operator: every decision about *what* should exist is a plain
 //! function of already-fetched objects. Controllers fetch, call into this crate, and apply.
 
+// Shape rule (issue #43): no function longer than clippy.toml's `too-many-lines-threshold`.
+// Non-test code only: a test reads best as one table or one story, and test builds
+// (`cfg(test)`, tests/) do not see this line.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
 pub mod admission;
 pub mod authors;
 pub mod catalog;

@@ -52,11 +52,16 @@ impl ProtectedNamespaces {
     }
 }
 
+/// Where the k8tls engine runs its scans unless told otherwise (`--k8tls-namespace`): a
+/// namespace the operator protects by default. Here, not in the engine, so that the
+/// namespaces the operator protects depend on no engine.
+pub const DEFAULT_K8TLS_NAMESPACE: &str = "nimbus-k8tls-env";
+
 impl Default for ProtectedNamespaces {
     /// [`ProtectedNamespaces::defaults`] without an operator namespace and with the default
     /// k8tls namespace.
     fn default() -> Self {
-        Self::defaults(None, crate::engines::DEFAULT_K8TLS_NAMESPACE)
+        Self::defaults(None, DEFAULT_K8TLS_NAMESPACE)
     }
 }
 

@@ -186,6 +186,58 @@ pub struct PolicyFacts<'a> {
     pub protected: &'a ProtectedNamespaces,
 }
 
+/// Why an intent (`id`) of a policy is not simply protected: the translation's problems, its
+/// engines' states, and its audit.
+fn intent_reasons(
+    facts: &PolicyFacts,
+    id: &str,
+    engines: &[EngineCoverage],
+    audited: bool,
+) -> Vec<Reason> {
+    let mut reasons: Vec<Reason> = facts
+        .translation
+        .problems
+        .iter()
+        .filter(|p| p.intent == id)
+        .map(|p| Reason {
+            reason: p.reason.to_owned(),
+            message: p.message.clone(),
+        })
+        .collect();
+    for engine in engines {
+        let (code, what) = match engine.state {
+            EngineState::NotInstalled => (
+                condition::REASON_ENGINE_NOT_INSTALLED,
+                "its CRDs are not installed",
+            ),
+            EngineState::Pending => (
+                reason::NATIVE_POLICY_MISSING,
+                "some of its native objects are not in the cluster",
+            ),
+            _ => continue,
+        };
+        // The translation reports a missing engine already when it knows.
+        if reasons.iter().any(|r| r.reason == code) && code != reason::NATIVE_POLICY_MISSING {
+            continue;
+        }
+        reasons.push(Reason {
+            reason: code.to_owned(),
+            message: format!("engine {}: {what}", engine.engine),
+        });
+    }
+    if audited {
+        reasons.push(Reason {
+            reason: reason::AUDITED.to_owned(),
+            message: "the intent's action is Audit: what its engines write \
+                      reports and blocks nothing"
+                .to_owned(),
+        });
+    }
+    reasons.sort();
+    reasons.dedup();
+    reasons
+}
+
 impl PolicyCoverage {
     pub fn new(facts: &PolicyFacts) -> Self {
         let input = facts.input;
@@ -212,49 +264,7 @@ impl PolicyCoverage {
             .filter_map(|(index, rule)| {
                 let audited = rule.rule.action == crate::engines::AUDIT;
                 let engines = engine_coverage(facts, index, &rule.id, audited)?;
-                let mut reasons: Vec<Reason> = facts
-                    .translation
-                    .problems
-                    .iter()
-                    .filter(|p| p.intent == rule.id)
-                    .map(|p| Reason {
-                        reason: p.reason.to_owned(),
-                        message: p.message.clone(),
-                    })
-                    .collect();
-                for engine in &engines {
-                    let (code, what) = match engine.state {
-                        EngineState::NotInstalled => (
-                            condition::REASON_ENGINE_NOT_INSTALLED,
-                            "its CRDs are not installed",
-                        ),
-                        EngineState::Pending => (
-                            reason::NATIVE_POLICY_MISSING,
-                            "some of its native objects are not in the cluster",
-                        ),
-                        _ => continue,
-                    };
-                    // The translation reports a missing engine already when it knows.
-                    if reasons.iter().any(|r| r.reason == code)
-                        && code != reason::NATIVE_POLICY_MISSING
-                    {
-                        continue;
-                    }
-                    reasons.push(Reason {
-                        reason: code.to_owned(),
-                        message: format!("engine {}: {what}", engine.engine),
-                    });
-                }
-                if audited {
-                    reasons.push(Reason {
-                        reason: reason::AUDITED.to_owned(),
-                        message: "the intent's action is Audit: what its engines write \
-                                  reports and blocks nothing"
-                            .to_owned(),
-                    });
-                }
-                reasons.sort();
-                reasons.dedup();
+                let reasons = intent_reasons(facts, &rule.id, &engines, audited);
                 let in_force = engines
                     .iter()
                     .filter(|e| matches!(e.state, EngineState::Enforcing | EngineState::External))

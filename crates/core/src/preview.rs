@@ -17,13 +17,15 @@ use nimbus_api::posture::{
     WorkloadPosture,
 };
 use nimbus_api::{BindingPreview, NimbusRule};
-use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The action promotion enforces with.
 mod kyverno_reports;
+mod listing;
 pub use kyverno_reports::{Report, ReportResult, Reported, Unreadable, reported};
 use kyverno_reports::{kyverno_key, refusals};
+use listing::key;
+pub use listing::{MAX_EXAMPLES, WorkloadKey};
 
 const BLOCK: &str = "Block";
 
@@ -111,15 +113,8 @@ pub fn planned(
         .collect()
 }
 
-/// `(namespace, kind, name)` of a workload.
-pub type WorkloadKey = (String, String, String);
-
 /// What [`blocked`] found: the connections each workload would lose.
 pub type Found = BTreeMap<WorkloadKey, BTreeSet<BlockedConnection>>;
-
-fn key(w: &Workload) -> WorkloadKey {
-    (w.namespace.clone(), w.kind.clone(), w.name.clone())
-}
 
 /// A Service port as one of its backend pods serves it.
 struct Backend<'a> {
@@ -344,44 +339,56 @@ fn engine_preview(
             message: message.to_owned(),
         })
     };
-    match (engine.engine.parse::<Engine>(), engine.state) {
-        (Ok(Engine::KubeArmor), _) => not(
+    let Ok(built_in) = engine.engine.parse::<Engine>() else {
+        // An external adapter's engine: the operator knows nothing of what it would refuse.
+        return Ok(Vec::new());
+    };
+    // No wildcard: a newly registered engine does not compile until it says what its audit
+    // form would refuse.
+    match built_in {
+        // Computed apart, from the policies themselves ([`blocked`]).
+        Engine::NetworkPolicy => Ok(Vec::new()),
+        // RBAC grants and TLS scans refuse nothing.
+        Engine::Rbac | Engine::K8tls => Ok(Vec::new()),
+        Engine::KubeArmor => not(
             "DecidedAtRunTime",
             "kubearmor: decides at run time from what processes do, so it cannot be previewed; \
              its audit alerts show what it would block",
         ),
-        (Ok(Engine::Admission), _) => not(
+        Engine::Admission => not(
             "WarnedAtAdmission",
             "admission: kube-apiserver warns each write its audited policy would refuse (and \
              records it in the audit log), but keeps no report of existing workloads, so which \
              it would refuse cannot be read",
         ),
-        (Ok(Engine::Kyverno), EngineState::NotInstalled) => not(
-            "EngineNotInstalled",
-            "kyverno: not installed, so which workloads its audit policy would refuse cannot be \
-             computed",
-        ),
-        (Ok(Engine::Kyverno), EngineState::Auditing | EngineState::Pending) => match reported {
-            Err(Unreadable::NotServed) => not(
-                "ReportsNotServed",
-                "kyverno: its PolicyReports (wgpolicyk8s.io/v1alpha2) are not served, so which \
-                 workloads its audit policy would refuse cannot be read; install Kyverno's \
-                 reports controller",
+        Engine::Kyverno => match engine.state {
+            EngineState::NotInstalled => not(
+                "EngineNotInstalled",
+                "kyverno: not installed, so which workloads its audit policy would refuse cannot \
+                 be computed",
             ),
-            Err(Unreadable::NotListed) => not(
-                "ReportsNotRead",
-                "kyverno: its PolicyReports have not been read yet",
-            ),
-            Ok(by_workload) => refusals(
-                intent,
-                engine,
-                by_workload
-                    .get(workload)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default(),
-            ),
+            EngineState::Auditing | EngineState::Pending => match reported {
+                Err(Unreadable::NotServed) => not(
+                    "ReportsNotServed",
+                    "kyverno: its PolicyReports (wgpolicyk8s.io/v1alpha2) are not served, so \
+                     which workloads its audit policy would refuse cannot be read; install \
+                     Kyverno's reports controller",
+                ),
+                Err(Unreadable::NotListed) => not(
+                    "ReportsNotRead",
+                    "kyverno: its PolicyReports have not been read yet",
+                ),
+                Ok(by_workload) => refusals(
+                    intent,
+                    engine,
+                    by_workload
+                        .get(workload)
+                        .map(Vec::as_slice)
+                        .unwrap_or_default(),
+                ),
+            },
+            EngineState::Enforcing | EngineState::External | EngineState::Failed => Ok(Vec::new()),
         },
-        _ => Ok(Vec::new()),
     }
 }
 
@@ -441,10 +448,6 @@ pub fn attach(
         not_previewed: not,
     });
 }
-
-/// At most this many connections and refusals are named in a binding's status, and resources
-/// in a refusal.
-pub const MAX_EXAMPLES: usize = 5;
 
 /// Each binding with intents in audit or shadow mode, and what enforcing them would block,
 /// summed from the workload postures' previews (a connection counts for a binding when one of
@@ -554,6 +557,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use nimbus_api::NimbusPolicy;
+    use serde_json::Value;
     use serde_json::json;
 
     fn policy(id: &str, action: &str) -> NimbusPolicy {

@@ -73,7 +73,7 @@ pub struct DevArgs {
     #[arg(long)]
     once: bool,
     #[command(flatten)]
-    engines: crate::EngineArgs,
+    engines: crate::engine_args::EngineArgs,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -110,7 +110,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             nimbus_core::admission::intent_author_policy(),
         ),
     ] {
-        apply_yaml(&client, &crate::admission_policy_yaml(objects)?)
+        apply_yaml(&client, &crate::generated::admission_policy_yaml(objects)?)
             .await
             .with_context(|| format!("installing the {policy} admission policy"))?;
     }
@@ -131,7 +131,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         Ok(path)
     };
 
-    let shutdown = crate::shutdown_on_signal();
+    let shutdown = crate::shutdown::shutdown_on_signal();
     let health = nimbus_testenv::free_port().context("a port for /healthz and /readyz")?;
     let mut config = nimbus_operator::Config {
         health_addr: Some(([127, 0, 0, 1], health).into()),

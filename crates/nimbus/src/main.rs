@@ -1,10 +1,18 @@
 //! `nimbus`: the operator and its tools in one binary.
 
+// Shape rule (issue #43): no function longer than clippy.toml's `too-many-lines-threshold`.
+// Non-test code only: a test reads best as one table or one story, and test builds
+// (`cfg(test)`, tests/) do not see this line.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
 #[cfg(feature = "dev")]
 mod dev;
 mod docs_reference;
+mod engine_args;
+mod generated;
 mod offline;
 mod report;
+mod shutdown;
 
 /// The fuzz tests' case generator, shared with the integration tests.
 #[cfg(test)]
@@ -14,15 +22,15 @@ mod cases;
 use anyhow::Context as _;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{self, Preference};
-use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::reports::ReportFormat;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+// The offline commands name these as `crate::SandboxArgs`.
+use engine_args::{EngineArgs, SandboxArgs};
+use generated::{admission_policy_yaml, engine_rbac_yaml};
+use shutdown::shutdown_on_signal;
 
 #[derive(Parser)]
 #[command(version, about)]
@@ -236,104 +244,6 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "nimbus".to_owned())
 }
 
-/// Which engines run and what they need.
-#[derive(clap::Args)]
-pub struct EngineArgs {
-    /// Engines not to drive (comma-separated: {engines}), e.g. to leave one to an external
-    /// adapter that reads NimbusPolicies.
-    #[arg(long, value_delimiter = ',', env = "NIMBUS_DISABLE_ENGINES")]
-    disable_engines: Vec<Engine>,
-    /// Which of Kyverno's policy APIs to write in: `cel` (policies.kyverno.io/v1
-    /// ValidatingPolicy, MutatingPolicy and their namespaced forms; Kyverno 1.17+), `legacy`
-    /// (kyverno.io/v1 Policy and ClusterPolicy, as Nimbus; Kyverno 1.20 refuses new ones), or
-    /// `auto`: the CEL kinds where the cluster serves them, else the legacy ones. A switch
-    /// writes the new policies and deletes the old ones once Kyverno reports the new ones ready.
-    #[arg(long, default_value_t, env = "NIMBUS_KYVERNO_KINDS")]
-    kyverno_kinds: engines::KyvernoKinds,
-    /// Which engine writes when several of one mechanism can (comma-separated, first
-    /// preferred): Kyverno and admission (Kubernetes' own ValidatingAdmissionPolicy and
-    /// MutatingAdmissionPolicy) both enforce at admission. For each kind of policy, the first
-    /// one enabled and installed that acts on it writes; the other stands by.
-    #[arg(
-        long,
-        env = "NIMBUS_ENGINE_PREFERENCE",
-        default_value = "kyverno,admission"
-    )]
-    engine_preference: Preference,
-    /// Namespace of the k8tls CronJobs (holding the k8tls ServiceAccount and ConfigMaps).
-    #[arg(long, default_value = engines::DEFAULT_K8TLS_NAMESPACE)]
-    k8tls_namespace: String,
-    /// ConfigMap `<namespace>/<name>` holding the virtual-patch database (key `vp.json`).
-    #[arg(long, value_parser = parse_object_key)]
-    virtual_patch_db: Option<(String, String)>,
-    /// Image of the k8tls scanner in assessTLS CronJobs.
-    #[arg(long, default_value = engines::DEFAULT_K8TLS_IMAGE)]
-    k8tls_image: String,
-    #[command(flatten)]
-    sandbox: SandboxArgs,
-    /// Namespaces cluster bindings never fan out to, whatever their selector says
-    /// (comma-separated; default: kube-system, the operator's namespace from
-    /// --leader-elect-namespace or POD_NAMESPACE, and --k8tls-namespace).
-    #[arg(long, value_delimiter = ',')]
-    protected_namespaces: Option<Vec<String>>,
-}
-
-/// What namespaceSandbox intents may grant (shared with the offline commands).
-#[derive(clap::Args)]
-pub struct SandboxArgs {
-    /// The only ClusterRoles namespaceSandbox intents may grant (comma-separated); keep it
-    /// equal to the ClusterRoles the operator may `bind`.
-    #[arg(long, value_delimiter = ',', default_value = "edit,view")]
-    sandbox_cluster_roles: Vec<String>,
-}
-
-impl Default for SandboxArgs {
-    fn default() -> Self {
-        Self {
-            sandbox_cluster_roles: vec!["edit".into(), "view".into()],
-        }
-    }
-}
-
-impl SandboxArgs {
-    pub fn roles(&self) -> std::collections::BTreeSet<String> {
-        self.sandbox_cluster_roles
-            .iter()
-            .map(|r| r.trim().to_owned())
-            .filter(|r| !r.is_empty())
-            .collect()
-    }
-}
-
-impl EngineArgs {
-    /// `operator_namespace`: where the operator runs, when known.
-    fn apply(&self, config: &mut nimbus_operator::Config, operator_namespace: Option<&str>) {
-        config.engines = Engine::ALL
-            .into_iter()
-            .filter(|e| !self.disable_engines.contains(e))
-            .collect();
-        config.kyverno_kinds = self.kyverno_kinds;
-        config.engine_preference = self.engine_preference.clone();
-        config.k8tls_namespace = self.k8tls_namespace.clone();
-        config.virtual_patch_db = self.virtual_patch_db.clone();
-        config.k8tls_image = self.k8tls_image.clone();
-        config.sandbox_cluster_roles = self.sandbox.roles();
-        config.protected_namespaces = Some(match &self.protected_namespaces {
-            Some(names) => ProtectedNamespaces::new(names),
-            None => ProtectedNamespaces::defaults(operator_namespace, &self.k8tls_namespace),
-        });
-    }
-}
-
-fn parse_object_key(value: &str) -> Result<(String, String), String> {
-    match value.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
-            Ok((ns.to_owned(), name.to_owned()))
-        }
-        _ => Err(format!("`{value}` is not <namespace>/<name>")),
-    }
-}
-
 impl RunArgs {
     fn config(&self) -> anyhow::Result<nimbus_operator::Config> {
         let mut config = nimbus_operator::Config {
@@ -485,55 +395,6 @@ fn init_logging(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
-}
-
-/// A token cancelled on SIGINT or SIGTERM.
-pub fn shutdown_on_signal() -> CancellationToken {
-    let token = CancellationToken::new();
-    let cancel = token.clone();
-    tokio::spawn(async move {
-        let terminate = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "cannot listen for SIGTERM");
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate => {}
-        }
-        tracing::info!("shutting down");
-        cancel.cancel();
-    });
-    token
-}
-
-/// Every engine's RBAC rules by engine name, as the Helm chart reads them.
-fn engine_rbac_yaml() -> anyhow::Result<String> {
-    let permissions: BTreeMap<&str, _> = Engine::ALL
-        .into_iter()
-        .map(|e| (e.name(), e.spec().permissions()))
-        .collect();
-    let yaml = serde_yaml_ng::to_string(&permissions).context("rendering the engines' RBAC")?;
-    Ok(format!(
-        "# Generated from the engines' registration (nimbus_core::engines) by `make crds`; do \
-         not edit.\n{yaml}"
-    ))
-}
-
-/// A ValidatingAdmissionPolicy and its binding, as multi-document YAML.
-fn admission_policy_yaml(objects: [serde_json::Value; 2]) -> anyhow::Result<String> {
-    let mut out = String::new();
-    for object in objects {
-        out.push_str("---\n");
-        out.push_str(&serde_yaml_ng::to_string(&object).context("rendering the admission policy")?);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -203,3 +203,148 @@ fn security_intents_list_their_id_and_action() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Lists of engines kept outside the code, checked against the engines' registration
+// (`nimbus_core::engines!`): each failure names the engine to add.
+// ---------------------------------------------------------------------------------------------
+
+fn registered_engines() -> Vec<&'static str> {
+    nimbus_core::catalog::Engine::ALL
+        .iter()
+        .map(|e| e.name())
+        .collect()
+}
+
+fn repo_file(path: &str) -> String {
+    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {path}: {e}"))
+}
+
+/// The names in `listed` that are not registered engines, and the registered engines it
+/// lacks, as one message per name (empty when they are the same).
+fn engine_list_differences(listed: &[String], extra_allowed: &[&str], what: &str) -> Vec<String> {
+    let registered = registered_engines();
+    let missing = registered
+        .iter()
+        .filter(|e| !listed.iter().any(|l| l == *e))
+        .map(|e| format!("{what} does not list engine `{e}`"));
+    let unknown = listed
+        .iter()
+        .filter(|l| !registered.contains(&l.as_str()) && !extra_allowed.contains(&l.as_str()))
+        .map(|l| format!("{what} lists `{l}`, which is not a registered engine"));
+    missing.chain(unknown).collect()
+}
+
+#[test]
+fn engine_list_differences_name_each_engine() {
+    let registered: Vec<String> = registered_engines().iter().map(|e| e.to_string()).collect();
+    assert!(engine_list_differences(&registered, &[], "list").is_empty());
+    let without_k8tls: Vec<String> = registered
+        .iter()
+        .filter(|e| *e != "k8tls")
+        .cloned()
+        .collect();
+    assert_eq!(
+        engine_list_differences(&without_k8tls, &[], "list"),
+        ["list does not list engine `k8tls`"]
+    );
+    let mut with_extra = registered.clone();
+    with_extra.extend(["preference".to_owned(), "falco".to_owned()]);
+    assert_eq!(
+        engine_list_differences(&with_extra, &["preference"], "list"),
+        ["list lists `falco`, which is not a registered engine"]
+    );
+}
+
+/// The chart's values, their schema and its README have one entry per registered engine.
+#[test]
+fn the_chart_lists_every_registered_engine() {
+    let mut problems = Vec::new();
+    let values: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&repo_file("charts/nimbus/values.yaml")).expect("values parse");
+    let in_values: Vec<String> = values["engines"]
+        .as_mapping()
+        .expect("values.yaml has engines")
+        .keys()
+        .filter_map(|k| k.as_str().map(str::to_owned))
+        .collect();
+    problems.extend(engine_list_differences(
+        &in_values,
+        &["preference"],
+        "charts/nimbus/values.yaml `engines`",
+    ));
+    let schema: serde_json::Value =
+        serde_json::from_str(&repo_file("charts/nimbus/values.schema.json")).expect("schema");
+    let engines = &schema["properties"]["engines"];
+    let required: Vec<String> = engines["required"]
+        .as_array()
+        .expect("engines.required")
+        .iter()
+        .filter_map(|r| r.as_str().map(str::to_owned))
+        .collect();
+    problems.extend(engine_list_differences(
+        &required,
+        &["preference"],
+        "charts/nimbus/values.schema.json `engines.required`",
+    ));
+    let properties: Vec<String> = engines["properties"]
+        .as_object()
+        .expect("engines.properties")
+        .keys()
+        .cloned()
+        .collect();
+    problems.extend(engine_list_differences(
+        &properties,
+        &["preference"],
+        "charts/nimbus/values.schema.json `engines.properties`",
+    ));
+    let readme = repo_file("charts/nimbus/README.md");
+    let in_readme = readme
+        .lines()
+        .find_map(|line| {
+            let rest = line.split_once("`engines.<")?.1;
+            Some(
+                rest.split_once('>')?
+                    .0
+                    .split("\\|")
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .expect("charts/nimbus/README.md documents `engines.<name|...>.enabled`");
+    problems.extend(engine_list_differences(
+        &in_readme,
+        &[],
+        "charts/nimbus/README.md `engines.<...>.enabled`",
+    ));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Every CRD a registered engine writes to is vendored for the tests and `nimbus dev`
+/// (`nimbus_testenv::upstream::ENGINE_CRDS`), but Kyverno's CEL policy kinds: the tests
+/// install Kyverno's legacy CRDs, and those of a Kyverno that serves the CEL kinds with it.
+#[test]
+fn every_engine_crd_is_vendored() {
+    use nimbus_core::engines::KyvernoApi;
+    let vendored: Vec<String> = nimbus_testenv::upstream::ENGINE_CRDS
+        .iter()
+        .map(|crd| crd.name())
+        .collect();
+    let mut missing = Vec::new();
+    for engine in nimbus_core::catalog::Engine::ALL {
+        for kind in engine.spec().kinds {
+            let Some(crd) = kind.crd else { continue };
+            if KyvernoApi::Cel.kinds().contains(kind) || vendored.iter().any(|v| v == crd) {
+                continue;
+            }
+            missing.push(format!(
+                "engine `{engine}` writes {crd}, which nimbus_testenv::upstream::ENGINE_CRDS \
+                 does not install: vendor it under upstream/ and list it there"
+            ));
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{
-    CONVERGE, ENGINE_CRDS, RELEASE, RELEASE_NAMESPACE, apply, container_flag, create_intent,
+    CONVERGE, RELEASE, RELEASE_NAMESPACE, apply, container_flag, create_intent, engine_crds,
     entry_object, get, install_engine_crd, rendered, unique,
 };
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
@@ -217,7 +217,7 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
 
     // What `helm install` creates, except the workload itself, which runs in-process here.
     let objects = common::install_chart_without_workload(&admin).await;
-    for crd in ENGINE_CRDS {
+    for crd in engine_crds() {
         install_engine_crd(&admin, crd).await;
     }
 

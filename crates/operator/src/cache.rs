@@ -154,22 +154,20 @@ where
     /// The watch, started once `gate` resolves (e.g. once the kind's CRD is installed).
     pub fn driver_after(&mut self, gate: impl Future<Output = ()> + Send + 'static) -> Driver {
         let writer = self.writer.take().expect("each cache is started once");
-        let subscribers = std::mem::take(&mut self.subscribers);
-        let relist_subscribers = std::mem::take(&mut self.relist_subscribers);
         let strip = self.strip;
-        let index = self.index.clone();
-        let creations = self.creations.clone();
-        let deletions = self.deletions.clone();
-        let kind = self.kind.clone();
-        let pending = self.pending.clone();
-        let synced = self.synced.clone();
-        let dyntype = self.dyntype.clone();
-        // A (re)list replaces the store only when it is complete (`InitDone`): until then
-        // reconciles would read the previous contents. So what a list returns is handed to the
-        // controllers at `InitDone`, together with what vanished since the previous list
-        // (deleted while the watch was down: no event will ever say so).
-        let store = self.store.clone();
-        let mut relist: Option<(Vec<Arc<K>>, Vec<K>)> = None;
+        let mut watched = Watched {
+            subscribers: std::mem::take(&mut self.subscribers),
+            relist_subscribers: std::mem::take(&mut self.relist_subscribers),
+            index: self.index.clone(),
+            creations: self.creations.clone(),
+            deletions: self.deletions.clone(),
+            kind: self.kind.clone(),
+            pending: self.pending.clone(),
+            synced: self.synced.clone(),
+            dyntype: self.dyntype.clone(),
+            store: self.store.clone(),
+            relist: None,
+        };
         let watch = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
             .modify(move |obj| {
@@ -179,82 +177,8 @@ where
             })
             .reflect(writer)
             .for_each(move |event| {
-                let touched = match event {
-                    Ok(watcher::Event::Init) => {
-                        relist = Some((store.state(), Vec::new()));
-                        Vec::new()
-                    }
-                    Ok(watcher::Event::InitApply(obj)) => {
-                        if let Some((_, listed)) = &mut relist {
-                            listed.push(obj);
-                        }
-                        Vec::new()
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if synced.send_replace(true) {
-                            for subscriber in &relist_subscribers {
-                                let _ = subscriber.send(());
-                            }
-                        }
-                        let (before, mut listed) = relist.take().unwrap_or_default();
-                        if let Some((key, index)) = &index {
-                            index.replace(listed.iter().map(|o| (place(o), key(o))));
-                        }
-                        // What the list holds is shown; what it lacks is gone.
-                        creations.clear();
-                        deletions.clear();
-                        let seen: HashSet<ObjectRef<K>> = listed
-                            .iter()
-                            .map(|o| ObjectRef::from_obj_with(o, dyntype.clone()))
-                            .collect();
-                        let vanished: Vec<K> = before
-                            .into_iter()
-                            .filter(|o| {
-                                !seen.contains(&ObjectRef::from_obj_with(&**o, dyntype.clone()))
-                            })
-                            .map(|o| (*o).clone())
-                            .collect();
-                        if !vanished.is_empty() {
-                            tracing::debug!(%kind, count = vanished.len(), "deleted while not watched");
-                        }
-                        listed.extend(vanished);
-                        listed
-                    }
-                    Ok(watcher::Event::Apply(obj)) => {
-                        if let Some((key, index)) = &index {
-                            index.set(place(&obj), key(&obj));
-                        }
-                        creations.shown(&obj);
-                        vec![obj]
-                    }
-                    Ok(watcher::Event::Delete(obj)) => {
-                        if let Some((_, index)) = &index {
-                            index.set(place(&obj), None);
-                        }
-                        creations.shown(&obj);
-                        deletions.gone(&obj);
-                        vec![obj]
-                    }
-                    // 410 Gone: the watch resumed from a version the apiserver no longer
-                    // keeps (after a restart, or when the watch cache of a just-created CRD
-                    // started after our first list). The watcher relists, and the relist
-                    // reports what vanished meanwhile: routine, not a failure.
-                    Err(watcher::Error::WatchError(status)) if status.code == 410 => {
-                        tracing::debug!(%kind, %status, "watch expired; relisting");
-                        Vec::new()
-                    }
-                    Err(error) => {
-                        tracing::warn!(%kind, %error, "watch failed; retrying");
-                        Vec::new()
-                    }
-                };
-                for obj in touched {
-                    for subscriber in &subscribers {
-                        if subscriber.send(obj.clone()).is_ok() {
-                            pending.inc();
-                        }
-                    }
-                }
+                let touched = watched.touched(event);
+                watched.hand_out(touched);
                 future::ready(())
             });
         gate.then(|()| watch).boxed()
@@ -262,6 +186,123 @@ where
 
     pub fn driver(&mut self) -> Driver {
         self.driver_after(future::ready(()))
+    }
+}
+
+/// What the watch of one kind keeps between events, and whom it tells.
+struct Watched<K: Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    subscribers: Vec<mpsc::UnboundedSender<K>>,
+    relist_subscribers: Vec<mpsc::UnboundedSender<()>>,
+    index: Option<(KeyOf<K>, Index)>,
+    creations: Creations,
+    deletions: Deletions,
+    kind: String,
+    pending: Gauge,
+    synced: watch::Sender<bool>,
+    dyntype: K::DynamicType,
+    store: Store<K>,
+    /// A (re)list in progress: the store's contents before it, and what it returned so far.
+    /// A (re)list replaces the store only when it is complete (`InitDone`): until then
+    /// reconciles would read the previous contents. So what a list returns is handed to the
+    /// controllers at `InitDone`, together with what vanished since the previous list
+    /// (deleted while the watch was down: no event will ever say so).
+    relist: Option<(Vec<Arc<K>>, Vec<K>)>,
+}
+
+impl<K> Watched<K>
+where
+    K: Resource + Clone + Debug + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// The objects `event` touched, once the index and the creation and deletion notes
+    /// reflect it.
+    fn touched(&mut self, event: Result<watcher::Event<K>, watcher::Error>) -> Vec<K> {
+        let kind = &self.kind;
+        match event {
+            Ok(watcher::Event::Init) => {
+                self.relist = Some((self.store.state(), Vec::new()));
+                Vec::new()
+            }
+            Ok(watcher::Event::InitApply(obj)) => {
+                if let Some((_, listed)) = &mut self.relist {
+                    listed.push(obj);
+                }
+                Vec::new()
+            }
+            Ok(watcher::Event::InitDone) => self.list_complete(),
+            Ok(watcher::Event::Apply(obj)) => {
+                if let Some((key, index)) = &self.index {
+                    index.set(place(&obj), key(&obj));
+                }
+                self.creations.shown(&obj);
+                vec![obj]
+            }
+            Ok(watcher::Event::Delete(obj)) => {
+                if let Some((_, index)) = &self.index {
+                    index.set(place(&obj), None);
+                }
+                self.creations.shown(&obj);
+                self.deletions.gone(&obj);
+                vec![obj]
+            }
+            // 410 Gone: the watch resumed from a version the apiserver no longer
+            // keeps (after a restart, or when the watch cache of a just-created CRD
+            // started after our first list). The watcher relists, and the relist
+            // reports what vanished meanwhile: routine, not a failure.
+            Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                tracing::debug!(%kind, %status, "watch expired; relisting");
+                Vec::new()
+            }
+            Err(error) => {
+                tracing::warn!(%kind, %error, "watch failed; retrying");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A complete (re)list: what it holds, and what vanished since the previous one.
+    fn list_complete(&mut self) -> Vec<K> {
+        if self.synced.send_replace(true) {
+            for subscriber in &self.relist_subscribers {
+                let _ = subscriber.send(());
+            }
+        }
+        let (before, mut listed) = self.relist.take().unwrap_or_default();
+        if let Some((key, index)) = &self.index {
+            index.replace(listed.iter().map(|o| (place(o), key(o))));
+        }
+        // What the list holds is shown; what it lacks is gone.
+        self.creations.clear();
+        self.deletions.clear();
+        let seen: HashSet<ObjectRef<K>> = listed
+            .iter()
+            .map(|o| ObjectRef::from_obj_with(o, self.dyntype.clone()))
+            .collect();
+        let vanished: Vec<K> = before
+            .into_iter()
+            .filter(|o| !seen.contains(&ObjectRef::from_obj_with(&**o, self.dyntype.clone())))
+            .map(|o| (*o).clone())
+            .collect();
+        if !vanished.is_empty() {
+            let kind = &self.kind;
+            tracing::debug!(%kind, count = vanished.len(), "deleted while not watched");
+        }
+        listed.extend(vanished);
+        listed
+    }
+
+    /// Hands each touched object to every controller that triggers on the kind.
+    fn hand_out(&self, touched: Vec<K>) {
+        for obj in touched {
+            for subscriber in &self.subscribers {
+                if subscriber.send(obj.clone()).is_ok() {
+                    self.pending.inc();
+                }
+            }
+        }
     }
 }
 

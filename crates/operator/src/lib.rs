@@ -1,6 +1,11 @@
 //! The operator runtime: shared caches, thin controllers over the pure core, one apply/status
 //! mechanism, health endpoints and graceful shutdown.
 
+// Shape rule (issue #43): no function longer than clippy.toml's `too-many-lines-threshold`.
+// Non-test code only: a test reads best as one table or one story, and test builds
+// (`cfg(test)`, tests/) do not see this line.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
 mod availability;
 mod cache;
 mod context;

@@ -93,117 +93,121 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        let mut metrics = Self {
+            registry: Arc::default(),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 14))
+            }),
+            in_flight: Family::default(),
+            pending_events: Family::default(),
+            applied: Family::default(),
+            pruned: Family::default(),
+            events_dropped: Counter::default(),
+            events_queued: Gauge::default(),
+            leader: Gauge::default(),
+            workloads: Family::default(),
+            policies: Family::default(),
+            posture_compute: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 16))
+            }),
+            time_to_protect: TimeToProtect::new(),
+        };
         let mut registry = Registry::with_prefix("nimbus");
-        let reconciles = Family::<ControllerLabels, Counter>::default();
-        registry.register("reconciles", "Reconciles run", reconciles.clone());
-        let reconcile_errors = Family::<FailureLabels, Counter>::default();
+        metrics.register_operator(&mut registry);
+        metrics.register_posture(&mut registry);
+        register_build_info(&mut registry);
+        metrics.registry = Arc::new(registry);
+        metrics
+    }
+}
+
+impl Metrics {
+    /// The reconciles', the watches', the writes' and the lease's metrics. (Registering a
+    /// clone: a metric and its clones share one value.)
+    fn register_operator(&self, registry: &mut Registry) {
+        registry.register("reconciles", "Reconciles run", self.reconciles.clone());
         registry.register(
             "reconcile_errors",
             "Reconciles that failed (and were retried)",
-            reconcile_errors.clone(),
+            self.reconcile_errors.clone(),
         );
-        let reconcile_duration =
-            Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.001, 2.0, 14))
-            });
         registry.register(
             "reconcile_duration_seconds",
             "Time spent in one reconcile",
-            reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
-        let in_flight = Family::<ControllerLabels, Gauge>::default();
         registry.register(
             "reconciles_in_flight",
             "Reconciles running now",
-            in_flight.clone(),
+            self.in_flight.clone(),
         );
-        let pending_events = Family::<KindLabels, Gauge>::default();
         registry.register(
             "watch_events_pending",
             "Watch events waiting to be scheduled for reconciliation",
-            pending_events.clone(),
+            self.pending_events.clone(),
         );
-        let applied = Family::<EngineLabels, Counter>::default();
         registry.register(
             "native_objects_applied",
             "Native objects created or updated by an engine",
-            applied.clone(),
+            self.applied.clone(),
         );
-        let pruned = Family::<EngineLabels, Counter>::default();
         registry.register(
             "native_objects_pruned",
             "Native objects an engine deleted because no policy wants them any more",
-            pruned.clone(),
+            self.pruned.clone(),
         );
-        let events_dropped = Counter::default();
         registry.register(
             "events_dropped",
             "Kubernetes Events not written because too many were waiting",
-            events_dropped.clone(),
+            self.events_dropped.clone(),
         );
-        let events_queued = Gauge::default();
         registry.register(
             "events_queued",
             "Kubernetes Events waiting to be written",
-            events_queued.clone(),
+            self.events_queued.clone(),
         );
-        let leader = Gauge::default();
         registry.register(
             "leader",
             "1 while this replica holds the lease (or runs without election)",
-            leader.clone(),
+            self.leader.clone(),
         );
-        let workloads = Family::<VerdictLabels, Gauge>::default();
+    }
+
+    /// The metrics set where the posture API runs.
+    fn register_posture(&self, registry: &mut Registry) {
         registry.register(
             "workloads",
             "Workloads by posture verdict (computed only where the posture API runs)",
-            workloads.clone(),
+            self.workloads.clone(),
         );
-        let policies = Family::<ReadyLabels, Gauge>::default();
         registry.register(
             "policies",
             "NimbusPolicies and ClusterNimbusPolicies by Ready condition (computed only where the posture API runs)",
-            policies.clone(),
+            self.policies.clone(),
         );
-        let posture_compute = Family::<ComputeLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 16))
-        });
         registry.register(
             "posture_compute_seconds",
             "Time one posture computation took, from the caches to the served objects (only where the posture API runs)",
-            posture_compute.clone(),
+            self.posture_compute.clone(),
         );
-        let time_to_protect = TimeToProtect::new();
         registry.register(
             "time_to_protect_seconds",
             "From the operator first seeing a binding's new generation to every native object of a policy that change rewrote being written",
-            time_to_protect.histogram.clone(),
+            self.time_to_protect.histogram.clone(),
         );
-        let build = Family::<BuildLabels, Gauge>::default();
-        build
-            .get_or_create(&BuildLabels {
-                version: env!("CARGO_PKG_VERSION"),
-            })
-            .set(1);
-        registry.register("build_info", "Build information", build);
-        Self {
-            registry: Arc::new(registry),
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            in_flight,
-            pending_events,
-            applied,
-            pruned,
-            events_dropped,
-            events_queued,
-            leader,
-            workloads,
-            policies,
-            posture_compute,
-            time_to_protect,
-        }
     }
+}
+
+fn register_build_info(registry: &mut Registry) {
+    let build = Family::<BuildLabels, Gauge>::default();
+    build
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+        })
+        .set(1);
+    registry.register("build_info", "Build information", build);
 }
 
 /// Time to protect: how long after the operator first sees a binding's new generation every

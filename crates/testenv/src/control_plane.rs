@@ -235,14 +235,80 @@ struct Setup<'a> {
     profiling: bool,
 }
 
-impl Setup<'_> {
-    async fn launch(&self) -> Result<(Processes, kube::Config, PathBuf), Error> {
-        let started = Instant::now();
-        let bin = |name: &str| self.bin_dir.join(name);
-        let path = |p: &Path| p.display().to_string();
-        let pki = self.pki;
-        let mut procs = Processes::new(self.work_dir, self.attach_output);
+/// The flags a component serves its health endpoints with: our serving certificate, so probes
+/// can verify them against our CA instead of skipping verification.
+fn serving_args(pki: &Pki, port: u16) -> [String; 4] {
+    [
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={port}"),
+        format!("--tls-cert-file={}", path(&pki.serving_cert_file)),
+        format!("--tls-private-key-file={}", path(&pki.serving_key_file)),
+    ]
+}
 
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+impl Setup<'_> {
+    /// kube-apiserver's flags, serving on `api_port` (`api_url`) from etcd at `etcd_url`.
+    fn apiserver_args(&self, etcd_url: &str, api_port: u16, api_url: &str) -> Vec<String> {
+        let pki = self.pki;
+        vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={api_port}"),
+            // The default would be the address of the default route; the `kubernetes`
+            // Service's endpoints may not be loopback, hence no endpoint reconciler. Nothing
+            // here routes Service IPs anyway.
+            "--advertise-address=127.0.0.1".to_owned(),
+            "--endpoint-reconciler-type=none".to_owned(),
+            format!("--tls-cert-file={}", path(&pki.serving_cert_file)),
+            format!("--tls-private-key-file={}", path(&pki.serving_key_file)),
+            format!("--client-ca-file={}", path(&pki.ca_file)),
+            // Not AlwaysAllow: that disables anonymous auth, which health probes rely on.
+            "--authorization-mode=RBAC".to_owned(),
+            // New nodes would get `node.kubernetes.io/not-ready:NoSchedule`, which only the
+            // node-lifecycle controller lifts (not run; see CONTROLLERS). Lifting it by hand
+            // raced the scheduler: a pod it first found unschedulable on the tainted node
+            // could wait minutes for a retry (a fake-node test saw a pod Pending for 60 s).
+            "--disable-admission-plugins=TaintNodesByCondition".to_owned(),
+            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            "--allow-privileged=true".to_owned(),
+            format!("--service-account-issuer={api_url}"),
+            format!("--service-account-key-file={}", path(&pki.sa_public_file)),
+            format!(
+                "--service-account-signing-key-file={}",
+                path(&pki.sa_private_file)
+            ),
+            // Aggregation layer, so that APIServices can be tested.
+            format!(
+                "--requestheader-client-ca-file={}",
+                path(&pki.front_proxy_ca_file)
+            ),
+            format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
+            "--requestheader-username-headers=X-Remote-User".to_owned(),
+            "--requestheader-group-headers=X-Remote-Group".to_owned(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+            format!(
+                "--proxy-client-cert-file={}",
+                path(&pki.front_proxy_cert_file)
+            ),
+            format!(
+                "--proxy-client-key-file={}",
+                path(&pki.front_proxy_key_file)
+            ),
+            // No request throttling: benchmarks should measure the operator, not APF.
+            "--enable-priority-and-fairness=false".to_owned(),
+            "--max-requests-inflight=0".to_owned(),
+            "--max-mutating-requests-inflight=0".to_owned(),
+            format!("--profiling={}", self.profiling),
+        ]
+    }
+
+    /// etcd, from an empty data directory; its client URL.
+    async fn start_etcd(&self, procs: &mut Processes) -> Result<String, Error> {
+        let bin = |name: &str| self.bin_dir.join(name);
         // A failed attempt may have left data behind; etcd must start from an empty directory.
         match std::fs::remove_dir_all(&self.etcd_data) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -271,6 +337,60 @@ impl Setup<'_> {
         procs
             .wait_ready("etcd", "GET /health", async || get(&etcd, "/health").await)
             .await?;
+        Ok(etcd_url)
+    }
+
+    /// kube-scheduler, and kwok running the fake nodes' pods.
+    async fn start_fake_nodes(
+        &self,
+        procs: &mut Processes,
+        kubeconfig: &Path,
+    ) -> Result<(), Error> {
+        let bin = |name: &str| self.bin_dir.join(name);
+        let pki = self.pki;
+        let scheduler_port = free_port()?;
+        let mut scheduler_args = vec![
+            format!("--kubeconfig={}", path(kubeconfig)),
+            "--leader-elect=false".to_owned(),
+        ];
+        scheduler_args.extend(serving_args(pki, scheduler_port));
+        procs.spawn("kube-scheduler", &bin("kube-scheduler"), &scheduler_args)?;
+        let scheduler = probe_client(
+            &format!("https://127.0.0.1:{scheduler_port}"),
+            Some(pki.ca.der()),
+        )?;
+        procs
+            .wait_ready("kube-scheduler", "GET /healthz", async || {
+                get(&scheduler, "/healthz").await
+            })
+            .await?;
+
+        let (key, value) = KWOK_NODE_ANNOTATION;
+        let mut kwok_args = vec![
+            format!("--kubeconfig={}", path(kubeconfig)),
+            "--manage-all-nodes=false".to_owned(),
+            format!("--manage-nodes-with-annotation-selector={key}={value}"),
+            // Fake addresses that are never dialled (kwok serves no kubelet API unless
+            // --server-address or --node-port is set, and neither is).
+            "--cidr=10.244.0.0/16".to_owned(),
+            "--node-ip=10.243.0.1".to_owned(),
+        ];
+        for stage in binaries::kwok_stages(&self.bin_dir)? {
+            kwok_args.push(format!("--config={}", path(&stage)));
+        }
+        procs.spawn("kwok", &bin("kwok"), &kwok_args)?;
+        Ok(())
+    }
+}
+
+impl Setup<'_> {
+    async fn launch(&self) -> Result<(Processes, kube::Config, PathBuf), Error> {
+        let started = Instant::now();
+        let bin = |name: &str| self.bin_dir.join(name);
+        let pki = self.pki;
+        let mut procs = Processes::new(self.work_dir, self.attach_output);
+
+        let etcd_url = self.start_etcd(&mut procs).await?;
         tracing::debug!(elapsed = ?started.elapsed(), "etcd ready");
 
         let api_port = free_port()?;
@@ -278,56 +398,7 @@ impl Setup<'_> {
         procs.spawn(
             "kube-apiserver",
             &bin("kube-apiserver"),
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".to_owned(),
-                format!("--secure-port={api_port}"),
-                // The default would be the address of the default route; the `kubernetes`
-                // Service's endpoints may not be loopback, hence no endpoint reconciler. Nothing
-                // here routes Service IPs anyway.
-                "--advertise-address=127.0.0.1".to_owned(),
-                "--endpoint-reconciler-type=none".to_owned(),
-                format!("--tls-cert-file={}", path(&pki.serving_cert_file)),
-                format!("--tls-private-key-file={}", path(&pki.serving_key_file)),
-                format!("--client-ca-file={}", path(&pki.ca_file)),
-                // Not AlwaysAllow: that disables anonymous auth, which health probes rely on.
-                "--authorization-mode=RBAC".to_owned(),
-                // New nodes would get `node.kubernetes.io/not-ready:NoSchedule`, which only the
-                // node-lifecycle controller lifts (not run; see CONTROLLERS). Lifting it by hand
-                // raced the scheduler: a pod it first found unschedulable on the tainted node
-                // could wait minutes for a retry (a fake-node test saw a pod Pending for 60 s).
-                "--disable-admission-plugins=TaintNodesByCondition".to_owned(),
-                "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
-                "--allow-privileged=true".to_owned(),
-                format!("--service-account-issuer={api_url}"),
-                format!("--service-account-key-file={}", path(&pki.sa_public_file)),
-                format!(
-                    "--service-account-signing-key-file={}",
-                    path(&pki.sa_private_file)
-                ),
-                // Aggregation layer, so that APIServices can be tested.
-                format!(
-                    "--requestheader-client-ca-file={}",
-                    path(&pki.front_proxy_ca_file)
-                ),
-                format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
-                "--requestheader-username-headers=X-Remote-User".to_owned(),
-                "--requestheader-group-headers=X-Remote-Group".to_owned(),
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
-                format!(
-                    "--proxy-client-cert-file={}",
-                    path(&pki.front_proxy_cert_file)
-                ),
-                format!(
-                    "--proxy-client-key-file={}",
-                    path(&pki.front_proxy_key_file)
-                ),
-                // No request throttling: benchmarks should measure the operator, not APF.
-                "--enable-priority-and-fairness=false".to_owned(),
-                "--max-requests-inflight=0".to_owned(),
-                "--max-mutating-requests-inflight=0".to_owned(),
-                format!("--profiling={}", self.profiling),
-            ],
+            &self.apiserver_args(&etcd_url, api_port, &api_url),
         )?;
         let kubeconfig = self.work_dir.join("kubeconfig");
         let config = write_kubeconfig(&kubeconfig, &api_url, pki).await?;
@@ -340,16 +411,6 @@ impl Setup<'_> {
             .await?;
         tracing::debug!(elapsed = ?started.elapsed(), "kube-apiserver ready");
 
-        // Components serve their health endpoints with our serving certificate, so probes can
-        // verify them against our CA instead of skipping verification.
-        let serving = |port: u16| {
-            [
-                "--bind-address=127.0.0.1".to_owned(),
-                format!("--secure-port={port}"),
-                format!("--tls-cert-file={}", path(&pki.serving_cert_file)),
-                format!("--tls-private-key-file={}", path(&pki.serving_key_file)),
-            ]
-        };
         let kcm_port = free_port()?;
         let mut kcm_args = vec![
             format!("--kubeconfig={}", path(&kubeconfig)),
@@ -364,7 +425,7 @@ impl Setup<'_> {
             "--kube-api-qps=1000".to_owned(),
             "--kube-api-burst=2000".to_owned(),
         ];
-        kcm_args.extend(serving(kcm_port));
+        kcm_args.extend(serving_args(pki, kcm_port));
         procs.spawn(
             "kube-controller-manager",
             &bin("kube-controller-manager"),
@@ -378,37 +439,7 @@ impl Setup<'_> {
             .await?;
 
         if self.fake_nodes {
-            let scheduler_port = free_port()?;
-            let mut scheduler_args = vec![
-                format!("--kubeconfig={}", path(&kubeconfig)),
-                "--leader-elect=false".to_owned(),
-            ];
-            scheduler_args.extend(serving(scheduler_port));
-            procs.spawn("kube-scheduler", &bin("kube-scheduler"), &scheduler_args)?;
-            let scheduler = probe_client(
-                &format!("https://127.0.0.1:{scheduler_port}"),
-                Some(pki.ca.der()),
-            )?;
-            procs
-                .wait_ready("kube-scheduler", "GET /healthz", async || {
-                    get(&scheduler, "/healthz").await
-                })
-                .await?;
-
-            let (key, value) = KWOK_NODE_ANNOTATION;
-            let mut kwok_args = vec![
-                format!("--kubeconfig={}", path(&kubeconfig)),
-                "--manage-all-nodes=false".to_owned(),
-                format!("--manage-nodes-with-annotation-selector={key}={value}"),
-                // Fake addresses that are never dialled (kwok serves no kubelet API unless
-                // --server-address or --node-port is set, and neither is).
-                "--cidr=10.244.0.0/16".to_owned(),
-                "--node-ip=10.243.0.1".to_owned(),
-            ];
-            for stage in binaries::kwok_stages(&self.bin_dir)? {
-                kwok_args.push(format!("--config={}", path(&stage)));
-            }
-            procs.spawn("kwok", &bin("kwok"), &kwok_args)?;
+            self.start_fake_nodes(&mut procs, &kubeconfig).await?;
         }
 
         let namespaces = Api::<Namespace>::all(admin.clone());

@@ -39,6 +39,11 @@
 //! Each process logs to `<work dir>/<process>.log`; start-up errors include the last lines of
 //! the failing process's log. `NIMBUS_TESTENV_LOG=1` sends all output to stderr instead.
 
+// Shape rule (issue #43): no function longer than clippy.toml's `too-many-lines-threshold`.
+// Non-test code only: a test reads best as one table or one story, and test builds
+// (`cfg(test)`, tests/) do not see this line.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
 mod aggregation;
 mod binaries;
 mod certs;

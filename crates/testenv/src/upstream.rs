@@ -48,6 +48,14 @@ pub const ENGINE_CRDS: [EngineCrd; 7] = [
 ];
 
 impl EngineCrd {
+    /// The CRD's name (`<plural>.<group>`), as its manifest says (empty if it says none).
+    pub fn name(&self) -> String {
+        serde_yaml_ng::from_str::<serde_yaml_ng::Value>(self.yaml)
+            .ok()
+            .and_then(|crd| crd["metadata"]["name"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
     /// Creates or updates the CRD and waits until it is established.
     pub async fn install(&self, client: &Client) -> Result<(), Error> {
         apply_yaml(client, self.yaml).await.map(drop)

@@ -17,10 +17,10 @@ use super::{
 use super::Engine;
 use crate::intents::{id, param, param_value, param_values};
 use nimbus_api::condition;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// Where the CronJobs run unless configured otherwise (Nimbus's fixed namespace).
-pub const DEFAULT_NAMESPACE: &str = "nimbus-k8tls-env";
+pub use crate::namespaces::DEFAULT_K8TLS_NAMESPACE as DEFAULT_NAMESPACE;
 /// The scanner unless configured otherwise: Nimbus's image, at a fixed release instead of
 /// `latest`, so what runs in the cluster changes only when the operator's configuration does.
 pub const DEFAULT_IMAGE: &str = "kubearmor/k8tls:v0.1.0";
@@ -111,6 +111,20 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     for (k, v) in &policy.labels {
         labels.entry(k.clone()).or_insert_with(|| v.clone());
     }
+    let spec = cron_job_spec(&schedule, volumes, command, scanner_mounts, &env.k8tls_image);
+    objects.push(object(&CRON_JOB, meta, json!({ "spec": spec })));
+    Ok(objects.into())
+}
+
+/// The CronJob's spec: the scanner (`command` in `image`, with `scanner_mounts`) as an init
+/// container, then fluent-bit shipping its report, both restricted.
+fn cron_job_spec(
+    schedule: &str,
+    volumes: Vec<Value>,
+    command: Value,
+    scanner_mounts: Vec<Value>,
+    image: &str,
+) -> Value {
     let restricted = json!({
         "allowPrivilegeEscalation": false,
         "capabilities": {"drop": ["ALL"]},
@@ -119,7 +133,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
         "runAsGroup": NON_ROOT_USER,
         "seccompProfile": {"type": "RuntimeDefault"},
     });
-    let spec = json!({
+    json!({
         "schedule": schedule,
         "jobTemplate": {"spec": {
             "backoffLimit": 5,
@@ -127,7 +141,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 "volumes": volumes,
                 "initContainers": [{
                     "name": "k8tls",
-                    "image": env.k8tls_image,
+                    "image": image,
                     "command": command,
                     "resources": {
                         "requests": {"cpu": "100m", "memory": "128Mi"},
@@ -156,9 +170,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 "serviceAccountName": "k8tls",
             }},
         }},
-    });
-    objects.push(object(&CRON_JOB, meta, json!({ "spec": spec })));
-    Ok(objects.into())
+    })
 }
 
 /// `<host:port> <Name>`: the address and its first DNS label capitalized, the line format

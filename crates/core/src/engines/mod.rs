@@ -5,17 +5,21 @@
 //! An engine is one module declaring its [`EngineSpec`] as `SPEC`, registered by one line in
 //! the [`engines!`] list below: [`Engine`], [`Engine::ALL`] and the registry derive from it.
 
+mod build;
+mod checks;
 mod kinds;
 mod preference;
 pub mod pss;
 mod spec;
 mod translate;
+mod translation;
 
 use crate::intents::{BindingKind, Origin};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
+pub use checks::{check_intent, check_rule, sensitive_problem};
 pub use k8tls::{
     DEFAULT_IMAGE as DEFAULT_K8TLS_IMAGE, DEFAULT_NAMESPACE as DEFAULT_K8TLS_NAMESPACE,
 };
@@ -25,13 +29,11 @@ pub use kyverno::{KyvernoApi, KyvernoKinds};
 pub use preference::{ADMISSION_CONTROL, HANDOVER, Preference, PreferenceError, handover_wait};
 pub use rbac::{DEFAULT_SANDBOX_CLUSTER_ROLES, sandbox_violations};
 pub use spec::{AUDIT, AuditForm, Enforces, EngineSpec, Fact, Permissions, rules_read};
-pub use translate::{
-    EngineSet, Environment, Generated, PolicyInput, Problem, Translation, check_intent, check_rule,
-    sensitive_problem, translate,
-};
+pub use translate::translate;
+pub use translation::{EngineSet, Environment, Generated, PolicyInput, Problem, Translation};
 // What engine modules build their translations with.
+use build::{Emitted, Output, Rule, labels_only, metadata, native_name, object, selector_json};
 use spec::{BINDING_OR_CLUSTER, CLUSTER, CLUSTER_BINDING_NAMESPACES, NAMESPACED};
-use translate::{Emitted, Output, Rule, labels_only, metadata, native_name, object, selector_json};
 
 /// Registers the built-in engines: `Variant => module` declares the module (whose `SPEC` is the
 /// engine's [`EngineSpec`]), the [`Engine`] variant, its place in [`Engine::ALL`] and in the

@@ -107,21 +107,17 @@ const RESTRICTED_VOLUMES: &[&str] = &[
 ];
 
 fn baseline(pod: Pod) -> Vec<Check> {
-    let Pod { spec, annotations } = pod;
+    let mut checks = baseline_host_access(pod);
+    checks.extend(baseline_confinement(pod));
+    checks
+}
+
+/// Baseline's checks of what reaches the host: HostProcess, host namespaces, privileged
+/// containers, added capabilities, hostPath volumes, host ports.
+fn baseline_host_access(pod: Pod) -> Vec<Check> {
+    let Pod { spec, .. } = pod;
     let context = format!("{spec}.?securityContext");
     let every_container = |check: &str| every_container(spec, check);
-    let probes = ["livenessProbe", "readinessProbe", "startupProbe"]
-        .iter()
-        .map(|p| format!("c.?{p}"))
-        .chain(["postStart", "preStop"].map(|h| format!("c.?lifecycle.?{h}")))
-        .map(|handler| {
-            format!(
-                "{handler}.?httpGet.?host.orValue('') == '' && \
-                 {handler}.?tcpSocket.?host.orValue('') == ''"
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" && ");
     vec![
         check(
             format!(
@@ -162,6 +158,28 @@ fn baseline(pod: Pod) -> Vec<Check> {
             every_container("c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0)"),
             "Host ports are disallowed: ports[*].hostPort must be unset or 0.",
         ),
+    ]
+}
+
+/// Baseline's checks of what confines the containers (AppArmor, SELinux, /proc, seccomp,
+/// sysctls), and of probes and hooks naming a host.
+fn baseline_confinement(pod: Pod) -> Vec<Check> {
+    let Pod { spec, annotations } = pod;
+    let context = format!("{spec}.?securityContext");
+    let every_container = |check: &str| every_container(spec, check);
+    let probes = ["livenessProbe", "readinessProbe", "startupProbe"]
+        .iter()
+        .map(|p| format!("c.?{p}"))
+        .chain(["postStart", "preStop"].map(|h| format!("c.?lifecycle.?{h}")))
+        .map(|handler| {
+            format!(
+                "{handler}.?httpGet.?host.orValue('') == '' && \
+                 {handler}.?tcpSocket.?host.orValue('') == ''"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" && ");
+    vec![
         check(
             format!(
                 "{context}.?appArmorProfile.?type.orValue('RuntimeDefault') in \

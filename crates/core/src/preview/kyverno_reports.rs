@@ -1,7 +1,11 @@
 //! Kyverno's own reports as the preview of its validate rules: each report filed under the
 //! workload its resource belongs to, and what the rules of our policies would refuse.
 
-use super::*;
+use super::listing::{MAX_EXAMPLES, WorkloadKey, key};
+use crate::posture::Workload;
+use nimbus_api::posture::{EngineCoverage, Reason, Reference, Refusal};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One resource's report from Kyverno's background scan (a `wgpolicyk8s.io/v1alpha2`
 /// PolicyReport: since Kyverno 1.13, one per resource, named by its `scope`).

@@ -12,9 +12,7 @@ pub mod replica;
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
-use nimbus_testenv::upstream::{
-    EngineCrd, KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, OPEN_REPORT, POLICY_REPORT,
-};
+use nimbus_testenv::upstream::{EngineCrd, OPEN_REPORT, POLICY_REPORT};
 use nimbus_testenv::{ControlPlane, apply_yaml};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -246,15 +244,20 @@ pub async fn bare_pod(client: &Client, ns: &str, name: &str) {
     .await;
 }
 
-/// The CRDs of every engine the operator writes to, and of the reports the posture reads and
-/// writes.
-pub const ENGINE_CRDS: [EngineCrd; 5] = [
-    KUBEARMOR_POLICY,
-    KYVERNO_POLICY,
-    KYVERNO_CLUSTER_POLICY,
-    POLICY_REPORT,
-    OPEN_REPORT,
-];
+/// The CRDs of every engine the operator writes to (the vendored CRDs of the registered
+/// engines' kinds), and of the reports the posture reads and writes.
+pub fn engine_crds() -> Vec<EngineCrd> {
+    let written: std::collections::BTreeSet<&str> = nimbus_core::engines::all_kinds()
+        .into_iter()
+        .filter_map(|kind| kind.crd)
+        .collect();
+    nimbus_testenv::upstream::ENGINE_CRDS
+        .into_iter()
+        .filter(|crd| {
+            written.contains(crd.name().as_str()) || [POLICY_REPORT, OPEN_REPORT].contains(crd)
+        })
+        .collect()
+}
 
 /// Installs `crd`.
 pub async fn install_engine_crd(client: &Client, crd: EngineCrd) {
@@ -277,7 +280,7 @@ pub fn cluster_with_engines() -> &'static ControlPlane {
     ENGINES.get_or_init(|| {
         on_own_runtime(async {
             let client = cp.client().expect("client");
-            for crd in ENGINE_CRDS {
+            for crd in engine_crds() {
                 install_engine_crd(&client, crd).await;
             }
             let k8tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -6,7 +6,7 @@
 //! with dry run, and each cell is what the API server answered: admitted, denied (with the
 //! policy's message), admitted with a warning (Audit), or the object as mutated.
 
-use crate::common::{CONVERGE, ENGINE_CRDS, install_engine_crd};
+use crate::common::{CONVERGE, engine_crds, install_engine_crd};
 // Pod specs, from most to least privileged: the same as the Kyverno matrices'.
 use crate::kyverno::{PODS, container};
 use crate::matrix::Matrix;
@@ -38,7 +38,7 @@ async fn control_plane() -> ControlPlane {
     let client = cp.client().expect("client");
     let nimbus = nimbus_api::crds_yaml().expect("Nimbus CRDs");
     apply_yaml(&client, &nimbus).await.expect("Nimbus CRDs");
-    for crd in ENGINE_CRDS {
+    for crd in engine_crds() {
         install_engine_crd(&client, crd).await;
     }
     cp

@@ -5,6 +5,7 @@
 mod auth;
 mod compute;
 mod openapi;
+mod postures;
 mod previews;
 mod reports;
 mod request;
@@ -12,22 +13,24 @@ mod server;
 mod store;
 mod table;
 mod tls;
+mod writes;
 
 pub use compute::{Watches, Workloads, signal};
 pub use tls::ServingCertificate;
 
+// What the computation, the server and the writers share (`super::Postures`, `super::lock`).
+use postures::Postures;
+use writes::lock;
+
 use crate::context::Context;
 use crate::error::Error;
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use nimbus_api::posture::{NamespacePosture, WorkloadPosture};
 use nimbus_core::reports::ReportFormat;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use store::{Clock, Store};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -38,32 +41,6 @@ pub struct Config {
     pub certificate: ServingCertificate,
     /// Which policy-report kind the posture is written as.
     pub reports: ReportFormat,
-}
-
-/// The computed posture objects.
-pub struct Postures {
-    workloads: Store<WorkloadPosture>,
-    namespaces: Store<NamespacePosture>,
-    ready: watch::Sender<bool>,
-}
-
-impl Postures {
-    fn new() -> Self {
-        let clock = Clock::starting_now();
-        Self {
-            workloads: Store::new(clock.clone()),
-            namespaces: Store::new(clock),
-            ready: watch::channel(false).0,
-        }
-    }
-
-    fn mark_ready(&self) {
-        self.ready.send_replace(true);
-    }
-
-    fn is_ready(&self) -> bool {
-        *self.ready.borrow()
-    }
 }
 
 /// Starts computing the posture (again on every change `watches` signals) and binds the API's
@@ -136,25 +113,4 @@ fn front_proxy(
         }
     }));
     rx
-}
-
-/// Locks `mutex`, poisoned or not: its holders only insert, remove or swap, which a panic
-/// cannot leave half done.
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Requests a computation's writes keep in flight: thousands of reports change at once when a
-/// binding covering many workloads does, and one after another they would take minutes.
-const WRITES_IN_FLIGHT: usize = 16;
-
-/// Runs `requests`, [`WRITES_IN_FLIGHT`] at a time; whether all succeeded (each runs, whatever
-/// the others do).
-async fn all_succeed(requests: impl IntoIterator<Item = BoxFuture<'_, bool>>) -> bool {
-    futures::stream::iter(requests)
-        .buffer_unordered(WRITES_IN_FLIGHT)
-        .fold(true, |all, ok| async move { all && ok })
-        .await
 }

@@ -221,65 +221,86 @@ fn hash(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// The OpenAPI document (v3, or else v2) of the posture API, given the schemas of its kinds.
+fn document(schemas: &Map<String, Value>, v3: bool) -> Value {
+    let w = definition(WorkloadPosture::KIND);
+    let n = definition(NamespacePosture::KIND);
+    let prefix = if v3 {
+        "#/components/schemas/"
+    } else {
+        "#/definitions/"
+    };
+    let mut all = schemas.clone();
+    all.insert(
+        format!("{w}List"),
+        list_schema::<WorkloadPosture>(&format!("{prefix}{w}")),
+    );
+    all.insert(
+        format!("{n}List"),
+        list_schema::<NamespacePosture>(&format!("{prefix}{n}")),
+    );
+    let mut paths = Map::new();
+    for (path, operation, schema_kind, list) in operations() {
+        let get = get_operation(&path, &operation, &schema_kind, list, prefix, v3);
+        paths.insert(path, json!({"get": get}));
+    }
+    let info = json!({"title": "Nimbus posture API", "version": VERSION});
+    if v3 {
+        json!({"openapi": "3.0.0", "info": info, "paths": paths,
+               "components": {"schemas": all}})
+    } else {
+        let mut doc = json!({"swagger": "2.0", "info": info, "paths": paths,
+                             "definitions": all});
+        without_nullable(&mut doc);
+        doc
+    }
+}
+
+/// The `get` of one path: `operation`, answering `schema_kind` (a list of it if `list`).
+fn get_operation(
+    path: &str,
+    operation: &str,
+    schema_kind: &str,
+    list: bool,
+    prefix: &str,
+    v3: bool,
+) -> Value {
+    let reference = format!("{prefix}{}", definition(schema_kind));
+    let mut parameters = path_parameters(path, v3);
+    if list {
+        parameters.extend(list_parameters(v3));
+    }
+    let ok = if v3 {
+        json!({"description": "OK", "content": {"application/json": {"schema": {"$ref": reference}}}})
+    } else {
+        json!({"description": "OK", "schema": {"$ref": reference}})
+    };
+    let mut get = json!({
+        "operationId": operation,
+        "tags": [format!("{}_{VERSION}", GROUP.replace('.', "_"))],
+        "parameters": parameters,
+        "responses": {"200": ok, "401": {"description": "Unauthorized"}},
+        "x-kubernetes-action": if list { "list" } else { "get" },
+        "x-kubernetes-group-version-kind": gvk(schema_kind.trim_end_matches("List"))[0],
+    });
+    if !v3 && let Some(get) = get.as_object_mut() {
+        get.insert("produces".to_owned(), json!(["application/json"]));
+    }
+    get
+}
+
 impl Documents {
     pub fn build() -> Self {
         let mut schemas = Map::new();
-        let w = definition(WorkloadPosture::KIND);
-        let n = definition(NamespacePosture::KIND);
-        schemas.insert(w.clone(), schema::<WorkloadPosture>());
-        schemas.insert(n.clone(), schema::<NamespacePosture>());
-
-        let doc = |v3: bool| {
-            let prefix = if v3 {
-                "#/components/schemas/"
-            } else {
-                "#/definitions/"
-            };
-            let mut all = schemas.clone();
-            all.insert(
-                format!("{w}List"),
-                list_schema::<WorkloadPosture>(&format!("{prefix}{w}")),
-            );
-            all.insert(
-                format!("{n}List"),
-                list_schema::<NamespacePosture>(&format!("{prefix}{n}")),
-            );
-            let mut paths = Map::new();
-            for (path, operation, schema_kind, list) in operations() {
-                let reference = format!("{prefix}{}", definition(&schema_kind));
-                let mut parameters = path_parameters(&path, v3);
-                if list {
-                    parameters.extend(list_parameters(v3));
-                }
-                let ok = if v3 {
-                    json!({"description": "OK", "content": {"application/json": {"schema": {"$ref": reference}}}})
-                } else {
-                    json!({"description": "OK", "schema": {"$ref": reference}})
-                };
-                let mut get = json!({
-                    "operationId": operation,
-                    "tags": [format!("{}_{VERSION}", GROUP.replace('.', "_"))],
-                    "parameters": parameters,
-                    "responses": {"200": ok, "401": {"description": "Unauthorized"}},
-                    "x-kubernetes-action": if list { "list" } else { "get" },
-                    "x-kubernetes-group-version-kind": gvk(schema_kind.trim_end_matches("List"))[0],
-                });
-                if !v3 && let Some(get) = get.as_object_mut() {
-                    get.insert("produces".to_owned(), json!(["application/json"]));
-                }
-                paths.insert(path, json!({"get": get}));
-            }
-            let info = json!({"title": "Nimbus posture API", "version": VERSION});
-            if v3 {
-                json!({"openapi": "3.0.0", "info": info, "paths": paths,
-                       "components": {"schemas": all}})
-            } else {
-                let mut doc = json!({"swagger": "2.0", "info": info, "paths": paths,
-                                     "definitions": all});
-                without_nullable(&mut doc);
-                doc
-            }
-        };
+        schemas.insert(
+            definition(WorkloadPosture::KIND),
+            schema::<WorkloadPosture>(),
+        );
+        schemas.insert(
+            definition(NamespacePosture::KIND),
+            schema::<NamespacePosture>(),
+        );
+        let doc = |v3: bool| document(&schemas, v3);
         let v2 = serde_json::to_vec(&doc(false)).unwrap_or_default();
         let v3 = serde_json::to_vec(&doc(true)).unwrap_or_default();
         let v3_etag = hash(&v3);

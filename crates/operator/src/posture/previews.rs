@@ -3,7 +3,7 @@
 //! own, so the binding controllers' status writes neither carry nor remove the field; a preview
 //! is written only when it changed, and removed when the binding audits nothing any more.
 
-use super::all_succeed;
+use super::writes::all_succeed;
 use crate::context::Context;
 use futures::future::BoxFuture;
 use kube::api::{Patch, PatchParams};

@@ -5,7 +5,7 @@
 //! compares again only the namespaces whose desired or stored reports changed.
 
 use super::compute::{Watches, namespaces_of};
-use super::{all_succeed, lock};
+use super::writes::{all_succeed, lock};
 use crate::availability::{Served, when_served};
 use crate::cache::Cache;
 use futures::future::BoxFuture;
@@ -29,6 +29,80 @@ struct Kind {
     kind: &'static NativeKind,
     store: Store<DynamicObject>,
     listed: watch::Receiver<bool>,
+}
+
+impl Kind {
+    /// Applies the `desired` reports that differ from the stored ones (in the namespaces
+    /// whose reports changed since `confirmed`); notes every desired one in `wanted`.
+    fn applies<'a>(
+        &self,
+        api: impl Fn(&str) -> Api<DynamicObject>,
+        desired: &'a BTreeMap<String, Arc<Vec<DesiredReport>>>,
+        confirmed: &BTreeMap<String, Arc<Vec<DesiredReport>>>,
+        wanted: &mut BTreeSet<(&'a str, &'a str)>,
+    ) -> Vec<BoxFuture<'a, bool>> {
+        let resource = self.kind.api_resource();
+        let mut requests: Vec<BoxFuture<'a, bool>> = Vec::new();
+        for (ns, reports) in desired {
+            let unchanged = confirmed.get(ns).is_some_and(|c| Arc::ptr_eq(c, reports));
+            for report in reports.iter() {
+                wanted.insert((report.namespace.as_str(), report.name.as_str()));
+                if unchanged {
+                    continue;
+                }
+                let key =
+                    ObjectRef::new_with(&report.name, resource.clone()).within(&report.namespace);
+                let existing = self
+                    .store
+                    .get(&key)
+                    .and_then(|o| serde_json::to_value(&*o).ok());
+                if existing
+                    .as_ref()
+                    .is_some_and(|e| reports::up_to_date(report, e))
+                {
+                    continue;
+                }
+                let body = reports::report_object(report, self.kind, existing.as_ref(), now());
+                let api = api(&report.namespace);
+                requests.push(Box::pin(async move {
+                    let params = PatchParams::apply(FIELD_MANAGER).force();
+                    let written = api.patch(&report.name, &params, &Patch::Apply(body)).await;
+                    written
+                        .inspect_err(|error| tracing::warn!(report = %report.name, namespace = %report.namespace, %error, "writing a policy report"))
+                        .is_ok()
+                }));
+            }
+        }
+        requests
+    }
+
+    /// Deletes the stored reports not `wanted`.
+    fn deletes<'a>(
+        &self,
+        api: impl Fn(&str) -> Api<DynamicObject>,
+        wanted: &BTreeSet<(&str, &str)>,
+    ) -> Vec<BoxFuture<'a, bool>> {
+        let mut requests: Vec<BoxFuture<'a, bool>> = Vec::new();
+        for stale in self.store.state() {
+            let ns = stale.namespace().unwrap_or_default();
+            let name = stale.name_any();
+            if wanted.contains(&(ns.as_str(), name.as_str())) {
+                continue;
+            }
+            let api = api(&ns);
+            requests.push(Box::pin(async move {
+                match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(e)) if e.code == 404 => true,
+                    Err(error) => {
+                        tracing::warn!(report = %name, namespace = %ns, %error, "deleting a policy report");
+                        false
+                    }
+                }
+            }));
+        }
+        requests
+    }
 }
 
 /// The reports this operator has written, and which kind it writes.
@@ -129,56 +203,9 @@ impl OwnReports {
                 |ns: &str| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
             let mut wanted = BTreeSet::new();
             if writing == Some(kind.kind) {
-                for (ns, reports) in desired {
-                    let unchanged = confirmed.get(ns).is_some_and(|c| Arc::ptr_eq(c, reports));
-                    for report in reports.iter() {
-                        wanted.insert((report.namespace.as_str(), report.name.as_str()));
-                        if unchanged {
-                            continue;
-                        }
-                        let key = ObjectRef::new_with(&report.name, resource.clone())
-                            .within(&report.namespace);
-                        let existing = kind
-                            .store
-                            .get(&key)
-                            .and_then(|o| serde_json::to_value(&*o).ok());
-                        if existing
-                            .as_ref()
-                            .is_some_and(|e| reports::up_to_date(report, e))
-                        {
-                            continue;
-                        }
-                        let body =
-                            reports::report_object(report, kind.kind, existing.as_ref(), now());
-                        let api = api(&report.namespace);
-                        requests.push(Box::pin(async move {
-                        let params = PatchParams::apply(FIELD_MANAGER).force();
-                        let written = api.patch(&report.name, &params, &Patch::Apply(body)).await;
-                        written
-                            .inspect_err(|error| tracing::warn!(report = %report.name, namespace = %report.namespace, %error, "writing a policy report"))
-                            .is_ok()
-                    }));
-                    }
-                }
+                requests.extend(kind.applies(api, desired, &confirmed, &mut wanted));
             }
-            for stale in kind.store.state() {
-                let ns = stale.namespace().unwrap_or_default();
-                let name = stale.name_any();
-                if wanted.contains(&(ns.as_str(), name.as_str())) {
-                    continue;
-                }
-                let api = api(&ns);
-                requests.push(Box::pin(async move {
-                    match api.delete(&name, &DeleteParams::default()).await {
-                        Ok(_) => true,
-                        Err(kube::Error::Api(e)) if e.code == 404 => true,
-                        Err(error) => {
-                            tracing::warn!(report = %name, namespace = %ns, %error, "deleting a policy report");
-                            false
-                        }
-                    }
-                }));
-            }
+            requests.extend(kind.deletes(api, &wanted));
         }
         let written = all_succeed(requests).await;
         if written {

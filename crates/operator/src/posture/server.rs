@@ -5,11 +5,11 @@
 mod response;
 mod stream;
 
-use super::Postures;
 use super::auth::{Attributes, Authorizer, RequestHeader, User};
 use super::openapi::{self, Documents};
+use super::postures::Postures;
 use super::request::{ListQuery, Resource, Target, target};
-use super::store::{Store, Stored, key_of};
+use super::store::{Gone, Store, Stored, Watch, key_of};
 use super::table::{Printed, table};
 use crate::error::Error;
 use axum::body::Body;
@@ -181,49 +181,70 @@ impl Server {
                 namespace,
                 name,
             } => {
-                let Some(user) = proxy.user(headers) else {
-                    return status(
-                        StatusCode::UNAUTHORIZED,
-                        "Unauthorized",
-                        "Unauthorized: the front proxy named no user",
-                    );
-                };
-                let query = match ListQuery::parse(request.uri().query()) {
-                    Ok(query) => query,
-                    Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", &message),
-                };
-                let attributes = Attributes {
-                    verb: match (&name, query.watch) {
-                        (_, true) => "watch",
-                        (Some(_), false) => "get",
-                        (None, false) => "list",
-                    },
-                    resource: resource.plural(),
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                };
-                if let Some(denied) = self.authorize(&user, &attributes).await {
-                    return denied;
-                }
-                if !self.postures.is_ready() {
-                    return status(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "ServiceUnavailable",
-                        "the posture is not computed yet (caches syncing)",
-                    );
-                }
-                let form = Form::of(headers, query.include_object.as_deref());
-                let request = Read {
+                let object = Object {
+                    resource,
                     namespace,
                     name,
-                    query,
-                    form,
                 };
-                match resource {
-                    Resource::Workloads => self.read(&self.postures.workloads, request),
-                    Resource::Namespaces => self.read(&self.postures.namespaces, request),
-                }
+                self.object(&request, proxy, object).await
             }
+        }
+    }
+
+    /// Reads postures, as the user the front proxy names may.
+    async fn object<B>(
+        &self,
+        request: &Request<B>,
+        proxy: &RequestHeader,
+        object: Object,
+    ) -> Response<Body> {
+        let Object {
+            resource,
+            namespace,
+            name,
+        } = object;
+        let headers = request.headers();
+        let Some(user) = proxy.user(headers) else {
+            return status(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "Unauthorized: the front proxy named no user",
+            );
+        };
+        let query = match ListQuery::parse(request.uri().query()) {
+            Ok(query) => query,
+            Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", &message),
+        };
+        let attributes = Attributes {
+            verb: match (&name, query.watch) {
+                (_, true) => "watch",
+                (Some(_), false) => "get",
+                (None, false) => "list",
+            },
+            resource: resource.plural(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+        };
+        if let Some(denied) = self.authorize(&user, &attributes).await {
+            return denied;
+        }
+        if !self.postures.is_ready() {
+            return status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "the posture is not computed yet (caches syncing)",
+            );
+        }
+        let form = Form::of(headers, query.include_object.as_deref());
+        let request = Read {
+            namespace,
+            name,
+            query,
+            form,
+        };
+        match resource {
+            Resource::Workloads => self.read(&self.postures.workloads, request),
+            Resource::Namespaces => self.read(&self.postures.namespaces, request),
         }
     }
 
@@ -269,23 +290,7 @@ impl Server {
             form,
         } = request;
         if let Some(name) = name {
-            let key = (namespace.clone().unwrap_or_default(), name.clone());
-            return match store.get(&key) {
-                Some(stored) => match form {
-                    Form::Table(include) => json_response(&table(
-                        [&*stored.object],
-                        json!({"resourceVersion": stored.object.metadata().resource_version}),
-                        include,
-                        true,
-                    )),
-                    Form::Json => respond(
-                        StatusCode::OK,
-                        "application/json",
-                        stored.json.get().to_owned(),
-                    ),
-                },
-                None => not_found::<T>(&name),
-            };
+            return one(store, namespace, &name, form);
         }
         let (limit, continue_after) = (query.limit, query.continue_after.clone());
         let watch = query.watch.then(|| query_watch(&query));
@@ -303,35 +308,7 @@ impl Server {
         if let Some(from) = watch {
             return self.watch(store, from, form, in_scope);
         }
-        let (version, objects) = store.list();
-        let mut selected = objects.iter().filter(|o| in_scope(&o.object)).filter(|o| {
-            continue_after
-                .as_deref()
-                .is_none_or(|after| continue_token(&key_of(&*o.object)).as_str() > after)
-        });
-        let page: Vec<&Stored<T>> = match limit {
-            Some(limit) => selected.by_ref().take(limit).collect(),
-            None => selected.by_ref().collect(),
-        };
-        let more = selected.next().is_some();
-        let mut list_meta = json!({"resourceVersion": version.to_string()});
-        if more && let Some(last) = page.last() {
-            list_meta["continue"] = json!(continue_token(&key_of(&*last.object)));
-        }
-        match form {
-            Form::Table(include) => json_response(&table(
-                page.iter().map(|o| &*o.object),
-                list_meta,
-                include,
-                true,
-            )),
-            Form::Json => json_response(&List {
-                api_version: openapi::group_version(),
-                kind: format!("{}List", T::KIND),
-                metadata: list_meta,
-                items: page.iter().map(|o| &*o.json).collect(),
-            }),
-        }
+        page(store, in_scope, limit, continue_after.as_deref(), form)
     }
 
     /// Streams changes as newline-delimited watch events until the timeout, shutdown, or the
@@ -355,60 +332,23 @@ impl Server {
             Some(version) => store.watch(Some(version)),
             None => store.watch(None),
         };
-        let shutdown = self.shutdown.clone();
-        let mut encoder = Encoder {
+        let encoder = Encoder {
             form,
             headers_sent: false,
         };
         let current = store.version();
-        tokio::spawn(async move {
-            let (backlog, mut changes) = match started {
-                Ok(started) => started,
-                Err(gone) => {
-                    let _ = tx.send(expired(gone.version)).await;
-                    return;
-                }
-            };
-            for event in backlog {
-                if !send(&tx, &mut encoder, &event, &in_scope).await {
-                    return;
-                }
-            }
-            if from.initial_events_end {
-                let _ = tx.send(encoder.bookmark::<T>(current, true)).await;
-            }
-            let deadline = tokio::time::sleep(from.timeout);
-            tokio::pin!(deadline);
-            let mut bookmarks = tokio::time::interval(from.bookmark_every);
-            bookmarks.tick().await;
-            let mut last = current;
-            loop {
-                tokio::select! {
-                    received = changes.recv() => match received {
-                        Ok(event) => {
-                            last = event.version;
-                            if !send(&tx, &mut encoder, &event, &in_scope).await {
-                                return;
-                            }
-                        }
-                        // Too slow to keep up: the client must relist.
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            let _ = tx.send(expired(last)).await;
-                            return;
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    },
-                    _ = bookmarks.tick(), if from.bookmarks => {
-                        if tx.send(encoder.bookmark::<T>(last, false)).await.is_err() {
-                            return;
-                        }
-                    }
-                    () = &mut deadline => return,
-                    () = shutdown.cancelled() => return,
-                    () = tx.closed() => return,
-                }
-            }
-        });
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(stream_changes(
+            Watching {
+                from,
+                current,
+                encoder,
+                tx,
+                shutdown,
+            },
+            started,
+            in_scope,
+        ));
         let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<_, Infallible>));
         Response::builder()
             .status(StatusCode::OK)
@@ -426,6 +366,150 @@ struct List<'a> {
     kind: String,
     metadata: serde_json::Value,
     items: Vec<&'a RawValue>,
+}
+
+/// One posture, as JSON or as a Table row.
+fn one<T>(store: &Store<T>, namespace: Option<String>, name: &str, form: Form) -> Response<Body>
+where
+    T: Printed + Clone + PartialEq + Send + Sync + 'static,
+{
+    let key = (namespace.unwrap_or_default(), name.to_owned());
+    match store.get(&key) {
+        Some(stored) => match form {
+            Form::Table(include) => json_response(&table(
+                [&*stored.object],
+                json!({"resourceVersion": stored.object.metadata().resource_version}),
+                include,
+                true,
+            )),
+            Form::Json => respond(
+                StatusCode::OK,
+                "application/json",
+                stored.json.get().to_owned(),
+            ),
+        },
+        None => not_found::<T>(name),
+    }
+}
+
+/// One page of the postures `in_scope`, after `continue_after`, as a List or a Table.
+fn page<T>(
+    store: &Store<T>,
+    in_scope: impl Fn(&T) -> bool,
+    limit: Option<usize>,
+    continue_after: Option<&str>,
+    form: Form,
+) -> Response<Body>
+where
+    T: Printed + Clone + PartialEq + Send + Sync + 'static,
+{
+    let (version, objects) = store.list();
+    let mut selected = objects.iter().filter(|o| in_scope(&o.object)).filter(|o| {
+        continue_after.is_none_or(|after| continue_token(&key_of(&*o.object)).as_str() > after)
+    });
+    let page: Vec<&Stored<T>> = match limit {
+        Some(limit) => selected.by_ref().take(limit).collect(),
+        None => selected.by_ref().collect(),
+    };
+    let more = selected.next().is_some();
+    let mut list_meta = json!({"resourceVersion": version.to_string()});
+    if more && let Some(last) = page.last() {
+        list_meta["continue"] = json!(continue_token(&key_of(&*last.object)));
+    }
+    match form {
+        Form::Table(include) => json_response(&table(
+            page.iter().map(|o| &*o.object),
+            list_meta,
+            include,
+            true,
+        )),
+        Form::Json => json_response(&List {
+            api_version: openapi::group_version(),
+            kind: format!("{}List", T::KIND),
+            metadata: list_meta,
+            items: page.iter().map(|o| &*o.json).collect(),
+        }),
+    }
+}
+
+/// One watch's stream: where it starts, and where it sends.
+struct Watching {
+    from: WatchFrom,
+    current: u64,
+    encoder: Encoder,
+    tx: mpsc::Sender<Bytes>,
+    shutdown: CancellationToken,
+}
+
+/// Sends the backlog then each change in scope, with bookmarks, until the timeout, shutdown,
+/// or the client leaving; a client too slow to keep up is told to relist.
+async fn stream_changes<T>(
+    watching: Watching,
+    started: Result<Watch<T>, Gone>,
+    in_scope: impl Fn(&T) -> bool + Send + Sync + 'static,
+) where
+    T: Printed + Clone + PartialEq + Send + Sync + 'static,
+{
+    let Watching {
+        from,
+        current,
+        mut encoder,
+        tx,
+        shutdown,
+    } = watching;
+    let (backlog, mut changes) = match started {
+        Ok(started) => started,
+        Err(gone) => {
+            let _ = tx.send(expired(gone.version)).await;
+            return;
+        }
+    };
+    for event in backlog {
+        if !send(&tx, &mut encoder, &event, &in_scope).await {
+            return;
+        }
+    }
+    if from.initial_events_end {
+        let _ = tx.send(encoder.bookmark::<T>(current, true)).await;
+    }
+    let deadline = tokio::time::sleep(from.timeout);
+    tokio::pin!(deadline);
+    let mut bookmarks = tokio::time::interval(from.bookmark_every);
+    bookmarks.tick().await;
+    let mut last = current;
+    loop {
+        tokio::select! {
+            received = changes.recv() => match received {
+                Ok(event) => {
+                    last = event.version;
+                    if !send(&tx, &mut encoder, &event, &in_scope).await {
+                        return;
+                    }
+                }
+                // Too slow to keep up: the client must relist.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let _ = tx.send(expired(last)).await;
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = bookmarks.tick(), if from.bookmarks => {
+                if tx.send(encoder.bookmark::<T>(last, false)).await.is_err() {
+                    return;
+                }
+            }
+            () = &mut deadline => return,
+            () = shutdown.cancelled() => return,
+            () = tx.closed() => return,
+        }
+    }
+}
+
+/// The postures a request names: a collection when `name` is `None`.
+struct Object {
+    resource: Resource,
+    namespace: Option<String>,
+    name: Option<String>,
 }
 
 struct Read {

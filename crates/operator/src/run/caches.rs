@@ -1,7 +1,7 @@
 //! One shared cache per kind: every controller and every reconcile reads from these, and the
 //! watches that fill them.
 
-use super::Config;
+use super::config::Config;
 use crate::availability::{Availability, Served, when_served};
 use crate::cache::{Cache, Driver, counted};
 use crate::facts::FactCaches;

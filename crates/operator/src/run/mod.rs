@@ -3,7 +3,10 @@
 //! watches driven until shutdown.
 
 mod caches;
+mod config;
 mod controllers;
+
+pub use config::{Config, DEFAULT_RECONCILE_CONCURRENCY};
 
 use caches::Caches;
 use controllers::{
@@ -16,108 +19,18 @@ use crate::context::{Context, EngineContext};
 use crate::error::Error;
 use crate::events::Events;
 use crate::health;
-use crate::leader::{self, LeaderElection};
+use crate::leader::{self};
 use crate::metrics::Metrics;
 use crate::posture;
 use crate::write::natives::Natives;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{
-    DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, KyvernoKinds,
-    Preference,
-};
-use nimbus_core::namespaces::ProtectedNamespaces;
-use std::collections::BTreeSet;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Where `/healthz` and `/readyz` are served; `None` serves nothing.
-    pub health_addr: Option<SocketAddr>,
-    /// Where `/metrics` is served; `None` serves nothing.
-    pub metrics_addr: Option<SocketAddr>,
-    /// Run as one of several replicas, only the lease holder writing; `None`: always write.
-    pub leader_election: Option<LeaderElection>,
-    /// How often an unchanged object is re-checked.
-    pub resync: Duration,
-    /// Name reported on events (the Deployment's name in a cluster).
-    pub reporter: String,
-    /// Identity of this replica on events (the pod name in a cluster).
-    pub instance: Option<String>,
-    /// Engines the operator drives; the others are left to external adapters.
-    pub engines: BTreeSet<Engine>,
-    /// Which of Kyverno's policy APIs the Kyverno engine writes in.
-    pub kyverno_kinds: KyvernoKinds,
-    /// Which of the engines of one mechanism (Kyverno, admission) writes, when several are in
-    /// force.
-    pub engine_preference: Preference,
-    /// Namespace of the k8tls CronJobs (with its `k8tls` ServiceAccount and ConfigMaps).
-    pub k8tls_namespace: String,
-    /// The ConfigMap (`namespace/name`) holding the virtual-patch database.
-    pub virtual_patch_db: Option<(String, String)>,
-    /// Image of the k8tls scanner.
-    pub k8tls_image: String,
-    /// The only ClusterRoles namespaceSandbox may grant.
-    pub sandbox_cluster_roles: BTreeSet<String>,
-    /// Namespaces cluster bindings never fan out to; `None`: kube-system, the leader-election
-    /// namespace (the operator's own) and the k8tls namespace.
-    pub protected_namespaces: Option<ProtectedNamespaces>,
-    /// Where and how the posture API is served; `None` serves nothing.
-    pub posture: Option<posture::Config>,
-    /// Reconciles each controller runs at once (0: no limit). Each reconcile sends its
-    /// requests one after another, so this also bounds the operator's requests in flight.
-    pub reconcile_concurrency: u16,
-}
-
-/// Reconciles wait on the API server, not on the CPU, so many may run at once; but not
-/// unboundedly many, so that a burst (every binding at start) cannot crowd out other clients.
-/// Measured with `make bench` (2 cores): cold convergence 4.5 s at 16, 3.1 s at 64, 3.2 s
-/// unbounded; 5 controllers × 64 stay below kube-apiserver's default 400 requests in flight.
-pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 64;
-
-impl Config {
-    /// The protected namespaces in effect.
-    pub fn protected(&self) -> ProtectedNamespaces {
-        self.protected_namespaces.clone().unwrap_or_else(|| {
-            ProtectedNamespaces::defaults(
-                self.leader_election.as_ref().map(|e| e.namespace.as_str()),
-                &self.k8tls_namespace,
-            )
-        })
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            health_addr: None,
-            metrics_addr: None,
-            leader_election: None,
-            resync: Duration::from_secs(300),
-            reporter: "nimbus-operator".to_owned(),
-            instance: None,
-            engines: Engine::ALL.into(),
-            kyverno_kinds: KyvernoKinds::default(),
-            engine_preference: Preference::default(),
-            k8tls_namespace: DEFAULT_K8TLS_NAMESPACE.to_owned(),
-            virtual_patch_db: None,
-            k8tls_image: DEFAULT_K8TLS_IMAGE.to_owned(),
-            sandbox_cluster_roles: DEFAULT_SANDBOX_CLUSTER_ROLES
-                .iter()
-                .map(|r| (*r).to_owned())
-                .collect(),
-            protected_namespaces: None,
-            posture: None,
-            reconcile_concurrency: DEFAULT_RECONCILE_CONCURRENCY,
-        }
-    }
-}
 
 /// Runs every controller until `shutdown` is cancelled.
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
@@ -127,16 +40,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let served = availability.served.clone();
     let started = Started::when(caches.started(&availability));
     let leadership = Leadership::start(&client, &config, &metrics);
-    let reporter = Reporter {
-        controller: config.reporter.clone(),
-        instance: config.instance.clone(),
-    };
-    let (events, events_writer) = Events::start(
-        Recorder::new(client.clone(), reporter),
-        metrics.events_dropped.clone(),
-        metrics.events_queued.clone(),
-    );
-    tokio::spawn(events_writer);
+    let events = start_events(&client, &config, &metrics);
     let signals = Signals {
         served: served.clone(),
         leading: leadership.leading.clone(),
@@ -163,18 +67,11 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     let posture = match &config.posture {
         Some(posture_config) => {
             let kyverno = config.engines.contains(&Engine::Kyverno);
-            let (workloads, mut watches) =
-                posture::Workloads::watch(&client, kyverno, posture_config.reports);
-            watches.changes.extend(caches.posture_inputs(&served));
-            let server = posture::start(
-                posture_config,
-                &client,
-                ctx.clone(),
-                workloads,
-                watches,
-                shutdown.clone(),
-            );
-            Some(server.await?)
+            let inputs = |watches: &mut posture::Watches| {
+                watches.changes.extend(caches.posture_inputs(&served));
+            };
+            let started = start_posture(posture_config, &client, &ctx, kyverno, inputs, &shutdown);
+            Some(started.await?)
         }
         None => None,
     };
@@ -182,15 +79,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     if let Some(server) = posture {
         tokio::spawn(server);
     }
-    if let Some(addr) = config.health_addr {
-        // Its own task: its graceful stop must not cut the controllers' in-flight reconciles.
-        let ready = started.reached();
-        let server = health::serve(addr, ready, watches.broken.clone(), shutdown.clone()).await?;
-        tokio::spawn(server);
-    }
-    if let Some(addr) = config.metrics_addr {
-        tokio::spawn(metrics.clone().serve(addr, shutdown.clone()).await?);
-    }
+    serve_probes(&config, &started, &watches.broken, &metrics, &shutdown).await?;
 
     tracing::info!(
         engines = ?config.engines,
@@ -207,6 +96,65 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     ctx.events.flush(Duration::from_secs(2)).await;
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// Starts the health endpoints and the metrics endpoint, where configured. Each is its own
+/// task: its graceful stop must not cut the controllers' in-flight reconciles.
+async fn serve_probes(
+    config: &Config,
+    started: &Started,
+    broken: &CancellationToken,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Result<(), Error> {
+    if let Some(addr) = config.health_addr {
+        let ready = started.reached();
+        let server = health::serve(addr, ready, broken.clone(), shutdown.clone()).await?;
+        tokio::spawn(server);
+    }
+    if let Some(addr) = config.metrics_addr {
+        tokio::spawn(metrics.clone().serve(addr, shutdown.clone()).await?);
+    }
+    Ok(())
+}
+
+/// The Kubernetes Events queue, its writer running.
+fn start_events(client: &Client, config: &Config, metrics: &Metrics) -> Events {
+    let reporter = Reporter {
+        controller: config.reporter.clone(),
+        instance: config.instance.clone(),
+    };
+    let (events, events_writer) = Events::start(
+        Recorder::new(client.clone(), reporter),
+        metrics.events_dropped.clone(),
+        metrics.events_queued.clone(),
+    );
+    tokio::spawn(events_writer);
+    events
+}
+
+/// The posture API: its computation started, its server ready to run. `inputs` adds the
+/// caches' changes to what the computation watches.
+async fn start_posture(
+    posture_config: &posture::Config,
+    client: &Client,
+    ctx: &Arc<Context>,
+    kyverno: bool,
+    inputs: impl FnOnce(&mut posture::Watches),
+    shutdown: &CancellationToken,
+) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
+    let (workloads, mut watches) =
+        posture::Workloads::watch(client, kyverno, posture_config.reports);
+    inputs(&mut watches);
+    posture::start(
+        posture_config,
+        client,
+        ctx.clone(),
+        workloads,
+        watches,
+        shutdown.clone(),
+    )
+    .await
 }
 
 /// Whether the operator has started: every cache listed, engine availability known (see

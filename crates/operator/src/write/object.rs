@@ -147,45 +147,67 @@ where
     }
     let write = drift::plan(&want, have.as_ref(), manager);
     tracing::debug!(object = %context(), ?write, "sync");
+    let Some(stored) = execute(api, manager, &name, &want, have, write, context).await? else {
+        written.compared(&key, cached_version.as_deref(), &fingerprint);
+        return Ok(None);
+    };
+    written.record(&key, stored.resource_version.as_deref(), &fingerprint);
+    if write == Write::Create {
+        created.created(place);
+    }
+    Ok(Some(stored))
+}
+
+/// Carries out `write` of `want` (named `name`), over `have` (what is stored, for a replace),
+/// as `manager`; what it stored, if it wrote.
+async fn execute<K>(
+    api: &Api<K>,
+    manager: &str,
+    name: &str,
+    want: &Value,
+    have: Option<Value>,
+    write: Write,
+    context: impl Fn() -> String + Copy,
+) -> Result<Option<Stored>, Error>
+where
+    K: Resource + Clone,
+{
+    let unserializable = |source| Error::Serialize {
+        object: context(),
+        source,
+    };
     let post_params = || PostParams {
         field_manager: Some(manager.to_owned()),
         ..PostParams::default()
     };
     let stored = match write {
-        Write::Nothing => {
-            written.compared(&key, cached_version.as_deref(), &fingerprint);
-            return Ok(None);
-        }
+        Write::Nothing => return Ok(None),
         Write::Create => {
-            let body = serde_json::to_vec(&want).map_err(unserializable)?;
+            let body = serde_json::to_vec(want).map_err(unserializable)?;
             send(api, request(api).create(&post_params(), body))
                 .await
                 .map_err(Error::kube("creating", context))?
         }
         Write::Apply => {
             let params = PatchParams::apply(manager).force();
-            let request = request(api).patch(&name, &params, &Patch::Apply(&want));
+            let request = request(api).patch(name, &params, &Patch::Apply(want));
             send(api, request)
                 .await
                 .map_err(Error::kube("applying", context))?
         }
         Write::Replace | Write::TakeBack => {
             let have = have.unwrap_or_default();
-            let claim = (write == Write::TakeBack).then(|| drift::claim(&want, manager));
-            let mut body = replacement(want, &have, manager);
+            let claim = (write == Write::TakeBack).then(|| drift::claim(want, manager));
+            let mut body = replacement(want.clone(), &have, manager);
             if let Some(claim) = claim {
                 body["metadata"]["managedFields"] = json!([claim]);
             }
             let body = serde_json::to_vec(&body).map_err(unserializable)?;
-            send(api, request(api).replace(&name, &post_params(), body))
+            send(api, request(api).replace(name, &post_params(), body))
                 .await
                 .map_err(Error::kube("replacing", context))?
         }
     };
-    written.record(&key, stored.resource_version.as_deref(), &fingerprint);
-    if write == Write::Create {
-        created.created(place);
-    }
     Ok(Some(stored))
 }
 

@@ -186,57 +186,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
             });
             vec![build(policy, rule, rule.key, vec![body], Extra::Background)]
         }
-        (id::COCO_WORKLOAD, false) => {
-            let patch = runtime_class_patch(rule);
-            // Existing Deployments are mutated when the policy changes; the NimbusPolicy is
-            // the trigger resource (as in Nimbus). Targets are selected by labels, not by the
-            // names of the Deployments that existed when the policy was written.
-            let mut target = json!({"apiVersion": "apps/v1", "kind": "Deployment"});
-            if let Some(ns) = &policy.namespace {
-                target["namespace"] = ns.clone().into();
-            }
-            if !selector_is_empty(policy) {
-                target["selector"] = selector_json(&policy.selector);
-            }
-            let existing = json!({
-                "name": "add runtime",
-                "match": {
-                    "any": [{"resources": {
-                        "kinds": [format!("{GROUP}/{VERSION}/{}", NimbusPolicy::kind(&()))],
-                        "name": policy.name,
-                    }}],
-                    "resources": {},
-                },
-                "exclude": {"resources": {}},
-                "mutate": {"targets": [target], "patchStrategicMerge": patch},
-                "generate": no_generate(),
-            });
-            let on_create = json!({
-                "name": "add runtime",
-                "match": matching(policy, &[DEPLOYMENT]),
-                "exclude": {"resources": {}},
-                "mutate": {"patchStrategicMerge": patch},
-                "generate": no_generate(),
-            });
-            // Nimbus names these after the policy only; a second coco rule gets `-2`, ...
-            let n = rule.key.strip_prefix("cocoworkload").unwrap_or_default();
-            vec![
-                build(
-                    policy,
-                    rule,
-                    &format!("mutateexisting{n}"),
-                    vec![existing],
-                    Extra::MutateExisting,
-                ),
-                build(
-                    policy,
-                    rule,
-                    &format!("mutateoncreate{n}"),
-                    vec![on_create],
-                    Extra::Background,
-                ),
-            ]
-        }
+        (id::COCO_WORKLOAD, false) => coco_workload_in_namespace(policy, rule),
         (id::COCO_WORKLOAD, true) => {
             // Deployments created or updated in the selected namespaces are patched at
             // admission; those that exist when the policy is written are patched in place by
@@ -291,6 +241,63 @@ enum Extra {
     Nothing,
     /// Virtual-patch generators.
     GenerateExisting,
+}
+
+/// confidentialWorkload in a namespace: Deployments that exist are mutated when the policy
+/// changes, those created later at admission.
+fn coco_workload_in_namespace(
+    policy: &PolicyInput,
+    rule: &Rule,
+) -> Vec<(&'static NativeKind, kube::core::DynamicObject)> {
+    let patch = runtime_class_patch(rule);
+    // Existing Deployments are mutated when the policy changes; the NimbusPolicy is
+    // the trigger resource (as in Nimbus). Targets are selected by labels, not by the
+    // names of the Deployments that existed when the policy was written.
+    let mut target = json!({"apiVersion": "apps/v1", "kind": "Deployment"});
+    if let Some(ns) = &policy.namespace {
+        target["namespace"] = ns.clone().into();
+    }
+    if !selector_is_empty(policy) {
+        target["selector"] = selector_json(&policy.selector);
+    }
+    let existing = json!({
+        "name": "add runtime",
+        "match": {
+            "any": [{"resources": {
+                "kinds": [format!("{GROUP}/{VERSION}/{}", NimbusPolicy::kind(&()))],
+                "name": policy.name,
+            }}],
+            "resources": {},
+        },
+        "exclude": {"resources": {}},
+        "mutate": {"targets": [target], "patchStrategicMerge": patch},
+        "generate": no_generate(),
+    });
+    let on_create = json!({
+        "name": "add runtime",
+        "match": matching(policy, &[DEPLOYMENT]),
+        "exclude": {"resources": {}},
+        "mutate": {"patchStrategicMerge": patch},
+        "generate": no_generate(),
+    });
+    // Nimbus names these after the policy only; a second coco rule gets `-2`, ...
+    let n = rule.key.strip_prefix("cocoworkload").unwrap_or_default();
+    vec![
+        build(
+            policy,
+            rule,
+            &format!("mutateexisting{n}"),
+            vec![existing],
+            Extra::MutateExisting,
+        ),
+        build(
+            policy,
+            rule,
+            &format!("mutateoncreate{n}"),
+            vec![on_create],
+            Extra::Background,
+        ),
+    ]
 }
 
 /// A Kyverno `Policy` (for a NimbusPolicy) or `ClusterPolicy` (for a ClusterNimbusPolicy)

@@ -318,6 +318,33 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
     Ok(plan)
 }
 
+/// Makes the Kyverno policy's own rules (validate only) apply to the Pods running the image:
+/// each matches Pods of the selector, with `runs_image` as its first precondition.
+fn scope_kyverno_rules(
+    spec: &mut Map<String, Value>,
+    ctx: &Context,
+    runs_image: &Value,
+) -> Result<(), String> {
+    let rules = spec
+        .get_mut("rules")
+        .and_then(Value::as_array_mut)
+        .filter(|r| !r.is_empty())
+        .ok_or("spec.rules must be a non-empty list")?;
+    for (i, kyverno_rule) in rules.iter_mut().enumerate() {
+        let kyverno_rule = kyverno_rule
+            .as_object_mut()
+            .ok_or_else(|| format!("spec.rules[{i}] must be an object"))?;
+        only_validates(kyverno_rule).map_err(|what| format!("spec.rules[{i}] {what}"))?;
+        kyverno_rule.insert(
+            "match".into(),
+            json!({"any": [{"resources": {"kinds": ["Pod"], "selector": ctx.selector}}]}),
+        );
+        prepend_precondition(kyverno_rule, runs_image.clone())
+            .map_err(|what| format!("spec.rules[{i}].{what}"))?;
+    }
+    Ok(())
+}
+
 /// The Kyverno policy that generates `native` (patch `n` of its kind for `cve`) for the Pods
 /// running `image`; the error says what is wrong with `native`.
 fn generator(
@@ -384,23 +411,7 @@ fn generator(
             format!("{name}-{{{{ podName }}}}")
         }
         Target::Kyverno => {
-            let rules = spec
-                .get_mut("rules")
-                .and_then(Value::as_array_mut)
-                .filter(|r| !r.is_empty())
-                .ok_or("spec.rules must be a non-empty list")?;
-            for (i, kyverno_rule) in rules.iter_mut().enumerate() {
-                let kyverno_rule = kyverno_rule
-                    .as_object_mut()
-                    .ok_or_else(|| format!("spec.rules[{i}] must be an object"))?;
-                only_validates(kyverno_rule).map_err(|what| format!("spec.rules[{i}] {what}"))?;
-                kyverno_rule.insert(
-                    "match".into(),
-                    json!({"any": [{"resources": {"kinds": ["Pod"], "selector": ctx.selector}}]}),
-                );
-                prepend_precondition(kyverno_rule, runs_image.clone())
-                    .map_err(|what| format!("spec.rules[{i}].{what}"))?;
-            }
+            scope_kyverno_rules(spec, ctx, &runs_image)?;
             name
         }
         Target::NetworkPolicy => {

@@ -1,0 +1,145 @@
+//! What engine modules build their translations with: the rule being translated, native
+//! names, metadata and objects, and what an engine gives back for a rule.
+
+use super::translation::{PolicyInput, Problem};
+use super::{Engine, MANAGED_BY, NativeKind};
+use crate::names;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::core::{DynamicObject, TypeMeta};
+use nimbus_api::{NimbusRule, condition};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One rule being translated, with the key its objects are named after: its lowercase ID
+/// (`-2`, `-3`... for further rules with the same ID).
+pub(super) struct Rule<'a> {
+    pub(super) spec: &'a NimbusRule,
+    pub(super) key: &'a str,
+}
+
+impl Rule<'_> {
+    pub(super) fn problem(&self, reason: &'static str, message: impl Into<String>) -> Problem {
+        Problem::new(self.spec, reason, message)
+    }
+
+    /// The result of an engine asked for an intent it declares but has no translation of: the
+    /// intent is reported unenforced instead of silently producing nothing.
+    pub(super) fn untranslated(&self, engine: Engine) -> Output {
+        Err(self.problem(
+            condition::REASON_UNSUPPORTED_INTENT,
+            format!(
+                "{engine} has no translation of intent `{}` in this kind of policy",
+                self.spec.id
+            ),
+        ))
+    }
+}
+
+/// `<policy>-<suffix>`, shortened deterministically when longer than `max`.
+pub(super) fn native_name(policy: &PolicyInput, suffix: &str, max: usize) -> String {
+    names::fit(&format!("{}-{suffix}", policy.name), max)
+}
+
+/// Metadata of a native object: its name and namespace, the managed-by annotation (plus
+/// `extra_annotations`), the managed-by label (Nimbus sets none; the operator watches only
+/// objects carrying it), and the controller reference to the policy.
+pub(super) fn metadata(
+    policy: &PolicyInput,
+    engine: Engine,
+    name: String,
+    namespace: Option<String>,
+    extra_annotations: &[(&str, &str)],
+) -> ObjectMeta {
+    let mut labels = BTreeMap::new();
+    labels.insert(MANAGED_BY.to_owned(), engine.manager().to_owned());
+    let mut annotations: BTreeMap<String, String> = extra_annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    annotations.insert(MANAGED_BY.into(), engine.manager().into());
+    ObjectMeta {
+        name: Some(name),
+        namespace,
+        labels: Some(labels),
+        annotations: Some(annotations),
+        owner_references: Some(vec![policy.owner.clone()]),
+        ..Default::default()
+    }
+}
+
+pub(super) fn object(
+    kind: &'static NativeKind,
+    metadata: ObjectMeta,
+    body: Value,
+) -> (&'static NativeKind, DynamicObject) {
+    let object = DynamicObject {
+        types: Some(TypeMeta {
+            api_version: kind.api_version(),
+            kind: kind.kind.into(),
+        }),
+        metadata,
+        data: body,
+    };
+    (kind, object)
+}
+
+/// What an engine generates for one rule: its objects, and the problems that leave the rule
+/// enforced only in part (a problem that leaves it unenforced is the engine's error instead).
+#[derive(Default)]
+pub(super) struct Emitted {
+    pub(super) objects: Vec<(&'static NativeKind, DynamicObject)>,
+    pub(super) warnings: Vec<Problem>,
+}
+
+impl From<Vec<(&'static NativeKind, DynamicObject)>> for Emitted {
+    fn from(objects: Vec<(&'static NativeKind, DynamicObject)>) -> Self {
+        Self {
+            objects,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+pub(super) type Output = Result<Emitted, Problem>;
+
+/// A label selector as engines write it: `{}` when it selects everything (no empty
+/// `matchLabels: {}`), as Nimbus's Go types serialized it.
+pub(super) fn selector_json(selector: &LabelSelector) -> Value {
+    let mut out = serde_json::Map::new();
+    if let Some(labels) = selector.match_labels.as_ref().filter(|l| !l.is_empty()) {
+        out.insert("matchLabels".into(), serde_json::json!(labels));
+    }
+    if let Some(exprs) = selector
+        .match_expressions
+        .as_ref()
+        .filter(|e| !e.is_empty())
+    {
+        out.insert(
+            "matchExpressions".into(),
+            serde_json::to_value(exprs).unwrap_or_default(),
+        );
+    }
+    Value::Object(out)
+}
+
+/// `matchLabels` of a selector that has no expressions; engines that select by labels only
+/// cannot express the rest.
+pub(super) fn labels_only(
+    selector: &LabelSelector,
+    rule: &Rule,
+    engine: Engine,
+) -> Result<BTreeMap<String, String>, Problem> {
+    if selector
+        .match_expressions
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return Err(rule.problem(
+            condition::REASON_UNSUPPORTED_SELECTOR,
+            format!(
+                "{engine} selects workloads by exact labels only; the selector has expressions"
+            ),
+        ));
+    }
+    Ok(selector.match_labels.clone().unwrap_or_default())
+}

@@ -1,0 +1,202 @@
+//! What a translation takes (the policy, what the cluster looks like, the engines in force)
+//! and what it gives (native objects, and the problems that keep an intent from being
+//! enforced).
+
+use super::{
+    DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, Engine,
+    KyvernoApi, NativeKind, Preference, VirtualPatches,
+};
+use crate::intents::{self, Origin};
+use crate::namespaces::ProtectedNamespaces;
+use crate::objects::controller_reference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use kube::core::DynamicObject;
+use kube::{Resource, ResourceExt};
+use nimbus_api::{
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NamespaceSelector, NimbusPolicy, NimbusRule,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The engine-neutral policy being translated (a NimbusPolicy or a ClusterNimbusPolicy).
+#[derive(Debug, Clone)]
+pub struct PolicyInput<'a> {
+    pub origin: Origin,
+    pub name: String,
+    /// `None` for a ClusterNimbusPolicy.
+    pub namespace: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// Controller reference every generated object carries.
+    pub owner: OwnerReference,
+    /// Pods (or Deployments) the rules apply to.
+    pub selector: LabelSelector,
+    /// Namespaces of a ClusterNimbusPolicy.
+    pub namespaces: Option<NamespaceSelector>,
+    pub rules: &'a [NimbusRule],
+    /// Sensitive intent IDs the binding's author accepted (its allow-sensitive annotation,
+    /// carried over to the policy); others are not enforced.
+    pub allowed_sensitive: BTreeSet<String>,
+}
+
+impl<'a> PolicyInput<'a> {
+    /// A NimbusPolicy; its origin follows from its controlling owner. `uid` is the policy's
+    /// (offline callers have none and pass a placeholder).
+    pub fn namespaced(np: &'a NimbusPolicy, uid: &str) -> Self {
+        let from_cluster_binding = np.owner_references().iter().any(|o| {
+            o.controller == Some(true) && o.kind == ClusterSecurityIntentBinding::kind(&())
+        });
+        Self {
+            origin: if from_cluster_binding {
+                Origin::ClusterBindingNamespace
+            } else {
+                Origin::Binding
+            },
+            name: np.name_any(),
+            namespace: np.namespace(),
+            labels: np.labels().clone(),
+            owner: controller_reference::<NimbusPolicy>(&np.name_any(), uid),
+            selector: np.spec.selector.clone(),
+            namespaces: None,
+            rules: &np.spec.rules,
+            allowed_sensitive: intents::allowed_sensitive(np.annotations()),
+        }
+    }
+
+    pub fn cluster(cwnp: &'a ClusterNimbusPolicy, uid: &str) -> Self {
+        Self {
+            origin: Origin::Cluster,
+            name: cwnp.name_any(),
+            namespace: None,
+            labels: cwnp.labels().clone(),
+            owner: controller_reference::<ClusterNimbusPolicy>(&cwnp.name_any(), uid),
+            selector: cwnp.spec.workload_selector.clone().unwrap_or_default(),
+            namespaces: cwnp.spec.ns_selector.clone(),
+            rules: &cwnp.spec.rules,
+            allowed_sensitive: intents::allowed_sensitive(cwnp.annotations()),
+        }
+    }
+}
+
+/// What the translators need to know about the cluster and the operator's settings.
+#[derive(Debug, Clone)]
+pub struct Environment {
+    /// `spec.podCIDR(s)` of every node, for the NetworkPolicy engine.
+    pub node_pod_cidrs: BTreeSet<String>,
+    /// Namespace of the k8tls CronJobs.
+    pub k8tls_namespace: String,
+    /// Whether that namespace exists (k8tls needs its ServiceAccount and ConfigMaps there).
+    pub k8tls_namespace_exists: bool,
+    /// Image of the k8tls scanner.
+    pub k8tls_image: String,
+    pub virtual_patches: VirtualPatches,
+    /// The only ClusterRoles namespaceSandbox may grant (the operator's RBAC `bind` grant
+    /// must cover the same names).
+    pub sandbox_cluster_roles: BTreeSet<String>,
+    /// Namespaces cluster bindings never reach; cluster-wide admission rules exclude them.
+    pub protected_namespaces: ProtectedNamespaces,
+    /// Which of Kyverno's policy APIs the Kyverno engine writes in.
+    pub kyverno: KyvernoApi,
+}
+
+impl Default for Environment {
+    fn default() -> Self {
+        Self {
+            node_pod_cidrs: BTreeSet::new(),
+            k8tls_namespace: DEFAULT_K8TLS_NAMESPACE.to_owned(),
+            k8tls_namespace_exists: true,
+            k8tls_image: DEFAULT_K8TLS_IMAGE.to_owned(),
+            virtual_patches: VirtualPatches::NotConfigured,
+            sandbox_cluster_roles: DEFAULT_SANDBOX_CLUSTER_ROLES
+                .iter()
+                .map(|r| (*r).to_owned())
+                .collect(),
+            protected_namespaces: ProtectedNamespaces::default(),
+            kyverno: KyvernoApi::default(),
+        }
+    }
+}
+
+/// Which engines may act: switched on by configuration, and with their CRDs installed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EngineSet {
+    pub enabled: BTreeSet<Engine>,
+    pub installed: BTreeSet<Engine>,
+    /// Engines switched off here whose objects an external adapter reports in the policy's
+    /// status (Nimbus's adapter contract): they count as enforcing.
+    pub external: BTreeSet<Engine>,
+    /// Which of the engines of one mechanism writes ([`Preference`]).
+    pub preference: Preference,
+    /// Optional kinds ([`super::EngineSpec::optional_kinds`]) the cluster does not serve.
+    pub unserved: BTreeSet<&'static NativeKind>,
+}
+
+impl EngineSet {
+    /// Every engine enabled and installed (offline translation).
+    pub fn all() -> Self {
+        Self {
+            enabled: Engine::ALL.into(),
+            installed: Engine::ALL.into(),
+            ..Self::default()
+        }
+    }
+
+    pub fn active(&self, engine: Engine) -> bool {
+        self.enabled.contains(&engine) && self.installed.contains(&engine)
+    }
+
+    /// Whether `engine` acts on policies of `origin`: it is active and no engine preferred to
+    /// it writes in its place.
+    pub fn acts(&self, engine: Engine, origin: Origin) -> bool {
+        self.active(engine) && !self.preference.stands_by(engine, origin, self)
+    }
+}
+
+/// One generated native object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generated {
+    /// Index of the rule (in the policy's `rules`) the object enforces.
+    pub rule: usize,
+    pub engine: Engine,
+    pub kind: &'static NativeKind,
+    pub object: DynamicObject,
+}
+
+impl Generated {
+    /// The policy-status entry: `Kind/name`, or `namespace/CronJob/name` for CronJobs (the
+    /// only kind Nimbus lists with its namespace).
+    pub fn entry(&self) -> String {
+        let name = self.object.name_any();
+        match (&self.kind.entry, self.object.namespace()) {
+            (&"CronJob", Some(ns)) => format!("{ns}/CronJob/{name}"),
+            (entry, _) => format!("{entry}/{name}"),
+        }
+    }
+}
+
+/// Why an intent is not (fully) enforced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub intent: String,
+    /// A condition reason from [`condition`].
+    pub reason: &'static str,
+    pub message: String,
+    /// Whether the intent is left without any enforcement (as opposed to enforced by fewer
+    /// engines than it could be).
+    pub blocking: bool,
+}
+
+impl Problem {
+    pub(super) fn new(rule: &NimbusRule, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            intent: rule.id.clone(),
+            reason,
+            message: message.into(),
+            blocking: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Translation {
+    pub objects: Vec<Generated>,
+    pub problems: Vec<Problem>,
+}

@@ -1,0 +1,104 @@
+//! The command line's engine settings, shared by `nimbus run`, `nimbus dev` and the offline
+//! commands.
+
+use nimbus_core::catalog::Engine;
+use nimbus_core::engines::{self, Preference};
+use nimbus_core::namespaces::ProtectedNamespaces;
+
+/// Which engines run and what they need.
+#[derive(clap::Args)]
+pub struct EngineArgs {
+    /// Engines not to drive (comma-separated: {engines}), e.g. to leave one to an external
+    /// adapter that reads NimbusPolicies.
+    #[arg(long, value_delimiter = ',', env = "NIMBUS_DISABLE_ENGINES")]
+    disable_engines: Vec<Engine>,
+    /// Which of Kyverno's policy APIs to write in: `cel` (policies.kyverno.io/v1
+    /// ValidatingPolicy, MutatingPolicy and their namespaced forms; Kyverno 1.17+), `legacy`
+    /// (kyverno.io/v1 Policy and ClusterPolicy, as Nimbus; Kyverno 1.20 refuses new ones), or
+    /// `auto`: the CEL kinds where the cluster serves them, else the legacy ones. A switch
+    /// writes the new policies and deletes the old ones once Kyverno reports the new ones ready.
+    #[arg(long, default_value_t, env = "NIMBUS_KYVERNO_KINDS")]
+    kyverno_kinds: engines::KyvernoKinds,
+    /// Which engine writes when several of one mechanism can (comma-separated, first
+    /// preferred): Kyverno and admission (Kubernetes' own ValidatingAdmissionPolicy and
+    /// MutatingAdmissionPolicy) both enforce at admission. For each kind of policy, the first
+    /// one enabled and installed that acts on it writes; the other stands by.
+    #[arg(
+        long,
+        env = "NIMBUS_ENGINE_PREFERENCE",
+        default_value = "kyverno,admission"
+    )]
+    engine_preference: Preference,
+    /// Namespace of the k8tls CronJobs (holding the k8tls ServiceAccount and ConfigMaps).
+    #[arg(long, default_value = engines::DEFAULT_K8TLS_NAMESPACE)]
+    k8tls_namespace: String,
+    /// ConfigMap `<namespace>/<name>` holding the virtual-patch database (key `vp.json`).
+    #[arg(long, value_parser = parse_object_key)]
+    virtual_patch_db: Option<(String, String)>,
+    /// Image of the k8tls scanner in assessTLS CronJobs.
+    #[arg(long, default_value = engines::DEFAULT_K8TLS_IMAGE)]
+    k8tls_image: String,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+    /// Namespaces cluster bindings never fan out to, whatever their selector says
+    /// (comma-separated; default: kube-system, the operator's namespace from
+    /// --leader-elect-namespace or POD_NAMESPACE, and --k8tls-namespace).
+    #[arg(long, value_delimiter = ',')]
+    protected_namespaces: Option<Vec<String>>,
+}
+
+/// What namespaceSandbox intents may grant (shared with the offline commands).
+#[derive(clap::Args)]
+pub struct SandboxArgs {
+    /// The only ClusterRoles namespaceSandbox intents may grant (comma-separated); keep it
+    /// equal to the ClusterRoles the operator may `bind`.
+    #[arg(long, value_delimiter = ',', default_value = "edit,view")]
+    sandbox_cluster_roles: Vec<String>,
+}
+
+impl Default for SandboxArgs {
+    fn default() -> Self {
+        Self {
+            sandbox_cluster_roles: vec!["edit".into(), "view".into()],
+        }
+    }
+}
+
+impl SandboxArgs {
+    pub fn roles(&self) -> std::collections::BTreeSet<String> {
+        self.sandbox_cluster_roles
+            .iter()
+            .map(|r| r.trim().to_owned())
+            .filter(|r| !r.is_empty())
+            .collect()
+    }
+}
+
+impl EngineArgs {
+    /// `operator_namespace`: where the operator runs, when known.
+    pub fn apply(&self, config: &mut nimbus_operator::Config, operator_namespace: Option<&str>) {
+        config.engines = Engine::ALL
+            .into_iter()
+            .filter(|e| !self.disable_engines.contains(e))
+            .collect();
+        config.kyverno_kinds = self.kyverno_kinds;
+        config.engine_preference = self.engine_preference.clone();
+        config.k8tls_namespace = self.k8tls_namespace.clone();
+        config.virtual_patch_db = self.virtual_patch_db.clone();
+        config.k8tls_image = self.k8tls_image.clone();
+        config.sandbox_cluster_roles = self.sandbox.roles();
+        config.protected_namespaces = Some(match &self.protected_namespaces {
+            Some(names) => ProtectedNamespaces::new(names),
+            None => ProtectedNamespaces::defaults(operator_namespace, &self.k8tls_namespace),
+        });
+    }
+}
+
+fn parse_object_key(value: &str) -> Result<(String, String), String> {
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("`{value}` is not <namespace>/<name>")),
+    }
+}
