@@ -20,9 +20,10 @@ pub enum Page {
 }
 
 impl Page {
-    pub fn render(self) -> anyhow::Result<String> {
+    /// The page; `cli`: the command line it documents (the CLI page's source).
+    pub fn render(self, cli: clap::Command) -> anyhow::Result<String> {
         match self {
-            Page::Cli => Ok(cli_page()),
+            Page::Cli => Ok(cli_page(cli)),
             Page::Crds => crds_page(),
             Page::Intents => intents_page(),
         }
@@ -42,8 +43,8 @@ fn generated_notice(source: &str) -> String {
 const HELP_WIDTH: usize = 100;
 
 /// Each visible command's long help, as `nimbus <command> --help` prints it.
-fn cli_page() -> String {
-    let mut cli = with_stable_help(super::command());
+fn cli_page(cli: clap::Command) -> String {
+    let mut cli = with_stable_help(cli);
     cli.build();
     let mut out = generated_notice("the `nimbus` binary's clap definitions");
     out.push_str(
@@ -332,7 +333,7 @@ mod tests {
     /// Every page renders, and the CLI page names every visible command.
     #[test]
     fn every_page_renders() {
-        let cli = Page::Cli.render().expect("the CLI page");
+        let cli = Page::Cli.render(crate::command()).expect("the CLI page");
         for command in super::super::command().get_subcommands() {
             let heading = format!("\n## nimbus {}\n", command.get_name());
             assert_eq!(cli.contains(&heading), !command.is_hide_set(), "{heading}");
@@ -340,13 +341,13 @@ mod tests {
         assert!(!cli.contains("\n## nimbus help\n"));
         assert!(
             Page::Crds
-                .render()
+                .render(crate::command())
                 .expect("the CRD page")
                 .contains("## SecurityIntent\n")
         );
         assert!(
             Page::Intents
-                .render()
+                .render(crate::command())
                 .expect("the intents page")
                 .contains("## escapeToHost\n")
         );

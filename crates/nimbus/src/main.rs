@@ -352,7 +352,7 @@ fn run_cli() -> anyhow::Result<bool> {
             Ok(true)
         }
         Command::DocsReference { page } => {
-            print!("{}", page.render()?);
+            print!("{}", page.render(command())?);
             Ok(true)
         }
         Command::Report(args) => block_on(None, async { report::run(&args).await.map(|()| true) }),

@@ -1,7 +1,7 @@
 //! The status of a NimbusPolicy or ClusterNimbusPolicy: what its translation and the writes of
 //! its native objects did.
 
-use super::{Stall, ready, stalls, with_kstatus};
+use super::conditions::{Stall, ready, stalls, with_kstatus};
 use crate::engines::Problem;
 use crate::policy::PolicyPlan;
 use nimbus_api::{Condition, NimbusPolicyStatus, STATUS_CREATED, condition};

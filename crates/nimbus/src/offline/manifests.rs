@@ -1,7 +1,6 @@
 //! Reading manifests: files, directories and standard input, parsed into the objects the
 //! offline commands check and translate, with what the API server would refuse.
 
-use super::Inputs;
 use anyhow::Context as _;
 use kube::ResourceExt;
 use nimbus_api::{
@@ -13,6 +12,27 @@ use std::collections::HashSet;
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+
+/// The manifests to read, given as `-f FILE` (as kubectl takes them) or as plain arguments (as
+/// Kyverno's CLI does), or both.
+#[derive(clap::Args)]
+#[group(required = true, multiple = true)]
+pub struct Inputs {
+    /// Manifest files or directories (*.yaml, *.yml, *.json, recursively); `-` reads standard
+    /// input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub(super) files: Vec<PathBuf>,
+    /// The same, as arguments.
+    #[arg(value_name = "FILE")]
+    pub(super) paths: Vec<PathBuf>,
+}
+
+impl Inputs {
+    /// Every file or directory given, `-f` ones first.
+    fn all(&self) -> impl Iterator<Item = &PathBuf> {
+        self.files.iter().chain(&self.paths)
+    }
+}
 
 /// Where a problem comes from.
 #[derive(Clone, Debug)]

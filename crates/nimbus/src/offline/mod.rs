@@ -9,7 +9,7 @@ pub use explain::{explain, frameworks, intents};
 pub use manifests::manifest_files;
 #[cfg(test)]
 use manifests::parse;
-use manifests::{Loaded, Manifest, load};
+use manifests::{Inputs, Loaded, Manifest, load};
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Namespace;
@@ -28,27 +28,6 @@ use nimbus_core::{compile_binding, compile_cluster_binding, plan, validation};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-
-/// The manifests to read, given as `-f FILE` (as kubectl takes them) or as plain arguments (as
-/// Kyverno's CLI does), or both.
-#[derive(clap::Args)]
-#[group(required = true, multiple = true)]
-pub struct Inputs {
-    /// Manifest files or directories (*.yaml, *.yml, *.json, recursively); `-` reads standard
-    /// input.
-    #[arg(short = 'f', long = "filename", value_name = "FILE")]
-    files: Vec<PathBuf>,
-    /// The same, as arguments.
-    #[arg(value_name = "FILE")]
-    paths: Vec<PathBuf>,
-}
-
-impl Inputs {
-    /// Every file or directory given, `-f` ones first.
-    fn all(&self) -> impl Iterator<Item = &PathBuf> {
-        self.files.iter().chain(&self.paths)
-    }
-}
 
 #[derive(clap::Args)]
 pub struct TranslateArgs {

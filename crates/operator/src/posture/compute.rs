@@ -5,53 +5,47 @@
 //! one computation.
 
 use super::reports::OwnReports;
+use super::watches::{Watches, namespaces_of, signal};
 use super::{Postures, lock, previews};
 use crate::availability::{self, Served};
-use crate::cache::{Cache, Driver, Index};
+use crate::cache::{Cache, Index};
 use crate::context::Context;
-use crate::metrics::{ComputeLabels, ReadyLabels, VerdictLabels};
-use crate::write::object::is_controlled_by;
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
-use futures::{FutureExt, Stream, StreamExt};
+use crate::metrics::ComputeLabels;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
-use nimbus_api::posture::{NamespacePosture, Reference, Verdict, WorkloadPosture};
-use nimbus_api::{
-    BindingPreview, ClusterSecurityIntentBinding, NimbusPolicyStatus, SecurityIntentBinding,
-    condition,
-};
-use nimbus_core::engines::{self, MANAGED_BY, NativeKind, POLICY_REPORT, PolicyInput};
+use kube::{Api, Client, ResourceExt};
+use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
+use nimbus_api::{BindingPreview, NimbusPolicyStatus};
+use nimbus_core::engines::{MANAGED_BY, NativeKind, POLICY_REPORT, PolicyInput};
 use nimbus_core::netpol::InvalidPolicy;
-use nimbus_core::policy::{Claim, PolicyPlan};
-use nimbus_core::posture::{self as core, PolicyCoverage, PolicyFacts};
+use nimbus_core::policy::Claim;
+use nimbus_core::posture::{self as core, PolicyCoverage};
 use nimbus_core::preview;
 use nimbus_core::reports::{self, DesiredReport, ReportFormat};
-use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_stream::wrappers::WatchStream;
 
-/// Changes arriving within this window are computed together.
 mod caches;
 mod coverage;
 mod driver;
 mod gauges;
-use caches::*;
-use coverage::*;
+use caches::{metadata_cache, strip_network_policy, strip_pod, strip_report, strip_service};
+use coverage::{controlling_binding, policy_coverage};
 pub use driver::run;
-use gauges::*;
+use gauges::export_counts;
 
+/// Changes arriving within this window are computed together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// Pods (metadata, IP and container ports), ReplicaSets and Jobs (metadata only), Services,
@@ -77,25 +71,26 @@ struct KyvernoReports {
     listed: watch::Receiver<bool>,
 }
 
-/// The watches behind [`Workloads`] and everything else the posture reads.
-pub struct Watches {
-    /// One item per change that any posture may read (a policy, a binding, a namespace...).
-    pub changes: Vec<BoxStream<'static, ()>>,
-    /// The namespace of each change of a pod, ReplicaSet or Job: only that namespace's
-    /// postures read it.
-    pub namespaced: Vec<BoxStream<'static, String>>,
-    /// What drives the workload caches.
-    pub drivers: Vec<Driver>,
-    /// Resolves once every workload cache has listed.
-    pub synced: BoxFuture<'static, ()>,
-}
-
-impl Watches {
-    /// Signals when a cache lists (`listed`, its synced flag): listing nothing is a change
-    /// too (what was unreadable becomes readable).
-    pub(super) fn on_list(&mut self, listed: &watch::Receiver<bool>) {
-        self.changes
-            .push(signal(WatchStream::from_changes(listed.clone())));
+impl KyvernoReports {
+    /// Watches them while their CRD is `served`, with `watches`.
+    fn watch(client: &Client, served: &watch::Receiver<Served>, watches: &mut Watches) -> Self {
+        let resource = POLICY_REPORT.api_resource();
+        // Kyverno labels its reports; ours (of the same kind) are left out.
+        let config = watcher::Config::default().labels(&format!("{MANAGED_BY}=kyverno"));
+        let mut cache: Cache<DynamicObject> =
+            Cache::with(Api::all_with(client.clone(), &resource), resource, config)
+                .strip(strip_report);
+        let listed = cache.synced_flag();
+        watches.on_list(&listed);
+        watches.changes.push(signal(cache.subscribe()));
+        watches
+            .drivers
+            .push(cache.driver_after(availability::when_served(served, &POLICY_REPORT)));
+        Self {
+            listed,
+            store: cache.store,
+            served: served.clone(),
+        }
     }
 }
 
@@ -107,19 +102,9 @@ impl Workloads {
         let pods_by_namespace = pods.index_by(|pod| pod.metadata.namespace.clone());
         let mut replica_sets = metadata_cache::<ReplicaSet>(client);
         let mut jobs = metadata_cache::<Job>(client);
-        let mut services = Cache::new(Api::<Service>::all(client.clone())).strip(|svc| {
-            svc.metadata = ObjectMeta {
-                name: svc.metadata.name.take(),
-                namespace: svc.metadata.namespace.take(),
-                ..ObjectMeta::default()
-            };
-            svc.status = None;
-        });
+        let mut services = Cache::new(Api::<Service>::all(client.clone())).strip(strip_service);
         let mut network_policies =
-            Cache::new(Api::<NetworkPolicy>::all(client.clone())).strip(|np| {
-                np.metadata.managed_fields = None;
-                np.metadata.annotations = None;
-            });
+            Cache::new(Api::<NetworkPolicy>::all(client.clone())).strip(strip_network_policy);
         let mut watches = Watches {
             changes: vec![
                 signal(services.subscribe()),
@@ -159,25 +144,7 @@ impl Workloads {
         watches
             .changes
             .push(signal(WatchStream::from_changes(served.clone())));
-        let kyverno_reports = kyverno.then(|| {
-            let resource = POLICY_REPORT.api_resource();
-            // Kyverno labels its reports; ours (of the same kind) are left out.
-            let config = watcher::Config::default().labels(&format!("{MANAGED_BY}=kyverno"));
-            let mut cache: Cache<DynamicObject> =
-                Cache::with(Api::all_with(client.clone(), &resource), resource, config)
-                    .strip(strip_report);
-            let listed = cache.synced_flag();
-            watches.on_list(&listed);
-            watches.changes.push(signal(cache.subscribe()));
-            watches
-                .drivers
-                .push(cache.driver_after(availability::when_served(&served, &POLICY_REPORT)));
-            KyvernoReports {
-                listed,
-                store: cache.store,
-                served: served.clone(),
-            }
-        });
+        let kyverno_reports = kyverno.then(|| KyvernoReports::watch(client, &served, &mut watches));
         let own_reports = OwnReports::watch(client, reports, &served, &mut watches);
         let workloads = Self {
             pods: pods.store,
@@ -317,22 +284,6 @@ fn within(scope: Option<&BTreeSet<String>>, namespace: &str) -> bool {
     scope.is_none_or(|s| s.contains(namespace))
 }
 
-/// Maps any stream to a change signal.
-pub fn signal<S: Stream + Send + 'static>(stream: S) -> BoxStream<'static, ()> {
-    stream.map(|_| ()).boxed()
-}
-
-/// Maps a cache's changes to the namespaces they happen in.
-pub(super) fn namespaces_of<K: Resource + Send + 'static>(
-    changes: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-) -> BoxStream<'static, String> {
-    changes
-        .filter_map(|changed| {
-            futures::future::ready(changed.ok().and_then(|o| o.meta().namespace.clone()))
-        })
-        .boxed()
-}
-
 /// What changed since the last computation began.
 #[derive(Default)]
 struct Dirty {
@@ -375,6 +326,28 @@ struct Memo {
 }
 
 impl Memo {
+    /// Replaces the policy reports of the namespaces `in_scope` with those of `workloads`
+    /// (whose postures are `postures`, in the same order).
+    fn keep_reports(
+        &mut self,
+        workloads: &[core::Workload],
+        postures: &[WorkloadPosture],
+        in_scope: impl Fn(&str) -> bool,
+    ) {
+        let mut by_namespace: BTreeMap<String, Vec<DesiredReport>> = BTreeMap::new();
+        for (w, posture) in workloads.iter().zip(postures) {
+            if let Some(report) = reports::workload_report(w, posture) {
+                by_namespace
+                    .entry(w.namespace.clone())
+                    .or_default()
+                    .push(report);
+            }
+        }
+        self.reports.retain(|ns, _| !in_scope(ns));
+        self.reports
+            .extend(by_namespace.into_iter().map(|(ns, r)| (ns, Arc::new(r))));
+    }
+
     /// What every posture reads: the policies, and the preview over `workloads` (all of them).
     fn new(ctx: &Context, sources: &Workloads, workloads: &[core::Workload]) -> Self {
         let mut coverage: Vec<PolicyCoverage> = Vec::new();
@@ -514,15 +487,7 @@ fn compute(
             )
         })
         .collect();
-    let mut reports: BTreeMap<String, Vec<DesiredReport>> = BTreeMap::new();
-    for (w, posture) in workloads.iter().zip(&workload_postures) {
-        if let Some(report) = reports::workload_report(w, posture) {
-            reports.entry(w.namespace.clone()).or_default().push(report);
-        }
-    }
-    memo.reports.retain(|ns, _| !in_scope(ns));
-    memo.reports
-        .extend(reports.into_iter().map(|(ns, r)| (ns, Arc::new(r))));
+    memo.keep_reports(&workloads, &workload_postures, in_scope);
     let computed = Computed {
         workloads: workload_postures,
         namespaces: namespace_postures,

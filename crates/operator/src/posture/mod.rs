@@ -13,10 +13,12 @@ mod server;
 mod store;
 mod table;
 mod tls;
+mod watches;
 mod writes;
 
-pub use compute::{Watches, Workloads, signal};
+pub use compute::Workloads;
 pub use tls::ServingCertificate;
+pub use watches::{Watches, signal};
 
 // What the computation, the server and the writers share (`super::Postures`, `super::lock`).
 use postures::Postures;

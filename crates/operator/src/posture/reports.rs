@@ -4,7 +4,7 @@
 //! our own reports, so the leader compares with what is stored without reading it, and
 //! compares again only the namespaces whose desired or stored reports changed.
 
-use super::compute::{Watches, namespaces_of};
+use super::watches::{Watches, namespaces_of};
 use super::writes::{all_succeed, lock};
 use crate::availability::{Served, when_served};
 use crate::cache::Cache;

@@ -1,6 +1,28 @@
 //! What the posture's caches keep of each object, and its metadata-only caches.
 
-use super::*;
+use crate::cache::Cache;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::{Api, Client, Resource};
+use serde_json::{Value, json};
+
+/// Keeps of a Service what the preview reads: its name, namespace and spec.
+pub(super) fn strip_service(svc: &mut Service) {
+    svc.metadata = ObjectMeta {
+        name: svc.metadata.name.take(),
+        namespace: svc.metadata.namespace.take(),
+        ..ObjectMeta::default()
+    };
+    svc.status = None;
+}
+
+/// Keeps of a NetworkPolicy what the preview reads.
+pub(super) fn strip_network_policy(np: &mut NetworkPolicy) {
+    np.metadata.managed_fields = None;
+    np.metadata.annotations = None;
+}
 
 /// Keeps of a pod what the posture reads: its metadata (labels, owners), its containers'
 /// ports and its IP.

@@ -1,6 +1,15 @@
 //! What each policy covers, decided as its status is.
 
-use super::*;
+use crate::context::Context;
+use crate::write::object::is_controlled_by;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
+use nimbus_api::posture::Reference;
+use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
+use nimbus_core::engines::{self, PolicyInput};
+use nimbus_core::policy::PolicyPlan;
+use nimbus_core::posture::{PolicyCoverage, PolicyFacts};
 
 /// What a policy covers, judged by its plan (`plan`, as the policy controller executes it): a
 /// policy no binding generates covers nothing, and a native object counts only when the policy

@@ -1,6 +1,10 @@
 //! The posture's gauges: workloads by verdict, policies by readiness.
 
-use super::*;
+use crate::context::Context;
+use crate::metrics::{ReadyLabels, VerdictLabels};
+use nimbus_api::posture::{Verdict, WorkloadPosture};
+use nimbus_api::{NimbusPolicyStatus, condition};
+use std::collections::BTreeMap;
 
 /// Sets the workloads-by-verdict and policies-by-readiness gauges (every value, zeros too, so
 /// a verdict no workload has reads 0 rather than absent).
