@@ -26,6 +26,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Events that make a controller reconcile everything, or stop.
 pub(super) struct Triggers {
@@ -237,10 +238,6 @@ fn translation_inputs_changed(
     futures::stream::select_all(streams).boxed()
 }
 
-/// Runs `reconcile` once the operator has started (see [`Caches::started`]: until then a
-/// reconcile would take "not listed yet" for "absent", and delete what is in force), and only
-/// while this replica leads (a standby keeps its caches warm and is reconciled in full when it
-/// takes over); records metrics about it.
 /// How soon an object in a namespace being deleted is looked at again.
 const TERMINATING_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -254,6 +251,12 @@ fn in_terminating_namespace<K: Resource>(ctx: &Context, obj: &K) -> bool {
     })
 }
 
+/// Runs `reconcile` once the operator has started (see [`Caches::started`]: until then a
+/// reconcile would take "not listed yet" for "absent", and delete what is in force), and only
+/// while this replica leads (a standby keeps its caches warm and is reconciled in full when it
+/// takes over); records metrics about it.
+/// Each reconcile runs under one span, `reconcile`, that carries the controller, the object
+/// (`Kind/namespace/name`) and, once done, the outcome: whatever it logs says what it is about.
 fn gated<K, F, Fut>(
     controller: &'static str,
     store: Store<K>,
@@ -291,13 +294,15 @@ where
             in_flight.inc();
             let started = Instant::now();
             let key = crate::controllers::object_key(&*obj);
-            // Named for the debug log only when it is on: this runs for every reconcile.
-            let subject =
-                tracing::enabled!(tracing::Level::DEBUG).then(|| (obj.name_any(), obj.namespace()));
-            let result = reconcile(obj, ctx.clone()).await;
-            if let Some((name, namespace)) = subject {
-                tracing::debug!(controller, %name, ?namespace, ?result, "reconciled");
-            }
+            let span = tracing::info_span!(
+                "reconcile",
+                controller,
+                object = %key,
+                outcome = tracing::field::Empty
+            );
+            let result = reconcile(obj, ctx.clone()).instrument(span.clone()).await;
+            span.record("outcome", tracing::field::debug(&result));
+            tracing::debug!(parent: &span, "reconciled");
             in_flight.dec();
             if result.is_ok() {
                 ctx.forget_failures(&key);
