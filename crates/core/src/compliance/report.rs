@@ -209,7 +209,7 @@ fn proofs_section(out: &mut String, coverage: &[FrameworkCoverage]) {
     out.push_str(
         "<section id=\"proofs\"><h2>The proof behind \"proven\"</h2>\n<p>Each is an efficacy \
          test that runs the engine's own code against the policies the operator wrote \
-         (README, <em>What enforcement is proven</em>).</p>\n<table><tr><th>Matrix</th>\
+         (the book, docs/src/proofs.md: <em>What enforcement is proven</em>).</p>\n<table><tr><th>Matrix</th>\
          <th>Intent</th><th>Engine</th><th>Test</th></tr>\n",
     );
     for p in PROOFS.iter().filter(|p| used.contains(p.matrix)) {
