@@ -31,7 +31,7 @@ macro_rules! declare_engine {
     ($($(#[$doc:meta])* $variant:ident => $module:ident,)*) => {
         /// A built-in engine. Everything about it is in its
         /// [`EngineSpec`](super::EngineSpec) ([`Engine::spec`]), declared by its module and
-        /// registered in the [`registered_engines!`] list.
+        /// registered in the `registered_engines!` list.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Engine {
             $($(#[$doc])* $variant,)*

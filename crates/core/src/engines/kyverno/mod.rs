@@ -1,6 +1,7 @@
 //! Kyverno engine: escapeToHost (Pod Security Standards) and cocoWorkload (runtime class) as a
 //! `Policy` per NimbusPolicy of a namespaced binding, or a `ClusterPolicy` per
-//! ClusterNimbusPolicy; virtualPatch lives in its own module.
+//! ClusterNimbusPolicy. virtualPatch lives in its own module, the choice of Kyverno API in
+//! `api`, and the legacy policies both write in `legacy`.
 //!
 //! Where the cluster serves Kyverno's CEL policy kinds (`policies.kyverno.io/v1`), the first two
 //! are written in those instead ([`KyvernoApi::Cel`]): Kyverno 1.17 deprecated `Policy` and
