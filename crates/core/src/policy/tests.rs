@@ -64,7 +64,13 @@ fn claim(np: &NimbusPolicy, binding_exists: bool) -> Claim {
 
 /// A claim case: what it is, who wrote the policy's body and its status, whether its binding
 /// exists, and the claim.
-type ClaimCase = (&'static str, &'static [&'static str], &'static [&'static str], bool, Claim);
+type ClaimCase = (
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+    bool,
+    Claim,
+);
 
 #[test]
 fn only_a_binding_generated_policy_the_operator_wrote_is_bound() {
