@@ -1,8 +1,9 @@
 //! What keeps an intent from being enforced before any engine runs: an ID missing from the
 //! catalog, bad parameters, a sensitive intent not allowed, or no engine in force for it.
 
-use super::translation::{EngineSet, Problem};
-use super::{Engine, enforcing};
+use super::engine::{Engine, enforcing};
+use super::engine_set::EngineSet;
+use super::translation::Problem;
 use crate::intents::{self, BindingKind};
 use nimbus_api::{NimbusRule, condition};
 use std::collections::BTreeSet;

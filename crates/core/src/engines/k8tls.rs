@@ -19,11 +19,6 @@ use crate::intents::{id, param, param_value, param_values};
 use nimbus_api::condition;
 use serde_json::{Value, json};
 
-/// Where the CronJobs run unless configured otherwise (Nimbus's fixed namespace).
-pub use crate::namespaces::DEFAULT_K8TLS_NAMESPACE as DEFAULT_NAMESPACE;
-/// The scanner unless configured otherwise: Nimbus's image, at a fixed release instead of
-/// `latest`, so what runs in the cluster changes only when the operator's configuration does.
-pub const DEFAULT_IMAGE: &str = "kubearmor/k8tls:v0.1.0";
 /// The sidecar printing the report.
 const FLUENT_BIT_IMAGE: &str = "fluent/fluent-bit:3.2.2";
 /// A non-root user for both containers (the images do not all declare one, and

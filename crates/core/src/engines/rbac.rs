@@ -20,10 +20,6 @@ use std::collections::BTreeSet;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
-/// ClusterRoles sandboxes may grant unless configured otherwise (the Helm chart's
-/// `engines.rbac.bindableClusterRoles`).
-pub const DEFAULT_SANDBOX_CLUSTER_ROLES: &[&str] = &["edit", "view"];
-
 /// Prefix of the groups Kubernetes itself assigns (`system:masters`, `system:authenticated`,
 /// `system:serviceaccounts`, ...).
 const SYSTEM_PREFIX: &str = "system:";
@@ -157,6 +153,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engines::DEFAULT_SANDBOX_CLUSTER_ROLES;
     use nimbus_api::Rule as ApiRule;
 
     fn sandbox(params: &[(&str, &[&str])]) -> NimbusRule {

@@ -4,7 +4,8 @@
 
 use super::build::{Emitted, Output, Rule};
 use super::checks::{check_rule, sensitive_problem};
-use super::translation::{EngineSet, Environment, Generated, PolicyInput, Problem, Translation};
+use super::engine_set::EngineSet;
+use super::translation::{Environment, Generated, PolicyInput, Problem, Translation};
 use super::{AUDIT, AuditForm, Engine};
 use crate::intents::{self};
 use nimbus_api::condition;

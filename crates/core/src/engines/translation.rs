@@ -1,11 +1,8 @@
-//! What a translation takes (the policy, what the cluster looks like, the engines in force)
-//! and what it gives (native objects, and the problems that keep an intent from being
-//! enforced).
+//! What a translation takes (the policy, and what the cluster looks like and the operator's
+//! settings, with their defaults) and what it gives (native objects, and the problems that keep
+//! an intent from being enforced).
 
-use super::{
-    DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, Engine,
-    KyvernoApi, NativeKind, Preference, VirtualPatches,
-};
+use super::{Engine, KyvernoApi, NativeKind, VirtualPatches};
 use crate::intents::{self, Origin};
 use crate::namespaces::ProtectedNamespaces;
 use crate::objects::controller_reference;
@@ -16,6 +13,15 @@ use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NamespaceSelector, NimbusPolicy, NimbusRule,
 };
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Where k8tls's CronJobs run unless configured otherwise (Nimbus's fixed namespace).
+pub use crate::namespaces::DEFAULT_K8TLS_NAMESPACE;
+/// The k8tls scanner unless configured otherwise: Nimbus's image, at a fixed release instead of
+/// `latest`, so what runs in the cluster changes only when the operator's configuration does.
+pub const DEFAULT_K8TLS_IMAGE: &str = "kubearmor/k8tls:v0.1.0";
+/// ClusterRoles namespaceSandbox may grant unless configured otherwise (the Helm chart's
+/// `engines.rbac.bindableClusterRoles`).
+pub const DEFAULT_SANDBOX_CLUSTER_ROLES: &[&str] = &["edit", "view"];
 
 /// The engine-neutral policy being translated (a NimbusPolicy or a ClusterNimbusPolicy).
 #[derive(Debug, Clone)]
@@ -112,41 +118,6 @@ impl Default for Environment {
             protected_namespaces: ProtectedNamespaces::default(),
             kyverno: KyvernoApi::default(),
         }
-    }
-}
-
-/// Which engines may act: switched on by configuration, and with their CRDs installed.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct EngineSet {
-    pub enabled: BTreeSet<Engine>,
-    pub installed: BTreeSet<Engine>,
-    /// Engines switched off here whose objects an external adapter reports in the policy's
-    /// status (Nimbus's adapter contract): they count as enforcing.
-    pub external: BTreeSet<Engine>,
-    /// Which of the engines of one mechanism writes ([`Preference`]).
-    pub preference: Preference,
-    /// Optional kinds ([`super::EngineSpec::optional_kinds`]) the cluster does not serve.
-    pub unserved: BTreeSet<&'static NativeKind>,
-}
-
-impl EngineSet {
-    /// Every engine enabled and installed (offline translation).
-    pub fn all() -> Self {
-        Self {
-            enabled: Engine::ALL.into(),
-            installed: Engine::ALL.into(),
-            ..Self::default()
-        }
-    }
-
-    pub fn active(&self, engine: Engine) -> bool {
-        self.enabled.contains(&engine) && self.installed.contains(&engine)
-    }
-
-    /// Whether `engine` acts on policies of `origin`: it is active and no engine preferred to
-    /// it writes in its place.
-    pub fn acts(&self, engine: Engine, origin: Origin) -> bool {
-        self.active(engine) && !self.preference.stands_by(engine, origin, self)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Kyverno engine: escapeToHost (Pod Security Standards) and cocoWorkload (runtime class) as a
 //! `Policy` per NimbusPolicy of a namespaced binding, or a `ClusterPolicy` per
-//! ClusterNimbusPolicy; virtualPatch lives in its own module.
+//! ClusterNimbusPolicy. virtualPatch lives in its own module, the choice of Kyverno API in
+//! `api`, and the legacy policies both write in `legacy`.
 //!
 //! Where the cluster serves Kyverno's CEL policy kinds (`policies.kyverno.io/v1`), the first two
 //! are written in those instead ([`KyvernoApi::Cel`]): Kyverno 1.17 deprecated `Policy` and
@@ -15,7 +16,12 @@
 //! whole (Nimbus made one match entry per label, OR-ing them), and parameters come from the rule
 //! being translated (Nimbus read the first rule's).
 
+mod api;
+mod legacy;
 pub mod virtual_patch;
+
+pub use api::{KyvernoApi, KyvernoKinds};
+use legacy::{DESCRIPTION, Extra, build, failure_action};
 
 use super::pss::{self, Level};
 use super::{
@@ -31,10 +37,7 @@ use kube::Resource;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
-use std::fmt;
-use std::str::FromStr;
 
-const DESCRIPTION: &str = "policies.kyverno.io/description";
 const POD: &str = "v1/Pod";
 const DEPLOYMENT: &str = "apps/v1/Deployment";
 /// Pods and the workload controllers whose pod template makes pods, which Kyverno's
@@ -96,77 +99,6 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     translate,
     optional_kinds: &[],
 };
-
-/// Which of Kyverno's policy APIs the engine writes in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KyvernoApi {
-    /// `kyverno.io/v1` `Policy` and `ClusterPolicy`, as Nimbus wrote them.
-    #[default]
-    Legacy,
-    /// `policies.kyverno.io/v1` (Namespaced)ValidatingPolicy and (Namespaced)MutatingPolicy.
-    Cel,
-}
-
-impl KyvernoApi {
-    /// The kinds the engine needs served to write in this API.
-    pub fn kinds(self) -> &'static [&'static NativeKind] {
-        match self {
-            KyvernoApi::Legacy => &[&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY],
-            KyvernoApi::Cel => &[
-                &KYVERNO_NAMESPACED_VALIDATING_POLICY,
-                &KYVERNO_VALIDATING_POLICY,
-                &KYVERNO_NAMESPACED_MUTATING_POLICY,
-                &KYVERNO_MUTATING_POLICY,
-            ],
-        }
-    }
-}
-
-/// Which API the engine is asked to write in (`--kyverno-kinds`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KyvernoKinds {
-    /// The CEL kinds where the cluster serves them, else the legacy ones.
-    #[default]
-    Auto,
-    Legacy,
-    Cel,
-}
-
-impl KyvernoKinds {
-    pub const NAMES: [&'static str; 3] = ["auto", "legacy", "cel"];
-
-    /// The API the engine writes in, given which kinds are served; `None` when the one asked
-    /// for (any, for `Auto`) is not: Kyverno then counts as not installed.
-    pub fn in_force(self, served: impl Fn(&NativeKind) -> bool) -> Option<KyvernoApi> {
-        let usable = |api: KyvernoApi| api.kinds().iter().all(|k| served(k)).then_some(api);
-        match self {
-            KyvernoKinds::Auto => usable(KyvernoApi::Cel).or_else(|| usable(KyvernoApi::Legacy)),
-            KyvernoKinds::Legacy => usable(KyvernoApi::Legacy),
-            KyvernoKinds::Cel => usable(KyvernoApi::Cel),
-        }
-    }
-}
-
-impl fmt::Display for KyvernoKinds {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(Self::NAMES[*self as usize])
-    }
-}
-
-impl FromStr for KyvernoKinds {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(KyvernoKinds::Auto),
-            "legacy" => Ok(KyvernoKinds::Legacy),
-            "cel" => Ok(KyvernoKinds::Cel),
-            _ => Err(format!(
-                "unknown Kyverno kinds `{s}` (known: {})",
-                Self::NAMES.join(", ")
-            )),
-        }
-    }
-}
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     if env.kyverno == KyvernoApi::Cel && rule.spec.id != id::VIRTUAL_PATCH {
@@ -233,16 +165,6 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     Ok(policies.into())
 }
 
-/// Spec fields beyond rules and the failure action, as Nimbus set them per policy.
-enum Extra {
-    Background,
-    MutateExisting,
-    /// The cluster coco policy: Nimbus left `background` unset there.
-    Nothing,
-    /// Virtual-patch generators.
-    GenerateExisting,
-}
-
 /// confidentialWorkload in a namespace: Deployments that exist are mutated when the policy
 /// changes, those created later at admission.
 fn coco_workload_in_namespace(
@@ -298,57 +220,6 @@ fn coco_workload_in_namespace(
             Extra::Background,
         ),
     ]
-}
-
-/// A Kyverno `Policy` (for a NimbusPolicy) or `ClusterPolicy` (for a ClusterNimbusPolicy)
-/// named `<policy>-<suffix>` with one rule, as Nimbus's Kyverno adapter wrote them.
-fn build(
-    policy: &PolicyInput,
-    rule: &Rule,
-    suffix: &str,
-    rules: Vec<Value>,
-    extra: Extra,
-) -> (&'static NativeKind, kube::core::DynamicObject) {
-    let kind: &'static NativeKind = if policy.namespace.is_some() {
-        &KYVERNO_POLICY
-    } else {
-        &KYVERNO_CLUSTER_POLICY
-    };
-    let name = native_name(policy, suffix, MAX_NAME_LEN);
-    let description = rule.spec.description.clone().unwrap_or_default();
-    let meta = metadata(
-        policy,
-        Engine::Kyverno,
-        name,
-        policy.namespace.clone(),
-        &[(DESCRIPTION, &description)],
-    );
-    let mut spec = json!({
-        "rules": rules,
-        "validationFailureAction": failure_action(&rule.spec.rule.action),
-    });
-    match extra {
-        Extra::Background => spec["background"] = true.into(),
-        Extra::MutateExisting => {
-            spec["background"] = true.into();
-            spec["mutateExistingOnPolicyUpdate"] = true.into();
-        }
-        Extra::Nothing => {}
-        Extra::GenerateExisting => {
-            spec["background"] = true.into();
-            spec["generateExisting"] = true.into();
-        }
-    }
-    object(kind, meta, json!({ "spec": spec }))
-}
-
-/// Nimbus's mapping of an intent action onto Kyverno: `Block` enforces, anything else audits.
-fn failure_action(action: &str) -> &'static str {
-    if action == "Block" {
-        "Enforce"
-    } else {
-        "Audit"
-    }
 }
 
 fn selector_is_empty(policy: &PolicyInput) -> bool {

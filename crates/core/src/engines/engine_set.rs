@@ -1,3 +1,6 @@
+//! Which engines act: the engines in force ([`EngineSet`]: enabled, installed, or left to an
+//! external adapter) and, of the engines of one mechanism, the one preferred ([`Preference`]).
+//!
 //! Engine preference: Kyverno and the built-in `admission` engine both enforce intents by
 //! admission control, and both enforcing one intent would only double the same check (or, for
 //! mutations, race). For each kind of policy, the first engine of the preference order that acts
@@ -9,11 +12,47 @@
 //! admission engine writes nothing at all, not even for intents Kyverno does not enforce
 //! (unAuthorizedSaTokenAccess), so a cluster running Kyverno gets exactly Nimbus's output.
 
-use super::{Engine, EngineSet};
+use super::{Engine, NativeKind};
 use crate::intents::Origin;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
+
+/// Which engines may act: switched on by configuration, and with their CRDs installed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EngineSet {
+    pub enabled: BTreeSet<Engine>,
+    pub installed: BTreeSet<Engine>,
+    /// Engines switched off here whose objects an external adapter reports in the policy's
+    /// status (Nimbus's adapter contract): they count as enforcing.
+    pub external: BTreeSet<Engine>,
+    /// Which of the engines of one mechanism writes ([`Preference`]).
+    pub preference: Preference,
+    /// Optional kinds ([`super::EngineSpec::optional_kinds`]) the cluster does not serve.
+    pub unserved: BTreeSet<&'static NativeKind>,
+}
+
+impl EngineSet {
+    /// Every engine enabled and installed (offline translation).
+    pub fn all() -> Self {
+        Self {
+            enabled: Engine::ALL.into(),
+            installed: Engine::ALL.into(),
+            ..Self::default()
+        }
+    }
+
+    pub fn active(&self, engine: Engine) -> bool {
+        self.enabled.contains(&engine) && self.installed.contains(&engine)
+    }
+
+    /// Whether `engine` acts on policies of `origin`: it is active and no engine preferred to
+    /// it writes in its place.
+    pub fn acts(&self, engine: Engine, origin: Origin) -> bool {
+        self.active(engine) && !self.preference.stands_by(engine, origin, self)
+    }
+}
 
 /// The engines of the admission-control mechanism, in the default order: Kyverno first, so
 /// that the output stays Nimbus's wherever Kyverno is installed.
