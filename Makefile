@@ -23,6 +23,8 @@ dev: control-plane
 # generated reference pages by tests/docs_reference.rs, both in `cargo test`.
 test: control-plane tools kyverno test-tools docs
 	$(CARGO) fmt --all -- --check
+	# cargo fmt skips modules a macro declares (the engines! registration): rustfmt checks them.
+	rustfmt --check --edition 2024 $$(find crates -name '*.rs')
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# What the Dockerfile builds (no `dev` feature, locked dependencies), checked for the host.
 	$(CARGO) check --locked -p nimbus --no-default-features

@@ -16,8 +16,8 @@
 //! already exist (admission sees only writes), watch processes or files at run time
 //! (KubeArmor's intents), or filter traffic (NetworkPolicy's).
 
-use super::pss;
 use super::Engine;
+use super::pss;
 use super::{
     AuditForm, CLUSTER, Enforces, EngineSpec, Environment, MUTATING_ADMISSION_POLICY,
     MUTATING_ADMISSION_POLICY_BINDING, NativeKind, Output, PolicyInput, Rule,
@@ -77,7 +77,10 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     ],
     confined_to_k8tls_namespace: false,
     translate,
-    optional_kinds: &[&MUTATING_ADMISSION_POLICY, &MUTATING_ADMISSION_POLICY_BINDING],
+    optional_kinds: &[
+        &MUTATING_ADMISSION_POLICY,
+        &MUTATING_ADMISSION_POLICY_BINDING,
+    ],
 };
 
 /// The label every namespace carries with its own name, which namespace selectors match.
@@ -353,7 +356,12 @@ mod tests {
         t.objects
             .iter()
             .filter(|g: &&Generated| g.engine == Engine::Admission)
-            .map(|g| (g.kind.kind, g.object.metadata.name.clone().unwrap_or_default()))
+            .map(|g| {
+                (
+                    g.kind.kind,
+                    g.object.metadata.name.clone().unwrap_or_default(),
+                )
+            })
             .collect()
     }
 
@@ -366,13 +374,19 @@ mod tests {
                 "escapeToHost",
                 "Block",
                 &[],
-                &["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"],
+                &[
+                    "ValidatingAdmissionPolicy",
+                    "ValidatingAdmissionPolicyBinding",
+                ],
             ),
             (
                 "escapeToHost",
                 "Audit",
                 &[("psaLevel", "restricted")],
-                &["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"],
+                &[
+                    "ValidatingAdmissionPolicy",
+                    "ValidatingAdmissionPolicyBinding",
+                ],
             ),
             (
                 "cocoWorkload",
@@ -427,7 +441,10 @@ mod tests {
 
     #[test]
     fn actions_map_onto_validation_actions_and_bindings_select_as_the_policy_does() {
-        for (action, want) in [("Block", json!(["Deny"])), ("Audit", json!(["Audit", "Warn"]))] {
+        for (action, want) in [
+            ("Block", json!(["Deny"])),
+            ("Audit", json!(["Audit", "Warn"])),
+        ] {
             let rules = [rule("escapeToHost", action, &[])];
             let t = translate(&cluster_policy(&rules), &env(), &admission_first());
             let binding = binding_spec(&t, "ValidatingAdmissionPolicyBinding");
@@ -447,7 +464,11 @@ mod tests {
             );
         }
         // Every namespace: only the exclusions.
-        let rules = [rule("cocoWorkload", "Block", &[("runtimeClass", "kata-qemu")])];
+        let rules = [rule(
+            "cocoWorkload",
+            "Block",
+            &[("runtimeClass", "kata-qemu")],
+        )];
         let mut policy = cluster_policy(&rules);
         policy.namespaces = Some(NamespaceSelector {
             match_names: Some(vec!["*".into()]),
@@ -551,7 +572,10 @@ mod tests {
         let kinds: Vec<&str> = admission_objects(&t).iter().map(|(k, _)| *k).collect();
         assert_eq!(
             kinds,
-            ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+            [
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding"
+            ]
         );
         let problem = t
             .problems

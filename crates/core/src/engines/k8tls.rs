@@ -10,11 +10,11 @@
 //! containers run restricted (non-root, no privilege escalation, no capabilities, the runtime's
 //! seccomp profile) with resource bounds, and schedules run at most hourly.
 
+use super::Engine;
 use super::{
     AuditForm, CLUSTER, CONFIG_MAP, CRON_JOB, Enforces, EngineSpec, Environment, Fact, Output,
     PolicyInput, Rule, metadata, native_name, object,
 };
-use super::Engine;
 use crate::intents::{id, param, param_value, param_values};
 use nimbus_api::condition;
 use serde_json::{Value, json};
@@ -106,7 +106,13 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     for (k, v) in &policy.labels {
         labels.entry(k.clone()).or_insert_with(|| v.clone());
     }
-    let spec = cron_job_spec(&schedule, volumes, command, scanner_mounts, &env.k8tls_image);
+    let spec = cron_job_spec(
+        &schedule,
+        volumes,
+        command,
+        scanner_mounts,
+        &env.k8tls_image,
+    );
     objects.push(object(&CRON_JOB, meta, json!({ "spec": spec })));
     Ok(objects.into())
 }

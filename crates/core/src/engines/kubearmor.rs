@@ -1,12 +1,12 @@
 //! KubeArmor engine: one KubeArmorPolicy per intent (three for escapeToHost), with the bodies
 //! Nimbus's adapter writes, empty sections included.
 
+use super::Engine;
 use super::{
     AUDIT, AuditForm, Enforces, EngineSpec, Environment, KUBEARMOR_POLICY, NAMESPACED, Output,
     PolicyInput, Rule, labels_only, metadata, native_name, object,
 };
-use super::Engine;
-use crate::intents::{id};
+use crate::intents::id;
 use crate::names::MAX_NAME_LEN;
 use serde_json::{Map, Value, json};
 

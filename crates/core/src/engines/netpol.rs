@@ -1,11 +1,11 @@
 //! Kubernetes NetworkPolicy engine: dnsManipulation and denyExternalNetworkAccess.
 
+use super::Engine;
 use super::{
     AuditForm, Enforces, EngineSpec, Environment, Fact, NAMESPACED, NETWORK_POLICY, Output,
     PolicyInput, Rule, metadata, native_name, object, selector_json,
 };
-use super::Engine;
-use crate::intents::{id};
+use crate::intents::id;
 use crate::names::MAX_NAME_LEN;
 use serde_json::{Value, json};
 

@@ -7,11 +7,11 @@
 //! Kubernetes's `system:` groups (`system:authenticated` would hand the namespace to everyone).
 //! A rule breaking either gets no RoleBinding at all.
 
+use super::Engine;
 use super::{
     AuditForm, CLUSTER_BINDING_NAMESPACES, Emitted, Enforces, EngineSpec, Environment, Output,
     PolicyInput, ROLE_BINDING, Rule, metadata, native_name, object,
 };
-use super::Engine;
 use crate::intents::{id, param, param_value};
 use crate::names::MAX_NAME_LEN;
 use nimbus_api::{NimbusRule, condition};

@@ -23,6 +23,7 @@ pub mod virtual_patch;
 pub use api::{KyvernoApi, KyvernoKinds};
 use legacy::{DESCRIPTION, Extra, build, failure_action};
 
+use super::Engine;
 use super::pss::{self, Level};
 use super::{
     AuditForm, BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact, KYVERNO_CLUSTER_POLICY,
@@ -30,12 +31,11 @@ use super::{
     KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_VALIDATING_POLICY, NAMESPACED,
     NativeKind, Output, PolicyInput, Rule, metadata, native_name, object, selector_json,
 };
-use super::Engine;
 use crate::intents::{id, param, param_value};
 use crate::names::MAX_NAME_LEN;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
 const POD: &str = "v1/Pod";
@@ -307,7 +307,10 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
                 }
                 spec
             };
-            let kinds = [&KYVERNO_NAMESPACED_VALIDATING_POLICY, &KYVERNO_VALIDATING_POLICY];
+            let kinds = [
+                &KYVERNO_NAMESPACED_VALIDATING_POLICY,
+                &KYVERNO_VALIDATING_POLICY,
+            ];
             // Two policies: Kyverno derives the pod controllers' checks only from a policy
             // that matches `pods` alone, and an ephemeral container is added through a
             // subresource of its own (`kubectl debug`), which `pods` does not match. The
@@ -358,10 +361,19 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
                 "targetMatchConstraints": constraints,
                 "mutations": patch,
             });
-            let kinds = [&KYVERNO_NAMESPACED_MUTATING_POLICY, &KYVERNO_MUTATING_POLICY];
+            let kinds = [
+                &KYVERNO_NAMESPACED_MUTATING_POLICY,
+                &KYVERNO_MUTATING_POLICY,
+            ];
             vec![
                 cel_policy(policy, rule, rule.key, kinds, on_admission),
-                cel_policy(policy, rule, &format!("{}-existing", rule.key), kinds, existing),
+                cel_policy(
+                    policy,
+                    rule,
+                    &format!("{}-existing", rule.key),
+                    kinds,
+                    existing,
+                ),
             ]
         }
         _ => return rule.untranslated(Engine::Kyverno),
@@ -409,7 +421,13 @@ fn constraints(policy: &PolicyInput, env: &Environment, group: &str, resource: &
     };
     const NAME: &str = "kubernetes.io/metadata.name";
     let mut excluded: Vec<&str> = env.protected_namespaces.iter().collect();
-    excluded.extend(namespaces.exclude_names.iter().flatten().map(String::as_str));
+    excluded.extend(
+        namespaces
+            .exclude_names
+            .iter()
+            .flatten()
+            .map(String::as_str),
+    );
     let mut expressions = vec![json!({"key": NAME, "operator": "NotIn", "values": excluded})];
     let named = namespaces
         .match_names

@@ -84,11 +84,11 @@ mod database;
 pub use database::{Cve, DATABASE_KEY, Database, Image, Patch, VirtualPatches, from_config_map};
 
 use super::legacy::{Extra, build};
-use crate::intents::{id, param, param_values};
 use crate::engines::{
     Emitted, Environment, KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, NativeKind, Output,
     PolicyInput, Problem, Rule,
 };
+use crate::intents::{id, param, param_values};
 use kube::core::DynamicObject;
 use nimbus_api::condition::REASON_ENGINE_NOT_READY;
 use serde_json::{Map, Value, json};
@@ -444,9 +444,9 @@ fn prepend_precondition(rule: &mut Map<String, Value>, condition: Value) -> Resu
 mod tests {
     use super::*;
     use crate::catalog::id::VIRTUAL_PATCH as INTENT;
-    use std::collections::BTreeMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nimbus_api::{NimbusPolicy, NimbusPolicySpec, NimbusRule, Rule as ApiRule};
+    use std::collections::BTreeMap;
 
     /// The virtual-patch database every test of the workspace uses.
     const VP: &str = include_str!("../../../tests/fixtures/virtual-patch-db.json");
