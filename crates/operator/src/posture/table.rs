@@ -5,108 +5,139 @@ use nimbus_api::posture::{NamespacePosture, PostureKind, WorkloadPosture};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+/// One column a posture kind prints: its definition, and the cell of it for an object. A
+/// column is one entry: its header and its cell cannot fall out of step.
+pub struct Column<T> {
+    pub name: &'static str,
+    /// Its OpenAPI type, as `columnDefinitions` give it.
+    pub kind: &'static str,
+    pub description: &'static str,
+    pub cell: fn(&T) -> Value,
+}
+
+const fn column<T>(
+    name: &'static str,
+    kind: &'static str,
+    description: &'static str,
+    cell: fn(&T) -> Value,
+) -> Column<T> {
+    Column {
+        name,
+        kind,
+        description,
+        cell,
+    }
+}
+
 /// How a posture kind prints.
-pub trait Printed: PostureKind {
-    /// `(name, type, description)`; a `Name` column comes first and an `Age` column last.
-    const COLUMNS: &'static [(&'static str, &'static str, &'static str)];
-    fn cells(&self) -> Vec<Value>;
+pub trait Printed: PostureKind + Sized + 'static {
+    /// A `Name` column comes first and an `Age` column last.
+    const COLUMNS: &'static [Column<Self>];
 }
 
 impl Printed for WorkloadPosture {
-    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
-        ("Workload", "string", "The workload, as Kind/name."),
-        ("Pods", "integer", "How many of its pods exist."),
-        (
+    const COLUMNS: &'static [Column<Self>] = &[
+        column("Workload", "string", "The workload, as Kind/name.", |w| {
+            json!(format!("{}/{}", w.workload.kind, w.workload.name))
+        }),
+        column("Pods", "integer", "How many of its pods exist.", |w| {
+            json!(w.workload.pods)
+        }),
+        column(
             "Verdict",
             "string",
             "Protected, Partial, Unprotected or Audited.",
+            |w| json!(w.verdict.as_str()),
         ),
-        (
+        column(
             "Intents",
             "string",
             "The IDs of the bound intents that select it.",
+            |w| json!(listed(w.intents.iter().map(|i| i.id.as_str()))),
         ),
-        ("Reasons", "string", "Why it is not (fully) protected."),
+        column(
+            "Reasons",
+            "string",
+            "Why it is not (fully) protected.",
+            |w| json!(listed(w.reasons.iter().map(|r| r.reason.as_str()))),
+        ),
     ];
-
-    fn cells(&self) -> Vec<Value> {
-        let mut intents: Vec<&str> = self.intents.iter().map(|i| i.id.as_str()).collect();
-        intents.dedup();
-        let mut reasons: Vec<&str> = self.reasons.iter().map(|r| r.reason.as_str()).collect();
-        reasons.dedup();
-        vec![
-            json!(format!("{}/{}", self.workload.kind, self.workload.name)),
-            json!(self.workload.pods),
-            json!(self.verdict.as_str()),
-            json!(or_none(&intents)),
-            json!(or_none(&reasons)),
-        ]
-    }
 }
 
 impl Printed for NamespacePosture {
-    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
-        (
+    const COLUMNS: &'static [Column<Self>] = &[
+        column(
             "Verdict",
             "string",
             "Protected when every workload is, NoWorkloads when there is none.",
+            |n| json!(n.verdict.as_str()),
         ),
-        ("Workloads", "integer", "Workloads in the namespace."),
-        ("Protected", "integer", "Workloads fully protected."),
-        ("Partial", "integer", "Workloads partly protected."),
-        ("Unprotected", "integer", "Workloads not protected."),
-        (
+        column("Workloads", "integer", "Workloads in the namespace.", |n| {
+            json!(n.workloads.total)
+        }),
+        column("Protected", "integer", "Workloads fully protected.", |n| {
+            json!(n.workloads.protected)
+        }),
+        column("Partial", "integer", "Workloads partly protected.", |n| {
+            json!(n.workloads.partial)
+        }),
+        column("Unprotected", "integer", "Workloads not protected.", |n| {
+            json!(n.workloads.unprotected)
+        }),
+        column(
             "Audited",
             "integer",
             "Workloads bound in audit or shadow mode only.",
+            |n| json!(n.workloads.audited),
         ),
-        (
+        column(
             "Intents",
             "string",
             "The IDs of the intents bound in the namespace.",
+            |n| json!(listed(n.intents.iter().map(String::as_str))),
         ),
-        (
+        column(
             "ATT&CK",
             "string",
             "MITRE ATT&CK for Containers: percent of (control, workload) pairs covered, and proven.",
+            |n| score(n, "mitre-attack"),
         ),
-        (
+        column(
             "CIS",
             "string",
             "CIS Kubernetes Benchmark v1.12: percent covered, and proven.",
+            |n| score(n, "cis-kubernetes"),
         ),
-        (
+        column(
             "NSA",
             "string",
             "NSA/CISA Kubernetes Hardening Guide: percent covered, and proven.",
+            |n| score(n, "nsa-cisa"),
         ),
-        (
+        column(
             "FiGHT",
             "string",
             "MITRE FiGHT: percent covered, and proven.",
+            |n| score(n, "mitre-fight"),
         ),
     ];
+}
 
-    fn cells(&self) -> Vec<Value> {
-        let intents: Vec<&str> = self.intents.iter().map(String::as_str).collect();
-        let score = |name: &str| match self.compliance.iter().find(|f| f.framework == name) {
+/// A namespace's score in the compliance framework `name`: covered, and proven.
+fn score(namespace: &NamespacePosture, name: &str) -> Value {
+    json!(
+        match namespace.compliance.iter().find(|f| f.framework == name) {
             Some(f) => format!("{}% ({}% proven)", f.score, f.proven_score),
             None => "-".to_owned(),
-        };
-        vec![
-            json!(self.verdict.as_str()),
-            json!(self.workloads.total),
-            json!(self.workloads.protected),
-            json!(self.workloads.partial),
-            json!(self.workloads.unprotected),
-            json!(self.workloads.audited),
-            json!(or_none(&intents)),
-            json!(score("mitre-attack")),
-            json!(score("cis-kubernetes")),
-            json!(score("nsa-cisa")),
-            json!(score("mitre-fight")),
-        ]
-    }
+        }
+    )
+}
+
+/// `items` comma-separated, a run of the same one once; `<none>` when there is none.
+fn listed<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    let mut items: Vec<&str> = items.collect();
+    items.dedup();
+    or_none(&items)
 }
 
 fn or_none(items: &[&str]) -> String {
@@ -147,8 +178,8 @@ pub fn table<'a, T: Printed + Serialize + 'a>(
     let column_definitions: Vec<Value> = if headers {
         std::iter::once(json!({"name": "Name", "type": "string", "format": "name",
             "description": "Name of the posture object.", "priority": 0}))
-        .chain(T::COLUMNS.iter().map(|(name, kind, description)| {
-            json!({"name": name, "type": kind, "format": "", "description": description, "priority": 0})
+        .chain(T::COLUMNS.iter().map(|c| {
+            json!({"name": c.name, "type": c.kind, "format": "", "description": c.description, "priority": 0})
         }))
         .chain(std::iter::once(json!({"name": "Age", "type": "date", "format": "",
             "description": "When the oldest pod (or the namespace) was created.", "priority": 0})))
@@ -161,7 +192,7 @@ pub fn table<'a, T: Printed + Serialize + 'a>(
         .map(|object| {
             let meta = object.metadata();
             let mut cells = vec![json!(meta.name.clone().unwrap_or_default())];
-            cells.extend(object.cells());
+            cells.extend(T::COLUMNS.iter().map(|c| (c.cell)(object)));
             cells.push(age(meta));
             let object = match include {
                 Include::None => Embedded::None,
