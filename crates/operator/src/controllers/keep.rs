@@ -2,8 +2,9 @@
 //! [`crate::write::write_policy`]), translate what it wrote at once, and announce what no status
 //! can show.
 
-use super::policy::{self, Translated};
+use super::policy;
 use super::report::object_key;
+use super::translated::Translated;
 use crate::context::Context;
 use crate::error::Error;
 use crate::write::{Change, Executed, PolicyWrite, predates_status_write, write_policy};

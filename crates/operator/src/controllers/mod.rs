@@ -7,5 +7,6 @@ pub mod intent;
 mod keep;
 pub mod policy;
 mod report;
+mod translated;
 
 pub use report::{error_policy, object_key};

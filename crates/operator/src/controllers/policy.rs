@@ -3,77 +3,22 @@
 //! longer wanted → write the status the core decides, once.
 
 use super::report::{object_key, update_status};
-use crate::cache::Creations;
+use super::translated::Translated;
 use crate::context::Context;
 use crate::error::Error;
 use crate::metrics::EngineLabels;
 use crate::write::natives::{Key, NativeObject};
-use crate::write::{Executed, Policy, predates_write};
+use crate::write::{Executed, predates_write};
 use futures::{StreamExt, stream};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
-use nimbus_api::{ClusterNimbusPolicy, NimbusPolicy, NimbusPolicyStatus};
+use kube::{Resource, ResourceExt};
+use nimbus_api::NimbusPolicyStatus;
 use nimbus_core::engines::{self, Engine, Generated, PolicyInput};
 use nimbus_core::policy::{Claim, Handover, PolicyPlan};
 use nimbus_core::status::{self, NativeOutcome, NativeResult};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A policy the operator translates: a NimbusPolicy or a ClusterNimbusPolicy.
-pub(crate) trait Translated: Policy {
-    /// What the translators read, with `uid` for the owner reference.
-    fn input(&self, uid: &str) -> PolicyInput<'_>;
-    fn status(&self) -> Option<&NimbusPolicyStatus>;
-    fn set_status(&mut self, status: NimbusPolicyStatus);
-    /// Whether it may be translated, from the caches.
-    fn claim(&self, ctx: &Context) -> Claim;
-    fn api(&self, ctx: &Context) -> Api<Self>;
-    /// Those of its kind this process created and the cache does not show yet.
-    fn created(ctx: &Context) -> &Creations;
-}
-
-impl Translated for NimbusPolicy {
-    fn input(&self, uid: &str) -> PolicyInput<'_> {
-        PolicyInput::namespaced(self, uid)
-    }
-    fn status(&self) -> Option<&NimbusPolicyStatus> {
-        self.status.as_ref()
-    }
-    fn set_status(&mut self, status: NimbusPolicyStatus) {
-        self.status = Some(status);
-    }
-    fn claim(&self, ctx: &Context) -> Claim {
-        ctx.claim(self)
-    }
-    fn api(&self, ctx: &Context) -> Api<Self> {
-        Api::namespaced(ctx.client.clone(), &self.namespace().unwrap_or_default())
-    }
-    fn created(ctx: &Context) -> &Creations {
-        &ctx.policies_created
-    }
-}
-
-impl Translated for ClusterNimbusPolicy {
-    fn input(&self, uid: &str) -> PolicyInput<'_> {
-        PolicyInput::cluster(self, uid)
-    }
-    fn status(&self) -> Option<&NimbusPolicyStatus> {
-        self.status.as_ref()
-    }
-    fn set_status(&mut self, status: NimbusPolicyStatus) {
-        self.status = Some(status);
-    }
-    fn claim(&self, ctx: &Context) -> Claim {
-        ctx.cluster_claim(self)
-    }
-    fn api(&self, ctx: &Context) -> Api<Self> {
-        Api::all(ctx.client.clone())
-    }
-    fn created(ctx: &Context) -> &Creations {
-        &ctx.cluster_policies_created
-    }
-}
 
 pub async fn reconcile<P: Translated>(policy: Arc<P>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _turn = ctx.translating.turn(object_key(&*policy)).await;
