@@ -20,7 +20,7 @@ dev: control-plane
 	$(CARGO) run -- dev
 
 # `docs` builds the book; its links and anchors are checked by tests/docs_links.rs, and its
-# generated reference pages by tests/docs_reference.rs, both in `cargo test`.
+# generated reference pages by tests/crds.rs, both in `cargo test`.
 test: control-plane tools kyverno test-tools docs
 	$(CARGO) fmt --all -- --check
 	# cargo fmt skips modules a macro declares (the engines! registration): rustfmt checks them.

@@ -14,8 +14,8 @@ use crate::plan;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntentBinding,
-    condition,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
+    SecurityIntentBinding, condition,
 };
 use std::borrow::Borrow;
 use std::collections::BTreeSet;
@@ -110,9 +110,16 @@ pub struct PolicyPlan {
     pub external_entries: Vec<String>,
 }
 
+/// What a policy's status lists in `adapterPolicies`, where Nimbus's external adapters report
+/// what they created ([`plan`]'s `reported`).
+pub fn reported(status: Option<&NimbusPolicyStatus>) -> &[String] {
+    status
+        .and_then(|s| s.adapter_policies.as_deref())
+        .unwrap_or_default()
+}
+
 /// Plans `input`, claimed `claim`, with `engines` in `env`. `reported`: the entries of the
-/// policy's `status.adapterPolicies`, where Nimbus's external adapters report what they
-/// created.
+/// policy's `status.adapterPolicies` (see [`reported`]).
 pub fn plan(
     input: &PolicyInput<'_>,
     env: &Environment,

@@ -1,6 +1,6 @@
 //! The book's reference pages (docs/src/reference/), generated from the code so they cannot
 //! drift from it: `nimbus docs-reference <page>` prints one, `make docs-reference` writes them
-//! all, and `tests/docs_reference.rs` fails when a committed page differs from what this
+//! all, and `tests/crds.rs` fails when a committed page differs from what this
 //! renders.
 
 use anyhow::Context as _;

@@ -1,12 +1,11 @@
-//! The committed CRDs are exactly what the code generates.
+//! The committed generated files (CRDs, admission policies, engine RBAC, the book's reference
+//! pages) are exactly what the code generates.
 
 #[test]
 fn committed_crds_match_the_generated_ones() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/crd/nimbus.yaml");
-    let committed = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     let generated = nimbus_api::crds_yaml().expect("CRDs render");
     assert!(
-        committed == generated,
+        repo_file("config/crd/nimbus.yaml") == generated,
         "config/crd/nimbus.yaml is stale: run `make crds`"
     );
 }
@@ -37,21 +36,12 @@ fn committed_admission_policies_match_the_catalog() {
             ],
         ),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
-            .args(args)
-            .output()
-            .expect("running nimbus admission-policy");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let generated = String::from_utf8(out.stdout).expect("UTF-8");
+        let generated = nimbus_stdout(args);
         for path in paths {
-            let full = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
-            let committed =
-                std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-            assert!(committed == generated, "{path} is stale: run `make crds`");
+            assert!(
+                repo_file(path) == generated,
+                "{path} is stale: run `make crds`"
+            );
         }
     }
 }
@@ -59,23 +49,42 @@ fn committed_admission_policies_match_the_catalog() {
 /// The chart grants each engine exactly the rules its registration implies.
 #[test]
 fn committed_engine_rbac_matches_the_registration() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
-        .arg("engine-rbac")
-        .output()
-        .expect("running nimbus engine-rbac");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let path = "charts/nimbus/files/engine-rbac.yaml";
-    let full = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
-    let committed =
-        std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     assert!(
-        committed.as_bytes() == out.stdout.as_slice(),
+        repo_file(path) == nimbus_stdout(&["engine-rbac"]),
         "{path} is stale: run `make crds`"
     );
+}
+
+/// The book's reference pages (docs/src/reference/) are what `make docs-reference` writes.
+#[test]
+fn committed_reference_pages_match_the_generated_ones() {
+    let stale: Vec<String> = ["cli", "crds", "intents"]
+        .into_iter()
+        .map(|page| (format!("docs/src/reference/{page}.md"), page))
+        .filter(|(path, page)| repo_file(path) != nimbus_stdout(&["docs-reference", page]))
+        .map(|(path, _)| path)
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "stale: {}: run `make docs-reference`",
+        stale.join(", ")
+    );
+}
+
+/// What `nimbus <args>` prints, which must succeed.
+fn nimbus_stdout(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running nimbus {}: {e}", args.join(" ")));
+    assert!(
+        out.status.success(),
+        "nimbus {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
 }
 
 #[test]

@@ -8,15 +8,13 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
-    NimbusRule, SecurityIntent, SecurityIntentBinding,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusRule, SecurityIntent,
+    SecurityIntentBinding,
 };
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{
-    EngineSet, Environment, KyvernoKinds, PolicyInput, Preference, VirtualPatches,
-};
+use nimbus_core::engines::{EngineSet, Environment, KyvernoKinds, Preference, VirtualPatches};
 use nimbus_core::namespaces::ProtectedNamespaces;
-use nimbus_core::policy::{self, Claim, PolicyPlan};
+use nimbus_core::policy::Claim;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -152,21 +150,5 @@ impl Context {
             |name| self.cluster_bindings.get(&ObjectRef::new(name)),
             FIELD_MANAGER,
         )
-    }
-
-    /// The plan of the policy `input`, claimed `claim`, whose status is `current`, in `env`
-    /// (its [`Self::environment`]): what the policy controller executes and the posture judges
-    /// by.
-    pub fn plan_policy(
-        &self,
-        input: &PolicyInput<'_>,
-        env: &Environment,
-        current: Option<&NimbusPolicyStatus>,
-        claim: Claim,
-    ) -> PolicyPlan {
-        let reported = current
-            .and_then(|s| s.adapter_policies.as_deref())
-            .unwrap_or_default();
-        policy::plan(input, env, self.engine_set(), claim, reported)
     }
 }

@@ -15,7 +15,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use nimbus_api::NimbusPolicyStatus;
 use nimbus_core::engines::{self, Engine, Generated, PolicyInput};
-use nimbus_core::policy::{Claim, Handover, PolicyPlan};
+use nimbus_core::policy::{Claim, Handover, PolicyPlan, reported};
 use nimbus_core::status::{self, NativeOutcome, NativeResult};
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +76,9 @@ async fn sync<P: Translated>(
         .ok_or_else(|| Error::MissingField(policy.name_any(), "metadata.uid"))?;
     let began = std::time::Instant::now();
     let input = policy.input(&uid);
-    let plan = ctx.plan_policy(&input, &ctx.environment(input.rules), current, claim);
+    let env = ctx.environment(input.rules);
+    let engines = ctx.engine_set();
+    let plan = nimbus_core::policy::plan(&input, &env, engines, claim, reported(current));
 
     let mut executed = Executed::default();
     let natives = apply_natives(ctx, &input, &plan.translation.objects, &mut executed).await?;

@@ -26,7 +26,7 @@ use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
 use nimbus_api::{BindingPreview, NimbusPolicyStatus};
 use nimbus_core::engines::{MANAGED_BY, NativeKind, POLICY_REPORT, PolicyInput};
 use nimbus_core::netpol::InvalidPolicy;
-use nimbus_core::policy::Claim;
+use nimbus_core::policy::{self, Claim};
 use nimbus_core::posture::{self as core, PolicyCoverage};
 use nimbus_core::preview;
 use nimbus_core::reports::{self, DesiredReport, ReportFormat};
@@ -350,6 +350,7 @@ impl Memo {
 
     /// What every posture reads: the policies, and the preview over `workloads` (all of them).
     fn new(ctx: &Context, sources: &Workloads, workloads: &[core::Workload]) -> Self {
+        let engine_set = ctx.engine_set();
         let mut coverage: Vec<PolicyCoverage> = Vec::new();
         // The NetworkPolicies enforcing the audited and shadowed rules would write.
         let mut planned: Vec<Result<Vec<preview::Planned>, InvalidPolicy>> = Vec::new();
@@ -357,7 +358,8 @@ impl Memo {
             |input: &PolicyInput, status: Option<&NimbusPolicyStatus>, binding, claim| {
                 // Judged by the plan the policy controller executes.
                 let env = ctx.environment(input.rules);
-                let plan = ctx.plan_policy(input, &env, status, claim);
+                let reported = policy::reported(status);
+                let plan = policy::plan(input, &env, engine_set.clone(), claim, reported);
                 if claim != Claim::NotBound {
                     planned.push(preview::planned(input, &env, &plan.engines));
                 }
