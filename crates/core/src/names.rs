@@ -1,6 +1,8 @@
 //! Generated object names: Nimbus's scheme, kept within Kubernetes limits.
 
+use nimbus_api::NimbusRule;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 
 /// Longest name of an object identified by a DNS subdomain (most kinds, custom resources included).
 pub const MAX_NAME_LEN: usize = 253;
@@ -14,6 +16,24 @@ pub fn cluster_binding_policy_name(binding: &str) -> String {
         &format!("{CLUSTER_BINDING_POLICY_PREFIX}{binding}"),
         MAX_NAME_LEN,
     )
+}
+
+/// The key of each of `rules`, which its objects are named after: `<lowercase id>`, and for a
+/// second rule with the same ID (another intent of the same kind) `-2`, and so on, so that no
+/// two rules share an object.
+pub fn rule_keys(rules: &[NimbusRule]) -> Vec<String> {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    rules
+        .iter()
+        .map(|rule| {
+            let count = seen.entry(rule.id.as_str()).or_default();
+            *count += 1;
+            match *count {
+                1 => rule.id.to_lowercase(),
+                n => format!("{}-{n}", rule.id.to_lowercase()),
+            }
+        })
+        .collect()
 }
 
 /// Returns `name` unchanged when it fits in `max` bytes; otherwise a deterministic shortening:

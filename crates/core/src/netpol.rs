@@ -52,6 +52,9 @@
 //! in are not read, as cyclonus does not build them. A peer without an address matches no
 //! `ipBlock` (cyclonus needs every peer's address).
 
+pub mod cluster;
+
+pub use cluster::{ClusterNetworkPolicy, Network};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
 };
@@ -202,32 +205,41 @@ impl Policies {
 
     /// Whether the policies let `traffic` through, each direction judged at its pod end.
     pub fn decide(&self, traffic: &Traffic) -> Decision {
+        let (ingress, egress) = self.verdicts(traffic);
         Decision {
-            ingress: allows(
+            ingress: ingress.unwrap_or(true),
+            egress: egress.unwrap_or(true),
+        }
+    }
+
+    /// (ingress, egress): whether each direction lets `traffic` through, `None` where no
+    /// policy isolates the pod at that end (the next stage decides: see [`Network`]).
+    fn verdicts(&self, traffic: &Traffic) -> (Option<bool>, Option<bool>) {
+        (
+            verdict(
                 &self.ingress,
                 &traffic.destination,
                 &traffic.source,
                 traffic,
             ),
-            egress: allows(&self.egress, &traffic.source, &traffic.destination, traffic),
-        }
+            verdict(&self.egress, &traffic.source, &traffic.destination, traffic),
+        )
     }
 }
 
-/// Whether `subject` (the end the direction is judged at) lets traffic with `peer` through.
-fn allows(targets: &[Target], subject: &Peer, peer: &Peer, traffic: &Traffic) -> bool {
+/// Whether `subject` (the end the direction is judged at) lets traffic with `peer` through;
+/// `None` when no policy isolates it there.
+fn verdict(targets: &[Target], subject: &Peer, peer: &Peer, traffic: &Traffic) -> Option<bool> {
     // Outside the cluster: no NetworkPolicy can isolate it.
-    let Some(pod) = &subject.pod else {
-        return true;
-    };
+    let pod = subject.pod.as_ref()?;
     let mut isolated = false;
     for target in targets.iter().filter(|t| t.applies_to(pod)) {
         if target.rules.iter().any(|rule| rule.allows(peer, traffic)) {
-            return true;
+            return Some(true);
         }
         isolated = true;
     }
-    !isolated
+    isolated.then_some(false)
 }
 
 /// One policy in one direction: the pods it isolates and what it lets through.

@@ -5,8 +5,7 @@
 //! reports from it, so the three cannot disagree.
 
 use crate::engines::{
-    self, ADMISSION_CONTROL, Engine, EngineSet, Environment, Generated, PolicyInput, Problem,
-    Translation,
+    self, Engine, EngineSet, Environment, Generated, MECHANISMS, PolicyInput, Problem, Translation,
 };
 use crate::intents::Origin;
 use crate::namespaces::ProtectedNamespaces;
@@ -167,11 +166,12 @@ impl PolicyPlan {
         self.claim == Claim::Bound
     }
 
-    /// The engines of the mechanism with a preference that stand by at `origin` for the one
-    /// in force; their objects go once the one in force has loaded its own ([`Self::handover`]).
+    /// The engines of a mechanism with a preference that stand by at `origin` for the one in
+    /// force; their objects go once the one in force has loaded its own ([`Self::handover`]).
     pub fn standing_by(&self, origin: Origin) -> BTreeSet<Engine> {
-        ADMISSION_CONTROL
-            .into_iter()
+        MECHANISMS
+            .iter()
+            .flat_map(|m| m.engines)
             .filter(|e| self.engines.preference.stands_by(*e, origin, &self.engines))
             .collect()
     }
@@ -181,29 +181,50 @@ impl PolicyPlan {
     /// standing by are kept until the new ones have been loaded. `holds`: whether the policy
     /// still controls objects of an engine; `loaded_for`: how long the object in force for a
     /// generated one has acted (`None`: not seen yet, or not acting, as a Kyverno policy not
-    /// Ready). `None` when nothing is handed over.
+    /// Ready); `elsewhere`: for an engine in force that writes from the binding's other
+    /// policies (a choice per binding), how long each of its objects there has acted, `None`
+    /// for a policy it has written nothing for yet. `None` when nothing is handed over.
     pub fn handover(
         &self,
         origin: Origin,
         holds: impl Fn(Engine) -> bool,
         loaded_for: impl Fn(&Generated) -> Option<Duration>,
+        elsewhere: impl Fn(Engine) -> Vec<Option<Duration>>,
     ) -> Option<Handover> {
-        let standing_by = self.standing_by(origin);
-        if !standing_by.iter().any(|e| holds(*e)) {
-            return None;
+        let mut out: Option<Handover> = None;
+        for mechanism in MECHANISMS {
+            let standing_by: BTreeSet<Engine> = (mechanism.engines.into_iter())
+                .filter(|e| self.engines.preference.stands_by(*e, origin, &self.engines))
+                .collect();
+            if !standing_by.iter().any(|e| holds(*e)) {
+                continue;
+            }
+            let Some(chosen) = self
+                .engines
+                .preference
+                .in_force(mechanism, origin, &self.engines)
+            else {
+                continue;
+            };
+            let acts_here = (chosen.spec().enforces.iter()).any(|e| e.origins.contains(&origin));
+            let ages = match acts_here {
+                true => (self.translation.objects.iter())
+                    .filter(|g| g.engine == chosen)
+                    .map(&loaded_for)
+                    .collect(),
+                false => elsewhere(chosen),
+            };
+            let Some(wait) = engines::handover_wait(ages) else {
+                continue;
+            };
+            let handover = out.get_or_insert(Handover {
+                wait,
+                spared: BTreeSet::new(),
+            });
+            handover.wait = handover.wait.max(wait);
+            handover.spared.extend(standing_by);
         }
-        let chosen = self.engines.preference.in_force(origin, &self.engines)?;
-        let ages = self
-            .translation
-            .objects
-            .iter()
-            .filter(|g| g.engine == chosen)
-            .map(loaded_for);
-        let wait = engines::handover_wait(ages)?;
-        Some(Handover {
-            wait,
-            spared: standing_by,
-        })
+        out
     }
 
     /// Whether the objects of `engine` this policy no longer generates are deleted: the engine

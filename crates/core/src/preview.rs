@@ -348,6 +348,10 @@ fn engine_preview(
     match built_in {
         // Computed apart, from the policies themselves ([`blocked`]).
         Engine::NetworkPolicy => Ok(Vec::new()),
+        Engine::ClusterNetworkPolicy => not(
+            "NotPreviewed",
+            "clusternetworkpolicy: what its Admin-tier policy would deny is not previewed yet",
+        ),
         // RBAC grants and TLS scans refuse nothing.
         Engine::Rbac | Engine::K8tls => Ok(Vec::new()),
         Engine::KubeArmor => not(

@@ -40,6 +40,11 @@ pub struct EngineArgs {
     k8tls_image: String,
     #[command(flatten)]
     sandbox: SandboxArgs,
+    /// Address ranges inside the cluster besides the nodes' pod ranges, which
+    /// denyExternalNetworkAccess keeps reachable through the clusternetworkpolicy engine
+    /// (comma-separated CIDRs: the Service range, the nodes' addresses).
+    #[arg(long, value_delimiter = ',', value_parser = parse_cidr)]
+    cluster_networks: Vec<String>,
     /// Namespaces cluster bindings never fan out to, whatever their selector says
     /// (comma-separated; default: kube-system, the operator's namespace from
     /// --leader-elect-namespace or POD_NAMESPACE, and --k8tls-namespace).
@@ -87,10 +92,26 @@ impl EngineArgs {
         config.virtual_patch_db = self.virtual_patch_db.clone();
         config.k8tls_image = self.k8tls_image.clone();
         config.sandbox_cluster_roles = self.sandbox.roles();
+        config.cluster_networks = self.cluster_networks.iter().cloned().collect();
         config.protected_namespaces = Some(match &self.protected_namespaces {
             Some(names) => ProtectedNamespaces::new(names),
             None => ProtectedNamespaces::defaults(operator_namespace, &self.k8tls_namespace),
         });
+    }
+}
+
+/// A CIDR as the API server validates one (`10.96.0.0/12`, `fd00::/108`).
+fn parse_cidr(value: &str) -> Result<String, String> {
+    let cidr = value.split_once('/').and_then(|(address, prefix)| {
+        let bits = match address.parse::<std::net::IpAddr>().ok()? {
+            std::net::IpAddr::V4(_) => 32,
+            std::net::IpAddr::V6(_) => 128,
+        };
+        prefix.parse::<u8>().ok().filter(|p| *p <= bits)
+    });
+    match cidr {
+        Some(_) => Ok(value.to_owned()),
+        None => Err(format!("`{value}` is not a CIDR (address/prefix length)")),
     }
 }
 

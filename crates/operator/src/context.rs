@@ -71,6 +71,8 @@ pub struct EngineContext {
     pub k8tls_image: String,
     /// The only ClusterRoles namespaceSandbox may grant.
     pub sandbox_cluster_roles: BTreeSet<String>,
+    /// Address ranges inside the cluster besides the nodes' pod ranges (`--cluster-networks`).
+    pub cluster_networks: BTreeSet<String>,
     /// The cluster facts engines read.
     pub facts: Facts,
 }
@@ -127,6 +129,8 @@ impl Context {
                 .kyverno_kinds
                 .in_force(|k| e.served.borrow().contains(k))
                 .unwrap_or_default(),
+            cluster_networks: e.cluster_networks.clone(),
+            admin_priorities: None,
         };
         e.facts.read(rules, &mut env);
         env

@@ -10,9 +10,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use nimbus_api::NimbusRule;
+use nimbus_api::{ClusterNimbusPolicy, NimbusRule};
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{self, Environment, Fact, VirtualPatches, virtual_patch};
+use nimbus_core::engines::{
+    self, AdminPriorities, Environment, Fact, Ranked, VirtualPatches, virtual_patch,
+};
 use std::collections::BTreeSet;
 
 /// The caches of the facts the enabled engines read.
@@ -22,6 +24,9 @@ pub(crate) struct FactCaches {
     /// Whether an enabled engine reads whether the k8tls namespace exists (from the shared
     /// cache of namespaces).
     k8tls_namespace: Option<String>,
+    /// Whether an enabled engine reads the Admin-tier priorities (from the cache of cluster
+    /// policies).
+    admin_priorities: bool,
 }
 
 impl FactCaches {
@@ -51,12 +56,19 @@ impl FactCaches {
                     (ObjectRef::new(name).within(ns), counted(cache, metrics))
                 }),
             k8tls_namespace: reads(Fact::K8tlsNamespace).then(|| k8tls_namespace.to_owned()),
+            admin_priorities: reads(Fact::AdminPriorities),
         }
     }
 
-    /// What reconciles read of them; `namespaces`: the shared cache of namespaces.
-    pub(crate) fn stores(&self, namespaces: &Store<Namespace>, k8tls_namespace: &str) -> Facts {
+    /// What reconciles read of them; `namespaces` and `cluster_policies`: the shared caches.
+    pub(crate) fn stores(
+        &self,
+        namespaces: &Store<Namespace>,
+        cluster_policies: &Store<ClusterNimbusPolicy>,
+        k8tls_namespace: &str,
+    ) -> Facts {
         Facts {
+            cluster_policies: self.admin_priorities.then(|| cluster_policies.clone()),
             nodes: self.nodes.as_ref().map(|c| c.store.clone()),
             virtual_patch_db: self
                 .patch_db
@@ -83,14 +95,22 @@ impl FactCaches {
         drivers
     }
 
-    /// A signal per change of a fact that changes translations; `namespaces`: the shared cache
-    /// of namespaces, `facts` what reconciles read.
+    /// A signal per change of a fact that changes translations; `namespaces` and
+    /// `cluster_policies`: the shared caches, `facts` what reconciles read.
     pub(crate) fn changes(
         &mut self,
         facts: &Facts,
         namespaces: &mut Cache<Namespace>,
+        cluster_policies: &mut Cache<ClusterNimbusPolicy>,
     ) -> Vec<BoxStream<'static, ()>> {
         let mut streams = Vec::new();
+        if self.admin_priorities {
+            // Deleting a binding moves the younger ones' policies up.
+            let facts = facts.clone();
+            streams.push(changes(cluster_policies.subscribe(), move || {
+                facts.admin_priorities()
+            }));
+        }
         if let Some(nodes) = &mut self.nodes {
             let facts = facts.clone();
             streams.push(changes(nodes.subscribe(), move || facts.node_pod_cidrs()));
@@ -114,6 +134,9 @@ impl FactCaches {
 /// The facts as reconciles read them, from the caches.
 #[derive(Clone)]
 pub struct Facts {
+    /// Cluster policies, for the Admin-tier priorities (only when the ClusterNetworkPolicy
+    /// engine is enabled).
+    cluster_policies: Option<Store<ClusterNimbusPolicy>>,
     /// Nodes, for their pod CIDRs (only when the NetworkPolicy engine is enabled).
     nodes: Option<Store<Node>>,
     /// The virtual-patch database ConfigMap, when one is configured.
@@ -140,6 +163,16 @@ impl Facts {
             .collect()
     }
 
+    /// The priorities of every cluster policy's Admin-tier ClusterNetworkPolicies.
+    pub fn admin_priorities(&self) -> Option<AdminPriorities> {
+        let policies = self.cluster_policies.as_ref()?.state();
+        Some(engines::priorities(policies.iter().map(|p| Ranked {
+            name: p.metadata.name.as_deref().unwrap_or_default(),
+            created: p.metadata.creation_timestamp.as_ref(),
+            rules: &p.spec.rules,
+        })))
+    }
+
     /// Puts in `env` the facts the translation of `rules` depends on (the costlier ones only
     /// when a rule needs them).
     pub fn read(&self, rules: &[NimbusRule], env: &mut Environment) {
@@ -158,6 +191,11 @@ impl Facts {
             self.node_pod_cidrs()
         } else {
             BTreeSet::new()
+        };
+        env.admin_priorities = if engines::rules_read(rules, Fact::AdminPriorities) {
+            self.admin_priorities()
+        } else {
+            None
         };
         env.k8tls_namespace_exists = self
             .namespaces

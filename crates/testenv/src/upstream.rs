@@ -36,8 +36,15 @@ pub const POLICY_REPORT: EngineCrd = engine_crd!("kyverno", "wgpolicyk8s.io_poli
 /// OpenReports' namespaced report, which the posture is written as.
 pub const OPEN_REPORT: EngineCrd = engine_crd!("openreports", "openreports.io_reports.yaml");
 
+/// network-policy-api's ClusterNetworkPolicy (v1alpha2 served, v1beta1 stored), which the
+/// clusternetworkpolicy engine writes.
+pub const CLUSTER_NETWORK_POLICY: EngineCrd = engine_crd!(
+    "network-policy-api",
+    "policy.networking.k8s.io_clusternetworkpolicies.yaml"
+);
+
 /// Every vendored engine CRD.
-pub const ENGINE_CRDS: [EngineCrd; 7] = [
+pub const ENGINE_CRDS: [EngineCrd; 8] = [
     KUBEARMOR_POLICY,
     KUBEARMOR_CLUSTER_POLICY,
     KUBEARMOR_HOST_POLICY,
@@ -45,6 +52,7 @@ pub const ENGINE_CRDS: [EngineCrd; 7] = [
     KYVERNO_CLUSTER_POLICY,
     POLICY_REPORT,
     OPEN_REPORT,
+    CLUSTER_NETWORK_POLICY,
 ];
 
 impl EngineCrd {
@@ -77,17 +85,18 @@ mod tests {
     #[test]
     fn every_vendored_engine_crd_is_compiled_in() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../upstream");
-        let mut on_disk: Vec<String> = ["kubearmor", "kyverno", "openreports"]
-            .iter()
-            .flat_map(|engine| std::fs::read_dir(root.join(engine)).expect("upstream dir"))
-            .map(|entry| {
-                entry
-                    .expect("entry")
-                    .file_name()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
+        let mut on_disk: Vec<String> =
+            ["kubearmor", "kyverno", "openreports", "network-policy-api"]
+                .iter()
+                .flat_map(|engine| std::fs::read_dir(root.join(engine)).expect("upstream dir"))
+                .map(|entry| {
+                    entry
+                        .expect("entry")
+                        .file_name()
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect();
         on_disk.sort();
         let mut embedded: Vec<String> = ENGINE_CRDS.iter().map(|c| c.file.to_owned()).collect();
         embedded.sort();

@@ -21,13 +21,12 @@ use super::pss;
 use super::{
     AuditForm, CLUSTER, Enforces, EngineSpec, Environment, MUTATING_ADMISSION_POLICY,
     MUTATING_ADMISSION_POLICY_BINDING, NativeKind, Output, PolicyInput, Rule,
-    VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, metadata, native_name,
-    object, selector_json,
+    VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, metadata, namespace_selector,
+    native_name, object, selector_json,
 };
 use crate::intents::{id, param, param_value};
 use crate::names::MAX_NAME_LEN;
 use kube::core::DynamicObject;
-use nimbus_api::WORKLOAD_ALL_NAMESPACES;
 use serde_json::{Value, json};
 
 pub(super) const SPEC: EngineSpec = EngineSpec {
@@ -82,9 +81,6 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         &MUTATING_ADMISSION_POLICY_BINDING,
     ],
 };
-
-/// The label every namespace carries with its own name, which namespace selectors match.
-const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     if policy.namespace.is_some() {
@@ -205,26 +201,8 @@ fn built(
 /// protected and the excluded ones, as the Kyverno ClusterPolicies exclude them, and the
 /// workloads its selector selects (by their own labels, as Kyverno matches them).
 fn match_resources(policy: &PolicyInput, env: &Environment) -> Value {
-    let namespaces = policy.namespaces.as_ref();
-    let mut excluded: Vec<String> = env.protected_namespaces.iter().map(str::to_owned).collect();
-    if let Some(names) = namespaces.and_then(|n| n.exclude_names.as_ref()) {
-        excluded.extend(names.iter().cloned());
-    }
-    excluded.sort();
-    excluded.dedup();
-    let mut expressions = vec![json!({
-        "key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded,
-    })];
-    let named = namespaces
-        .and_then(|n| n.match_names.as_ref())
-        .filter(|names| !names.iter().any(|n| n == WORKLOAD_ALL_NAMESPACES));
-    if let Some(names) = named {
-        expressions.push(json!({
-            "key": NAMESPACE_NAME_LABEL, "operator": "In", "values": names,
-        }));
-    }
     json!({
-        "namespaceSelector": {"matchExpressions": expressions},
+        "namespaceSelector": namespace_selector(policy, env),
         "objectSelector": selector_json(&policy.selector),
     })
 }

@@ -1,12 +1,12 @@
 //! What engine modules build their translations with: the rule being translated, native
 //! names, metadata and objects, and what an engine gives back for a rule.
 
-use super::translation::{PolicyInput, Problem};
+use super::translation::{Environment, PolicyInput, Problem};
 use super::{Engine, MANAGED_BY, NativeKind};
 use crate::names;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::core::{DynamicObject, TypeMeta};
-use nimbus_api::{NimbusRule, condition};
+use nimbus_api::{NimbusRule, WORKLOAD_ALL_NAMESPACES, condition};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -34,6 +34,33 @@ impl Rule<'_> {
         ))
     }
 }
+
+/// The namespaces a cluster policy reaches, as a namespace label selector: all of them, or
+/// those it names, but the protected and the excluded ones.
+pub(super) fn namespace_selector(policy: &PolicyInput, env: &Environment) -> Value {
+    let namespaces = policy.namespaces.as_ref();
+    let mut excluded: Vec<String> = env.protected_namespaces.iter().map(str::to_owned).collect();
+    if let Some(names) = namespaces.and_then(|n| n.exclude_names.as_ref()) {
+        excluded.extend(names.iter().cloned());
+    }
+    excluded.sort();
+    excluded.dedup();
+    let mut expressions = vec![serde_json::json!({
+        "key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded,
+    })];
+    let named = namespaces
+        .and_then(|n| n.match_names.as_ref())
+        .filter(|names| !names.iter().any(|n| n == WORKLOAD_ALL_NAMESPACES));
+    if let Some(names) = named {
+        expressions.push(serde_json::json!({
+            "key": NAMESPACE_NAME_LABEL, "operator": "In", "values": names,
+        }));
+    }
+    serde_json::json!({"matchExpressions": expressions})
+}
+
+/// The label every namespace carries with its own name, which namespace selectors match.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// `<policy>-<suffix>`, shortened deterministically when longer than `max`.
 pub(super) fn native_name(policy: &PolicyInput, suffix: &str, max: usize) -> String {

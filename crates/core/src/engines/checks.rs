@@ -2,7 +2,7 @@
 //! catalog, bad parameters, a sensitive intent not allowed, or no engine in force for it.
 
 use super::engine::{Engine, enforcing};
-use super::engine_set::EngineSet;
+use super::engine_set::{EngineSet, MECHANISMS};
 use super::translation::Problem;
 use crate::intents::{self, BindingKind};
 use nimbus_api::{NimbusRule, condition};
@@ -148,7 +148,8 @@ fn coverage(
                 format!(
                     "intent `{}` is enforced by {chosen} in place of {engine} ({why}; engine \
                      preference {})",
-                    rule.id, engines.preference
+                    rule.id,
+                    engines.preference.among(&chosen)
                 ),
             )
         });
@@ -170,15 +171,22 @@ fn stand_ins(
 ) -> Vec<(Engine, Engine)> {
     let mut replaced: Vec<(Engine, Engine)> = Vec::new();
     for origin in kind.origins() {
-        let Some(chosen) = engines.preference.in_force(*origin, engines) else {
-            continue;
-        };
-        if !chosen.handles(spec.id, *origin) {
-            continue;
-        }
-        for engine in engines.preference.preferred_to(chosen, *origin) {
-            if engine.handles(spec.id, *origin) && !replaced.contains(&(engine, chosen)) {
-                replaced.push((engine, chosen));
+        for mechanism in MECHANISMS {
+            // A choice per binding compares what the engines do for the binding as a whole.
+            let handles = |engine: Engine| match mechanism.per_binding {
+                true => kind.origins().iter().any(|o| engine.handles(spec.id, *o)),
+                false => engine.handles(spec.id, *origin),
+            };
+            let Some(chosen) = engines.preference.in_force(mechanism, *origin, engines) else {
+                continue;
+            };
+            if !handles(chosen) {
+                continue;
+            }
+            for engine in engines.preference.preferred_to(chosen, *origin) {
+                if handles(engine) && !replaced.contains(&(engine, chosen)) {
+                    replaced.push((engine, chosen));
+                }
             }
         }
     }

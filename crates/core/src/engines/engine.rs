@@ -16,6 +16,7 @@ macro_rules! registered_engines {
     ($then:ident) => {
         $then! {
             NetworkPolicy => netpol,
+            ClusterNetworkPolicy => cluster_netpol,
             KubeArmor => kubearmor,
             Kyverno => kyverno,
             K8tls => k8tls,

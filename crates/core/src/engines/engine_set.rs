@@ -1,16 +1,22 @@
 //! Which engines act: the engines in force ([`EngineSet`]: enabled, installed, or left to an
 //! external adapter) and, of the engines of one mechanism, the one preferred ([`Preference`]).
 //!
-//! Engine preference: Kyverno and the built-in `admission` engine both enforce intents by
-//! admission control, and both enforcing one intent would only double the same check (or, for
-//! mutations, race). For each kind of policy, the first engine of the preference order that acts
-//! on that kind of policy and is in force (enabled and installed, or left to an external
-//! adapter) writes; the others stand by. Engines of other mechanisms (KubeArmor, NetworkPolicy)
+//! Engine preference: two engines of one [`Mechanism`] enforce the same intents, and both
+//! enforcing one would only double the same check (or, for mutations, race). The first engine
+//! of the preference order that acts and is in force (enabled and installed, or left to an
+//! external adapter) writes; the others of its mechanism stand by. Engines of other mechanisms
 //! are not concerned and keep enforcing beside it.
 //!
-//! The choice is per kind of policy, not per intent: with Kyverno preferred and installed, the
-//! admission engine writes nothing at all, not even for intents Kyverno does not enforce
-//! (unAuthorizedSaTokenAccess), so a cluster running Kyverno gets exactly Nimbus's output.
+//! - Admission control ([`ADMISSION_CONTROL`]: Kyverno, then the built-in `admission` engine)
+//!   chooses per kind of policy, not per intent: with Kyverno preferred and installed, the
+//!   admission engine writes nothing at all, not even for intents Kyverno does not enforce
+//!   (unAuthorizedSaTokenAccess), so a cluster running Kyverno gets exactly Nimbus's output.
+//! - The network ([`CLUSTER_NETWORK`]: NetworkPolicy, then ClusterNetworkPolicy) chooses per
+//!   kind of binding: the NetworkPolicy engine writes from each namespace's policy of a cluster
+//!   binding, the ClusterNetworkPolicy engine from its cluster policy, so with the latter
+//!   preferred and installed the former writes nothing for cluster bindings (and keeps writing
+//!   for namespaced ones, which the latter does not act on). NetworkPolicy comes first, so that
+//!   the output stays Nimbus's unless the ClusterNetworkPolicy engine is chosen.
 
 use super::{Engine, NativeKind};
 use crate::intents::Origin;
@@ -54,9 +60,55 @@ impl EngineSet {
     }
 }
 
-/// The engines of the admission-control mechanism, in the default order: Kyverno first, so
-/// that the output stays Nimbus's wherever Kyverno is installed.
-pub const ADMISSION_CONTROL: [Engine; 2] = [Engine::Kyverno, Engine::Admission];
+/// Engines that enforce the same intents by one mechanism, of which one writes.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Mechanism {
+    /// In plain words (`nimbus explain`).
+    pub name: &'static str,
+    /// In the default order.
+    pub engines: [Engine; 2],
+    /// Whether the choice is per kind of binding rather than per kind of policy: the engines
+    /// write from different policies of the same binding.
+    pub per_binding: bool,
+}
+
+/// Kyverno first, so that the output stays Nimbus's wherever Kyverno is installed.
+pub const ADMISSION_CONTROL: Mechanism = Mechanism {
+    name: "admission control",
+    engines: [Engine::Kyverno, Engine::Admission],
+    per_binding: false,
+};
+
+/// NetworkPolicy first, so that the output stays Nimbus's unless ClusterNetworkPolicy is chosen.
+pub const CLUSTER_NETWORK: Mechanism = Mechanism {
+    name: "network policy",
+    engines: [Engine::NetworkPolicy, Engine::ClusterNetworkPolicy],
+    per_binding: true,
+};
+
+/// Every mechanism with a choice.
+pub const MECHANISMS: [&Mechanism; 2] = [&ADMISSION_CONTROL, &CLUSTER_NETWORK];
+
+impl Mechanism {
+    /// The mechanism `engine` is one of, if it has an alternative.
+    pub fn of(engine: Engine) -> Option<&'static Mechanism> {
+        MECHANISMS.into_iter().find(|m| m.engines.contains(&engine))
+    }
+
+    /// Whether `engine` of this mechanism acts on policies of `origin`, or for a choice per
+    /// binding, on any policy of the binding `origin` is of.
+    fn competes(&self, engine: Engine, origin: Origin) -> bool {
+        if self.per_binding {
+            origin
+                .binding_kind()
+                .origins()
+                .iter()
+                .any(|o| acts_on(engine, *o))
+        } else {
+            acts_on(engine, origin)
+        }
+    }
+}
 
 /// The order in which engines of the same mechanism are preferred (`--engine-preference`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,24 +119,34 @@ pub enum PreferenceError {
     #[error("engine `{0}` is listed twice")]
     Repeated(Engine),
     #[error(
-        "engine `{0}` has no alternative to be preferred to (only kyverno and admission, both \
-         admission control, are chosen by preference)"
+        "engine `{0}` has no alternative to be preferred to (only {alternatives} are chosen by \
+         preference)",
+        alternatives = alternatives()
     )]
     NoAlternative(Engine),
 }
 
+/// `kyverno and admission, netpol and clusternetworkpolicy`.
+fn alternatives() -> String {
+    let pairs: Vec<String> = MECHANISMS
+        .iter()
+        .map(|m| format!("{} and {}", m.engines[0], m.engines[1]))
+        .collect();
+    pairs.join(", ")
+}
+
 impl Default for Preference {
     fn default() -> Self {
-        Self(ADMISSION_CONTROL.to_vec())
+        Self(MECHANISMS.iter().flat_map(|m| m.engines).collect())
     }
 }
 
 impl Preference {
-    /// `order` first; the engines of the mechanism it leaves out follow in the default order.
+    /// `order` first; the engines it leaves out follow in their mechanism's default order.
     pub fn new(order: &[Engine]) -> Result<Self, PreferenceError> {
         let mut out = Vec::new();
         for engine in order {
-            if !ADMISSION_CONTROL.contains(engine) {
+            if Mechanism::of(*engine).is_none() {
                 return Err(PreferenceError::NoAlternative(*engine));
             }
             if out.contains(engine) {
@@ -92,7 +154,7 @@ impl Preference {
             }
             out.push(*engine);
         }
-        out.extend(ADMISSION_CONTROL.iter().filter(|e| !order.contains(e)));
+        out.extend(Self::default().0.into_iter().filter(|e| !order.contains(e)));
         Ok(Self(out))
     }
 
@@ -100,32 +162,52 @@ impl Preference {
         &self.0
     }
 
-    /// The engine of the mechanism that writes for policies of `origin`: the first in the
-    /// order that acts on such policies and is in force. `None` when none is.
-    pub fn in_force(&self, origin: Origin, engines: &EngineSet) -> Option<Engine> {
-        self.0
-            .iter()
-            .copied()
-            .find(|e| acts_on(*e, origin) && (engines.active(*e) || engines.external.contains(e)))
+    /// The order of `engine`'s mechanism alone (`kyverno,admission`).
+    pub fn among(&self, engine: &Engine) -> String {
+        let mechanism = Mechanism::of(*engine);
+        let names: Vec<&str> = (self.0.iter())
+            .filter(|e| mechanism.is_some_and(|m| m.engines.contains(e)))
+            .map(|e| e.name())
+            .collect();
+        names.join(",")
+    }
+
+    /// The engine of `mechanism` that writes for policies of `origin`: the first in the order
+    /// that acts on them (for a choice per binding: on the binding's) and is in force. `None`
+    /// when none is.
+    pub fn in_force(
+        &self,
+        mechanism: &Mechanism,
+        origin: Origin,
+        engines: &EngineSet,
+    ) -> Option<Engine> {
+        self.0.iter().copied().find(|e| {
+            mechanism.engines.contains(e)
+                && mechanism.competes(*e, origin)
+                && (engines.active(*e) || engines.external.contains(e))
+        })
     }
 
     /// Whether `engine` stands by for policies of `origin`: another engine of its mechanism is
     /// in force there.
     pub fn stands_by(&self, engine: Engine, origin: Origin, engines: &EngineSet) -> bool {
-        self.0.contains(&engine)
-            && self
-                .in_force(origin, engines)
+        Mechanism::of(engine).is_some_and(|m| {
+            self.in_force(m, origin, engines)
                 .is_some_and(|chosen| chosen != engine)
+        })
     }
 
-    /// The engines preferred to `engine` that act on policies of `origin` (and so are not in
-    /// force when `engine` is).
+    /// The engines of its mechanism preferred to `engine` that act on policies of `origin`
+    /// (and so are not in force when `engine` is).
     pub fn preferred_to(&self, engine: Engine, origin: Origin) -> Vec<Engine> {
+        let Some(mechanism) = Mechanism::of(engine) else {
+            return Vec::new();
+        };
         self.0
             .iter()
             .copied()
             .take_while(|e| *e != engine)
-            .filter(|e| acts_on(*e, origin))
+            .filter(|e| mechanism.engines.contains(e) && mechanism.competes(*e, origin))
             .collect()
     }
 }
@@ -191,7 +273,7 @@ mod tests {
         }
     }
 
-    /// (preference, installed, enabled, external, origin, engine in force)
+    /// (preference, installed, enabled, external, origin, engine of the mechanism in force)
     type Row<'a> = (
         &'a Preference,
         &'a [Engine],
@@ -207,7 +289,7 @@ mod tests {
         let all = Engine::ALL;
         let default = Preference::default();
         let admission_first = Preference::new(&[A]).unwrap();
-        assert_eq!(admission_first.order(), [A, K]);
+        assert_eq!(admission_first.order()[..2], [A, K]);
         let table: &[Row] = &[
             // Kyverno installed: it writes, as Nimbus did.
             (&default, &all, &all, &[], Origin::Cluster, Some(K)),
@@ -238,8 +320,9 @@ mod tests {
             table.iter().enumerate()
         {
             let engines = set(installed, enabled, external);
-            assert_eq!(preference.in_force(*origin, &engines), *want, "row {i}");
-            for engine in ADMISSION_CONTROL {
+            let got = preference.in_force(&ADMISSION_CONTROL, *origin, &engines);
+            assert_eq!(got, *want, "row {i}");
+            for engine in ADMISSION_CONTROL.engines {
                 assert_eq!(
                     preference.stands_by(engine, *origin, &engines),
                     want.is_some_and(|w| w != engine),
@@ -248,6 +331,77 @@ mod tests {
             }
             // Other mechanisms never stand by.
             assert!(!preference.stands_by(Engine::KubeArmor, *origin, &engines));
+        }
+    }
+
+    #[test]
+    fn the_network_engine_is_chosen_per_kind_of_binding() {
+        use Engine::{ClusterNetworkPolicy as C, NetworkPolicy as N};
+        let all = Engine::ALL;
+        let cnp_first = Preference::new(&[C]).unwrap();
+        let table: &[Row] = &[
+            // By default NetworkPolicies, as Nimbus wrote them, for every binding.
+            (
+                &Preference::default(),
+                &all,
+                &all,
+                &[],
+                Origin::Binding,
+                Some(N),
+            ),
+            (
+                &Preference::default(),
+                &all,
+                &all,
+                &[],
+                Origin::ClusterBindingNamespace,
+                Some(N),
+            ),
+            (
+                &Preference::default(),
+                &all,
+                &all,
+                &[],
+                Origin::Cluster,
+                Some(N),
+            ),
+            // ClusterNetworkPolicy chosen: for every policy of a cluster binding, the
+            // namespaces' included; namespaced bindings keep their NetworkPolicies.
+            (&cnp_first, &all, &all, &[], Origin::Cluster, Some(C)),
+            (
+                &cnp_first,
+                &all,
+                &all,
+                &[],
+                Origin::ClusterBindingNamespace,
+                Some(C),
+            ),
+            (&cnp_first, &all, &all, &[], Origin::Binding, Some(N)),
+            // ... where the API server serves it.
+            (
+                &cnp_first,
+                &[N],
+                &all,
+                &[],
+                Origin::ClusterBindingNamespace,
+                Some(N),
+            ),
+        ];
+        for (i, (preference, installed, enabled, external, origin, want)) in
+            table.iter().enumerate()
+        {
+            let engines = set(installed, enabled, external);
+            let got = preference.in_force(&CLUSTER_NETWORK, *origin, &engines);
+            assert_eq!(got, *want, "row {i}");
+            for engine in CLUSTER_NETWORK.engines {
+                assert_eq!(
+                    preference.stands_by(engine, *origin, &engines),
+                    want.is_some_and(|w| w != engine),
+                    "row {i}, {engine}"
+                );
+            }
+            // Admission control is not concerned.
+            assert!(!preference.stands_by(Engine::Kyverno, *origin, &engines));
         }
     }
 
@@ -278,7 +432,14 @@ mod tests {
         );
         assert_eq!(
             " admission ".parse::<Preference>().unwrap().to_string(),
-            "admission,kyverno"
+            "admission,kyverno,netpol,clusternetworkpolicy"
+        );
+        assert_eq!(
+            "clusternetworkpolicy"
+                .parse::<Preference>()
+                .unwrap()
+                .to_string(),
+            "clusternetworkpolicy,kyverno,admission,netpol"
         );
         assert_eq!("".parse::<Preference>(), Ok(Preference::default()));
         assert!(

@@ -91,6 +91,18 @@ pub const NETWORK_POLICY: NativeKind = NativeKind {
     listed: true,
     acts: Acts::OnWrite,
 };
+/// network-policy-api's ClusterNetworkPolicy, as its standard channel's CRD serves it.
+pub const CLUSTER_NETWORK_POLICY: NativeKind = NativeKind {
+    group: "policy.networking.k8s.io",
+    version: "v1alpha2",
+    kind: "ClusterNetworkPolicy",
+    plural: "clusternetworkpolicies",
+    namespaced: false,
+    crd: Some("clusternetworkpolicies.policy.networking.k8s.io"),
+    entry: "ClusterNetworkPolicy",
+    listed: true,
+    acts: Acts::OnWrite,
+};
 pub const KUBEARMOR_POLICY: NativeKind = NativeKind {
     group: "security.kubearmor.com",
     version: "v1",

@@ -8,6 +8,7 @@
 //! registry, which ties each [`Engine`] to its module's `SPEC`; everything else lives in a
 //! module of its own.
 
+mod admin_priorities;
 mod build;
 mod checks;
 mod engine;
@@ -18,10 +19,12 @@ mod spec;
 mod translate;
 mod translation;
 
+pub use admin_priorities::{AdminPriorities, Ranked, priorities};
 pub use checks::{check_intent, check_rule, sensitive_problem};
 pub use engine::{Engine, enforcing};
 pub use engine_set::{
-    ADMISSION_CONTROL, EngineSet, HANDOVER, Preference, PreferenceError, handover_wait,
+    ADMISSION_CONTROL, CLUSTER_NETWORK, EngineSet, HANDOVER, MECHANISMS, Mechanism, Preference,
+    PreferenceError, handover_wait,
 };
 pub use kinds::*;
 pub use kyverno::virtual_patch::{self, VirtualPatches};
@@ -34,7 +37,10 @@ pub use translation::{
     Generated, PolicyInput, Problem, Translation,
 };
 // What engine modules build their translations with.
-use build::{Emitted, Output, Rule, labels_only, metadata, native_name, object, selector_json};
+use build::{
+    Emitted, Output, Rule, labels_only, metadata, namespace_selector, native_name, object,
+    selector_json,
+};
 use spec::{BINDING_OR_CLUSTER, CLUSTER, CLUSTER_BINDING_NAMESPACES, NAMESPACED};
 
 /// Declares the module of each engine of the `registered_engines!` list (whose `SPEC` is the

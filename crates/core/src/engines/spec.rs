@@ -147,6 +147,9 @@ pub enum Fact {
     K8tlsNamespace,
     /// The virtual-patch database ConfigMap.
     VirtualPatchDb,
+    /// The priorities of the Admin-tier ClusterNetworkPolicies, which depend on every cluster
+    /// policy ([`super::cluster_netpol::priorities`]).
+    AdminPriorities,
 }
 
 /// Origins, as engines declare them.

@@ -8,24 +8,16 @@ use super::engine_set::EngineSet;
 use super::translation::{Environment, Generated, PolicyInput, Problem, Translation};
 use super::{AUDIT, AuditForm, Engine};
 use crate::intents::{self};
+use crate::names::rule_keys;
 use nimbus_api::condition;
-use std::collections::BTreeMap;
 
 /// Translates `policy` with every active engine, in rule order and, within a rule, engine
 /// order. Each rule is checked against the catalog: unknown IDs, bad parameters and intents
 /// no active engine can enforce become problems.
 pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -> Translation {
     let mut out = Translation::default();
-    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-    for (index, rule) in policy.rules.iter().enumerate() {
-        // Names derive from `<policy>-<lowercase id>`; a second rule with the same ID (another
-        // intent of the same kind) gets `-2`, and so on, so no two rules share an object.
-        let count = seen.entry(rule.id.as_str()).or_default();
-        *count += 1;
-        let key = match *count {
-            1 => rule.id.to_lowercase(),
-            n => format!("{}-{n}", rule.id.to_lowercase()),
-        };
+    let keys = rule_keys(policy.rules);
+    for (index, (rule, key)) in policy.rules.iter().zip(keys).enumerate() {
         out.problems
             .extend(check_rule(rule, policy.origin.binding_kind(), engines));
         let Some(spec) = intents::intent(&rule.id) else {

@@ -2,6 +2,7 @@
 //! settings, with their defaults) and what it gives (native objects, and the problems that keep
 //! an intent from being enforced).
 
+use super::admin_priorities::AdminPriorities;
 use super::{Engine, KyvernoApi, NativeKind, VirtualPatches};
 use crate::intents::{self, Origin};
 use crate::namespaces::ProtectedNamespaces;
@@ -101,6 +102,12 @@ pub struct Environment {
     pub protected_namespaces: ProtectedNamespaces,
     /// Which of Kyverno's policy APIs the Kyverno engine writes in.
     pub kyverno: KyvernoApi,
+    /// Address ranges inside the cluster besides the nodes' pod ranges (Services, nodes), which
+    /// the ClusterNetworkPolicy engine's denyExternalNetworkAccess passes on.
+    pub cluster_networks: BTreeSet<String>,
+    /// The Admin-tier priorities of every cluster policy's ClusterNetworkPolicies; `None`: a
+    /// policy translated on its own (offline), which takes the first of its band.
+    pub admin_priorities: Option<AdminPriorities>,
 }
 
 impl Default for Environment {
@@ -117,6 +124,8 @@ impl Default for Environment {
                 .collect(),
             protected_namespaces: ProtectedNamespaces::default(),
             kyverno: KyvernoApi::default(),
+            cluster_networks: BTreeSet::new(),
+            admin_priorities: None,
         }
     }
 }

@@ -217,7 +217,8 @@ fn an_engine_handed_over_from_keeps_its_objects_until_the_new_ones_act() {
     // The admission engine preferred: Kyverno stands by.
     let plan = planned_cluster(engines(&Engine::ALL, &[Engine::Admission]), &[]);
     let origin = Origin::Cluster;
-    assert_eq!(plan.standing_by(origin), BTreeSet::from([Engine::Kyverno]));
+    let standing_by = plan.standing_by(origin);
+    assert!(standing_by.contains(&Engine::Kyverno) && !standing_by.contains(&Engine::Admission));
     let holds_kyverno = |e: Engine| e == Engine::Kyverno;
     let cases = [
         (
@@ -233,14 +234,19 @@ fn an_engine_handed_over_from_keeps_its_objects_until_the_new_ones_act() {
         ("acting long enough", Some(30), None),
     ];
     for (what, acting_for, wait) in cases {
-        let handover = plan.handover(origin, holds_kyverno, |g| {
-            assert_eq!(
-                g.engine,
-                Engine::Admission,
-                "only the engine in force is waited for"
-            );
-            acting_for.map(Duration::from_secs)
-        });
+        let handover = plan.handover(
+            origin,
+            holds_kyverno,
+            |g| {
+                assert_eq!(
+                    g.engine,
+                    Engine::Admission,
+                    "only the engine in force is waited for"
+                );
+                acting_for.map(Duration::from_secs)
+            },
+            |_| panic!("Kyverno and admission write from the same policy"),
+        );
         assert_eq!(handover.as_ref().map(|h| h.wait), wait, "{what}");
         assert_eq!(
             plan.prunes(Engine::Kyverno, handover.as_ref()),
@@ -250,7 +256,10 @@ fn an_engine_handed_over_from_keeps_its_objects_until_the_new_ones_act() {
         assert!(plan.prunes(Engine::Admission, handover.as_ref()), "{what}");
     }
     // Nothing of Kyverno's left: nothing to hand over.
-    assert_eq!(plan.handover(origin, |_| false, |_| None), None);
+    assert_eq!(
+        plan.handover(origin, |_| false, |_| None, |_| Vec::new()),
+        None
+    );
     // A policy the controller does not execute prunes nothing.
     let restoring = PolicyPlan {
         claim: Claim::Restoring,
@@ -300,4 +309,100 @@ fn a_conflict_or_failed_write_outranks_a_clean_translation_and_a_blocking_proble
         reason(&[native(NativeOutcome::Conflict)], &unbound).0,
         condition::REASON_NOT_BOUND
     );
+}
+
+#[test]
+fn a_network_engine_handed_over_waits_for_the_other_policies_of_its_binding() {
+    // dnsManipulation of a cluster binding: NetworkPolicies from each namespace's policy, or
+    // one ClusterNetworkPolicy from the cluster policy. Whichever takes over, the objects of
+    // the other are kept until the new ones, written from the binding's other policies, act.
+    let dns = json!([{"id": "dnsManipulation", "rule": {"action": "Block"}}]);
+    let mut namespace_policy = policy(dns.clone(), &[MANAGER], &[]);
+    namespace_policy.metadata.owner_references =
+        Some(vec![crate::objects::controller_reference::<
+            ClusterSecurityIntentBinding,
+        >("web", "csib-uid")]);
+    let mut cluster = cluster_policy();
+    cluster.spec.rules = serde_json::from_value(dns).expect("rules");
+    let s = |secs| Some(Duration::from_secs(secs));
+    // (what, preferred, whose objects the policy holds, ages elsewhere, wait)
+    type Case<'a> = (
+        &'a str,
+        Engine,
+        Engine,
+        Vec<Option<Duration>>,
+        Option<Duration>,
+    );
+    let cases: [Case; 5] = [
+        (
+            "not written yet",
+            Engine::ClusterNetworkPolicy,
+            Engine::NetworkPolicy,
+            vec![None],
+            Some(engines::HANDOVER),
+        ),
+        (
+            "acting for 10 s",
+            Engine::ClusterNetworkPolicy,
+            Engine::NetworkPolicy,
+            vec![s(10)],
+            Some(engines::HANDOVER - Duration::from_secs(10)),
+        ),
+        (
+            "acting long enough",
+            Engine::ClusterNetworkPolicy,
+            Engine::NetworkPolicy,
+            vec![s(30)],
+            None,
+        ),
+        (
+            "back: one namespace not written yet",
+            Engine::NetworkPolicy,
+            Engine::ClusterNetworkPolicy,
+            vec![s(40), None],
+            Some(engines::HANDOVER),
+        ),
+        (
+            "back: every namespace's acting",
+            Engine::NetworkPolicy,
+            Engine::ClusterNetworkPolicy,
+            vec![s(40), s(31)],
+            None,
+        ),
+    ];
+    for (what, preferred, held, elsewhere, wait) in cases {
+        let all = engines(&Engine::ALL, &[preferred]);
+        let (plan, origin) = match held {
+            Engine::NetworkPolicy => (
+                planned(&namespace_policy, all, Claim::Bound),
+                Origin::ClusterBindingNamespace,
+            ),
+            _ => (
+                plan(
+                    &PolicyInput::cluster(&cluster, UID),
+                    &Environment::default(),
+                    all,
+                    Claim::Bound,
+                    &[],
+                ),
+                Origin::Cluster,
+            ),
+        };
+        assert!(plan.standing_by(origin).contains(&held), "{what}");
+        let handover = plan.handover(
+            origin,
+            |e| e == held,
+            |g| panic!("{what}: {} does not write from this policy", g.engine),
+            |e| {
+                assert_eq!(e, preferred, "{what}");
+                elsewhere.clone()
+            },
+        );
+        assert_eq!(handover.as_ref().map(|h| h.wait), wait, "{what}");
+        assert_eq!(
+            plan.prunes(held, handover.as_ref()),
+            wait.is_none(),
+            "{what}"
+        );
+    }
 }

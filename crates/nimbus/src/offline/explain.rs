@@ -60,17 +60,24 @@ pub fn explain(id: &str) -> anyhow::Result<String> {
         };
         out.push_str(&format!("  through a {through}: {engines}\n"));
     }
-    let alternatives: Vec<&str> = engines::ADMISSION_CONTROL
-        .iter()
-        .filter(|e| i.engines().contains(e))
-        .map(|e| e.name())
-        .collect();
-    if alternatives.len() > 1 {
+    for mechanism in engines::MECHANISMS {
+        let alternatives: Vec<&str> = (mechanism.engines.iter())
+            .filter(|e| i.engines().contains(e))
+            .map(|e| e.name())
+            .collect();
+        if alternatives.len() < 2 {
+            continue;
+        }
+        let per = match mechanism.per_binding {
+            true => "kind of binding",
+            false => "kind of policy",
+        };
         out.push_str(&format!(
-            "  {} both enforce at admission: for each kind of policy only the first of \
-             --engine-preference (default {}) that is installed and acts on it writes\n",
+            "  {} both enforce by {}: for each {per} only the first of --engine-preference \
+             (default {}) that is installed and acts on it writes\n",
             alternatives.join(" and "),
-            engines::Preference::default()
+            mechanism.name,
+            engines::Preference::default().among(&mechanism.engines[0]),
         ));
     }
     if i.sensitive {

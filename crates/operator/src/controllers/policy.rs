@@ -10,11 +10,13 @@ use crate::metrics::EngineLabels;
 use crate::write::natives::{Key, NativeObject};
 use crate::write::{Executed, predates_write};
 use futures::{StreamExt, stream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use nimbus_api::NimbusPolicyStatus;
+use nimbus_api::{ClusterSecurityIntentBinding, NimbusPolicyStatus, NimbusRule};
 use nimbus_core::engines::{self, Engine, Generated, PolicyInput};
+use nimbus_core::intents::Origin;
 use nimbus_core::policy::{Claim, Handover, PolicyPlan, reported};
 use nimbus_core::status::{self, NativeOutcome, NativeResult};
 use std::sync::Arc;
@@ -89,7 +91,7 @@ async fn sync<P: Translated>(
             .time_to_protect
             .protected(&object_key(policy), began);
     }
-    let handover = handing_over(ctx, &input, &plan);
+    let handover = handing_over(ctx, policy, &input, &plan);
     let pruned = prune_natives(ctx, &uid, &plan, handover.as_ref()).await?;
     announce(ctx, policy, current, &natives, &pruned);
 
@@ -106,34 +108,96 @@ async fn sync<P: Translated>(
     })
 }
 
-/// The engine handover under way for the policy `input` (see [`PolicyPlan::handover`]), from
-/// the native objects it controls.
-fn handing_over(ctx: &Context, input: &PolicyInput<'_>, plan: &PolicyPlan) -> Option<Handover> {
+/// The engine handover under way for `policy` (see [`PolicyPlan::handover`]), from the native
+/// objects it and the other policies of its binding control.
+fn handing_over<P: Translated>(
+    ctx: &Context,
+    policy: &P,
+    input: &PolicyInput<'_>,
+    plan: &PolicyPlan,
+) -> Option<Handover> {
     if !plan.executes() {
         return None;
     }
     let owned = ctx.natives.owned_by(&input.owner.uid);
-    let engine_of = |object: &NativeObject| {
-        let manager = object.labels().get(engines::MANAGED_BY)?;
-        Engine::ALL.into_iter().find(|e| e.manager() == manager)
-    };
     let now = jiff::Timestamp::now();
+    // One that does not act yet (a Kyverno policy not Ready) counts as just written.
+    let acting_for = |object: &NativeObject| {
+        let created = object.metadata.creation_timestamp.as_ref();
+        let created = created.filter(|_| object.acts)?;
+        Duration::try_from(now.duration_since(created.0)).ok()
+    };
     let loaded_for = |generated: &Generated| {
         let key = Key::of(generated.kind, &generated.object);
         let (_, object) = owned.iter().find(|(kind, o)| Key::of(kind, &**o) == key)?;
-        // One that does not act yet (a Kyverno policy not Ready) counts as just written.
-        let created = object
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .filter(|_| object.acts)?;
-        Duration::try_from(now.duration_since(created.0)).ok()
+        acting_for(object)
+    };
+    // Of each other policy of the binding `engine` writes for: how long its objects have
+    // acted, or `None` when it has written none yet.
+    let elsewhere = |engine: Engine| {
+        let mut ages = Vec::new();
+        for (uid, origin, rules) in binding_siblings(ctx, policy, input.origin) {
+            if !rules.iter().any(|id| engine.handles(id, origin)) {
+                continue;
+            }
+            let before = ages.len();
+            let theirs = ctx.natives.owned_by(&uid);
+            let objects = theirs.iter().filter(|(_, o)| engine_of(o) == Some(engine));
+            ages.extend(objects.map(|(_, o)| acting_for(o)));
+            if ages.len() == before {
+                ages.push(None);
+            }
+        }
+        ages
     };
     plan.handover(
         input.origin,
         |engine| owned.iter().any(|(_, o)| engine_of(o) == Some(engine)),
         loaded_for,
+        elsewhere,
     )
+}
+
+fn engine_of(object: &NativeObject) -> Option<Engine> {
+    let manager = object.labels().get(engines::MANAGED_BY)?;
+    Engine::ALL.into_iter().find(|e| e.manager() == manager)
+}
+
+/// The other policies of `policy`'s cluster binding, if it has one (its cluster policy, or its
+/// namespaces' policies): the uid, origin and intent IDs of each.
+fn binding_siblings<P: Translated>(
+    ctx: &Context,
+    policy: &P,
+    origin: Origin,
+) -> Vec<(String, Origin, Vec<String>)> {
+    let binding = policy
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == ClusterSecurityIntentBinding::kind(&()));
+    let Some(binding) = binding else {
+        return Vec::new();
+    };
+    let ours = |meta: &ObjectMeta| {
+        let owners = meta.owner_references.iter().flatten();
+        owners
+            .into_iter()
+            .any(|o| o.controller == Some(true) && o.uid == binding.uid)
+    };
+    let sibling = |meta: &ObjectMeta, origin, rules: &[NimbusRule]| {
+        let uid = meta.uid.clone()?;
+        Some((uid, origin, rules.iter().map(|r| r.id.clone()).collect()))
+    };
+    match origin {
+        Origin::Cluster => (ctx.policies.state().iter())
+            .filter(|p| ours(&p.metadata))
+            .filter_map(|p| sibling(&p.metadata, Origin::ClusterBindingNamespace, &p.spec.rules))
+            .collect(),
+        Origin::ClusterBindingNamespace => (ctx.cluster_policies.state().iter())
+            .filter(|p| ours(&p.metadata))
+            .filter_map(|p| sibling(&p.metadata, Origin::Cluster, &p.spec.rules))
+            .collect(),
+        Origin::Binding => Vec::new(),
+    }
 }
 
 /// Native objects of one policy written at once: they do not depend on each other, and a new

@@ -41,6 +41,8 @@ pub struct Config {
     pub k8tls_image: String,
     /// The only ClusterRoles namespaceSandbox may grant.
     pub sandbox_cluster_roles: BTreeSet<String>,
+    /// Address ranges inside the cluster besides the nodes' pod ranges (Services, nodes).
+    pub cluster_networks: BTreeSet<String>,
     /// Namespaces cluster bindings never fan out to; `None`: kube-system, the leader-election
     /// namespace (the operator's own) and the k8tls namespace.
     pub protected_namespaces: Option<ProtectedNamespaces>,
@@ -88,6 +90,7 @@ impl Default for Config {
                 .iter()
                 .map(|r| (*r).to_owned())
                 .collect(),
+            cluster_networks: BTreeSet::new(),
             protected_namespaces: None,
             posture: None,
             reconcile_concurrency: DEFAULT_RECONCILE_CONCURRENCY,

@@ -229,11 +229,11 @@ fn translation_inputs_changed(
     t: &Triggers,
 ) -> BoxStream<'static, ()> {
     let mut streams = vec![t.availability_changed(), t.leadership_gained()];
-    streams.extend(
-        caches
-            .facts
-            .changes(&ctx.engines.facts, &mut caches.namespaces),
-    );
+    streams.extend(caches.facts.changes(
+        &ctx.engines.facts,
+        &mut caches.namespaces,
+        &mut caches.cluster_policies,
+    ));
     streams.extend(caches.natives.iter_mut().map(|(_, c, _)| c.relisted()));
     futures::stream::select_all(streams).boxed()
 }

@@ -265,12 +265,15 @@ fn context(
             kyverno_kinds: config.kyverno_kinds,
             preference: config.engine_preference.clone(),
             served: signals.served,
-            facts: caches
-                .facts
-                .stores(&caches.namespaces.store, &config.k8tls_namespace),
+            facts: caches.facts.stores(
+                &caches.namespaces.store,
+                &caches.cluster_policies.store,
+                &config.k8tls_namespace,
+            ),
             k8tls_namespace: config.k8tls_namespace.clone(),
             k8tls_image: config.k8tls_image.clone(),
             sandbox_cluster_roles: config.sandbox_cluster_roles.clone(),
+            cluster_networks: config.cluster_networks.clone(),
         },
         metrics: metrics.clone(),
         leading: signals.leading,
