@@ -1,13 +1,4 @@
-//! The core's NetworkPolicy evaluator (`nimbus_core::netpol`) against an independent one,
-//! cyclonus's matcher (tools/netpol-decider), on random policies and traffic: every
-//! (policies, traffic) case must get the same ingress, egress and overall verdict from both.
-//!
-//! `NIMBUS_NETPOL_ORACLE_CASES` cases (default 2,000; `make netpol-oracle` runs 100,000),
-//! generated from `NIMBUS_NETPOL_ORACLE_SEED` (default 1): the same seed and count give the
-//! same cases. Each random policy set is judged on [`TRAFFIC_PER_SET`] random traffics, and
-//! one decider process judges [`SETS_PER_BATCH`] sets (a process per set would be most of the
-//! run). A disagreement fails the test with the policies and the traffic as JSON, which
-//! `netpol-decider` also reads.
+//! The random cases the oracles judge: NetworkPolicies, and the traffic judged against them.
 //!
 //! The generator covers the NetworkPolicy features (see the netpol module documentation) over
 //! small vocabularies, so that selectors, CIDRs and ports sometimes match and sometimes do not,
@@ -16,190 +7,35 @@
 //! follows Kubernetes rather than cyclonus: `NotIn` only on keys every pod or namespace
 //! carries, and no empty label value. Addresses are data only: nothing is sent anywhere.
 
-mod common;
-
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use nimbus_core::netpol::{Decision, Peer, PodPeer, Policies, Traffic};
-use serde::Deserialize;
+use nimbus_core::netpol::{Peer, PodPeer, Traffic};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Traffics judged against each random policy set.
-const TRAFFIC_PER_SET: usize = 5;
-/// Policy sets per decider process.
-const SETS_PER_BATCH: usize = 2_000;
-/// Disagreements printed in full; the rest are counted.
-const SHOWN: usize = 5;
-
-#[test]
-fn the_evaluator_agrees_with_cyclonus() {
-    let cases: usize = env("NIMBUS_NETPOL_ORACLE_CASES", 2_000);
-    let seed: u64 = env("NIMBUS_NETPOL_ORACLE_SEED", 1);
-    let sets: Vec<Scenario> = (0..cases.div_ceil(TRAFFIC_PER_SET))
-        .map(|i| Scenario::random(&mut Rng::new(seed, i as u64)))
-        .collect();
-
-    let mut compared = 0;
-    let mut tally = Tally::default();
-    let mut disagreements: Vec<(String, Value)> = Vec::new();
-    for (b, batch) in sets.chunks(SETS_PER_BATCH).enumerate() {
-        let verdicts = decide(batch);
-        for (s, (scenario, verdicts)) in batch.iter().zip(&verdicts).enumerate() {
-            let policies = Policies::new(&scenario.policies).unwrap_or_else(|e| {
-                panic!(
-                    "the evaluator refused policies cyclonus judged: {e}\n{}",
-                    pretty(&json!(scenario.policies))
-                )
-            });
-            for (t, traffic) in scenario.traffic.iter().enumerate().take(cases - compared) {
-                let ours = policies.decide(traffic);
-                let theirs = &verdicts[&t.to_string()];
-                tally.count(ours);
-                compared += 1;
-                if (ours.ingress, ours.egress, ours.allowed())
-                    != (theirs.ingress, theirs.egress, theirs.allowed)
-                {
-                    let header = format!(
-                        "policy set {} (seed {seed}), traffic {t}: nimbus {ours:?}, cyclonus \
-                         {theirs:?}",
-                        b * SETS_PER_BATCH + s,
-                    );
-                    let input = json!({"policies": scenario.policies,
-                                       "traffic": [traffic_json(t, traffic)]});
-                    disagreements.push((header, input));
-                }
-            }
-        }
-    }
-    println!(
-        "netpol oracle: {compared} cases ({} policy sets, seed {seed}) compared with cyclonus, \
-         {} disagreements; {tally}",
-        sets.len(),
-        disagreements.len()
-    );
-    // The first case readable, the others on one line each; all as netpol-decider input.
-    let shown: Vec<String> = (disagreements.iter().take(SHOWN).enumerate())
-        .map(|(i, (header, input))| match i {
-            0 => format!("{header}\n{}", pretty(input)),
-            _ => format!("{header}\n{input}"),
-        })
-        .collect();
-    assert!(
-        disagreements.is_empty(),
-        "{} of {compared} cases judged differently from cyclonus (the traffic and the \
-         policies, as netpol-decider reads them); the first {}:\n\n{}",
-        disagreements.len(),
-        shown.len(),
-        shown.join("\n\n")
-    );
-}
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(value) => value
-            .trim()
-            .replace([',', '_'], "")
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
-        Err(_) => default,
-    }
-}
-
-fn pretty(value: &Value) -> String {
-    serde_json::to_string_pretty(value).expect("JSON")
-}
-
-/// How the cases fell, to show they are not all one verdict.
-#[derive(Default)]
-struct Tally {
-    allowed: usize,
-    ingress_denied: usize,
-    egress_denied: usize,
-}
-
-impl Tally {
-    fn count(&mut self, d: Decision) {
-        self.allowed += usize::from(d.allowed());
-        self.ingress_denied += usize::from(!d.ingress);
-        self.egress_denied += usize::from(!d.egress);
-    }
-}
-
-impl std::fmt::Display for Tally {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} allowed, {} denied at ingress, {} at egress",
-            self.allowed, self.ingress_denied, self.egress_denied
-        )
-    }
-}
+pub const TRAFFIC_PER_SET: usize = 5;
 
 /// A policy set and the traffic judged against it.
-struct Scenario {
-    policies: Vec<NetworkPolicy>,
-    traffic: Vec<Traffic>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Verdict {
-    ingress: bool,
-    egress: bool,
-    allowed: bool,
-}
-
-/// Runs tools/netpol-decider on a batch; a verdict map per scenario, traffic named by index.
-fn decide(batch: &[Scenario]) -> Vec<BTreeMap<String, Verdict>> {
-    let scenarios: Vec<Value> = batch
-        .iter()
-        .map(|s| {
-            let traffic: Vec<Value> = (s.traffic.iter().enumerate())
-                .map(|(t, traffic)| traffic_json(t, traffic))
-                .collect();
-            json!({"policies": s.policies, "traffic": traffic})
-        })
-        .collect();
-    let verdicts: Vec<BTreeMap<String, Verdict>> =
-        common::netpol_decide(&json!({ "scenarios": scenarios }));
-    assert_eq!(verdicts.len(), batch.len(), "a verdict map per scenario");
-    verdicts
-}
-
-/// A traffic as netpol-decider reads it.
-fn traffic_json(name: usize, t: &Traffic) -> Value {
-    let peer = |p: &Peer| {
-        let mut out = json!({"ip": p.ip.map(|ip| ip.to_string())});
-        if let Some(pod) = &p.pod {
-            out["namespace"] = json!(pod.namespace);
-            out["namespaceLabels"] = json!(pod.namespace_labels);
-            out["podLabels"] = json!(pod.pod_labels);
-        }
-        out
-    };
-    let mut out = json!({"name": name.to_string(), "source": peer(&t.source),
-                         "destination": peer(&t.destination), "port": t.port,
-                         "protocol": t.protocol});
-    if let Some(name) = &t.port_name {
-        out["portName"] = json!(name);
-    }
-    out
+pub struct Scenario {
+    pub policies: Vec<NetworkPolicy>,
+    pub traffic: Vec<Traffic>,
 }
 
 /// splitmix64: small, seeded, and the same everywhere.
-struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
     /// The generator of policy set `index`: each set has its own stream, so a set does not
     /// change when the ones before it do.
-    fn new(seed: u64, index: u64) -> Self {
+    pub fn new(seed: u64, index: u64) -> Self {
         let mut rng = Rng(seed ^ index.wrapping_mul(0xA076_1D64_78BD_642F));
         rng.next();
         rng
     }
 
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -208,30 +44,30 @@ impl Rng {
     }
 
     /// In `0..n`.
-    fn below(&mut self, n: usize) -> usize {
+    pub fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 
     /// In `low..=high`.
-    fn between(&mut self, low: usize, high: usize) -> usize {
+    pub fn between(&mut self, low: usize, high: usize) -> usize {
         low + self.below(high - low + 1)
     }
 
-    fn percent(&mut self, p: usize) -> bool {
+    pub fn percent(&mut self, p: usize) -> bool {
         self.below(100) < p
     }
 
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.below(items.len())]
     }
 }
 
 /// Label keys and values of pods or namespaces, the first key carried by every one.
-struct Vocabulary {
-    keys: &'static [(&'static str, &'static [&'static str])],
+pub struct Vocabulary {
+    pub keys: &'static [(&'static str, &'static [&'static str])],
 }
 
-const POD_LABELS: Vocabulary = Vocabulary {
+pub const POD_LABELS: Vocabulary = Vocabulary {
     keys: &[
         ("app", &["web", "db", "api"]),
         ("tier", &["front", "back"]),
@@ -240,7 +76,7 @@ const POD_LABELS: Vocabulary = Vocabulary {
 };
 
 /// Namespace labels: the API server sets `kubernetes.io/metadata.name` on every namespace.
-const NAMESPACE_LABELS: Vocabulary = Vocabulary {
+pub const NAMESPACE_LABELS: Vocabulary = Vocabulary {
     keys: &[
         ("kubernetes.io/metadata.name", NAMESPACES),
         ("env", &["prod", "dev"]),
@@ -248,17 +84,17 @@ const NAMESPACE_LABELS: Vocabulary = Vocabulary {
     ],
 };
 
-const NAMESPACES: &[&str] = &["alpha", "beta", "gamma"];
+pub const NAMESPACES: &[&str] = &["alpha", "beta", "gamma"];
 /// A namespace no policy is in.
-const OTHER_NAMESPACE: &str = "delta";
-const PORTS: &[u16] = &[53, 80, 443, 5432, 8080, 8443, 9090];
-const OTHER_PORTS: &[u16] = &[54, 81, 444, 1000, 5433, 8100, 9000, 30000];
-const PORT_NAMES: &[&str] = &["http", "dns", "metrics"];
+pub const OTHER_NAMESPACE: &str = "delta";
+pub const PORTS: &[u16] = &[53, 80, 443, 5432, 8080, 8443, 9090];
+pub const OTHER_PORTS: &[u16] = &[54, 81, 444, 1000, 5433, 8100, 9000, 30000];
+pub const PORT_NAMES: &[&str] = &["http", "dns", "metrics"];
 
 /// Address pools: pod networks, private ranges and documentation ranges (RFC 5737, RFC 3849),
 /// given by their fixed high bits; addresses vary in the low byte(s).
-const V4_POD_POOLS: &[[u8; 3]] = &[[10, 244, 1], [10, 244, 2]];
-const V4_POOLS: &[[u8; 3]] = &[
+pub const V4_POD_POOLS: &[[u8; 3]] = &[[10, 244, 1], [10, 244, 2]];
+pub const V4_POOLS: &[[u8; 3]] = &[
     [10, 244, 1],
     [10, 244, 2],
     [10, 1, 2],
@@ -268,43 +104,65 @@ const V4_POOLS: &[[u8; 3]] = &[
     [198, 51, 100],
     [203, 0, 113],
 ];
-const V6_POD_POOLS: &[[u16; 4]] = &[[0xfd00, 0x10, 0x244, 1], [0xfd00, 0x10, 0x244, 2]];
-const V6_POOLS: &[[u16; 4]] = &[
+pub const V6_POD_POOLS: &[[u16; 4]] = &[[0xfd00, 0x10, 0x244, 1], [0xfd00, 0x10, 0x244, 2]];
+pub const V6_POOLS: &[[u16; 4]] = &[
     [0xfd00, 0x10, 0x244, 1],
     [0xfd00, 0x10, 0x244, 2],
     [0x2001, 0xdb8, 0, 0],
     [0x2001, 0xdb8, 1, 0],
     [0x2001, 0xdb8, 1, 2],
 ];
-const V4_PREFIXES: &[u32] = &[0, 8, 12, 16, 20, 22, 24, 25, 26, 27, 28, 30, 31, 32];
-const V6_PREFIXES: &[u32] = &[0, 16, 32, 40, 48, 56, 64, 96, 112, 120, 124, 127, 128];
+pub const V4_PREFIXES: &[u32] = &[0, 8, 12, 16, 20, 22, 24, 25, 26, 27, 28, 30, 31, 32];
+pub const V6_PREFIXES: &[u32] = &[0, 16, 32, 40, 48, 56, 64, 96, 112, 120, 124, 127, 128];
 
 impl Scenario {
-    fn random(rng: &mut Rng) -> Self {
+    pub fn random(rng: &mut Rng) -> Self {
+        let world = World::random(rng);
+        let policies: Vec<NetworkPolicy> = (0..rng.between(1, 4))
+            .map(|i| world.network_policy(rng, i))
+            .collect();
+        let (networks, edges) = edges(&policies);
+        let traffic = world.traffic(rng, &networks, &edges);
+        Scenario { policies, traffic }
+    }
+}
+
+/// The namespaces of a case, with their labels.
+pub struct World {
+    pub namespaces: Vec<&'static str>,
+    pub labels: Vec<BTreeMap<String, String>>,
+}
+
+impl World {
+    pub fn random(rng: &mut Rng) -> Self {
         let mut namespaces = NAMESPACES.to_vec();
         namespaces.truncate(rng.between(2, 3));
-        let namespace_labels: Vec<BTreeMap<String, String>> = (namespaces.iter())
+        let labels = (namespaces.iter())
             .map(|ns| {
                 let mut labels = labels(rng, &NAMESPACE_LABELS);
                 labels.insert("kubernetes.io/metadata.name".into(), (*ns).into());
                 labels
             })
             .collect();
-        let policies: Vec<NetworkPolicy> = (0..rng.between(1, 4))
-            .map(|i| {
-                let namespace = rng.pick(&namespaces);
-                let value = policy(rng, &format!("np-{i}"), namespace);
-                serde_json::from_value(value.clone())
-                    .unwrap_or_else(|e| panic!("generated an unreadable policy ({e}): {value}"))
-            })
-            .collect();
-        // Traffic often goes to or from the edges the policies draw: an address inside one of
-        // their CIDRs or excepts, a port at either end of a range. Uniform draws hit those
-        // rarely, and a wrong `except` or range end would go unseen.
-        let (networks, edges) = edges(&policies);
+        World { namespaces, labels }
+    }
+
+    /// A random NetworkPolicy `np-<i>` in one of the namespaces.
+    pub fn network_policy(&self, rng: &mut Rng, i: usize) -> NetworkPolicy {
+        let namespace = rng.pick(&self.namespaces);
+        let value = policy(rng, &format!("np-{i}"), namespace);
+        serde_json::from_value(value.clone())
+            .unwrap_or_else(|e| panic!("generated an unreadable policy ({e}): {value}"))
+    }
+
+    /// [`TRAFFIC_PER_SET`] random traffics. They often go to or from the edges the policies
+    /// draw: an address inside one of their `networks` (CIDRs, excepts), a port at one of
+    /// their `edges` (either end of a range). Uniform draws hit those rarely, and a wrong
+    /// `except` or range end would go unseen.
+    pub fn traffic(&self, rng: &mut Rng, networks: &[(IpAddr, u32)], edges: &[u16]) -> Vec<Traffic> {
         let ip = |rng: &mut Rng, pod: bool| {
             if !networks.is_empty() && rng.percent(30) {
-                let (network, prefix) = rng.pick(&networks);
+                let (network, prefix) = rng.pick(networks);
                 inside(rng, network, prefix)
             } else {
                 address(rng, pod)
@@ -322,8 +180,8 @@ impl Scenario {
                 labels.insert("kubernetes.io/metadata.name".into(), OTHER_NAMESPACE.into());
                 (OTHER_NAMESPACE.to_owned(), labels)
             } else {
-                let i = rng.below(namespaces.len());
-                (namespaces[i].to_owned(), namespace_labels[i].clone())
+                let i = rng.below(self.namespaces.len());
+                (self.namespaces[i].to_owned(), self.labels[i].clone())
             };
             Peer {
                 ip: Some(ip(rng, true)),
@@ -334,12 +192,12 @@ impl Scenario {
                 }),
             }
         };
-        let traffic = (0..TRAFFIC_PER_SET)
+        (0..TRAFFIC_PER_SET)
             .map(|_| Traffic {
                 source: peer(rng),
                 destination: peer(rng),
                 port: if !edges.is_empty() && rng.percent(20) {
-                    rng.pick(&edges)
+                    rng.pick(edges)
                 } else if rng.percent(75) {
                     rng.pick(PORTS)
                 } else if rng.percent(80) {
@@ -354,14 +212,13 @@ impl Scenario {
                 },
                 protocol: rng.pick(&["TCP", "TCP", "UDP", "SCTP"]).to_owned(),
             })
-            .collect();
-        Scenario { policies, traffic }
+            .collect()
     }
 }
 
 /// The networks in the policies' ipBlocks (`cidr` and `except`, as written) and the ports at
 /// the edges of their port ranges.
-fn edges(policies: &[NetworkPolicy]) -> (Vec<(IpAddr, u32)>, Vec<u16>) {
+pub fn edges(policies: &[NetworkPolicy]) -> (Vec<(IpAddr, u32)>, Vec<u16>) {
     let (mut networks, mut ports) = (Vec::new(), Vec::new());
     for spec in policies.iter().filter_map(|p| p.spec.as_ref()) {
         let ingress = (spec.ingress.iter().flatten()).map(|r| (&r.from, &r.ports));
@@ -389,7 +246,7 @@ fn edges(policies: &[NetworkPolicy]) -> (Vec<(IpAddr, u32)>, Vec<u16>) {
 }
 
 /// A random address inside `network/prefix` (of its family, IPv4-mapped ones included).
-fn inside(rng: &mut Rng, network: IpAddr, prefix: u32) -> IpAddr {
+pub fn inside(rng: &mut Rng, network: IpAddr, prefix: u32) -> IpAddr {
     match network {
         IpAddr::V4(a) => {
             let host = rng.next() as u32 & !mask4(prefix);
@@ -404,7 +261,7 @@ fn inside(rng: &mut Rng, network: IpAddr, prefix: u32) -> IpAddr {
 
 /// The labels of a pod or namespace: the first key always (so `NotIn` on it is judged alike),
 /// the others sometimes.
-fn labels(rng: &mut Rng, vocabulary: &Vocabulary) -> BTreeMap<String, String> {
+pub fn labels(rng: &mut Rng, vocabulary: &Vocabulary) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (i, (key, values)) in vocabulary.keys.iter().enumerate() {
         if i == 0 || rng.percent(50) {
@@ -414,7 +271,7 @@ fn labels(rng: &mut Rng, vocabulary: &Vocabulary) -> BTreeMap<String, String> {
     out
 }
 
-fn policy(rng: &mut Rng, name: &str, namespace: &str) -> Value {
+pub fn policy(rng: &mut Rng, name: &str, namespace: &str) -> Value {
     let mut spec = json!({});
     if rng.percent(90) {
         spec["podSelector"] = selector(rng, &POD_LABELS);
@@ -441,7 +298,7 @@ fn policy(rng: &mut Rng, name: &str, namespace: &str) -> Value {
            "metadata": {"name": name, "namespace": namespace}, "spec": spec})
 }
 
-fn rule(rng: &mut Rng, peers_field: &str) -> Value {
+pub fn rule(rng: &mut Rng, peers_field: &str) -> Value {
     let mut rule = json!({});
     match rng.below(10) {
         0..=1 => {}
@@ -462,7 +319,7 @@ fn rule(rng: &mut Rng, peers_field: &str) -> Value {
     rule
 }
 
-fn peer(rng: &mut Rng) -> Value {
+pub fn peer(rng: &mut Rng) -> Value {
     match rng.below(100) {
         0..=24 => json!({"podSelector": selector(rng, &POD_LABELS)}),
         25..=44 => json!({"namespaceSelector": selector(rng, &NAMESPACE_LABELS)}),
@@ -475,7 +332,7 @@ fn peer(rng: &mut Rng) -> Value {
     }
 }
 
-fn selector(rng: &mut Rng, vocabulary: &Vocabulary) -> Value {
+pub fn selector(rng: &mut Rng, vocabulary: &Vocabulary) -> Value {
     let mut selector = json!({});
     if rng.percent(20) {
         return selector; // everything
@@ -530,7 +387,7 @@ fn selector(rng: &mut Rng, vocabulary: &Vocabulary) -> Value {
     selector
 }
 
-fn port(rng: &mut Rng) -> Value {
+pub fn port(rng: &mut Rng) -> Value {
     let mut port = json!({});
     match rng.below(4) {
         0 => {}
@@ -551,7 +408,7 @@ fn port(rng: &mut Rng) -> Value {
     port
 }
 
-fn ip_block(rng: &mut Rng) -> Value {
+pub fn ip_block(rng: &mut Rng) -> Value {
     let (written, base, prefix) = cidr(rng);
     let mut block = json!({ "cidr": written });
     match rng.below(10) {
@@ -575,7 +432,7 @@ fn ip_block(rng: &mut Rng) -> Value {
 }
 
 /// A random CIDR, with the address and prefix length it was written from.
-fn cidr(rng: &mut Rng) -> (String, IpAddr, u32) {
+pub fn cidr(rng: &mut Rng) -> (String, IpAddr, u32) {
     let base = address(rng, false);
     let prefix = match base {
         IpAddr::V4(_) => rng.pick(V4_PREFIXES),
@@ -602,7 +459,7 @@ fn cidr(rng: &mut Rng) -> (String, IpAddr, u32) {
 }
 
 /// A CIDR inside `base/prefix` (or equal to it): `base` with random bits after `prefix`.
-fn within(rng: &mut Rng, base: IpAddr, prefix: u32) -> String {
+pub fn within(rng: &mut Rng, base: IpAddr, prefix: u32) -> String {
     match base {
         IpAddr::V4(a) => {
             let longer = rng.between(prefix as usize, 32) as u32;
@@ -620,15 +477,15 @@ fn within(rng: &mut Rng, base: IpAddr, prefix: u32) -> String {
     }
 }
 
-fn mask4(prefix: u32) -> u32 {
+pub fn mask4(prefix: u32) -> u32 {
     u32::MAX.checked_shl(32 - prefix).unwrap_or(0)
 }
 
-fn mask6(prefix: u32) -> u128 {
+pub fn mask6(prefix: u32) -> u128 {
     u128::MAX.checked_shl(128 - prefix).unwrap_or(0)
 }
 
-fn network(address: IpAddr, prefix: u32) -> IpAddr {
+pub fn network(address: IpAddr, prefix: u32) -> IpAddr {
     match address {
         IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask4(prefix))),
         IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask6(prefix))),
@@ -637,7 +494,7 @@ fn network(address: IpAddr, prefix: u32) -> IpAddr {
 
 /// An address from the pools: a pod's (`pod`) or any; IPv4 mostly, IPv6 sometimes, and for
 /// hosts now and then IPv4-mapped IPv6.
-fn address(rng: &mut Rng, pod: bool) -> IpAddr {
+pub fn address(rng: &mut Rng, pod: bool) -> IpAddr {
     let v6 = rng.percent(15);
     if v6 {
         let [a, b, c, d] = rng.pick(if pod { V6_POD_POOLS } else { V6_POOLS });
