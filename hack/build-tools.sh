@@ -4,9 +4,10 @@
 # tools/kustomize), netpol-decider (efficacy tests; tools/netpol-decider, cyclonus's
 # NetworkPolicy matcher), kubectl (posture API tests; tools/kubectl, at the control plane's
 # Kubernetes version), health-judge (GitOps health tests; tools/health-judge, kstatus, Argo
-# CD's Lua convention in gopher-lua and Flux's CEL health evaluator) and promtool (alert rule
-# tests; tools/promtool, Prometheus's module). A warm cache makes this a no-op; a cold build
-# takes a few minutes on 2 cores.
+# CD's Lua convention in gopher-lua and Flux's CEL health evaluator), promtool (alert rule
+# tests; tools/promtool, Prometheus's module) and knp-decider (ClusterNetworkPolicy tests;
+# tools/knp-decider, kube-network-policies' policy engine). A warm cache makes this a no-op; a
+# cold build takes a few minutes on 2 cores.
 #
 # Each tool is cached on its own (tools/by-tool/<tool>/<key of its module and build recipe>),
 # so adding or bumping one tool rebuilds that tool only; the directory printed holds them all
@@ -18,7 +19,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="$root/tools"
 base="${NIMBUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimbus-rs}/tools"
-bins=(helm kustomize netpol-decider kubectl health-judge promtool)
+bins=(helm kustomize netpol-decider kubectl health-judge promtool knp-decider)
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
 log() { echo "[build-tools] $*" >&2; }
@@ -85,6 +86,12 @@ build_promtool() {
   go build -tags netgo,remove_all_sd \
     -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
     -o "$1" github.com/prometheus/prometheus/cmd/promtool
+}
+
+build_knp-decider() {
+  log "building knp-decider (kube-network-policies $(version knp-decider sigs.k8s.io/kube-network-policies)," \
+    "network-policy-api $(version knp-decider sigs.k8s.io/network-policy-api))"
+  go build -ldflags "-s -w" -o "$1" .
 }
 
 # A tool's key: its module (go.mod, go.sum, sources) and its build function.

@@ -327,13 +327,14 @@ pub fn workspace_root() -> std::path::PathBuf {
 }
 
 /// The test tools `hack/build-tools.sh` builds.
-const TOOLS: [&str; 6] = [
+const TOOLS: [&str; 7] = [
     "helm",
     "kustomize",
     "netpol-decider",
     "kubectl",
     "health-judge",
     "promtool",
+    "knp-decider",
 ];
 
 /// The directory holding the test tools ([`TOOLS`]): `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
@@ -406,6 +407,15 @@ fn locate_tools() -> Result<std::path::PathBuf, String> {
 /// such map per scenario.
 pub fn netpol_decide<T: serde::de::DeserializeOwned>(input: &serde_json::Value) -> T {
     judge_with("netpol-decider", &[], input)
+}
+
+/// Runs tools/knp-decider (kube-network-policies' policy engine: Admin-tier
+/// ClusterNetworkPolicies, then NetworkPolicies, then Baseline-tier ones) on `input`:
+/// `{"clusterNetworkPolicies", "policies", "nodes", "traffic"}`, answered with
+/// `name → {"ingress", "egress", "allowed"}`, or `{"scenarios": [...]}`, answered with one such
+/// map per scenario. Peers are netpol-decider's, with optional container `"ports"`.
+pub fn knp_decide<T: serde::de::DeserializeOwned>(input: &serde_json::Value) -> T {
+    judge_with("knp-decider", &[], input)
 }
 
 /// Runs tools/health-judge on `objects` with the health checks the chart ships: what kstatus,
