@@ -54,7 +54,7 @@
 
 pub mod cluster;
 
-pub use cluster::{ClusterNetworkPolicy, Network};
+pub use cluster::{ClusterNetworkPolicy, Network, Node};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
 };

@@ -16,8 +16,9 @@
 //! - A rule matches when one of its `protocols` matches (none: every protocol and port) and
 //!   one of its peers does. Peers: `namespaces` and `pods` match pods only (an ingress rule
 //!   never matches a host outside the cluster); `networks` (egress only) match the destination
-//!   address, pod or not. `nodes` and `domainNames` peers match nothing here: the evaluator
-//!   knows no nodes and resolves no names.
+//!   address, pod or not; `nodes` (egress only) match the addresses of the nodes it selects
+//!   ([`Network::with_nodes`]). `domainNames` peers match nothing here: the evaluator resolves
+//!   no names.
 //! - A protocol matches its own (`tcp`, `udp`, `sctp`) with `destinationPort` a `number`, a
 //!   `range` (inclusive) or absent (every port); `destinationNamedPort` matches the destination
 //!   port's name ([`Traffic::port_name`]).
@@ -29,6 +30,8 @@
 //! tier judges it.
 
 use super::{Cidr, Decision, InvalidPolicy, Peer, PodPeer, Policies, Traffic};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::core::{Selector, SelectorExt};
 use serde::{Deserialize, Serialize};
@@ -67,7 +70,10 @@ pub struct Subject {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespacedPods {
+    /// Absent: every namespace (Go reads it as the empty selector).
+    #[serde(default)]
     pub namespace_selector: LabelSelector,
+    #[serde(default)]
     pub pod_selector: LabelSelector,
 }
 
@@ -168,6 +174,15 @@ pub struct Network {
     admin: Tier,
     policies: Policies,
     baseline: Tier,
+    nodes: Vec<Node>,
+}
+
+/// A node, as `nodes` peers match it: by its labels, at its addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Node {
+    pub labels: BTreeMap<String, String>,
+    /// Its internal and external addresses.
+    pub addresses: Vec<IpAddr>,
 }
 
 impl Network {
@@ -189,7 +204,13 @@ impl Network {
             admin: Tier::new(admin),
             policies,
             baseline: Tier::new(baseline),
+            nodes: Vec::new(),
         })
+    }
+
+    /// The cluster's nodes, which `nodes` peers select.
+    pub fn with_nodes(self, nodes: Vec<Node>) -> Self {
+        Self { nodes, ..self }
     }
 
     /// Whether each direction lets `traffic` through.
@@ -200,9 +221,9 @@ impl Network {
         Decision {
             egress: src.is_none_or(|pod| {
                 self.admin
-                    .egress(pod, traffic)
+                    .egress(pod, traffic, &self.nodes)
                     .or(egress)
-                    .or_else(|| self.baseline.egress(pod, traffic))
+                    .or_else(|| self.baseline.egress(pod, traffic, &self.nodes))
                     .unwrap_or(true)
             }),
             ingress: dst.is_none_or(|pod| {
@@ -219,7 +240,7 @@ impl Network {
     /// accepts or denies it, `None` when it is passed on (what any NetworkPolicy then decides).
     pub fn admin_egress(&self, traffic: &Traffic) -> Option<bool> {
         let pod = traffic.source.pod.as_ref()?;
-        self.admin.egress(pod, traffic)
+        self.admin.egress(pod, traffic, &self.nodes)
     }
 }
 
@@ -234,16 +255,16 @@ impl Tier {
     }
 
     /// `Some(allowed)` when a rule of a policy about `pod` accepts or denies; `None` on Pass.
-    fn egress(&self, pod: &PodPeer, traffic: &Traffic) -> Option<bool> {
+    fn egress(&self, pod: &PodPeer, traffic: &Traffic, nodes: &[Node]) -> Option<bool> {
         let rules = self.about(pod).flat_map(|p| &p.egress);
-        first_match(rules, &traffic.destination, traffic)
+        first_match(rules, &traffic.destination, traffic, nodes)
     }
 
     fn ingress(&self, pod: &PodPeer, traffic: &Traffic) -> Option<bool> {
         // No ingress peer names a host outside the cluster.
         traffic.source.pod.as_ref()?;
         let rules = self.about(pod).flat_map(|p| &p.ingress);
-        first_match(rules, &traffic.source, traffic)
+        first_match(rules, &traffic.source, traffic, &[])
     }
 
     fn about<'a>(&'a self, pod: &'a PodPeer) -> impl Iterator<Item = &'a Parsed> {
@@ -257,8 +278,9 @@ fn first_match<'a>(
     rules: impl Iterator<Item = &'a Rule>,
     peer: &Peer,
     traffic: &Traffic,
+    nodes: &[Node],
 ) -> Option<bool> {
-    let rule = rules.into_iter().find(|r| r.matches(peer, traffic))?;
+    let rule = rules.into_iter().find(|r| r.matches(peer, traffic, nodes))?;
     match rule.action {
         Action::Accept => Some(true),
         Action::Deny => Some(false),
@@ -294,23 +316,29 @@ struct Rule {
     action: Action,
     pods: Vec<Pods>,
     networks: Vec<Cidr>,
+    nodes: Vec<Selector>,
     /// `None`: every protocol and port.
     protocols: Option<Vec<Protocol>>,
 }
 
 impl Rule {
-    fn matches(&self, peer: &Peer, traffic: &Traffic) -> bool {
+    fn matches(&self, peer: &Peer, traffic: &Traffic, nodes: &[Node]) -> bool {
         let protocol = self
             .protocols
             .as_ref()
             .is_none_or(|ps| ps.iter().any(|p| protocol_matches(p, traffic)));
+        let node = |ip: IpAddr| {
+            nodes.iter().any(|n| {
+                n.addresses.contains(&ip) && self.nodes.iter().any(|s| s.matches(&n.labels))
+            })
+        };
         let peer = peer
             .pod
             .as_ref()
             .is_some_and(|pod| self.pods.iter().any(|p| p.matches(pod)))
             || peer
                 .ip
-                .is_some_and(|ip| self.networks.iter().any(|c| c.contains(ip)));
+                .is_some_and(|ip| self.networks.iter().any(|c| c.contains(ip)) || node(ip));
         protocol && peer
     }
 }
@@ -386,15 +414,19 @@ impl Parsed {
                 action: rule.action,
                 pods: peers,
                 networks: Vec::new(),
+                nodes: Vec::new(),
                 protocols: protocols(&rule.protocols),
             });
         }
         let mut egress = Vec::new();
         for (i, rule) in spec.egress.iter().enumerate() {
-            let (mut peers, mut networks) = (Vec::new(), Vec::new());
+            let (mut peers, mut networks, mut nodes) = (Vec::new(), Vec::new(), Vec::new());
             for (j, peer) in rule.to.iter().enumerate() {
                 let at = format!("spec.egress[{i}].to[{j}]");
                 peers.extend(pods(&peer.namespaces, &peer.pods, &at)?);
+                if let Some(s) = &peer.nodes {
+                    nodes.push(selector(s, format!("{at}.nodes"))?);
+                }
                 for (k, cidr) in peer.networks.iter().enumerate() {
                     networks.push(
                         Cidr::parse(cidr).map_err(|e| invalid(format!("{at}.networks[{k}]"), e))?,
@@ -405,6 +437,7 @@ impl Parsed {
                 action: rule.action,
                 pods: peers,
                 networks,
+                nodes,
                 protocols: protocols(&rule.protocols),
             });
         }

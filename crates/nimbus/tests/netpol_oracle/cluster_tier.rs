@@ -13,8 +13,8 @@
 //! (see the cluster module of `nimbus_core::netpol`).
 
 use crate::generate::{
-    NAMESPACE_LABELS, POD_LABELS, PORT_NAMES, PORTS, Rng, TRAFFIC_PER_SET, World, cidr, edges,
-    selector,
+    NAMESPACE_LABELS, POD_LABELS, PORT_NAMES, PORTS, Rng, TRAFFIC_PER_SET, World,
+    as_a_cluster_holds, cidr, edges, selector,
 };
 use crate::{env, pretty, traffic_json};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -95,7 +95,7 @@ impl Case {
         // Half the cases with NetworkPolicies after the Admin tier: what Pass hands on to.
         let policies: Vec<NetworkPolicy> = match rng.percent(50) {
             true => (0..rng.between(1, 3))
-                .map(|i| world.network_policy(rng, i))
+                .map(|i| stored(world.network_policy(rng, i)))
                 .collect(),
             false => Vec::new(),
         };
@@ -121,7 +121,14 @@ impl Case {
                 }
             }
         }
-        let traffic = world.traffic(rng, &networks, &ports);
+        let mut traffic = world.traffic(rng, &networks, &ports);
+        // Only a pod has named ports (as [`Traffic::port_name`] says).
+        for t in &mut traffic {
+            as_a_cluster_holds(t);
+            if t.destination.pod.is_none() {
+                t.port_name = None;
+            }
+        }
         Case {
             cluster,
             policies,
@@ -137,6 +144,22 @@ impl Case {
         json!({"clusterNetworkPolicies": self.cluster, "policies": self.policies,
                "traffic": traffic})
     }
+}
+
+/// `policy` as the API server would store it: without the peers it rejects (`{}`, an ipBlock
+/// with a selector), which the generator makes for cyclonus, whose reading of them is Go's.
+fn stored(mut policy: NetworkPolicy) -> NetworkPolicy {
+    let spec = policy.spec.as_mut().expect("a spec");
+    let ingress = spec.ingress.iter_mut().flatten().map(|r| &mut r.from);
+    let egress = spec.egress.iter_mut().flatten().map(|r| &mut r.to);
+    for peers in ingress.chain(egress).flatten() {
+        peers.retain(|p| p.ip_block.is_some() || p.pod_selector.is_some() || p.namespace_selector.is_some());
+        for peer in peers.iter_mut().filter(|p| p.ip_block.is_some()) {
+            peer.pod_selector = None;
+            peer.namespace_selector = None;
+        }
+    }
+    policy
 }
 
 fn cluster_policy(rng: &mut Rng, i: usize) -> Value {

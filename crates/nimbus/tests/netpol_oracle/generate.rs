@@ -508,3 +508,23 @@ pub fn address(rng: &mut Rng, pod: bool) -> IpAddr {
     }
     IpAddr::V4(v4)
 }
+
+/// `traffic` as a cluster can hold it, which kube-network-policies needs (it finds pods by
+/// address and namespaces by name): two ends at one address get two (a pod's traffic to itself
+/// goes to a twin), and one namespace one set of labels.
+pub fn as_a_cluster_holds(traffic: &mut Traffic) {
+    let (source, destination) = (&traffic.source, &mut traffic.destination);
+    if let (Some(s), Some(d)) = (&source.pod, &mut destination.pod)
+        && s.namespace == d.namespace
+    {
+        d.namespace_labels = s.namespace_labels.clone();
+    }
+    if let (Some(s), Some(d)) = (source.ip, destination.ip)
+        && s.to_canonical() == d.to_canonical()
+    {
+        destination.ip = Some(match d {
+            IpAddr::V4(a) => IpAddr::V4(u32::from(a).wrapping_add(1).into()),
+            IpAddr::V6(a) => IpAddr::V6(u128::from(a).wrapping_add(1).into()),
+        });
+    }
+}

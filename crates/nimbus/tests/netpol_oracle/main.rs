@@ -92,6 +92,101 @@ fn the_evaluator_agrees_with_cyclonus() {
     );
 }
 
+/// kube-network-policies as a second NetworkPolicy oracle, on the same cases: every
+/// disagreement with the evaluator (which agrees with cyclonus on all of them) must be one of
+/// the [`Departure`]s, each a case the API server or kubelet would not produce.
+#[test]
+fn kube_network_policies_agrees_on_every_case_a_cluster_can_hold() {
+    let cases: usize = env("NIMBUS_NETPOL_ORACLE_CASES", 2_000);
+    let seed: u64 = env("NIMBUS_NETPOL_ORACLE_SEED", 1);
+    let sets: Vec<Scenario> = (0..cases.div_ceil(TRAFFIC_PER_SET))
+        .map(|i| Scenario::random(&mut Rng::new(seed, i as u64)))
+        .collect();
+    let (mut compared, mut unexplained) = (0, Vec::new());
+    let mut departures: BTreeMap<Departure, usize> = BTreeMap::new();
+    let mut sets = sets;
+    for traffic in sets.iter_mut().flat_map(|s| &mut s.traffic) {
+        generate::as_a_cluster_holds(traffic);
+    }
+    for batch in sets.chunks(SETS_PER_BATCH) {
+        let scenarios: Vec<Value> = (batch.iter())
+            .map(|s| {
+                let traffic: Vec<Value> = (s.traffic.iter().enumerate())
+                    .map(|(t, traffic)| traffic_json(t, traffic))
+                    .collect();
+                json!({"policies": s.policies, "traffic": traffic})
+            })
+            .collect();
+        let verdicts: Vec<BTreeMap<String, Value>> =
+            common::knp_decide(&json!({ "scenarios": scenarios }));
+        for ((scenario, input), verdicts) in batch.iter().zip(&scenarios).zip(&verdicts) {
+            let policies = Policies::new(&scenario.policies).expect("cyclonus judges them");
+            for (t, traffic) in scenario.traffic.iter().enumerate().take(cases - compared) {
+                compared += 1;
+                let ours = policies.decide(traffic).allowed();
+                if verdicts[&t.to_string()]["allowed"] == ours {
+                    continue;
+                }
+                match Departure::of(scenario, traffic) {
+                    Some(d) => *departures.entry(d).or_default() += 1,
+                    None => {
+                        let mut input = input.clone();
+                        input["traffic"] = json!([traffic_json(t, traffic)]);
+                        unexplained.push(format!("traffic {t}: nimbus {ours}\n{}", pretty(&input)));
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "netpol oracle: {compared} cases (seed {seed}) compared with kube-network-policies, {} \
+         disagreements explained ({departures:?}), {} not",
+        departures.values().sum::<usize>(),
+        unexplained.len()
+    );
+    assert!(
+        unexplained.is_empty(),
+        "{} of {compared} cases judged differently from kube-network-policies, for no known \
+         reason; the first:\n{}",
+        unexplained.len(),
+        unexplained[0]
+    );
+}
+
+/// Where kube-network-policies reads a case otherwise than Kubernetes' documentation, cyclonus
+/// and the evaluator, on cases no cluster holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Departure {
+    /// A peer `{}` or an ipBlock with a selector, which the API server rejects:
+    /// kube-network-policies matches nothing with `{}` (cyclonus: every pod of the namespace)
+    /// and reads the selector beside the ipBlock.
+    RejectedPeer,
+    /// A port name for an address that is no pod's (no container port has a name there):
+    /// kube-network-policies resolves names from the destination pod only, cyclonus and the
+    /// evaluator from the traffic.
+    NameWithoutPod,
+}
+
+impl Departure {
+    fn of(scenario: &Scenario, traffic: &Traffic) -> Option<Self> {
+        let rejected = scenario.policies.iter().filter_map(|p| p.spec.as_ref()).any(|spec| {
+            let ingress = spec.ingress.iter().flatten().flat_map(|r| r.from.iter().flatten());
+            let egress = spec.egress.iter().flatten().flat_map(|r| r.to.iter().flatten());
+            ingress.chain(egress).any(|p| {
+                let selects = p.pod_selector.is_some() || p.namespace_selector.is_some();
+                p.ip_block.is_some() == selects
+            })
+        });
+        if rejected {
+            Some(Departure::RejectedPeer)
+        } else if traffic.port_name.is_some() && traffic.destination.pod.is_none() {
+            Some(Departure::NameWithoutPod)
+        } else {
+            None
+        }
+    }
+}
+
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {
         Ok(value) => value
@@ -173,6 +268,11 @@ fn traffic_json(name: usize, t: &Traffic) -> Value {
                          "protocol": t.protocol});
     if let Some(name) = &t.port_name {
         out["portName"] = json!(name);
+        // knp-decider resolves names from the destination pod's container ports.
+        if t.destination.pod.is_some() {
+            out["destination"]["ports"] =
+                json!([{"name": name, "port": t.port, "protocol": t.protocol}]);
+        }
     }
     out
 }
