@@ -8,13 +8,13 @@
 //! A binary of its own: it runs the operator three times on its control plane, with the
 //! engine preference changed between runs as an upgrade of the chart would.
 
+mod common;
 #[path = "efficacy/matrix.rs"]
 mod matrix;
-mod common;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use matrix::{Matrix, verdict};
 use nimbus_api::ClusterSecurityIntentBinding;
 use nimbus_core::catalog::Engine;
@@ -50,17 +50,83 @@ const CASES: &[Case] = &[
     ("to kube-dns 53/TCP", false, kube_dns, 53, "TCP"),
     ("to kube-dns 853/TCP", false, kube_dns, 853, "TCP"),
     ("to kube-dns 8080/TCP", false, kube_dns, 8080, "TCP"),
-    ("to a pod of its namespace 53/UDP", false, same_namespace_pod, 53, "UDP"),
-    ("to a pod of its namespace 8080/TCP", false, same_namespace_pod, 8080, "TCP"),
-    ("to a pod of another namespace 8080/TCP", false, in_cluster_pod, 8080, "TCP"),
-    ("to a Service address 443/TCP", false, service_address, 443, "TCP"),
-    ("to a private address 53/UDP", false, private_address, 53, "UDP"),
-    ("to a private address 443/TCP", false, private_address, 443, "TCP"),
-    ("to an external address 53/UDP", false, external_address, 53, "UDP"),
-    ("to an external address 853/TCP", false, external_address, 853, "TCP"),
-    ("to an external address 443/TCP", false, external_address, 443, "TCP"),
-    ("from a pod of another namespace 8080/TCP", true, in_cluster_pod, 8080, "TCP"),
-    ("from an external address 8080/TCP", true, external_address, 8080, "TCP"),
+    (
+        "to a pod of its namespace 53/UDP",
+        false,
+        same_namespace_pod,
+        53,
+        "UDP",
+    ),
+    (
+        "to a pod of its namespace 8080/TCP",
+        false,
+        same_namespace_pod,
+        8080,
+        "TCP",
+    ),
+    (
+        "to a pod of another namespace 8080/TCP",
+        false,
+        in_cluster_pod,
+        8080,
+        "TCP",
+    ),
+    (
+        "to a Service address 443/TCP",
+        false,
+        service_address,
+        443,
+        "TCP",
+    ),
+    (
+        "to a private address 53/UDP",
+        false,
+        private_address,
+        53,
+        "UDP",
+    ),
+    (
+        "to a private address 443/TCP",
+        false,
+        private_address,
+        443,
+        "TCP",
+    ),
+    (
+        "to an external address 53/UDP",
+        false,
+        external_address,
+        53,
+        "UDP",
+    ),
+    (
+        "to an external address 853/TCP",
+        false,
+        external_address,
+        853,
+        "TCP",
+    ),
+    (
+        "to an external address 443/TCP",
+        false,
+        external_address,
+        443,
+        "TCP",
+    ),
+    (
+        "from a pod of another namespace 8080/TCP",
+        true,
+        in_cluster_pod,
+        8080,
+        "TCP",
+    ),
+    (
+        "from an external address 8080/TCP",
+        true,
+        external_address,
+        8080,
+        "TCP",
+    ),
 ];
 
 fn pod(ns: &str, ip: &str, labels: Value) -> Value {
@@ -181,12 +247,15 @@ impl Operator {
     }
 }
 
-/// One cluster binding of `intent`, on its own namespace.
+/// One cluster binding of `intents`, on its own namespace.
 struct Bound {
-    intent: &'static str,
+    intents: &'static [&'static str],
     namespace: TestNamespace,
     binding: String,
 }
+
+/// Each intent alone, and both on one pod (where which is judged first matters).
+const BINDINGS: [&[&str]; 3] = [&[INTENTS[0]], &[INTENTS[1]], &INTENTS];
 
 /// What is in force for the bound namespaces: the NetworkPolicies there and every
 /// ClusterNetworkPolicy, as the API server holds them.
@@ -200,14 +269,20 @@ async fn in_force(client: &Client, bound: &[Bound]) -> InForce {
     let mut out = InForce::default();
     for b in bound {
         let api = Api::<NetworkPolicy>::namespaced(client.clone(), b.namespace.name());
-        out.policies
-            .extend(api.list(&ListParams::default()).await.expect("listing").items);
+        out.policies.extend(
+            api.list(&ListParams::default())
+                .await
+                .expect("listing")
+                .items,
+        );
     }
-    let api = Api::<DynamicObject>::all_with(
-        client.clone(),
-        &CLUSTER_NETWORK_POLICY.api_resource(),
-    );
-    out.cluster = (api.list(&ListParams::default()).await.expect("listing").items)
+    let api =
+        Api::<DynamicObject>::all_with(client.clone(), &CLUSTER_NETWORK_POLICY.api_resource());
+    out.cluster = (api
+        .list(&ListParams::default())
+        .await
+        .expect("listing")
+        .items)
         .into_iter()
         .map(|o| serde_json::to_value(o).expect("JSON"))
         .collect();
@@ -220,7 +295,10 @@ impl InForce {
         let ours = |labels: Option<&BTreeMap<String, String>>| {
             labels.and_then(|l| l.get(MANAGED_BY)).map(String::as_str) == Some(engine.manager())
         };
-        let policies = self.policies.iter().filter(|p| ours(p.metadata.labels.as_ref()));
+        let policies = self
+            .policies
+            .iter()
+            .filter(|p| ours(p.metadata.labels.as_ref()));
         let cluster = self.cluster.iter().filter(|c| {
             let labels = serde_json::from_value(c["metadata"]["labels"].clone()).ok();
             ours(labels.as_ref())
@@ -256,25 +334,31 @@ async fn kept_by(client: &Client, bound: &[Bound], engine: Engine, other: Engine
             let now = in_force(client, bound).await;
             let (mine, theirs) = (now.written_by(engine), now.written_by(other));
             *seen = format!("{mine} of {engine}, {theirs} of {other}");
-            (mine == bound.len() && theirs == 0).then_some(())
+            let intents: usize = bound.iter().map(|b| b.intents.len()).sum();
+            (mine == intents && theirs == 0).then_some(())
         },
     )
     .await;
 }
 
-/// A tenant's allow-all NetworkPolicy (both directions) in each bound namespace.
-async fn tenant_allows_all(client: &Client, bound: &[Bound]) -> Vec<(String, String)> {
+/// A tenant's NetworkPolicy in each bound namespace, for every pod in both directions:
+/// allowing all traffic (`allow`), or none.
+async fn tenant_policy(client: &Client, bound: &[Bound], allow: bool) -> Vec<(String, String)> {
+    let (name, rules) = match allow {
+        true => ("tenant-allow-all", json!([{}])),
+        false => ("tenant-deny-all", json!([])),
+    };
     let mut made = Vec::new();
     for b in bound {
         let api = Api::<NetworkPolicy>::namespaced(client.clone(), b.namespace.name());
         let body = json!({
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": "tenant-allow-all"},
+            "metadata": {"name": name},
             "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"],
-                     "ingress": [{}], "egress": [{}]},
+                     "ingress": rules, "egress": rules},
         });
-        common::apply(&api, "tenant-allow-all", &body).await;
-        made.push((b.namespace.name().to_owned(), "tenant-allow-all".to_owned()));
+        common::apply(&api, name, &body).await;
+        made.push((b.namespace.name().to_owned(), name.to_owned()));
     }
     made
 }
@@ -288,7 +372,10 @@ async fn remove(client: &Client, made: &[(String, String)]) {
 }
 
 /// Reads what is in force every 100 ms until stopped.
-fn probe(client: Client, bound: Arc<Vec<(String, &'static str)>>) -> (CancellationToken, tokio::task::JoinHandle<Vec<InForce>>) {
+fn probe(
+    client: Client,
+    bound: Arc<Vec<(String, &'static [&'static str])>>,
+) -> (CancellationToken, tokio::task::JoinHandle<Vec<InForce>>) {
     let stop = CancellationToken::new();
     let token = stop.clone();
     let task = tokio::spawn(async move {
@@ -329,79 +416,120 @@ async fn only_the_admin_tier_keeps_a_cluster_intent_a_tenant_reopens_and_switchi
 
     // The NetworkPolicy engine first, as by default.
     let operator = Operator::start(Engine::NetworkPolicy);
-    let mut bound = Vec::new();
+    let mut intents = BTreeMap::new();
     for intent in INTENTS {
-        let namespace = cp.test_namespace(&format!("cnp-{}", intent.to_lowercase())).await.expect("namespace");
-        let si = common::create_intent(&client, intent, "Block").await;
+        intents.insert(
+            intent,
+            common::create_intent(&client, intent, "Block").await,
+        );
+    }
+    let mut bound = Vec::new();
+    for bound_intents in BINDINGS {
+        let namespace = cp.test_namespace("cnp").await.expect("namespace");
         let binding = common::unique("cnp");
         let api = Api::<ClusterSecurityIntentBinding>::all(client.clone());
+        let names: Vec<Value> = bound_intents
+            .iter()
+            .map(|i| json!({"name": intents[i]}))
+            .collect();
         let body = json!({
             "apiVersion": "intent.security.nimbus.com/v1alpha1",
             "kind": "ClusterSecurityIntentBinding",
             "metadata": {"name": binding},
-            "spec": {"intents": [{"name": si}],
+            "spec": {"intents": names,
                      "selector": {"nsSelector": {"matchNames": [namespace.name()]},
                                   "workloadSelector": {"matchLabels": {"app": "web"}}}},
         });
         common::apply(&api, &binding, &body).await;
-        bound.push(Bound { intent, namespace, binding });
+        bound.push(Bound {
+            intents: bound_intents,
+            namespace,
+            binding,
+        });
     }
-    kept_by(&client, &bound, Engine::NetworkPolicy, Engine::ClusterNetworkPolicy).await;
+    kept_by(
+        &client,
+        &bound,
+        Engine::NetworkPolicy,
+        Engine::ClusterNetworkPolicy,
+    )
+    .await;
     let by_network_policy = in_force(&client, &bound).await;
-    let tenant = tenant_allows_all(&client, &bound).await;
+    let tenant = tenant_policy(&client, &bound, true).await;
     let by_network_policy_reopened = in_force(&client, &bound).await;
     remove(&client, &tenant).await;
 
     // Switch to the ClusterNetworkPolicy engine and back, with a probe reading all along.
-    let namespaces: Arc<Vec<(String, &'static str)>> = Arc::new(
-        bound.iter().map(|b| (b.namespace.name().to_owned(), b.intent)).collect(),
+    let namespaces: Arc<Vec<(String, &'static [&'static str])>> = Arc::new(
+        (bound.iter())
+            .map(|b| (b.namespace.name().to_owned(), b.intents))
+            .collect(),
     );
     let (stop_probe, probing) = probe(client.clone(), namespaces.clone());
     operator.stop();
     let operator = Operator::start(Engine::ClusterNetworkPolicy);
-    kept_by(&client, &bound, Engine::ClusterNetworkPolicy, Engine::NetworkPolicy).await;
+    kept_by(
+        &client,
+        &bound,
+        Engine::ClusterNetworkPolicy,
+        Engine::NetworkPolicy,
+    )
+    .await;
     let at_admin_tier = in_force(&client, &bound).await;
-    let tenant = tenant_allows_all(&client, &bound).await;
+    let tenant = tenant_policy(&client, &bound, true).await;
     let at_admin_tier_reopened = in_force(&client, &bound).await;
+    remove(&client, &tenant).await;
+    let tenant = tenant_policy(&client, &bound, false).await;
+    let at_admin_tier_closed = in_force(&client, &bound).await;
     remove(&client, &tenant).await;
     operator.stop();
     let operator = Operator::start(Engine::NetworkPolicy);
-    kept_by(&client, &bound, Engine::NetworkPolicy, Engine::ClusterNetworkPolicy).await;
+    kept_by(
+        &client,
+        &bound,
+        Engine::NetworkPolicy,
+        Engine::ClusterNetworkPolicy,
+    )
+    .await;
     stop_probe.cancel();
     let snapshots = probing.await.expect("probe");
     operator.stop();
 
     gapless(&snapshots, &namespaces);
-    for b in &bound {
-        let matrix = tenant_matrix(
-            b,
-            [
-                &by_network_policy,
-                &by_network_policy_reopened,
-                &at_admin_tier,
-                &at_admin_tier_reopened,
-            ],
-        );
-        matrix.assert();
+    let snapshots = [
+        &by_network_policy,
+        &by_network_policy_reopened,
+        &at_admin_tier,
+        &at_admin_tier_reopened,
+        &at_admin_tier_closed,
+    ];
+    for (i, intent) in INTENTS.into_iter().enumerate() {
+        tenant_matrix(intent, &bound[i], &bound[2], snapshots).assert();
     }
     let api = Api::<ClusterSecurityIntentBinding>::all(client.clone());
     for b in &bound {
-        api.delete(&b.binding, &DeleteParams::default()).await.expect("deleting a binding");
+        api.delete(&b.binding, &DeleteParams::default())
+            .await
+            .expect("deleting a binding");
     }
 }
 
 /// Every snapshot the probe took: each selected pod's traffic the intent denies whichever
 /// engine keeps it was denied.
-fn gapless(snapshots: &[InForce], bound: &[(String, &'static str)]) {
-    let denied_by_both = |intent: &str, case: &str| {
-        !promised_at_admin_tier(intent, case) && !promised_by_network_policy(intent, case)
+fn gapless(snapshots: &[InForce], bound: &[(String, &'static [&'static str])]) {
+    // NetworkPolicies add up: what one intent's allows, the pod may do under both (so
+    // denyExternalNetworkAccess's DNS to private addresses reopens dnsManipulation's). The
+    // Admin tier denies what either intent denies.
+    let denied_by_both = |intents: &[&str], case: &str| {
+        intents.iter().all(|i| !promised_by_network_policy(i, case))
+            && intents.iter().any(|i| !promised_at_admin_tier(i, case))
     };
     let scenarios: Vec<Value> = (snapshots.iter())
         .map(|snapshot| {
             let mut tries = Vec::new();
-            for (ns, intent) in bound {
+            for (ns, intents) in bound {
                 for (c, case) in CASES.iter().enumerate() {
-                    if denied_by_both(intent, case.0) {
+                    if denied_by_both(intents, case.0) {
                         tries.push(traffic(format!("{ns}/{c}"), ns, "web", case));
                     }
                 }
@@ -424,49 +552,91 @@ fn gapless(snapshots: &[InForce], bound: &[(String, &'static str)]) {
         snapshots.len(),
         allowed.len()
     );
-    assert!(snapshots.len() > 100, "the probe read {} times", snapshots.len());
+    assert!(
+        snapshots.len() > 100,
+        "the probe read {} times",
+        snapshots.len()
+    );
     assert!(allowed.is_empty(), "allowed during the switch: {allowed:?}");
 }
 
-/// The intent's matrix: each engine, with and without the tenant's allow-all NetworkPolicy.
-fn tenant_matrix(b: &Bound, snapshots: [&InForce; 4]) -> Matrix {
-    let subjects = [
-        "selected pod, NetworkPolicy engine",
-        "selected pod, NetworkPolicy engine, tenant allow-all NetworkPolicy",
-        "selected pod, ClusterNetworkPolicy engine",
-        "selected pod, ClusterNetworkPolicy engine, tenant allow-all NetworkPolicy",
-        "unselected pod, ClusterNetworkPolicy engine",
+/// The intent's matrix: each engine, with and without the tenant's NetworkPolicies, and the
+/// ClusterNetworkPolicy engine where `both` binds the other intent on the same pod.
+fn tenant_matrix(intent: &str, alone: &Bound, both: &Bound, snapshots: [&InForce; 5]) -> Matrix {
+    // (subject, snapshot, binding, selected)
+    let columns = [
+        ("selected pod, NetworkPolicy engine", 0, alone, true),
+        (
+            "selected pod, NetworkPolicy engine, tenant allow-all NetworkPolicy",
+            1,
+            alone,
+            true,
+        ),
+        ("selected pod, ClusterNetworkPolicy engine", 2, alone, true),
+        (
+            "selected pod, ClusterNetworkPolicy engine, tenant allow-all NetworkPolicy",
+            3,
+            alone,
+            true,
+        ),
+        (
+            "selected pod, ClusterNetworkPolicy engine, tenant deny-all NetworkPolicy",
+            4,
+            alone,
+            true,
+        ),
+        (
+            "selected pod, ClusterNetworkPolicy engine, both intents bound",
+            2,
+            both,
+            true,
+        ),
+        (
+            "unselected pod, ClusterNetworkPolicy engine",
+            2,
+            alone,
+            false,
+        ),
     ];
-    // (snapshot, selected)
-    let columns = [(0, true), (1, true), (2, true), (3, true), (2, false)];
-    let ns = b.namespace.name();
+    let other = INTENTS
+        .into_iter()
+        .find(|i| *i != intent)
+        .expect("two intents");
     let scenarios: Vec<Value> = (columns.iter())
-        .map(|(s, selected)| {
+        .map(|(_, snapshot, b, selected)| {
             let app = if *selected { "web" } else { "db" };
             let tries = (CASES.iter().enumerate())
-                .map(|(c, case)| traffic(c.to_string(), ns, app, case))
+                .map(|(c, case)| traffic(c.to_string(), b.namespace.name(), app, case))
                 .collect();
-            snapshots[*s].scenario(tries)
+            snapshots[*snapshot].scenario(tries)
         })
         .collect();
     let verdicts: Vec<BTreeMap<String, Value>> =
         common::knp_decide(&json!({ "scenarios": scenarios }));
     let expected = |column: usize, case: &str| match column {
-        0 => promised_by_network_policy(b.intent, case),
+        0 => promised_by_network_policy(intent, case),
         // The measured difference: a tenant's NetworkPolicy reopens every cell.
         1 => true,
-        2 | 3 => promised_at_admin_tier(b.intent, case),
+        2 | 3 => promised_at_admin_tier(intent, case),
+        // The Admin tier accepts DNS to the cluster DNS, denies what the intent denies, and
+        // passes the rest on to the tenant's policy.
+        4 => {
+            case.starts_with("to kube-dns")
+                && ["53/UDP", "53/TCP", "853/TCP"]
+                    .iter()
+                    .any(|p| case.ends_with(p))
+        }
+        5 => promised_at_admin_tier(intent, case) && promised_at_admin_tier(other, case),
         _ => true,
     };
     Matrix {
-        id: format!("cnp-{}", b.intent),
+        id: format!("cnp-{intent}"),
         title: format!(
-            "{} through a ClusterSecurityIntentBinding, with a tenant's allow-all NetworkPolicy \
-             (decided by kube-network-policies)",
-            b.intent
+            "{intent} through a ClusterSecurityIntentBinding, with a tenant's NetworkPolicies \
+             (decided by kube-network-policies)"
         ),
         case_header: "traffic of the pod",
-        subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+        subjects: columns.iter().map(|c| c.0.to_owned()).collect(),
         rows: (CASES.iter().enumerate())
             .map(|(c, case)| {
                 let cells = (0..columns.len())
@@ -478,7 +648,9 @@ fn tenant_matrix(b: &Bound, snapshots: [&InForce; 4]) -> Matrix {
         expected: CASES
             .iter()
             .map(|case| {
-                let cells = (0..columns.len()).map(|s| verdict(expected(s, case.0))).collect();
+                let cells = (0..columns.len())
+                    .map(|s| verdict(expected(s, case.0)))
+                    .collect();
                 (case.0.to_owned(), cells)
             })
             .collect(),

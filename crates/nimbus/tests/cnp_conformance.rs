@@ -14,7 +14,7 @@
 mod common;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use nimbus_core::netpol::{ClusterNetworkPolicy, Network, Node, Peer, Policies, PodPeer, Traffic};
+use nimbus_core::netpol::{ClusterNetworkPolicy, Network, Node, Peer, PodPeer, Policies, Traffic};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -84,7 +84,9 @@ fn the_evaluator_meets_the_conformance_expectations() {
 fn peer(peer: &Value) -> Peer {
     let labels = |v: &Value| serde_json::from_value(v.clone()).unwrap_or_default();
     Peer {
-        ip: peer["ip"].as_str().map(|ip| ip.parse().expect("an address")),
+        ip: peer["ip"]
+            .as_str()
+            .map(|ip| ip.parse().expect("an address")),
         pod: peer["namespace"].as_str().map(|ns| PodPeer {
             namespace: ns.to_owned(),
             namespace_labels: labels(&peer["namespaceLabels"]),

@@ -30,11 +30,11 @@
 //! tier judges it.
 
 use super::{Cidr, Decision, InvalidPolicy, Peer, PodPeer, Policies, Traffic};
-use std::collections::BTreeMap;
-use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::core::{Selector, SelectorExt};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 /// The kind as written to and read from the API server.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -280,7 +280,9 @@ fn first_match<'a>(
     traffic: &Traffic,
     nodes: &[Node],
 ) -> Option<bool> {
-    let rule = rules.into_iter().find(|r| r.matches(peer, traffic, nodes))?;
+    let rule = rules
+        .into_iter()
+        .find(|r| r.matches(peer, traffic, nodes))?;
     match rule.action {
         Action::Accept => Some(true),
         Action::Deny => Some(false),

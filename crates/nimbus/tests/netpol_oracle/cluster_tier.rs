@@ -112,9 +112,11 @@ impl Case {
                 .chain(policy.spec.egress.iter().map(|r| &r.protocols));
             for protocol in rules.flatten() {
                 let ranges = [&protocol.tcp, &protocol.udp, &protocol.sctp];
-                for range in ranges.into_iter().flatten().filter_map(|p| {
-                    p.destination_port.as_ref().and_then(|d| d.range.as_ref())
-                }) {
+                for range in ranges
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p.destination_port.as_ref().and_then(|d| d.range.as_ref()))
+                {
                     for edge in [range.start - 1, range.start, range.end, range.end + 1] {
                         ports.extend(u16::try_from(edge).ok().filter(|p| *p > 0));
                     }
@@ -153,7 +155,9 @@ fn stored(mut policy: NetworkPolicy) -> NetworkPolicy {
     let ingress = spec.ingress.iter_mut().flatten().map(|r| &mut r.from);
     let egress = spec.egress.iter_mut().flatten().map(|r| &mut r.to);
     for peers in ingress.chain(egress).flatten() {
-        peers.retain(|p| p.ip_block.is_some() || p.pod_selector.is_some() || p.namespace_selector.is_some());
+        peers.retain(|p| {
+            p.ip_block.is_some() || p.pod_selector.is_some() || p.namespace_selector.is_some()
+        });
         for peer in peers.iter_mut().filter(|p| p.ip_block.is_some()) {
             peer.pod_selector = None;
             peer.namespace_selector = None;

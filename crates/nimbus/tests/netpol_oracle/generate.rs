@@ -159,7 +159,12 @@ impl World {
     /// draw: an address inside one of their `networks` (CIDRs, excepts), a port at one of
     /// their `edges` (either end of a range). Uniform draws hit those rarely, and a wrong
     /// `except` or range end would go unseen.
-    pub fn traffic(&self, rng: &mut Rng, networks: &[(IpAddr, u32)], edges: &[u16]) -> Vec<Traffic> {
+    pub fn traffic(
+        &self,
+        rng: &mut Rng,
+        networks: &[(IpAddr, u32)],
+        edges: &[u16],
+    ) -> Vec<Traffic> {
         let ip = |rng: &mut Rng, pod: bool| {
             if !networks.is_empty() && rng.percent(30) {
                 let (network, prefix) = rng.pick(networks);

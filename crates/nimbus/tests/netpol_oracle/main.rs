@@ -169,14 +169,26 @@ enum Departure {
 
 impl Departure {
     fn of(scenario: &Scenario, traffic: &Traffic) -> Option<Self> {
-        let rejected = scenario.policies.iter().filter_map(|p| p.spec.as_ref()).any(|spec| {
-            let ingress = spec.ingress.iter().flatten().flat_map(|r| r.from.iter().flatten());
-            let egress = spec.egress.iter().flatten().flat_map(|r| r.to.iter().flatten());
-            ingress.chain(egress).any(|p| {
-                let selects = p.pod_selector.is_some() || p.namespace_selector.is_some();
-                p.ip_block.is_some() == selects
-            })
-        });
+        let rejected = scenario
+            .policies
+            .iter()
+            .filter_map(|p| p.spec.as_ref())
+            .any(|spec| {
+                let ingress = spec
+                    .ingress
+                    .iter()
+                    .flatten()
+                    .flat_map(|r| r.from.iter().flatten());
+                let egress = spec
+                    .egress
+                    .iter()
+                    .flatten()
+                    .flat_map(|r| r.to.iter().flatten());
+                ingress.chain(egress).any(|p| {
+                    let selects = p.pod_selector.is_some() || p.namespace_selector.is_some();
+                    p.ip_block.is_some() == selects
+                })
+            });
         if rejected {
             Some(Departure::RejectedPeer)
         } else if traffic.port_name.is_some() && traffic.destination.pod.is_none() {
@@ -276,4 +288,3 @@ fn traffic_json(name: usize, t: &Traffic) -> Value {
     }
     out
 }
-
