@@ -3,8 +3,10 @@
 #              tests on a real control plane (the README's second command; CI runs it)
 # make bench - the operator benchmark (make bench-posture: the posture API's); make crds -
 #              regenerate the committed CRDs
-# make netpol-oracle - the core's NetworkPolicy evaluator against cyclonus on 100,000 random
-#              cases (make test runs 2,000)
+# make netpol-oracle - the core's NetworkPolicy evaluator against cyclonus and
+#              kube-network-policies on 100,000 random cases, and its Admin tier of
+#              ClusterNetworkPolicy against kube-network-policies on 100,000 (make test: 2,000
+#              and 10,000)
 # make pss-oracle - escapeToHost through every engine against Kubernetes' PodSecurity admission
 #              on 10,000 random pods per engine and level (make test runs 120)
 # make fuzz  - the API server as the judge of `nimbus validate` and `nimbus translate` on
@@ -132,12 +134,15 @@ chaos: control-plane
 	    $(CARGO) test -p nimbus --test chaos -- --nocapture || exit 1; \
 	done
 
-# The core's NetworkPolicy evaluator against cyclonus's matcher (tools/netpol-decider) at length:
-# random policies and traffic, every verdict compared (see crates/nimbus/tests/netpol_oracle.rs).
+# The core's NetworkPolicy evaluator against cyclonus's matcher (tools/netpol-decider) and
+# kube-network-policies (tools/knp-decider), and its Admin tier of ClusterNetworkPolicy against
+# the latter, at length: random policies and traffic, every verdict compared (see
+# crates/nimbus/tests/netpol_oracle/).
 NETPOL_ORACLE_CASES ?= 100000
 NETPOL_ORACLE_SEED ?= 1
 netpol-oracle: tools
-	NIMBUS_NETPOL_ORACLE_CASES=$(NETPOL_ORACLE_CASES) NIMBUS_NETPOL_ORACLE_SEED=$(NETPOL_ORACLE_SEED) \
+	NIMBUS_NETPOL_ORACLE_CASES=$(NETPOL_ORACLE_CASES) NIMBUS_CNP_ORACLE_CASES=$(NETPOL_ORACLE_CASES) \
+	  NIMBUS_NETPOL_ORACLE_SEED=$(NETPOL_ORACLE_SEED) \
 	  $(CARGO) test -p nimbus --test netpol_oracle -- --nocapture
 
 # escapeToHost through every engine (admission, Kyverno CEL, Kyverno legacy) against Kubernetes'
