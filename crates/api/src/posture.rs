@@ -148,6 +148,13 @@ pub struct IntentCoverage {
     /// Why it is not (fully) in force.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<Reason>,
+    /// Whether the namespace's tenants (who may write NetworkPolicies and other namespaced
+    /// objects there) can undo it: `true` when an engine enforcing it holds against them (the
+    /// Admin tier of ClusterNetworkPolicy), `false` when one can be undone by them (a
+    /// NetworkPolicy, which a tenant's allow-all reopens); absent when no engine in force has
+    /// been measured either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_proof: Option<bool>,
 }
 
 /// How well one workload is protected, by which intents, enforced by which engines.

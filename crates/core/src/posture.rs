@@ -280,6 +280,7 @@ impl PolicyCoverage {
                     Verdict::Partial
                 };
                 let writer = (facts.intent_writer)(&rule.id);
+                let tenant_proof = tenant_proof(&engines);
                 Some(IntentCoverage {
                     intent: (facts.intent_name)(&rule.id),
                     id: rule.id.clone(),
@@ -292,6 +293,7 @@ impl PolicyCoverage {
                     verdict,
                     engines,
                     reasons,
+                    tenant_proof,
                 })
             })
             .collect();
@@ -319,6 +321,17 @@ impl PolicyCoverage {
     fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
         self.selector.as_ref().is_some_and(|s| s.matches(labels))
     }
+}
+
+/// Whether the engines enforcing an intent hold against the namespace's tenants: not if any
+/// enforcing it can be undone by them, yes if one cannot, unknown otherwise.
+fn tenant_proof(engines: &[EngineCoverage]) -> Option<bool> {
+    let proof = engines
+        .iter()
+        .filter(|e| e.state == EngineState::Enforcing)
+        .filter_map(|e| e.engine.parse::<crate::engines::Engine>().ok())
+        .filter_map(|e| e.spec().tenant_proof);
+    proof.reduce(|a, b| a && b)
 }
 
 /// How each engine that enforces rule `index` (intent `id`, `audited` or not) here does so.
@@ -601,6 +614,42 @@ mod tests {
             created: None,
             controller,
             ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn an_intent_is_tenant_proof_only_where_every_engine_in_force_holds_against_tenants() {
+        use EngineState::{Auditing, Enforcing};
+        let e = |engine: &str, state| EngineCoverage {
+            engine: engine.into(),
+            state,
+            objects: Vec::new(),
+        };
+        let table = [
+            (vec![e("netpol", Enforcing)], Some(false)),
+            (vec![e("clusternetworkpolicy", Enforcing)], Some(true)),
+            // KubeArmor has not been measured: the Admin tier decides.
+            (
+                vec![
+                    e("kubearmor", Enforcing),
+                    e("clusternetworkpolicy", Enforcing),
+                ],
+                Some(true),
+            ),
+            (
+                vec![e("kubearmor", Enforcing), e("netpol", Enforcing)],
+                Some(false),
+            ),
+            (vec![e("kubearmor", Enforcing)], None),
+            // Not in force: holds nothing.
+            (vec![e("clusternetworkpolicy", Auditing)], None),
+            (
+                vec![e("netpol", Enforcing), e("clusternetworkpolicy", Enforcing)],
+                Some(false),
+            ),
+        ];
+        for (engines, want) in table {
+            assert_eq!(tenant_proof(&engines), want, "{engines:?}");
         }
     }
 

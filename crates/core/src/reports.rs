@@ -192,6 +192,15 @@ fn result(intent: &IntentCoverage) -> ReportResult {
     if let Some(binding) = &intent.binding {
         properties.insert("binding".to_owned(), describe(binding));
     }
+    if let Some(proof) = intent.tenant_proof {
+        let said = match proof {
+            true => "yes: the namespace's tenants cannot undo it",
+            false => {
+                "no: the namespace's tenants can undo it (a NetworkPolicy of theirs reopens it)"
+            }
+        };
+        properties.insert("tenantProof".to_owned(), said.to_owned());
+    }
     if let Some(name) = &intent.intent {
         let writer = nimbus_api::IntentWriter {
             name: name.clone(),
@@ -355,6 +364,7 @@ mod tests {
                 reason: "Why".into(),
                 message: "because".into(),
             }],
+            tenant_proof: None,
         }
     }
 
@@ -399,11 +409,14 @@ mod tests {
                     Verdict::Unprotected,
                     &[("kyverno", NotInstalled)],
                 ),
-                intent(
-                    "denyExternalNetworkAccess",
-                    Verdict::Partial,
-                    &[("netpol", Enforcing), ("kubearmor", Pending)],
-                ),
+                IntentCoverage {
+                    tenant_proof: Some(false),
+                    ..intent(
+                        "denyExternalNetworkAccess",
+                        Verdict::Partial,
+                        &[("netpol", Enforcing), ("kubearmor", Pending)],
+                    )
+                },
             ]),
         )
         .expect("a report");
@@ -422,6 +435,9 @@ mod tests {
             ]
         );
         assert_eq!(report.results[1].message, "Why: because");
+        // Said where known, and only there.
+        assert!(report.results[1].properties["tenantProof"].starts_with("no: "));
+        assert!(!report.results[3].properties.contains_key("tenantProof"));
         assert_eq!(
             report.results[3].properties["binding"],
             "SecurityIntentBinding shop/web"

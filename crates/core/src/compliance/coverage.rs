@@ -348,6 +348,7 @@ mod tests {
                 })
                 .collect(),
             reasons: vec![],
+            tenant_proof: None,
         }
     }
 

@@ -80,6 +80,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         &MUTATING_ADMISSION_POLICY,
         &MUTATING_ADMISSION_POLICY_BINDING,
     ],
+    tenant_proof: None,
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

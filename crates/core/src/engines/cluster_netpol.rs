@@ -44,6 +44,8 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     confined_to_k8tls_namespace: false,
     translate,
     optional_kinds: &[],
+    // Cluster-scoped and judged before any NetworkPolicy (tests/cluster_network.rs).
+    tenant_proof: Some(true),
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

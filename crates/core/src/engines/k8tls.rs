@@ -45,6 +45,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     confined_to_k8tls_namespace: true,
     translate,
     optional_kinds: &[],
+    tenant_proof: None,
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

@@ -121,6 +121,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     confined_to_k8tls_namespace: false,
     translate,
     optional_kinds: &[],
+    tenant_proof: None,
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {

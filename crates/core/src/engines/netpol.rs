@@ -38,6 +38,8 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     confined_to_k8tls_namespace: false,
     translate,
     optional_kinds: &[],
+    // NetworkPolicy allows add up: a tenant's allow-all reopens it (tests/cluster_network.rs).
+    tenant_proof: Some(false),
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

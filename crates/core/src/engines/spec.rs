@@ -27,6 +27,11 @@ pub struct EngineSpec {
     /// one while it is not served is reported unenforced instead
     /// ([`super::EngineSet::unserved`]).
     pub optional_kinds: &'static [&'static NativeKind],
+    /// Whether what it enforces holds against the bound namespaces' tenants (whoever may
+    /// write namespaced objects there, as the `admin` and `edit` roles grant): `Some(false)`
+    /// where they can undo it, `Some(true)` where they cannot, as measured; `None` where no
+    /// test has said.
+    pub tenant_proof: Option<bool>,
 }
 
 /// An intent an engine enforces.

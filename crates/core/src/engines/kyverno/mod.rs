@@ -98,6 +98,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     confined_to_k8tls_namespace: false,
     translate,
     optional_kinds: &[],
+    tenant_proof: None,
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
