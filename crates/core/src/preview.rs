@@ -1,15 +1,16 @@
 //! Preview: what enforcing the intents bound in audit or shadow mode would block, before anyone
-//! enforces them. For NetworkPolicy intents it is computed, not guessed: the NetworkPolicies
-//! that promotion would write are added to those in force, and every connection through a
-//! Service of the cluster that the evaluator ([`crate::netpol`], checked against cyclonus)
-//! allows now and denies then is listed, at the workload that would lose it. For Kyverno's
+//! enforces them. For network intents it is computed, not guessed: the NetworkPolicies and
+//! Admin-tier ClusterNetworkPolicies that promotion would write are added to those in force,
+//! and every connection through a Service of the cluster that the evaluator ([`crate::netpol`],
+//! checked against cyclonus and kube-network-policies) allows now and denies then is listed, at
+//! the workload that would lose it. For Kyverno's
 //! validate rules it is read, not computed: Kyverno's background scan of the audit policy
 //! reports each resource that breaks a rule, which enforcing would refuse. Other engines say
 //! why they cannot be previewed here.
 
 use crate::catalog::Engine;
 use crate::engines::{self, AUDIT, EngineSet, Environment, PolicyInput};
-use crate::netpol::{InvalidPolicy, Peer, PodPeer, Policies, Traffic};
+use crate::netpol::{self, ClusterNetworkPolicy, InvalidPolicy, Peer, PodPeer, Policies, Traffic};
 use crate::posture::{Pod, PolicyCoverage, Workload};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use nimbus_api::posture::{
@@ -58,12 +59,18 @@ pub enum Target {
     Name(String),
 }
 
-/// A NetworkPolicy that enforcing an intent would write.
+/// A NetworkPolicy or ClusterNetworkPolicy that enforcing an intent would write.
 #[derive(Clone, Debug)]
 pub struct Planned {
     /// The intent's ID.
     pub intent: String,
-    pub policy: NetworkPolicy,
+    pub policy: PlannedPolicy,
+}
+
+#[derive(Clone, Debug)]
+pub enum PlannedPolicy {
+    Namespaced(NetworkPolicy),
+    Cluster(Box<ClusterNetworkPolicy>),
 }
 
 /// What the cluster holds now.
@@ -74,9 +81,11 @@ pub struct Network<'a> {
     pub services: &'a [Service],
     /// Every NetworkPolicy of the cluster.
     pub in_force: &'a [&'a NetworkPolicy],
+    /// The ClusterNetworkPolicies in force (the operator's: it reads no others).
+    pub cluster_in_force: &'a [&'a ClusterNetworkPolicy],
 }
 
-/// The NetworkPolicies that enforcing the audited rules of `input` would write: its rules with
+/// The network policies that enforcing the audited rules of `input` would write: its rules with
 /// action `Block`, translated as the operator translates them. Rules enforced already are left
 /// out (their objects are in force, or their problems reported).
 pub fn planned(
@@ -96,21 +105,47 @@ pub fn planned(
     engines::translate(&enforcing, env, engines)
         .objects
         .into_iter()
-        .filter(|g| g.engine == Engine::NetworkPolicy && input.rules[g.rule].rule.action == AUDIT)
+        .filter(|g| NETWORK_ENGINES.contains(&g.engine) && input.rules[g.rule].rule.action == AUDIT)
         .map(|g| {
-            let policy = serde_json::to_value(&g.object)
-                .and_then(serde_json::from_value)
-                .map_err(|e| InvalidPolicy {
-                    policy: g.entry(),
-                    field: "spec".to_owned(),
-                    reason: format!("not a NetworkPolicy: {e}"),
-                })?;
+            let invalid = |e: serde_json::Error| InvalidPolicy {
+                policy: g.entry(),
+                field: "spec".to_owned(),
+                reason: format!("not a {}: {e}", g.kind.kind),
+            };
+            let value = serde_json::to_value(&g.object).map_err(invalid)?;
+            let policy = match g.engine {
+                Engine::ClusterNetworkPolicy => PlannedPolicy::Cluster(Box::new(
+                    serde_json::from_value(value).map_err(invalid)?,
+                )),
+                _ => PlannedPolicy::Namespaced(serde_json::from_value(value).map_err(invalid)?),
+            };
             Ok(Planned {
                 intent: input.rules[g.rule].id.clone(),
                 policy,
             })
         })
         .collect()
+}
+
+/// The engines whose objects the preview computes (see [`blocked`]).
+const NETWORK_ENGINES: [Engine; 2] = [Engine::NetworkPolicy, Engine::ClusterNetworkPolicy];
+
+/// The network `planned` adds to the `policies` and `cluster` policies in force (both tiers of
+/// ClusterNetworkPolicy around the NetworkPolicies).
+fn with<'p>(
+    policies: &Policies,
+    cluster: &[&ClusterNetworkPolicy],
+    planned: impl Iterator<Item = &'p Planned>,
+) -> Result<netpol::Network, InvalidPolicy> {
+    let mut policies = policies.clone();
+    let mut cluster = cluster.to_vec();
+    for p in planned {
+        match &p.policy {
+            PlannedPolicy::Namespaced(np) => policies.add([np])?,
+            PlannedPolicy::Cluster(cnp) => cluster.push(cnp),
+        }
+    }
+    netpol::Network::new(cluster, policies)
 }
 
 /// What [`blocked`] found: the connections each workload would lose.
@@ -158,26 +193,28 @@ pub fn blocked(network: &Network, planned: &[Planned]) -> Result<Found, InvalidP
     if planned.is_empty() {
         return Ok(found);
     }
-    // The policies in force are parsed once; each "then" is a copy with planned ones added.
-    let now = Policies::new(network.in_force.iter().copied())?;
-    let with = |extra: &mut dyn Iterator<Item = &Planned>| {
-        let mut set = now.clone();
-        set.add(extra.map(|p| &p.policy))?;
-        Ok::<_, InvalidPolicy>(set)
-    };
-    let then = with(&mut planned.iter())?;
+    // The NetworkPolicies in force are parsed once; each "then" is a copy with planned ones
+    // added.
+    let policies = Policies::new(network.in_force.iter().copied())?;
+    let cluster = network.cluster_in_force;
+    let now = with(&policies, cluster, std::iter::empty())?;
+    let then = with(&policies, cluster, planned.iter())?;
     let intents: BTreeSet<&str> = planned.iter().map(|p| p.intent.as_str()).collect();
     // A connection the union of policies denies, each policy isolating that end denies alone
-    // too (allows only add up); so each intent is judged with its own policies.
+    // too (allows only add up, and an Admin-tier rule denies whatever follows it); so each
+    // intent is judged with its own policies.
     let each = intents
         .into_iter()
-        .map(|id| Ok((id, with(&mut planned.iter().filter(|p| p.intent == id))?)))
-        .collect::<Result<Vec<(&str, Policies)>, InvalidPolicy>>()?;
+        .map(|id| {
+            let own = planned.iter().filter(|p| p.intent == id);
+            Ok((id, with(&policies, cluster, own)?))
+        })
+        .collect::<Result<Vec<(&str, netpol::Network)>, InvalidPolicy>>()?;
 
     // Adding policies changes only what reaches or leaves the pods they apply to. Each pod's
     // peer is built once: `(backend, its peer, affected)`.
-    let planned_alone = Policies::new(planned.iter().map(|p| &p.policy))?;
-    let affected = |peer: &Peer| peer.pod.as_ref().is_some_and(|p| planned_alone.isolate(p));
+    let planned_alone = with(&Policies::default(), &[], planned.iter())?;
+    let affected = |peer: &Peer| peer.pod.as_ref().is_some_and(|p| planned_alone.judges(p));
     let backends: Vec<(Backend, Peer, bool)> = backends(network)
         .into_iter()
         .map(|b| {
@@ -347,11 +384,7 @@ fn engine_preview(
     // form would refuse.
     match built_in {
         // Computed apart, from the policies themselves ([`blocked`]).
-        Engine::NetworkPolicy => Ok(Vec::new()),
-        Engine::ClusterNetworkPolicy => not(
-            "NotPreviewed",
-            "clusternetworkpolicy: what its Admin-tier policy would deny is not previewed yet",
-        ),
+        Engine::NetworkPolicy | Engine::ClusterNetworkPolicy => Ok(Vec::new()),
         // RBAC grants and TLS scans refuse nothing.
         Engine::Rbac | Engine::K8tls => Ok(Vec::new()),
         Engine::KubeArmor => not(
@@ -668,7 +701,10 @@ mod tests {
         let planned = planned_for("dnsManipulation", "Audit");
         assert_eq!(planned.len(), 1, "{planned:?}");
         assert_eq!(planned[0].intent, "dnsManipulation");
-        let spec = planned[0].policy.spec.as_ref().expect("a spec");
+        let PlannedPolicy::Namespaced(policy) = &planned[0].policy else {
+            panic!("a NetworkPolicy: {planned:?}");
+        };
+        let spec = policy.spec.as_ref().expect("a spec");
         assert_eq!(
             spec.policy_types.as_deref(),
             Some(&["Egress".to_owned()][..])
@@ -700,6 +736,7 @@ mod tests {
             namespaces: &namespaces,
             services: &services,
             in_force: &[],
+            cluster_in_force: &[],
         };
         let found = blocked(&network, &planned_for("dnsManipulation", "Audit"));
         assert_eq!(
@@ -741,6 +778,73 @@ mod tests {
         };
         let found = blocked(&network, &planned_for("denyExternalNetworkAccess", "Audit"));
         assert!(connections(&found).is_empty());
+    }
+
+    /// A cluster binding audited with the ClusterNetworkPolicy engine in force: the preview is
+    /// what its Admin-tier policy would deny, DNS to anything but the cluster DNS, and nothing
+    /// of the in-cluster traffic the NetworkPolicy engine would cut; a tenant's allow-all
+    /// NetworkPolicy changes none of it.
+    #[test]
+    fn an_audited_cluster_intent_previews_what_its_admin_tier_policy_would_deny() {
+        let cnp: nimbus_api::ClusterNimbusPolicy = serde_json::from_value(json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterNimbusPolicy",
+            "metadata": {"name": "no-rogue-dns", "uid": "c"},
+            "spec": {"rules": [{"id": "dnsManipulation", "rule": {"action": "Audit"}}],
+                     "workloadSelector": {"matchLabels": {"app": "web"}},
+                     "nsSelector": {"matchNames": ["shop"]}}
+        }))
+        .expect("valid policy");
+        let input = PolicyInput::cluster(&cnp, "c");
+        let engines = EngineSet {
+            preference: crate::engines::Preference::new(&[Engine::ClusterNetworkPolicy])
+                .expect("a preference"),
+            ..EngineSet::all()
+        };
+        let planned = planned(&input, &Environment::default(), &engines).expect("planned");
+        assert!(
+            matches!(
+                &planned[..],
+                [Planned {
+                    policy: PlannedPolicy::Cluster(_),
+                    ..
+                }]
+            ),
+            "{planned:?}"
+        );
+        let workloads = [
+            workload("shop", "web", Some("10.244.0.10"), &[("http", 8080)]),
+            workload("shop", "resolver", Some("10.244.0.11"), &[("dns", 53)]),
+            workload("shop", "api", Some("10.244.0.12"), &[("http", 8080)]),
+        ];
+        let services = [
+            service("shop", "resolver", 53, Target::Name("dns".into())),
+            service("shop", "api", 80, Target::Name("http".into())),
+        ];
+        let namespaces = BTreeMap::from([(
+            "shop".to_owned(),
+            BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), "shop".to_owned())]),
+        )]);
+        let allow_all: NetworkPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "tenant", "namespace": "shop"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+                     "ingress": [{}], "egress": [{}]}
+        }))
+        .expect("a NetworkPolicy");
+        for in_force in [&[][..], &[&allow_all][..]] {
+            let network = Network {
+                workloads: &workloads,
+                namespaces: &namespaces,
+                services: &services,
+                in_force,
+                cluster_in_force: &[],
+            };
+            assert_eq!(
+                connections(&blocked(&network, &planned)),
+                ["shop/web Egress resolver:53 by dnsManipulation"],
+                "{} NetworkPolicies in force",
+                in_force.len()
+            );
+        }
     }
 
     /// A posture names nothing of another namespace: its Services and clients there are "a
@@ -790,6 +894,7 @@ mod tests {
             namespaces: &namespaces,
             services: &services,
             in_force: &[],
+            cluster_in_force: &[],
         };
         let found = blocked(&network, &planned_for("dnsManipulation", "Audit"));
         let described: Vec<String> = found

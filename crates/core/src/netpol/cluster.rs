@@ -236,11 +236,12 @@ impl Network {
         }
     }
 
-    /// The Admin tier's verdict on `traffic` leaving its source pod: `Some(allowed)` when a rule
-    /// accepts or denies it, `None` when it is passed on (what any NetworkPolicy then decides).
-    pub fn admin_egress(&self, traffic: &Traffic) -> Option<bool> {
-        let pod = traffic.source.pod.as_ref()?;
-        self.admin.egress(pod, traffic, &self.nodes)
+    /// Whether any of its policies judges traffic to or from `pod` (a NetworkPolicy isolates
+    /// it, or a ClusterNetworkPolicy's subject selects it): only such traffic can they change.
+    pub fn judges(&self, pod: &PodPeer) -> bool {
+        self.policies.isolate(pod)
+            || self.admin.about(pod).next().is_some()
+            || self.baseline.about(pod).next().is_some()
     }
 }
 
