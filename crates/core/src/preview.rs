@@ -69,7 +69,7 @@ pub struct Planned {
 
 #[derive(Clone, Debug)]
 pub enum PlannedPolicy {
-    Namespaced(NetworkPolicy),
+    Namespaced(Box<NetworkPolicy>),
     Cluster(Box<ClusterNetworkPolicy>),
 }
 
@@ -117,7 +117,9 @@ pub fn planned(
                 Engine::ClusterNetworkPolicy => PlannedPolicy::Cluster(Box::new(
                     serde_json::from_value(value).map_err(invalid)?,
                 )),
-                _ => PlannedPolicy::Namespaced(serde_json::from_value(value).map_err(invalid)?),
+                _ => PlannedPolicy::Namespaced(Box::new(
+                    serde_json::from_value(value).map_err(invalid)?,
+                )),
             };
             Ok(Planned {
                 intent: input.rules[g.rule].id.clone(),
@@ -141,7 +143,7 @@ fn with<'p>(
     let mut cluster = cluster.to_vec();
     for p in planned {
         match &p.policy {
-            PlannedPolicy::Namespaced(np) => policies.add([np])?,
+            PlannedPolicy::Namespaced(np) => policies.add([&**np])?,
             PlannedPolicy::Cluster(cnp) => cluster.push(cnp),
         }
     }

@@ -40,26 +40,9 @@ pub fn intents() -> String {
         .collect()
 }
 
-/// `nimbus explain <id>`.
-pub fn explain(id: &str) -> anyhow::Result<String> {
-    let Some(i) = catalog::intent(id) else {
-        let known: Vec<_> = catalog::INTENTS.iter().map(|i| i.id).collect();
-        anyhow::bail!("unknown intent ID `{id}` (known: {})", known.join(", "));
-    };
-    let mut out = format!("{}\n  {}\n\nEnforced by:\n", i.id, i.summary);
-    for kind in [BindingKind::Namespaced, BindingKind::Cluster] {
-        let engines: Vec<&str> = i.engines_for(kind).iter().map(|e| e.name()).collect();
-        let through = match kind {
-            BindingKind::Namespaced => "SecurityIntentBinding",
-            BindingKind::Cluster => "ClusterSecurityIntentBinding",
-        };
-        let engines = if engines.is_empty() {
-            "(not supported)".to_owned()
-        } else {
-            engines.join(", ")
-        };
-        out.push_str(&format!("  through a {through}: {engines}\n"));
-    }
+/// For each mechanism of which two engines enforce intent `i`, which of them writes.
+fn alternatives(i: &catalog::IntentSpec) -> String {
+    let mut out = String::new();
     for mechanism in engines::MECHANISMS {
         let alternatives: Vec<&str> = (mechanism.engines.iter())
             .filter(|e| i.engines().contains(e))
@@ -80,6 +63,30 @@ pub fn explain(id: &str) -> anyhow::Result<String> {
             engines::Preference::default().among(&mechanism.engines[0]),
         ));
     }
+    out
+}
+
+/// `nimbus explain <id>`.
+pub fn explain(id: &str) -> anyhow::Result<String> {
+    let Some(i) = catalog::intent(id) else {
+        let known: Vec<_> = catalog::INTENTS.iter().map(|i| i.id).collect();
+        anyhow::bail!("unknown intent ID `{id}` (known: {})", known.join(", "));
+    };
+    let mut out = format!("{}\n  {}\n\nEnforced by:\n", i.id, i.summary);
+    for kind in [BindingKind::Namespaced, BindingKind::Cluster] {
+        let engines: Vec<&str> = i.engines_for(kind).iter().map(|e| e.name()).collect();
+        let through = match kind {
+            BindingKind::Namespaced => "SecurityIntentBinding",
+            BindingKind::Cluster => "ClusterSecurityIntentBinding",
+        };
+        let engines = if engines.is_empty() {
+            "(not supported)".to_owned()
+        } else {
+            engines.join(", ")
+        };
+        out.push_str(&format!("  through a {through}: {engines}\n"));
+    }
+    out.push_str(&alternatives(i));
     if i.sensitive {
         out.push_str(&format!(
             "  only when the binding lists it in its {} annotation\n",

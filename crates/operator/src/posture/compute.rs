@@ -24,8 +24,10 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use nimbus_api::posture::{NamespacePosture, Reference, WorkloadPosture};
 use nimbus_api::{BindingPreview, NimbusPolicyStatus};
-use nimbus_core::engines::{MANAGED_BY, NativeKind, POLICY_REPORT, PolicyInput};
-use nimbus_core::netpol::InvalidPolicy;
+use nimbus_core::engines::{
+    CLUSTER_NETWORK_POLICY, MANAGED_BY, NativeKind, POLICY_REPORT, PolicyInput,
+};
+use nimbus_core::netpol::{ClusterNetworkPolicy, InvalidPolicy};
 use nimbus_core::policy::{self, Claim};
 use nimbus_core::posture::{self as core, PolicyCoverage};
 use nimbus_core::preview;
@@ -391,28 +393,48 @@ impl Memo {
             .collect::<Result<Vec<_>, _>>()
             .map(|planned| planned.concat());
         let previewing = planned.as_ref().is_ok_and(|p| !p.is_empty());
-        let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = ctx
-            .namespaces
-            .state()
-            .iter()
-            .map(|ns| (ns.name_any(), ns.labels().clone()))
-            .collect();
-        let network_policies = sources.network_policies.state();
-        let in_force: Vec<&NetworkPolicy> = network_policies.iter().map(AsRef::as_ref).collect();
-        let network = preview::Network {
-            workloads,
-            namespaces: &namespace_labels,
-            services: &sources.services(),
-            in_force: &in_force,
-        };
         Self {
             coverage,
             previewing,
-            blocked: planned.and_then(|planned| preview::blocked(&network, &planned)),
+            blocked: planned.and_then(|planned| blocked(ctx, sources, workloads, &planned)),
             kyverno_reports: sources.kyverno_reports(),
             reports: BTreeMap::new(),
         }
     }
+}
+
+/// What promoting the audited and shadowed rules would block: `planned`, the network policies
+/// it would write, added to those in force (the cluster's NetworkPolicies, the operator's
+/// ClusterNetworkPolicies) over `workloads` (all of them).
+fn blocked(
+    ctx: &Context,
+    sources: &Workloads,
+    workloads: &[core::Workload],
+    planned: &[preview::Planned],
+) -> Result<preview::Found, InvalidPolicy> {
+    let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = ctx
+        .namespaces
+        .state()
+        .iter()
+        .map(|ns| (ns.name_any(), ns.labels().clone()))
+        .collect();
+    let network_policies = sources.network_policies.state();
+    let in_force: Vec<&NetworkPolicy> = network_policies.iter().map(AsRef::as_ref).collect();
+    // The operator's own ClusterNetworkPolicies (it watches no others).
+    let cluster_policies: Vec<ClusterNetworkPolicy> = (ctx.natives)
+        .all_of(&CLUSTER_NETWORK_POLICY)
+        .iter()
+        .filter_map(|o| o.parse().ok())
+        .collect();
+    let cluster_in_force: Vec<&ClusterNetworkPolicy> = cluster_policies.iter().collect();
+    let network = preview::Network {
+        workloads,
+        namespaces: &namespace_labels,
+        services: &sources.services(),
+        in_force: &in_force,
+        cluster_in_force: &cluster_in_force,
+    };
+    preview::blocked(&network, planned)
 }
 
 /// The postures of the namespaces a computation recomputed.

@@ -117,6 +117,13 @@ impl Natives {
         found
     }
 
+    /// Every cached object of `kind` (none while it is not watched).
+    pub fn all_of(&self, kind: &NativeKind) -> Vec<Arc<NativeObject>> {
+        self.owned(kind)
+            .map(|o| o.store.state())
+            .unwrap_or_default()
+    }
+
     /// The cached object of `generated`'s kind, namespace and name, if any.
     pub fn cached(&self, generated: &Generated) -> Option<Arc<NativeObject>> {
         self.owned(generated.kind)?
@@ -289,6 +296,15 @@ impl NativeObject {
             Some(ns) => format!("{} {ns}/{}", self.kind, self.name_any()),
             None => format!("{} {}", self.kind, self.name_any()),
         }
+    }
+
+    /// The object as `T`, its typed metadata included (its status is not kept).
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
+        let object = self.seen().object()?;
+        serde_json::from_value(object).map_err(|source| Error::Serialize {
+            object: self.describe(),
+            source,
+        })
     }
 
     /// The whole object, managedFields included, for [`object::apply`] to compare.
