@@ -239,6 +239,13 @@ impl Operator {
         }
     }
 
+    /// Stops it, and starts it again preferring `first`, as a chart upgrade changing
+    /// `engines.preference` does.
+    fn switch_to(self, first: Engine) -> Self {
+        self.stop();
+        Self::start(first)
+    }
+
     fn stop(mut self) {
         self.stop.cancel();
         if let Some(thread) = self.thread.take() {
@@ -325,8 +332,12 @@ fn traffic(name: String, ns: &str, app: &str, case: &Case) -> Value {
            "protocol": protocol})
 }
 
-/// Waits until every binding's intent is kept by `engine` alone.
-async fn kept_by(client: &Client, bound: &[Bound], engine: Engine, other: Engine) {
+/// Waits until every binding's intent is kept by `engine` alone (of the two network engines).
+async fn kept_by(client: &Client, bound: &[Bound], engine: Engine) {
+    let other = match engine {
+        Engine::NetworkPolicy => Engine::ClusterNetworkPolicy,
+        _ => Engine::NetworkPolicy,
+    };
     eventually(
         &format!("{engine} alone in force"),
         HANDOVER + common::CONVERGE,
@@ -447,13 +458,7 @@ async fn only_the_admin_tier_keeps_a_cluster_intent_a_tenant_reopens_and_switchi
             binding,
         });
     }
-    kept_by(
-        &client,
-        &bound,
-        Engine::NetworkPolicy,
-        Engine::ClusterNetworkPolicy,
-    )
-    .await;
+    kept_by(&client, &bound, Engine::NetworkPolicy).await;
     let by_network_policy = in_force(&client, &bound).await;
     let tenant = tenant_policy(&client, &bound, true).await;
     let by_network_policy_reopened = in_force(&client, &bound).await;
@@ -466,15 +471,8 @@ async fn only_the_admin_tier_keeps_a_cluster_intent_a_tenant_reopens_and_switchi
             .collect(),
     );
     let (stop_probe, probing) = probe(client.clone(), namespaces.clone());
-    operator.stop();
-    let operator = Operator::start(Engine::ClusterNetworkPolicy);
-    kept_by(
-        &client,
-        &bound,
-        Engine::ClusterNetworkPolicy,
-        Engine::NetworkPolicy,
-    )
-    .await;
+    let operator = operator.switch_to(Engine::ClusterNetworkPolicy);
+    kept_by(&client, &bound, Engine::ClusterNetworkPolicy).await;
     let at_admin_tier = in_force(&client, &bound).await;
     let tenant = tenant_policy(&client, &bound, true).await;
     let at_admin_tier_reopened = in_force(&client, &bound).await;
@@ -482,15 +480,8 @@ async fn only_the_admin_tier_keeps_a_cluster_intent_a_tenant_reopens_and_switchi
     let tenant = tenant_policy(&client, &bound, false).await;
     let at_admin_tier_closed = in_force(&client, &bound).await;
     remove(&client, &tenant).await;
-    operator.stop();
-    let operator = Operator::start(Engine::NetworkPolicy);
-    kept_by(
-        &client,
-        &bound,
-        Engine::NetworkPolicy,
-        Engine::ClusterNetworkPolicy,
-    )
-    .await;
+    let operator = operator.switch_to(Engine::NetworkPolicy);
+    kept_by(&client, &bound, Engine::NetworkPolicy).await;
     stop_probe.cancel();
     let snapshots = probing.await.expect("probe");
     operator.stop();

@@ -109,14 +109,7 @@ fn kube_network_policies_agrees_on_every_case_a_cluster_can_hold() {
         generate::as_a_cluster_holds(traffic);
     }
     for batch in sets.chunks(SETS_PER_BATCH) {
-        let scenarios: Vec<Value> = (batch.iter())
-            .map(|s| {
-                let traffic: Vec<Value> = (s.traffic.iter().enumerate())
-                    .map(|(t, traffic)| traffic_json(t, traffic))
-                    .collect();
-                json!({"policies": s.policies, "traffic": traffic})
-            })
-            .collect();
+        let scenarios: Vec<Value> = batch.iter().map(input).collect();
         let verdicts: Vec<BTreeMap<String, Value>> =
             common::knp_decide(&json!({ "scenarios": scenarios }));
         for ((scenario, input), verdicts) in batch.iter().zip(&scenarios).zip(&verdicts) {
@@ -247,17 +240,17 @@ struct Verdict {
     allowed: bool,
 }
 
+/// A scenario as the deciders read it, its traffic named by index.
+fn input(scenario: &Scenario) -> Value {
+    let traffic: Vec<Value> = (scenario.traffic.iter().enumerate())
+        .map(|(t, traffic)| traffic_json(t, traffic))
+        .collect();
+    json!({"policies": scenario.policies, "traffic": traffic})
+}
+
 /// Runs tools/netpol-decider on a batch; a verdict map per scenario, traffic named by index.
 fn decide(batch: &[Scenario]) -> Vec<BTreeMap<String, Verdict>> {
-    let scenarios: Vec<Value> = batch
-        .iter()
-        .map(|s| {
-            let traffic: Vec<Value> = (s.traffic.iter().enumerate())
-                .map(|(t, traffic)| traffic_json(t, traffic))
-                .collect();
-            json!({"policies": s.policies, "traffic": traffic})
-        })
-        .collect();
+    let scenarios: Vec<Value> = batch.iter().map(input).collect();
     let verdicts: Vec<BTreeMap<String, Verdict>> =
         common::netpol_decide(&json!({ "scenarios": scenarios }));
     assert_eq!(verdicts.len(), batch.len(), "a verdict map per scenario");
