@@ -679,3 +679,55 @@ fn frameworks_and_explain_show_the_controls_and_their_sources() {
     let out = nimbus(&["explain", "cocoWorkload"], &[]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("no current control: confidential"));
 }
+
+/// Offline, the clusternetworkpolicy engine gives every cluster binding's policy a priority of
+/// its own, as the operator does: two of one intent never share one (which would leave their
+/// order to the implementation).
+#[test]
+fn translated_cluster_network_policies_get_priorities_of_their_own() {
+    let binding = |name: &str, app: &str| {
+        format!(
+            "apiVersion: intent.security.nimbus.com/v1alpha1\nkind: ClusterSecurityIntentBinding\n\
+             metadata: {{name: {name}}}\nspec:\n  intents: [{{name: dns}}]\n  selector: \
+             {{nsSelector: {{matchNames: [\"*\"]}}, workloadSelector: {{matchLabels: {{app: {app}}}}}}}\n"
+        )
+    };
+    let input = format!(
+        "{INTENT}---\n{}---\n{}",
+        binding("b-one", "web"),
+        binding("a-two", "api")
+    );
+    let out = nimbus(
+        &[
+            "translate",
+            "-f",
+            "in.yaml",
+            "--engines",
+            "clusternetworkpolicy",
+            "-o",
+            "json",
+        ],
+        &[("in.yaml", &input)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON List");
+    let objects = list["items"].as_array().expect("items");
+    let priorities: std::collections::BTreeMap<&str, i64> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterNetworkPolicy")
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap(),
+                o["spec"]["priority"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        priorities,
+        [
+            ("a-two-dnsmanipulation", 100),
+            ("b-one-dnsmanipulation", 101)
+        ]
+        .into()
+    );
+}

@@ -19,7 +19,7 @@ use nimbus_api::SecurityIntent;
 use nimbus_core::catalog::{self, BindingKind, Engine};
 use nimbus_core::engines::DEFAULT_K8TLS_NAMESPACE;
 use nimbus_core::engines::{
-    self, EngineSet, Environment, KyvernoKinds, PolicyInput, VirtualPatches, virtual_patch,
+    self, EngineSet, Environment, KyvernoKinds, PolicyInput, Ranked, VirtualPatches, virtual_patch,
 };
 use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::policy::{self, Claim};
@@ -403,6 +403,27 @@ fn translate_all(
 ) -> anyhow::Result<(Vec<Value>, Vec<String>)> {
     let intents = intents_by_name(loaded);
     let lookup = |name: &str| intents.get(name).copied().cloned();
+    let protected = ProtectedNamespaces::new(&args.protected_namespaces);
+    let namespaces = namespaces(&args.namespaces);
+    // Every cluster policy printed ranks among all of them, as the operator ranks those of
+    // the cluster (by name here: nothing is created yet).
+    let mut cluster_policies = Vec::new();
+    for (_, manifest) in &loaded.manifests {
+        if let Manifest::ClusterBinding(b) = manifest {
+            let plan = plan::cluster_binding(b, lookup, &namespaces, &protected)?;
+            cluster_policies.extend(plan.cluster_policy);
+        }
+    }
+    let env = &Environment {
+        admin_priorities: Some(engines::priorities(cluster_policies.iter().map(|p| {
+            Ranked {
+                name: p.metadata.name.as_deref().unwrap_or_default(),
+                created: None,
+                rules: &p.spec.rules,
+            }
+        }))),
+        ..env.clone()
+    };
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     // Protected namespaces a cluster binding names (`emit` holds `warnings` meanwhile).
@@ -421,8 +442,6 @@ fn translate_all(
             }
             Ok(())
         };
-    let protected = ProtectedNamespaces::new(&args.protected_namespaces);
-    let namespaces = namespaces(&args.namespaces);
     for (_, manifest) in &loaded.manifests {
         match manifest {
             Manifest::Intent(_) => {}
