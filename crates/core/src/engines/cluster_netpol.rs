@@ -9,8 +9,9 @@
 
 use super::admin_priorities::BANDS;
 use super::{
-    AuditForm, CLUSTER, CLUSTER_NETWORK_POLICY, Enforces, Engine, EngineSpec, Environment, Fact,
-    Output, PolicyInput, Rule, metadata, namespace_selector, native_name, object, selector_json,
+    AuditForm, CLUSTER, CLUSTER_NETWORK_POLICY, Emitted, Enforces, Engine, EngineSpec,
+    Environment, Fact, Output, PolicyInput, Problem, Rule, metadata, namespace_selector,
+    native_name, object, selector_json,
 };
 use crate::intents::id;
 use crate::names::MAX_NAME_LEN;
@@ -69,6 +70,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
             ),
         ));
     };
+    let mut warnings = Vec::new();
     let egress = match rule.spec.id.as_str() {
         id::DNS_MANIPULATION => vec![
             egress(
@@ -94,6 +96,15 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
             if !networks.is_empty() {
                 in_cluster.push(json!({ "networks": networks }));
             }
+            warnings.push(Problem {
+                blocking: false,
+                ..rule.problem(
+                    condition::REASON_UNSUPPORTED_INTENT,
+                    "clusternetworkpolicy cuts egress to addresses outside the cluster, not \
+                     ingress from them: ClusterNetworkPolicy ingress rules name only pods and \
+                     namespaces",
+                )
+            });
             vec![
                 egress(
                     "cluster-dns",
@@ -123,12 +134,10 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     });
     let name = native_name(policy, rule.key, MAX_NAME_LEN);
     let meta = metadata(policy, Engine::ClusterNetworkPolicy, name, None, &[]);
-    Ok(vec![object(
-        &CLUSTER_NETWORK_POLICY,
-        meta,
-        json!({ "spec": spec }),
-    )]
-    .into())
+    Ok(Emitted {
+        objects: vec![object(&CLUSTER_NETWORK_POLICY, meta, json!({ "spec": spec }))],
+        warnings,
+    })
 }
 
 fn egress(name: &str, action: Action, to: Value, protocols: Option<Value>) -> Value {
@@ -271,6 +280,10 @@ mod tests {
             external.1["egress"][1]["to"][1],
             json!({"networks": ["10.244.0.0/16", "10.96.0.0/12"]})
         );
+        // What it does not cut is said, without leaving the intent unenforced.
+        let said: Vec<_> = t.problems.iter().map(|p| (p.intent.as_str(), p.blocking)).collect();
+        assert_eq!(said, [(id::DENY_EXTERNAL_NETWORK_ACCESS, false)], "{:?}", t.problems);
+        assert!(t.problems[0].message.contains("not ingress"));
         // NetworkPolicies are not written from a cluster policy, whichever engine is preferred.
         assert!(t.objects.iter().all(|g| g.engine != Engine::NetworkPolicy));
         // With the default preference NetworkPolicy is in force for cluster bindings.
