@@ -16,7 +16,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use matrix::{Matrix, verdict};
-use nimbus_api::ClusterSecurityIntentBinding;
+use nimbus_api::{ClusterNimbusPolicy, ClusterSecurityIntentBinding};
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{CLUSTER_NETWORK_POLICY, MANAGED_BY, Preference};
 use nimbus_testenv::{TestNamespace, eventually};
@@ -297,8 +297,9 @@ async fn in_force(client: &Client, bound: &[Bound]) -> InForce {
 }
 
 impl InForce {
-    /// Ours of `engine` only.
-    fn written_by(&self, engine: Engine) -> usize {
+    /// How many `engine` wrote for `bound` (the NetworkPolicies of their namespaces, the
+    /// ClusterNetworkPolicies named after them).
+    fn written_by(&self, engine: Engine, bound: &[Bound]) -> usize {
         let ours = |labels: Option<&BTreeMap<String, String>>| {
             labels.and_then(|l| l.get(MANAGED_BY)).map(String::as_str) == Some(engine.manager())
         };
@@ -308,9 +309,22 @@ impl InForce {
             .filter(|p| ours(p.metadata.labels.as_ref()));
         let cluster = self.cluster.iter().filter(|c| {
             let labels = serde_json::from_value(c["metadata"]["labels"].clone()).ok();
+            let name = c["metadata"]["name"].as_str().unwrap_or_default();
             ours(labels.as_ref())
+                && bound
+                    .iter()
+                    .any(|b| name.starts_with(&format!("{}-", b.binding)))
         });
         policies.count() + cluster.count()
+    }
+
+    /// The priority of the ClusterNetworkPolicy `name`.
+    fn priority(&self, name: &str) -> Option<i64> {
+        let policy = self
+            .cluster
+            .iter()
+            .find(|c| c["metadata"]["name"] == name)?;
+        policy["spec"]["priority"].as_i64()
     }
 
     /// The decider's scenario for `traffic`.
@@ -343,7 +357,7 @@ async fn kept_by(client: &Client, bound: &[Bound], engine: Engine) {
         HANDOVER + common::CONVERGE,
         async |seen| {
             let now = in_force(client, bound).await;
-            let (mine, theirs) = (now.written_by(engine), now.written_by(other));
+            let (mine, theirs) = (now.written_by(engine, bound), now.written_by(other, bound));
             *seen = format!("{mine} of {engine}, {theirs} of {other}");
             let intents: usize = bound.iter().map(|b| b.intents.len()).sum();
             (mine == intents && theirs == 0).then_some(())
@@ -434,29 +448,21 @@ async fn only_the_admin_tier_keeps_a_cluster_intent_a_tenant_reopens_and_switchi
             common::create_intent(&client, intent, "Block").await,
         );
     }
+    // A binding whose policy is older than the others', deleted once the Admin tier is in
+    // force: the younger ones' priorities move up (creation times have a resolution of a
+    // second).
+    let oldest = bind(&client, &intents, &[INTENTS[0]]).await;
+    let cluster_policies = Api::<ClusterNimbusPolicy>::all(client.clone());
+    eventually("the oldest cluster policy", common::CONVERGE, async |_| {
+        common::get(&cluster_policies, &oldest.binding)
+            .await
+            .map(drop)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let mut bound = Vec::new();
     for bound_intents in BINDINGS {
-        let namespace = cp.test_namespace("cnp").await.expect("namespace");
-        let binding = common::unique("cnp");
-        let api = Api::<ClusterSecurityIntentBinding>::all(client.clone());
-        let names: Vec<Value> = bound_intents
-            .iter()
-            .map(|i| json!({"name": intents[i]}))
-            .collect();
-        let body = json!({
-            "apiVersion": "intent.security.nimbus.com/v1alpha1",
-            "kind": "ClusterSecurityIntentBinding",
-            "metadata": {"name": binding},
-            "spec": {"intents": names,
-                     "selector": {"nsSelector": {"matchNames": [namespace.name()]},
-                                  "workloadSelector": {"matchLabels": {"app": "web"}}}},
-        });
-        common::apply(&api, &binding, &body).await;
-        bound.push(Bound {
-            intents: bound_intents,
-            namespace,
-            binding,
-        });
+        bound.push(bind(&client, &intents, bound_intents).await);
     }
     kept_by(&client, &bound, Engine::NetworkPolicy).await;
     let by_network_policy = in_force(&client, &bound).await;
@@ -480,6 +486,7 @@ async fn only_the_admin_tier_keeps_a_cluster_intent_a_tenant_reopens_and_switchi
     let tenant = tenant_policy(&client, &bound, false).await;
     let at_admin_tier_closed = in_force(&client, &bound).await;
     remove(&client, &tenant).await;
+    priorities_move_up(&client, &oldest, &bound).await;
     let operator = operator.switch_to(Engine::NetworkPolicy);
     kept_by(&client, &bound, Engine::NetworkPolicy).await;
     stop_probe.cancel();
@@ -503,6 +510,68 @@ async fn only_the_admin_tier_keeps_a_cluster_intent_a_tenant_reopens_and_switchi
             .await
             .expect("deleting a binding");
     }
+}
+
+/// A cluster binding of `bound_intents` (by their SecurityIntents' names, `intents`) on a
+/// namespace of its own.
+async fn bind(
+    client: &Client,
+    intents: &BTreeMap<&str, String>,
+    bound_intents: &'static [&'static str],
+) -> Bound {
+    let namespace = common::cluster()
+        .test_namespace("cnp")
+        .await
+        .expect("namespace");
+    let binding = common::unique("cnp");
+    let api = Api::<ClusterSecurityIntentBinding>::all(client.clone());
+    let names: Vec<Value> = (bound_intents.iter())
+        .map(|i| json!({"name": intents[i]}))
+        .collect();
+    let body = json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1",
+        "kind": "ClusterSecurityIntentBinding",
+        "metadata": {"name": binding},
+        "spec": {"intents": names,
+                 "selector": {"nsSelector": {"matchNames": [namespace.name()]},
+                              "workloadSelector": {"matchLabels": {"app": "web"}}}},
+    });
+    common::apply(&api, &binding, &body).await;
+    Bound {
+        intents: bound_intents,
+        namespace,
+        binding,
+    }
+}
+
+/// Deletes the `oldest` binding and waits until the dnsManipulation policies of `bound` (all
+/// younger) have each moved up one priority.
+async fn priorities_move_up(client: &Client, oldest: &Bound, bound: &[Bound]) {
+    let names: Vec<String> = (bound.iter())
+        .filter(|b| b.intents.contains(&INTENTS[0]))
+        .map(|b| format!("{}-dnsmanipulation", b.binding))
+        .collect();
+    let before = in_force(client, bound).await;
+    let api = Api::<ClusterSecurityIntentBinding>::all(client.clone());
+    api.delete(&oldest.binding, &DeleteParams::default())
+        .await
+        .expect("deleting the oldest binding");
+    eventually(
+        "the younger bindings' priorities to move up",
+        common::CONVERGE,
+        async |seen| {
+            let now = in_force(client, bound).await;
+            let moved: Vec<(Option<i64>, Option<i64>)> = (names.iter())
+                .map(|n| (before.priority(n), now.priority(n)))
+                .collect();
+            *seen = format!("{moved:?}");
+            moved
+                .iter()
+                .all(|(b, n)| b.zip(*n).is_some_and(|(b, n)| n == b - 1))
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 /// Every snapshot the probe took: each selected pod's traffic the intent denies whichever

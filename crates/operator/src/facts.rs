@@ -95,22 +95,14 @@ impl FactCaches {
         drivers
     }
 
-    /// A signal per change of a fact that changes translations; `namespaces` and
-    /// `cluster_policies`: the shared caches, `facts` what reconciles read.
+    /// A signal per change of a fact that changes translations; `namespaces`: the shared cache
+    /// of namespaces, `facts` what reconciles read.
     pub(crate) fn changes(
         &mut self,
         facts: &Facts,
         namespaces: &mut Cache<Namespace>,
-        cluster_policies: &mut Cache<ClusterNimbusPolicy>,
     ) -> Vec<BoxStream<'static, ()>> {
         let mut streams = Vec::new();
-        if self.admin_priorities {
-            // Deleting a binding moves the younger ones' policies up.
-            let facts = facts.clone();
-            streams.push(changes(cluster_policies.subscribe(), move || {
-                facts.admin_priorities()
-            }));
-        }
         if let Some(nodes) = &mut self.nodes {
             let facts = facts.clone();
             streams.push(changes(nodes.subscribe(), move || facts.node_pod_cidrs()));
@@ -129,6 +121,25 @@ impl FactCaches {
         }
         streams
     }
+}
+
+/// A signal when a cluster policy's Admin-tier priority moves, which only the deletion of an
+/// older one does (a new one takes the next free priority and moves none): what the cluster
+/// policies re-translate on. `None` while no enabled engine reads the priorities.
+pub(crate) fn admin_priorities_moved(
+    facts: &Facts,
+    cluster_policies: &mut Cache<ClusterNimbusPolicy>,
+) -> Option<BoxStream<'static, ()>> {
+    facts.cluster_policies.as_ref()?;
+    let facts = facts.clone();
+    let mut last = facts.admin_priorities();
+    let moved = cluster_policies.subscribe().filter_map(move |_| {
+        let now = facts.admin_priorities();
+        let moved = matches!((&last, &now), (Some(last), Some(now)) if now.moved_from(last));
+        last = now;
+        future::ready(moved.then_some(()))
+    });
+    Some(moved.boxed())
 }
 
 /// The facts as reconciles read them, from the caches.

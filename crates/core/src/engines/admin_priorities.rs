@@ -27,6 +27,13 @@ impl AdminPriorities {
     pub(super) fn get(&self, policy: &str, key: &str) -> Option<i32> {
         self.0.get(&(policy.to_owned(), key.to_owned())).copied()
     }
+
+    /// Whether a rule ranked in both `earlier` and these has another priority now.
+    pub fn moved_from(&self, earlier: &AdminPriorities) -> bool {
+        self.0
+            .iter()
+            .any(|(rule, p)| earlier.0.get(rule).is_some_and(|e| e != p))
+    }
 }
 
 /// A cluster policy as [`priorities`] ranks it.
@@ -135,6 +142,11 @@ mod tests {
         let with_newer = priorities(more);
         assert_eq!(with_newer.get("0-newest", "dnsmanipulation"), Some(103));
         assert!(got.0.iter().all(|(k, v)| with_newer.0.get(k) == Some(v)));
+        assert!(!with_newer.moved_from(&got), "a new binding moves no other");
+        // The oldest binding gone: the younger ones move up, which re-translates them.
+        let without_oldest = priorities(policies().into_iter().filter(|p| p.name != "b"));
+        assert_eq!(without_oldest.get("a", "dnsmanipulation"), Some(100));
+        assert!(without_oldest.moved_from(&got));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::cache::Driver;
 use crate::context::Context;
 use crate::controllers::{binding, cluster_binding, error_policy, intent, policy};
 use crate::error::Error;
+use crate::facts;
 use crate::metrics::ControllerLabels;
 use crate::write::natives::NativeObject;
 use futures::stream::BoxStream;
@@ -178,9 +179,14 @@ pub(super) fn cluster_policy_controller(
         caches.cluster_policies.subscribe(),
         ctx.cluster_policies.clone(),
     );
-    let controller = translating(controller, ctx, caches, t, |obj| {
+    let mut controller = translating(controller, ctx, caches, t, |obj| {
         owner::<ClusterNimbusPolicy, _>(&obj, None)
     });
+    if let Some(moved) =
+        facts::admin_priorities_moved(&ctx.engines.facts, &mut caches.cluster_policies)
+    {
+        controller = controller.reconcile_all_on(moved);
+    }
     drain(controller.run(
         gated(
             "cluster_policy",
@@ -229,11 +235,11 @@ fn translation_inputs_changed(
     t: &Triggers,
 ) -> BoxStream<'static, ()> {
     let mut streams = vec![t.availability_changed(), t.leadership_gained()];
-    streams.extend(caches.facts.changes(
-        &ctx.engines.facts,
-        &mut caches.namespaces,
-        &mut caches.cluster_policies,
-    ));
+    streams.extend(
+        caches
+            .facts
+            .changes(&ctx.engines.facts, &mut caches.namespaces),
+    );
     streams.extend(caches.natives.iter_mut().map(|(_, c, _)| c.relisted()));
     futures::stream::select_all(streams).boxed()
 }
