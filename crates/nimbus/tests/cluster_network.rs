@@ -627,6 +627,12 @@ fn tenant_matrix(intent: &str, alone: &Bound, both: &Bound, snapshots: [&InForce
     let columns = [
         ("selected pod, NetworkPolicy engine", 0, alone, true),
         (
+            "selected pod, NetworkPolicy engine, both intents bound",
+            0,
+            both,
+            true,
+        ),
+        (
             "selected pod, NetworkPolicy engine, tenant allow-all NetworkPolicy",
             1,
             alone,
@@ -675,18 +681,28 @@ fn tenant_matrix(intent: &str, alone: &Bound, both: &Bound, snapshots: [&InForce
         common::knp_decide(&json!({ "scenarios": scenarios }));
     let expected = |column: usize, case: &str| match column {
         0 => promised_by_network_policy(intent, case),
+        // NetworkPolicies add up where both isolate the pod: egress, what either allows.
+        // Ingress only denyExternalNetworkAccess's isolates.
+        1 => match case.starts_with("from") {
+            true => {
+                promised_by_network_policy(intent, case) && promised_by_network_policy(other, case)
+            }
+            false => {
+                promised_by_network_policy(intent, case) || promised_by_network_policy(other, case)
+            }
+        },
         // The measured difference: a tenant's NetworkPolicy reopens every cell.
-        1 => true,
-        2 | 3 => promised_at_admin_tier(intent, case),
+        2 => true,
+        3 | 4 => promised_at_admin_tier(intent, case),
         // The Admin tier accepts DNS to the cluster DNS, denies what the intent denies, and
         // passes the rest on to the tenant's policy.
-        4 => {
+        5 => {
             case.starts_with("to kube-dns")
                 && ["53/UDP", "53/TCP", "853/TCP"]
                     .iter()
                     .any(|p| case.ends_with(p))
         }
-        5 => promised_at_admin_tier(intent, case) && promised_at_admin_tier(other, case),
+        6 => promised_at_admin_tier(intent, case) && promised_at_admin_tier(other, case),
         _ => true,
     };
     Matrix {
