@@ -991,12 +991,20 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
             .unwrap_or_else(|e| panic!("restarting {component}: {e}"));
     }
 
-    // The admission engine stands by here (Kyverno is installed and preferred): it writes
-    // nothing, so there is nothing of its kinds to tamper with.
-    let standing_by = nimbus_core::catalog::Engine::Admission.spec().kinds;
+    // The engines that stand by here, under the default preference with every engine installed
+    // (admission for Kyverno, clusternetworkpolicy for netpol), write nothing: there is nothing
+    // of their kinds to tamper with.
+    let engines = nimbus_core::engines::EngineSet::all();
+    let standing_by: Vec<&str> = (nimbus_core::catalog::Engine::ALL.into_iter())
+        .filter(|e| {
+            let mut origins = e.spec().enforces.iter().flat_map(|x| x.origins);
+            origins.all(|o| engines.preference.stands_by(*e, *o, &engines))
+        })
+        .flat_map(|e| e.spec().kinds.iter().map(|k| k.kind))
+        .collect();
     let every_pair: Vec<(String, &str)> = generated_kinds()
         .into_iter()
-        .filter(|(kind, _)| !standing_by.iter().any(|k| k.kind == kind.kind))
+        .filter(|(kind, _)| !standing_by.contains(&kind.kind.as_str()))
         .flat_map(|(kind, _)| EDITS.map(|edit| (kind.kind.clone(), edit)))
         .collect();
     tamper_every_pair(&client, &every_pair, &mut stats).await;

@@ -8,13 +8,20 @@ use nimbus_core::compliance::coverage::{NOT_ENFORCEMENT, PROOFS};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Each efficacy source file's text.
+/// Each efficacy source file's text: `tests/efficacy/<engine>.rs`, or `tests/<engine>.rs` for
+/// an engine whose efficacy test needs a control plane of its own.
 fn efficacy_sources() -> BTreeMap<String, String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/efficacy");
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let dir = tests.join("efficacy");
+    let own_binaries = nimbus_core::catalog::Engine::ALL
+        .into_iter()
+        .map(|e| tests.join(format!("{}.rs", e.name())))
+        .filter(|p| p.exists());
     std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| {
-            let path = entry.expect("entry").path();
+        .map(|entry| entry.expect("entry").path())
+        .chain(own_binaries)
+        .map(|path| {
             let text = std::fs::read_to_string(&path).expect("efficacy source");
             (
                 path.file_name()
@@ -27,12 +34,12 @@ fn efficacy_sources() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The test functions of a source: the `fn` after each `#[tokio::test]` or `#[test]`.
+/// The test functions of a source: the `fn` after each `#[tokio::test(…)]` or `#[test]`.
 fn tests_of(text: &str) -> BTreeSet<&str> {
     let mut out = BTreeSet::new();
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
-        if matches!(line.trim(), "#[tokio::test]" | "#[test]") {
+        if line.trim() == "#[test]" || line.trim().starts_with("#[tokio::test") {
             let next = lines.find(|l| l.contains("fn ")).expect("a test function");
             let name = next.split("fn ").nth(1).expect("fn name");
             out.insert(name.split(['(', '<']).next().expect("name").trim());

@@ -35,6 +35,11 @@ const fn proof(
     }
 }
 
+/// The ClusterNetworkPolicy engine's test: a binary of its own (`tests/clusternetworkpolicy.rs`),
+/// which restarts the operator with another engine preference.
+const CLUSTER_NETWORK_POLICY_TEST: &str =
+    "only_the_admin_tier_keeps_a_cluster_intent_a_tenant_reopens_and_switching_leaves_no_gap";
+
 /// Every enforcement the efficacy tests prove (Kyverno's legacy and CEL kinds alike: the engine
 /// is `kyverno` either way). KubeArmor and k8tls have none: no KubeArmor or k8tls runtime runs
 /// in the tests, so what they enforce is covered but unproven.
@@ -50,6 +55,18 @@ pub static PROOFS: &[Proof] = &[
         Engine::NetworkPolicy,
         "deny_external_network_access_keeps_pods_off_external_networks",
         "netpol-denyExternalNetworkAccess",
+    ),
+    proof(
+        "dnsManipulation",
+        Engine::ClusterNetworkPolicy,
+        CLUSTER_NETWORK_POLICY_TEST,
+        "clusternetworkpolicy-dnsManipulation",
+    ),
+    proof(
+        "denyExternalNetworkAccess",
+        Engine::ClusterNetworkPolicy,
+        CLUSTER_NETWORK_POLICY_TEST,
+        "clusternetworkpolicy-denyExternalNetworkAccess",
     ),
     proof(
         "escapeToHost",

@@ -45,7 +45,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     confined_to_k8tls_namespace: false,
     translate,
     optional_kinds: &[],
-    // Cluster-scoped and judged before any NetworkPolicy (tests/cluster_network.rs).
+    // Cluster-scoped and judged before any NetworkPolicy (tests/clusternetworkpolicy.rs).
     tenant_proof: Some(true),
 };
 

@@ -38,7 +38,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     confined_to_k8tls_namespace: false,
     translate,
     optional_kinds: &[],
-    // NetworkPolicy allows add up: a tenant's allow-all reopens it (tests/cluster_network.rs).
+    // NetworkPolicy allows add up: a tenant's allow-all reopens it (tests/clusternetworkpolicy.rs).
     tenant_proof: Some(false),
 };
 

@@ -706,7 +706,7 @@ fn tenant_matrix(intent: &str, alone: &Bound, both: &Bound, snapshots: [&InForce
         _ => true,
     };
     Matrix {
-        id: format!("cnp-{intent}"),
+        id: format!("clusternetworkpolicy-{intent}"),
         title: format!(
             "{intent} through a ClusterSecurityIntentBinding, with a tenant's NetworkPolicies \
              (decided by kube-network-policies)"
