@@ -9,9 +9,9 @@
 
 use super::admin_priorities::BANDS;
 use super::{
-    AuditForm, CLUSTER, CLUSTER_NETWORK_POLICY, Emitted, Enforces, Engine, EngineSpec,
-    Environment, Fact, Output, PolicyInput, Problem, Rule, metadata, namespace_selector,
-    native_name, object, selector_json,
+    AuditForm, CLUSTER, CLUSTER_NETWORK_POLICY, Emitted, Enforces, Engine, EngineSpec, Environment,
+    Fact, Output, PolicyInput, Problem, Rule, metadata, namespace_selector, native_name, object,
+    selector_json,
 };
 use crate::intents::id;
 use crate::names::MAX_NAME_LEN;
@@ -135,7 +135,11 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
     let name = native_name(policy, rule.key, MAX_NAME_LEN);
     let meta = metadata(policy, Engine::ClusterNetworkPolicy, name, None, &[]);
     Ok(Emitted {
-        objects: vec![object(&CLUSTER_NETWORK_POLICY, meta, json!({ "spec": spec }))],
+        objects: vec![object(
+            &CLUSTER_NETWORK_POLICY,
+            meta,
+            json!({ "spec": spec }),
+        )],
         warnings,
     })
 }
@@ -281,8 +285,17 @@ mod tests {
             json!({"networks": ["10.244.0.0/16", "10.96.0.0/12"]})
         );
         // What it does not cut is said, without leaving the intent unenforced.
-        let said: Vec<_> = t.problems.iter().map(|p| (p.intent.as_str(), p.blocking)).collect();
-        assert_eq!(said, [(id::DENY_EXTERNAL_NETWORK_ACCESS, false)], "{:?}", t.problems);
+        let said: Vec<_> = t
+            .problems
+            .iter()
+            .map(|p| (p.intent.as_str(), p.blocking))
+            .collect();
+        assert_eq!(
+            said,
+            [(id::DENY_EXTERNAL_NETWORK_ACCESS, false)],
+            "{:?}",
+            t.problems
+        );
         assert!(t.problems[0].message.contains("not ingress"));
         // NetworkPolicies are not written from a cluster policy, whichever engine is preferred.
         assert!(t.objects.iter().all(|g| g.engine != Engine::NetworkPolicy));
