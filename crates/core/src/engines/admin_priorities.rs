@@ -65,12 +65,13 @@ pub fn priorities<'a>(policies: impl IntoIterator<Item = Ranked<'a>>) -> AdminPr
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
     use std::collections::BTreeSet;
 
+    /// `Block` rules of the intents `ids`.
     pub(crate) fn rules(ids: &[&str]) -> Vec<NimbusRule> {
         ids.iter()
             .map(|id| {

@@ -172,19 +172,12 @@ fn kube_dns() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engines::admin_priorities::tests::rules;
     use crate::engines::{EngineSet, Preference, Ranked, priorities, translate};
     use crate::intents::Origin;
     use crate::namespaces::ProtectedNamespaces;
-    use nimbus_api::{NamespaceSelector, NimbusRule};
+    use nimbus_api::NamespaceSelector;
     use std::collections::BTreeSet;
-
-    fn rules(ids: &[&str]) -> Vec<NimbusRule> {
-        ids.iter()
-            .map(|id| {
-                serde_json::from_value(json!({"id": id, "rule": {"action": "Block"}})).unwrap()
-            })
-            .collect()
-    }
 
     #[test]
     fn a_binding_beyond_its_band_is_unenforced_and_says_so() {
