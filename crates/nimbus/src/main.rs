@@ -113,6 +113,10 @@ pub struct RunArgs {
     /// time, so this bounds the operator's requests in flight (5 controllers).
     #[arg(long, default_value_t = nimbus_operator::DEFAULT_RECONCILE_CONCURRENCY)]
     reconcile_concurrency: u16,
+    /// The longest a SecurityIntentException may last from its creation; one set to expire
+    /// later is not honoured.
+    #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
+    exception_max_duration: Duration,
     /// Threads running the operator's tasks besides the main one (default: one per core).
     /// Fewer cost fewer wake-ups across threads, more keep up with bigger clusters.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
@@ -254,6 +258,7 @@ impl RunArgs {
             reconcile_concurrency: self.reconcile_concurrency,
             instance: self.instance.clone(),
             posture: self.posture.config(),
+            exception_max_duration: self.exception_max_duration.try_into()?,
             ..Default::default()
         };
         self.engines

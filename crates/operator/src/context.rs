@@ -35,6 +35,7 @@ pub struct Context {
     pub policies_created: Creations,
     pub cluster_policies_created: Creations,
     pub namespaces: Store<Namespace>,
+    pub exceptions: Exceptions,
     pub natives: Natives,
     pub engines: EngineContext,
     pub metrics: Metrics,
@@ -51,6 +52,13 @@ pub struct Context {
     /// Per object (`kind/namespace/name`) failing now: its consecutive failed reconciles and
     /// when the first of them failed, for backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, Failing>>,
+}
+
+/// The exceptions and how long one may last.
+pub struct Exceptions {
+    pub store: Store<nimbus_api::SecurityIntentException>,
+    /// `--exception-max-duration`.
+    pub max_duration: k8s_openapi::jiff::SignedDuration,
 }
 
 /// An object's current streak of failed reconciles.

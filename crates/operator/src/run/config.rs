@@ -2,11 +2,13 @@
 
 use crate::leader::LeaderElection;
 use crate::posture;
+use k8s_openapi::jiff::SignedDuration;
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
     DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, KyvernoKinds,
     Preference,
 };
+use nimbus_core::exceptions;
 use nimbus_core::namespaces::ProtectedNamespaces;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -51,6 +53,8 @@ pub struct Config {
     /// Reconciles each controller runs at once (0: no limit). Each reconcile sends its
     /// requests one after another, so this also bounds the operator's requests in flight.
     pub reconcile_concurrency: u16,
+    /// The longest a SecurityIntentException may last from its creation.
+    pub exception_max_duration: SignedDuration,
 }
 
 /// Reconciles wait on the API server, not on the CPU, so many may run at once; but not
@@ -94,6 +98,7 @@ impl Default for Config {
             protected_namespaces: None,
             posture: None,
             reconcile_concurrency: DEFAULT_RECONCILE_CONCURRENCY,
+            exception_max_duration: exceptions::DEFAULT_MAX_DURATION,
         }
     }
 }

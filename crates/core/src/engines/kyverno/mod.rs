@@ -17,6 +17,7 @@
 //! being translated (Nimbus read the first rule's).
 
 mod api;
+mod exceptions;
 mod legacy;
 pub mod virtual_patch;
 
@@ -26,10 +27,11 @@ use legacy::{DESCRIPTION, Extra, build, failure_action};
 use super::Engine;
 use super::pss::{self, Level};
 use super::{
-    AuditForm, BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact, KYVERNO_CLUSTER_POLICY,
-    KYVERNO_MUTATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY,
-    KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_VALIDATING_POLICY, NAMESPACED,
-    NativeKind, Output, PolicyInput, Rule, metadata, native_name, object, selector_json,
+    AuditForm, BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact,
+    KYVERNO_CEL_POLICY_EXCEPTION, KYVERNO_CLUSTER_POLICY, KYVERNO_MUTATING_POLICY,
+    KYVERNO_NAMESPACED_MUTATING_POLICY, KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY,
+    KYVERNO_POLICY_EXCEPTION, KYVERNO_VALIDATING_POLICY, NAMESPACED, NativeKind, Output,
+    PolicyInput, Rule, excepted, metadata, native_name, object, selector_cel, selector_json,
 };
 use crate::intents::{id, param, param_value};
 use crate::names::MAX_NAME_LEN;
@@ -94,11 +96,16 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         &KYVERNO_VALIDATING_POLICY,
         &KYVERNO_NAMESPACED_MUTATING_POLICY,
         &KYVERNO_MUTATING_POLICY,
+        &KYVERNO_POLICY_EXCEPTION,
+        &KYVERNO_CEL_POLICY_EXCEPTION,
     ],
     confined_to_k8tls_namespace: false,
     translate,
-    optional_kinds: &[],
+    // Written only for exceptions; without them the engine still enforces, and an exception
+    // it cannot write is reported not honoured.
+    optional_kinds: &[&KYVERNO_POLICY_EXCEPTION, &KYVERNO_CEL_POLICY_EXCEPTION],
     tenant_proof: None,
+    honours_exceptions: &[id::ESCAPE_TO_HOST],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
@@ -117,7 +124,16 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 "validate": {"podSecurity": {"level": level, "version": "latest"}},
                 "generate": no_generate(),
             });
-            vec![build(policy, rule, rule.key, vec![body], Extra::Background)]
+            let built = build(policy, rule, rule.key, vec![body], Extra::Background);
+            let excepting = exceptions::legacy(
+                policy,
+                rule,
+                &excepted(policy, rule),
+                &built.1,
+                "pod-security-standard",
+                PODS_AND_CONTROLLERS,
+            );
+            std::iter::once(built).chain(excepting).collect()
         }
         (id::COCO_WORKLOAD, false) => coco_workload_in_namespace(policy, rule),
         (id::COCO_WORKLOAD, true) => {
@@ -317,16 +333,21 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
             // subresource of its own (`kubectl debug`), which `pods` does not match. The
             // background scans read whole pods, ephemeral containers included, so the second
             // policy judges admission only.
-            vec![
-                cel_policy(policy, rule, rule.key, kinds, spec("pods", true)),
-                cel_policy(
-                    policy,
-                    rule,
-                    &format!("{}-ephemeral", rule.key),
-                    kinds,
-                    spec("pods/ephemeralcontainers", false),
-                ),
-            ]
+            let pods = cel_policy(policy, rule, rule.key, kinds, spec("pods", true));
+            let ephemeral = cel_policy(
+                policy,
+                rule,
+                &format!("{}-ephemeral", rule.key),
+                kinds,
+                spec("pods/ephemeralcontainers", false),
+            );
+            let excepting = exceptions::cel(
+                policy,
+                rule,
+                &excepted(policy, rule),
+                &[&pods.1, &ephemeral.1],
+            );
+            [pods, ephemeral].into_iter().chain(excepting).collect()
         }
         id::COCO_WORKLOAD => {
             let class = param_value(rule.spec, param::RUNTIME_CLASS).unwrap_or_default();
@@ -445,28 +466,6 @@ fn constraints(policy: &PolicyInput, env: &Environment, group: &str, resource: &
 /// labels (an `objectSelector` would keep Kyverno from deriving the pod controllers' checks):
 /// none when it selects everything.
 fn selected(selector: &LabelSelector) -> Option<Value> {
-    let labels = "object.metadata.?labels.orValue({})";
-    let literal = |s: &str| serde_json::to_string(s).unwrap_or_default();
-    let values = |v: &Option<Vec<String>>| {
-        let quoted: Vec<String> = v.iter().flatten().map(|v| literal(v)).collect();
-        format!("[{}]", quoted.join(", "))
-    };
-    let mut terms: Vec<String> = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| format!("{labels}[?{}] == optional.of({})", literal(k), literal(v)))
-        .collect();
-    for e in selector.match_expressions.iter().flatten() {
-        let key = literal(&e.key);
-        terms.push(match e.operator.as_str() {
-            "In" => format!("{labels}[?{key}].orValue(null) in {}", values(&e.values)),
-            "NotIn" => format!("!({labels}[?{key}].orValue(null) in {})", values(&e.values)),
-            "Exists" => format!("{key} in {labels}"),
-            // DoesNotExist (the API server admits no other operator).
-            _ => format!("!({key} in {labels})"),
-        });
-    }
-    (!terms.is_empty())
-        .then(|| json!({"name": "workload-selector", "expression": terms.join(" && ")}))
+    selector_cel(selector)
+        .map(|expression| json!({"name": "workload-selector", "expression": expression}))
 }
