@@ -92,6 +92,7 @@ impl Caches {
             posture::signal(self.policies.subscribe()),
             posture::signal(self.cluster_policies.subscribe()),
             posture::signal(self.namespaces.subscribe()),
+            posture::signal(self.exceptions.subscribe()),
             posture::signal(WatchStream::from_changes(served.clone())),
         ];
         inputs.extend(

@@ -23,6 +23,7 @@ pub(super) fn export_counts<'w>(
         Verdict::Partial,
         Verdict::Unprotected,
         Verdict::Audited,
+        Verdict::Excepted,
     ] {
         let count = by_verdict.get(&verdict).copied().unwrap_or_default();
         metrics
