@@ -3,8 +3,9 @@
 //! `--kyverno-kinds` puts in force given what the cluster serves.
 
 use crate::engines::{
-    KYVERNO_CLUSTER_POLICY, KYVERNO_MUTATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY,
-    KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_VALIDATING_POLICY, NativeKind,
+    KYVERNO_CEL_POLICY_EXCEPTION, KYVERNO_CLUSTER_POLICY, KYVERNO_MUTATING_POLICY,
+    KYVERNO_NAMESPACED_MUTATING_POLICY, KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY,
+    KYVERNO_POLICY_EXCEPTION, KYVERNO_VALIDATING_POLICY, NativeKind,
 };
 use std::fmt;
 use std::str::FromStr;
@@ -30,6 +31,15 @@ impl KyvernoApi {
                 &KYVERNO_NAMESPACED_MUTATING_POLICY,
                 &KYVERNO_MUTATING_POLICY,
             ],
+        }
+    }
+
+    /// The kind SecurityIntentExceptions become in this API (not needed served: without it
+    /// the engine enforces, and says an exception is not honoured).
+    pub fn exceptions(self) -> &'static NativeKind {
+        match self {
+            KyvernoApi::Legacy => &KYVERNO_POLICY_EXCEPTION,
+            KyvernoApi::Cel => &KYVERNO_CEL_POLICY_EXCEPTION,
         }
     }
 }
