@@ -175,6 +175,7 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
                 "validatingpolicies",
                 "namespacedmutatingpolicies",
                 "mutatingpolicies",
+                "namespacedgeneratingpolicies",
             ],
             OWN,
             &[],

@@ -7,7 +7,6 @@ use nimbus_core::engines::pss::{self, Level};
 use nimbus_core::engines::{self, EngineSet, Environment, KyvernoApi, KyvernoKinds, NativeKind};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
 
 fn no_generate() -> Value {
     json!({"clone": {}, "cloneList": {}})
@@ -709,25 +708,6 @@ fn kyverno_cel_coco_workload_patches_new_and_existing_deployments() {
         ),
     ];
     assert_objects(&of(&t, Engine::Kyverno), &want);
-}
-
-/// virtualPatch's generate rules have no CEL translation: they stay legacy `Policy`s.
-#[test]
-fn kyverno_cel_leaves_virtual_patch_on_the_legacy_kinds() {
-    let env = Environment {
-        kyverno: KyvernoApi::Cel,
-        ..vp_env()
-    };
-    let t = run_np_with(
-        &sib_np(selector(), vec![vp_rule()]),
-        &env,
-        &EngineSet::all(),
-    );
-    let kinds: BTreeSet<String> = of(&t, Engine::Kyverno)
-        .iter()
-        .map(|o| o["kind"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    assert_eq!(kinds, BTreeSet::from(["Policy".to_owned()]));
 }
 
 /// Which API the engine writes in: `auto` prefers the CEL kinds, and a forced choice the

@@ -985,7 +985,9 @@ async fn ours(
 /// writing the legacy kinds stops, one writing the CEL kinds starts, and a privileged pod tried
 /// every 100 ms all along, in a namespace bound by a SecurityIntentBinding and in one bound by a
 /// ClusterSecurityIntentBinding, is denied every time; once the CEL policies act, no legacy
-/// policy of ours remains.
+/// policy of ours remains. virtualPatch, bound in a third namespace, moves too: the patches
+/// generated for a pod before the move stay, and a pod created after it gets its own, from the
+/// NamespacedGeneratingPolicies that replaced the legacy generators.
 #[tokio::test]
 async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
     let kyverno = stack().await;
@@ -1010,15 +1012,28 @@ async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
     };
     bind_namespaced(&client, by_sib.name(), &si, &selecting).await;
     bind_cluster(&client, by_csib.name(), &si, &selecting).await;
-    kyverno_policies_ready(&client, &bound).await;
+    let by_vp = namespace(cp, "eff-kyv-move-vp").await;
+    let vp = intent(
+        &client,
+        "virtualPatch",
+        "Block",
+        json!({"cveList": ["CVE-2024-4439"]}),
+    )
+    .await;
+    bind_namespaced(&client, by_vp.name(), &vp, &selecting).await;
+    let all = [by_sib.name(), by_csib.name(), by_vp.name()];
+    kyverno_policies_ready(&client, &all).await;
     let cel_kinds = KyvernoApi::Cel.kinds();
+    let generators = [&engines::KYVERNO_NAMESPACED_GENERATING_POLICY];
+    // escapeToHost's Policy and ClusterPolicy, and virtualPatch's three generators.
     assert_eq!(
-        ours(&client, KyvernoApi::Legacy.kinds(), &bound)
-            .await
-            .len(),
-        2
+        ours(&client, KyvernoApi::Legacy.kinds(), &all).await.len(),
+        5
     );
-    assert!(ours(&client, cel_kinds, &bound).await.is_empty());
+    assert!(ours(&client, cel_kinds, &all).await.is_empty());
+    assert!(ours(&client, &generators, &all).await.is_empty());
+    let before = create_pod(&client, by_vp.name(), "web", "nginx:latest").await;
+    let patches = virtual_patches(&client, by_vp.name(), &before).await;
 
     let stop_trying = CancellationToken::new();
     let trying = {
@@ -1047,8 +1062,9 @@ async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
         "the CEL policies to act and the legacy ones to be gone",
         CONVERGE,
         async |seen| {
-            let left = ours(&client, KyvernoApi::Legacy.kinds(), &bound).await;
-            let written = ours(&client, cel_kinds, &bound).await;
+            let left = ours(&client, KyvernoApi::Legacy.kinds(), &all).await;
+            let mut written = ours(&client, cel_kinds, &all).await;
+            written.extend(ours(&client, &generators, &all).await);
             let acting = written
                 .iter()
                 .filter(|p| p.data["status"]["conditionStatus"]["ready"] == true)
@@ -1058,11 +1074,19 @@ async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
                 left.len(),
                 written.len()
             );
-            // Per binding, a policy of pods and one of the ephemeral containers added to them.
-            (left.is_empty() && written.len() == 4 && acting == 4).then_some(())
+            // Per escapeToHost binding, a policy of pods and one of the ephemeral containers
+            // added to them; virtualPatch's three generators.
+            (left.is_empty() && written.len() == 7 && acting == 7).then_some(())
         },
     )
     .await;
+    // What was generated before stays; a pod created now gets its patches from the CEL kinds.
+    assert_eq!(
+        virtual_patches(&client, by_vp.name(), &before).await,
+        patches
+    );
+    let after = create_pod(&client, by_vp.name(), "web", "nginx:latest").await;
+    virtual_patches(&client, by_vp.name(), &after).await;
     // A few more tries with the CEL policies alone.
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop_trying.cancel();
@@ -1080,6 +1104,44 @@ async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
         .await
         .expect("joining")
         .expect("the operator stopped");
+}
+
+/// Waits for the patches the test database promises for `pod` (a selected pod running
+/// nginx:latest) in `ns`: its KubeArmorPolicy, the NetworkPolicy and the Kyverno Policy; returns
+/// their UIDs, which say whether they were generated again.
+async fn virtual_patches(client: &Client, ns: &str, pod: &str) -> Vec<String> {
+    let patches = [
+        (
+            engines::KUBEARMOR_POLICY.api_resource(),
+            format!("block-pkg-mgmt-tools-exec-{pod}"),
+        ),
+        (
+            engines::NETWORK_POLICY.api_resource(),
+            "test-network-policy".to_owned(),
+        ),
+        (
+            engines::KYVERNO_POLICY.api_resource(),
+            "disallow-latest-tag".to_owned(),
+        ),
+    ];
+    eventually(
+        "the patches of the pod to be generated",
+        CONVERGE,
+        async |seen| {
+            let mut uids = Vec::new();
+            let mut missing = Vec::new();
+            for (resource, name) in &patches {
+                let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource);
+                match api.get_opt(name).await.ok().flatten() {
+                    Some(found) => uids.push(found.metadata.uid.unwrap_or_default()),
+                    None => missing.push(format!("{} {name}", resource.kind)),
+                }
+            }
+            *seen = format!("missing: {missing:?}");
+            missing.is_empty().then_some(uids)
+        },
+    )
+    .await
 }
 
 fn deployment(app: &str) -> Deployment {
@@ -1224,7 +1286,17 @@ async fn create_pod(client: &Client, ns: &str, app: &str, image: &str) -> String
 /// controller generated in each namespace once a pod was created there.
 #[tokio::test]
 async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image() {
-    let cp = cluster(KyvernoApi::Legacy);
+    virtual_patch(KyvernoApi::Legacy, "kyverno-virtualPatch").await;
+}
+
+/// The same with the generators written as NamespacedGeneratingPolicies: the same cells.
+#[tokio::test]
+async fn virtual_patch_in_cel_kinds_generates_the_patches_where_a_selected_pod_runs_the_image() {
+    virtual_patch(KyvernoApi::Cel, "kyverno-cel-virtualPatch").await;
+}
+
+async fn virtual_patch(api: KyvernoApi, id: &str) {
+    let cp = cluster(api);
     let client = cp.client().expect("client");
     let si = intent(
         &client,
@@ -1352,8 +1424,11 @@ async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image
     )
     .await;
     let matrix = Matrix {
-        id: "kyverno-virtualPatch".to_owned(),
-        title: "virtualPatch cveList=[CVE-2024-4439] (Kyverno v1.19.1 admission and background controllers)".to_owned(),
+        id: id.to_owned(),
+        title: format!(
+            "virtualPatch cveList=[CVE-2024-4439] (Kyverno v1.19.1 admission and background controllers, {})",
+            kinds(api)
+        ),
         case_header: "generated in the pod's namespace",
         subjects: cases.iter().map(|(s, ..)| (*s).to_owned()).collect(),
         rows,
