@@ -333,11 +333,12 @@ fn the_chart_lists_every_registered_engine() {
 }
 
 /// Every CRD a registered engine writes to is vendored for the tests and `nimbus dev`
-/// (`nimbus_testenv::upstream::ENGINE_CRDS`), but Kyverno's CEL policy kinds: the tests
+/// (`nimbus_testenv::upstream::ENGINE_CRDS`), but Kyverno's CEL policy kinds (those of
+/// [`KyvernoApi::Cel`] and the generating policies virtualPatch writes in it): the tests
 /// install Kyverno's legacy CRDs, and those of a Kyverno that serves the CEL kinds with it.
 #[test]
 fn every_engine_crd_is_vendored() {
-    use nimbus_core::engines::KyvernoApi;
+    use nimbus_core::engines::{KYVERNO_NAMESPACED_GENERATING_POLICY, KyvernoApi};
     let vendored: Vec<String> = nimbus_testenv::upstream::ENGINE_CRDS
         .iter()
         .map(|crd| crd.name())
@@ -346,7 +347,9 @@ fn every_engine_crd_is_vendored() {
     for engine in nimbus_core::catalog::Engine::ALL {
         for kind in engine.spec().kinds {
             let Some(crd) = kind.crd else { continue };
-            if KyvernoApi::Cel.kinds().contains(kind) || vendored.iter().any(|v| v == crd) {
+            let cel = KyvernoApi::Cel.kinds().contains(kind)
+                || *kind == &KYVERNO_NAMESPACED_GENERATING_POLICY;
+            if cel || vendored.iter().any(|v| v == crd) {
                 continue;
             }
             missing.push(format!(
