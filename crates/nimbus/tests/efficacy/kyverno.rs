@@ -1439,3 +1439,103 @@ async fn virtual_patch(api: KyvernoApi, id: &str) {
     }
     matrix.assert();
 }
+
+/// What the operator writing the CEL kinds says where the API server does not serve a kind
+/// virtualPatch needs (no Kyverno runs: the kinds served are the CRDs installed). Without
+/// NamespacedGeneratingPolicy, virtualPatch is not enforced and the NimbusPolicy names the
+/// missing kind; without the legacy `Policy` kind (Kyverno 1.21), the Kyverno patch is not
+/// generated, the KubeArmor and NetworkPolicy patches are, and the policy says what is left out.
+#[tokio::test]
+async fn virtual_patch_in_cel_kinds_names_the_kyverno_kind_not_served() {
+    // (case, the CRD files left out, Ready's status and reason, its message, generators written
+    // where their kind is served)
+    let cases: [(&str, fn(&Path) -> bool, &str, &str, &str, Option<usize>); 2] = [
+        (
+            "no NamespacedGeneratingPolicy",
+            |crd| crd.ends_with("policies.kyverno.io_namespacedgeneratingpolicies.yaml"),
+            "False",
+            "EngineNotInstalled",
+            "kyverno enforces intent `virtualPatch` with a NamespacedGeneratingPolicy, which the \
+             API server does not serve (policies.kyverno.io/v1)",
+            None,
+        ),
+        (
+            "no legacy Policy kind",
+            // Path::ends_with compares whole file names.
+            |crd| crd.ends_with("kyverno.io_policies.yaml"),
+            "True",
+            "Ready",
+            "CVE-2024-4439, image nginx:latest: kyverno patch not generated: it is a Kyverno \
+             Policy (kyverno.io/v1), which the API server does not serve",
+            Some(2),
+        ),
+    ];
+    for (case, left_out, status, reason, message, written) in cases {
+        let cp = ControlPlane::start(Options::default())
+            .await
+            .expect("control plane");
+        let client = cp.client().expect("client");
+        let nimbus = nimbus_api::crds_yaml().expect("Nimbus CRDs");
+        apply_yaml(&client, &nimbus).await.expect("Nimbus CRDs");
+        for crd in yaml_files(&kyverno_dir().join("crds")) {
+            if !left_out(&crd) {
+                let yaml = std::fs::read_to_string(&crd).expect("Kyverno CRD");
+                apply_yaml(&client, &yaml).await.expect("Kyverno CRD");
+            }
+        }
+        install_engine_crd(&client, nimbus_testenv::upstream::KUBEARMOR_POLICY).await;
+        install_virtual_patch_db(&client).await;
+        let stop = CancellationToken::new();
+        let running = operator(&cp, KyvernoKinds::Cel, stop.clone());
+        let ns = namespace(&cp, "eff-kyv-unserved").await;
+        let vp = intent(
+            &client,
+            "virtualPatch",
+            "Block",
+            json!({"cveList": ["CVE-2024-4439"]}),
+        )
+        .await;
+        // Not `bind_namespaced`: it waits for a Ready binding.
+        let name = crate::common::unique("eff");
+        let binding = json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+            "metadata": {"name": name},
+            "spec": {"intents": [{"name": vp}],
+                     "selector": {"workloadSelector": {"matchLabels": {"app": "web"}}}},
+        });
+        let bindings = Api::<SecurityIntentBinding>::namespaced(client.clone(), ns.name());
+        crate::common::apply(&bindings, &name, &binding).await;
+        let policies = Api::<nimbus_api::NimbusPolicy>::namespaced(client.clone(), ns.name());
+        let ready = eventually(
+            &format!("{case}: the NimbusPolicy to say why"),
+            CONVERGE,
+            async |seen| {
+                let policy = policies.get_opt(&name).await.ok()??;
+                let conditions = policy.status?.conditions;
+                let ready = conditions.into_iter().find(|c| c.type_ == "Ready")?;
+                *seen = format!("{ready:?}");
+                (ready.message.contains(message)).then_some(ready)
+            },
+        )
+        .await;
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            (status, reason),
+            "{case}: {ready:?}"
+        );
+        if let Some(written) = written {
+            let generators = ours(
+                &client,
+                &[&engines::KYVERNO_NAMESPACED_GENERATING_POLICY],
+                &[ns.name()],
+            )
+            .await;
+            assert_eq!(generators.len(), written, "{case}");
+        }
+        stop.cancel();
+        tokio::task::spawn_blocking(move || running.join())
+            .await
+            .expect("joining")
+            .expect("the operator stopped");
+    }
+}
