@@ -1449,28 +1449,39 @@ async fn virtual_patch(api: KyvernoApi, id: &str) {
 async fn virtual_patch_in_cel_kinds_names_the_kyverno_kind_not_served() {
     // (case, the CRD files left out, Ready's status and reason, its message, generators written
     // where their kind is served)
-    let cases: [(&str, fn(&Path) -> bool, &str, &str, &str, Option<usize>); 2] = [
+    type Case = (
+        &'static str,
+        fn(&Path) -> bool,
+        &'static str,
+        &'static str,
+        &'static str,
+    );
+    let cases: [(Case, Option<usize>); 2] = [
         (
-            "no NamespacedGeneratingPolicy",
-            |crd| crd.ends_with("policies.kyverno.io_namespacedgeneratingpolicies.yaml"),
-            "False",
-            "EngineNotInstalled",
-            "kyverno enforces intent `virtualPatch` with a NamespacedGeneratingPolicy, which the \
+            (
+                "no NamespacedGeneratingPolicy",
+                |crd| crd.ends_with("policies.kyverno.io_namespacedgeneratingpolicies.yaml"),
+                "False",
+                "EngineNotInstalled",
+                "kyverno enforces intent `virtualPatch` with a NamespacedGeneratingPolicy, which the \
              API server does not serve (policies.kyverno.io/v1)",
+            ),
             None,
         ),
         (
-            "no legacy Policy kind",
-            // Path::ends_with compares whole file names.
-            |crd| crd.ends_with("kyverno.io_policies.yaml"),
-            "True",
-            "Ready",
-            "CVE-2024-4439, image nginx:latest: kyverno patch not generated: it is a Kyverno \
+            (
+                "no legacy Policy kind",
+                // Path::ends_with compares whole file names.
+                |crd| crd.ends_with("kyverno.io_policies.yaml"),
+                "True",
+                "Ready",
+                "CVE-2024-4439, image nginx:latest: kyverno patch not generated: it is a Kyverno \
              Policy (kyverno.io/v1), which the API server does not serve",
+            ),
             Some(2),
         ),
     ];
-    for (case, left_out, status, reason, message, written) in cases {
+    for ((case, left_out, status, reason, message), written) in cases {
         let cp = ControlPlane::start(Options::default())
             .await
             .expect("control plane");
