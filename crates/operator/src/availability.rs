@@ -52,6 +52,11 @@ pub fn engine_set(
             .flat_map(|e| e.spec().optional_kinds.iter().copied())
             .filter(|k| !served.contains(k))
             .collect(),
+        not_installed: kyverno
+            .missing(|k| served.contains(k))
+            .map(|why| (Engine::Kyverno, why))
+            .into_iter()
+            .collect(),
         ..EngineSet::default()
     }
 }

@@ -741,3 +741,67 @@ fn kyverno_kinds_in_force() {
     }
     assert!("v2".parse::<KyvernoKinds>().is_err());
 }
+
+/// Where the API `--kyverno-kinds` insists on is not served, the status says which of its kinds
+/// are missing, and whether the other API is served; `auto` says no more than any engine whose
+/// CRDs are missing.
+#[test]
+fn kyverno_not_installed_names_the_kinds_asked_for() {
+    let legacy: &[&NativeKind] = KyvernoApi::Legacy.kinds();
+    let cel: &[&NativeKind] = KyvernoApi::Cel.kinds();
+    for (choice, served, want) in [
+        (KyvernoKinds::Auto, &[][..], None),
+        (KyvernoKinds::Auto, legacy, None),
+        (KyvernoKinds::Cel, cel, None),
+        (
+            KyvernoKinds::Cel,
+            legacy,
+            Some(
+                "--kyverno-kinds cel asks for its CEL policy kinds, NamespacedValidatingPolicy, \
+                 ValidatingPolicy, NamespacedMutatingPolicy, MutatingPolicy not served; its \
+                 legacy kinds are served (--kyverno-kinds auto writes those)",
+            ),
+        ),
+        (
+            KyvernoKinds::Cel,
+            &cel[..2],
+            Some(
+                "--kyverno-kinds cel asks for its CEL policy kinds, NamespacedMutatingPolicy, \
+                 MutatingPolicy not served",
+            ),
+        ),
+        (KyvernoKinds::Legacy, legacy, None),
+        (
+            KyvernoKinds::Legacy,
+            cel,
+            Some(
+                "--kyverno-kinds legacy asks for its legacy policy kinds, Policy, ClusterPolicy \
+                 not served; its CEL kinds are served (--kyverno-kinds auto writes those)",
+            ),
+        ),
+        (
+            KyvernoKinds::Legacy,
+            &[],
+            Some(
+                "--kyverno-kinds legacy asks for its legacy policy kinds, Policy, ClusterPolicy \
+                 not served",
+            ),
+        ),
+    ] {
+        assert_eq!(
+            choice.missing(|k| served.contains(&k)).as_deref(),
+            want,
+            "{choice} with {} kinds served",
+            served.len()
+        );
+    }
+    let mut engines = EngineSet::all();
+    engines.installed.remove(&Engine::Kyverno);
+    engines.not_installed = [(Engine::Kyverno, "the reason".to_owned())].into();
+    let t = run_np_with(&sib_np(selector(), vec![vp_rule()]), &vp_env(), &engines);
+    let messages: Vec<&str> = t.problems.iter().map(|p| p.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        ["intent `virtualPatch` is not enforced: kyverno (not installed: the reason)"]
+    );
+}

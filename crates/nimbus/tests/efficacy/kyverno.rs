@@ -1440,13 +1440,15 @@ async fn virtual_patch(api: KyvernoApi, id: &str) {
     matrix.assert();
 }
 
-/// What the operator writing the CEL kinds says where the API server does not serve a kind
-/// virtualPatch needs (no Kyverno runs: the kinds served are the CRDs installed). Without
-/// NamespacedGeneratingPolicy, virtualPatch is not enforced and the NimbusPolicy names the
-/// missing kind; without the legacy `Policy` kind (Kyverno 1.21), the Kyverno patch is not
-/// generated, the KubeArmor and NetworkPolicy patches are, and the policy says what is left out.
+/// What the operator told to write the CEL kinds (`--kyverno-kinds cel`) says where the API
+/// server does not serve a kind virtualPatch needs (no Kyverno runs: the kinds served are the
+/// CRDs installed). With only the legacy kinds served, Kyverno is not installed and the
+/// NimbusPolicy says which kinds are missing; without NamespacedGeneratingPolicy, virtualPatch is
+/// not enforced and the NimbusPolicy names that kind; without the legacy `Policy` kind (Kyverno
+/// 1.21), the Kyverno patch is not generated, the KubeArmor and NetworkPolicy patches are, and
+/// the policy says what is left out.
 #[tokio::test]
-async fn virtual_patch_in_cel_kinds_names_the_kyverno_kind_not_served() {
+async fn virtual_patch_in_cel_kinds_names_the_kyverno_kinds_not_served() {
     // (case, the CRD files left out, Ready's status and reason, its message, generators written
     // where their kind is served)
     type Case = (
@@ -1456,7 +1458,23 @@ async fn virtual_patch_in_cel_kinds_names_the_kyverno_kind_not_served() {
         &'static str,
         &'static str,
     );
-    let cases: [(Case, Option<usize>); 2] = [
+    let cases: [(Case, Option<usize>); 3] = [
+        (
+            (
+                "only the legacy kinds",
+                |crd| {
+                    crd.parent()
+                        .is_some_and(|dir| dir.ends_with("policies.kyverno.io"))
+                },
+                "False",
+                "EngineNotInstalled",
+                "intent `virtualPatch` is not enforced: kyverno (not installed: --kyverno-kinds \
+                 cel asks for its CEL policy kinds, NamespacedValidatingPolicy, ValidatingPolicy, \
+                 NamespacedMutatingPolicy, MutatingPolicy not served; its legacy kinds are served \
+                 (--kyverno-kinds auto writes those))",
+            ),
+            None,
+        ),
         (
             (
                 "no NamespacedGeneratingPolicy",

@@ -59,6 +59,48 @@ impl KyvernoKinds {
     }
 }
 
+impl KyvernoKinds {
+    /// Why Kyverno counts as not installed where one of its APIs is asked for, in words, given
+    /// which kinds are served: the kinds of that API that are not, and the other API where it
+    /// would do. `None` when an API is in force, and for `auto` (neither is served: Kyverno's
+    /// CRDs are missing, as any engine's).
+    pub fn missing(self, served: impl Fn(&NativeKind) -> bool) -> Option<String> {
+        if self == KyvernoKinds::Auto || self.in_force(&served).is_some() {
+            return None;
+        }
+        let unserved = |api: KyvernoApi| {
+            let kinds: Vec<&str> = api
+                .kinds()
+                .iter()
+                .filter(|k| !served(k))
+                .map(|k| k.kind)
+                .collect();
+            format!("{} not served", kinds.join(", "))
+        };
+        let usable = |api: KyvernoApi| api.kinds().iter().all(|k| served(k));
+        Some(match self {
+            KyvernoKinds::Cel if usable(KyvernoApi::Legacy) => format!(
+                "--kyverno-kinds cel asks for its CEL policy kinds, {}; its legacy kinds are \
+                 served (--kyverno-kinds auto writes those)",
+                unserved(KyvernoApi::Cel)
+            ),
+            KyvernoKinds::Cel => format!(
+                "--kyverno-kinds cel asks for its CEL policy kinds, {}",
+                unserved(KyvernoApi::Cel)
+            ),
+            KyvernoKinds::Legacy if usable(KyvernoApi::Cel) => format!(
+                "--kyverno-kinds legacy asks for its legacy policy kinds, {}; its CEL kinds are \
+                 served (--kyverno-kinds auto writes those)",
+                unserved(KyvernoApi::Legacy)
+            ),
+            KyvernoKinds::Legacy | KyvernoKinds::Auto => format!(
+                "--kyverno-kinds legacy asks for its legacy policy kinds, {}",
+                unserved(KyvernoApi::Legacy)
+            ),
+        })
+    }
+}
+
 impl fmt::Display for KyvernoKinds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(Self::NAMES[*self as usize])
