@@ -333,12 +333,11 @@ fn the_chart_lists_every_registered_engine() {
 }
 
 /// Every CRD a registered engine writes to is vendored for the tests and `nimbus dev`
-/// (`nimbus_testenv::upstream::ENGINE_CRDS`), but Kyverno's CEL policy kinds (those of
-/// [`KyvernoApi::Cel`] and the generating policies virtualPatch writes in it): the tests
+/// (`nimbus_testenv::upstream::ENGINE_CRDS`), but Kyverno's CEL policy kinds: the tests
 /// install Kyverno's legacy CRDs, and those of a Kyverno that serves the CEL kinds with it.
 #[test]
 fn every_engine_crd_is_vendored() {
-    use nimbus_core::engines::{KYVERNO_NAMESPACED_GENERATING_POLICY, KyvernoApi};
+    use nimbus_core::engines::KyvernoApi;
     let vendored: Vec<String> = nimbus_testenv::upstream::ENGINE_CRDS
         .iter()
         .map(|crd| crd.name())
@@ -347,9 +346,7 @@ fn every_engine_crd_is_vendored() {
     for engine in nimbus_core::catalog::Engine::ALL {
         for kind in engine.spec().kinds {
             let Some(crd) = kind.crd else { continue };
-            let cel = KyvernoApi::Cel.kinds().contains(kind)
-                || *kind == &KYVERNO_NAMESPACED_GENERATING_POLICY;
-            if cel || vendored.iter().any(|v| v == crd) {
+            if KyvernoApi::Cel.writes().contains(kind) || vendored.iter().any(|v| v == crd) {
                 continue;
             }
             missing.push(format!(

@@ -3,8 +3,9 @@
 //! `--kyverno-kinds` puts in force given what the cluster serves.
 
 use crate::engines::{
-    KYVERNO_CLUSTER_POLICY, KYVERNO_MUTATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY,
-    KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_VALIDATING_POLICY, NativeKind,
+    KYVERNO_CLUSTER_POLICY, KYVERNO_MUTATING_POLICY, KYVERNO_NAMESPACED_GENERATING_POLICY,
+    KYVERNO_NAMESPACED_MUTATING_POLICY, KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY,
+    KYVERNO_VALIDATING_POLICY, NativeKind,
 };
 use std::fmt;
 use std::str::FromStr;
@@ -29,6 +30,22 @@ impl KyvernoApi {
                 &KYVERNO_VALIDATING_POLICY,
                 &KYVERNO_NAMESPACED_MUTATING_POLICY,
                 &KYVERNO_MUTATING_POLICY,
+            ],
+        }
+    }
+
+    /// Every kind the engine may write in this API: [`Self::kinds`], and for the CEL kinds the
+    /// generating policies of virtualPatch (an optional kind of the engine: see the kyverno
+    /// module).
+    pub fn writes(self) -> &'static [&'static NativeKind] {
+        match self {
+            KyvernoApi::Legacy => Self::Legacy.kinds(),
+            KyvernoApi::Cel => &[
+                &KYVERNO_NAMESPACED_VALIDATING_POLICY,
+                &KYVERNO_VALIDATING_POLICY,
+                &KYVERNO_NAMESPACED_MUTATING_POLICY,
+                &KYVERNO_MUTATING_POLICY,
+                &KYVERNO_NAMESPACED_GENERATING_POLICY,
             ],
         }
     }
