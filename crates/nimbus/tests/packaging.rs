@@ -192,6 +192,7 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
                 "validatingpolicies",
                 "namespacedmutatingpolicies",
                 "mutatingpolicies",
+                "namespacedgeneratingpolicies",
                 "policyexceptions",
             ],
             OWN,

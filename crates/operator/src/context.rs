@@ -12,7 +12,9 @@ use nimbus_api::{
     SecurityIntentBinding,
 };
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{EngineSet, Environment, KyvernoKinds, Preference, VirtualPatches};
+use nimbus_core::engines::{
+    EngineSet, Environment, KYVERNO_POLICY, KyvernoKinds, Preference, VirtualPatches,
+};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::policy::Claim;
 use std::collections::BTreeSet;
@@ -137,6 +139,7 @@ impl Context {
                 .kyverno_kinds
                 .in_force(|k| e.served.borrow().contains(k))
                 .unwrap_or_default(),
+            kyverno_legacy_served: e.served.borrow().contains(&KYVERNO_POLICY),
             cluster_networks: e.cluster_networks.clone(),
             admin_priorities: None,
         };

@@ -215,6 +215,16 @@ pub const KYVERNO_MUTATING_POLICY: NativeKind = kyverno_cel(
     false,
     "KyvernoMutatingPolicy",
 );
+/// virtualPatch's generators in the CEL kinds. Optional to the Kyverno engine (see
+/// [`super::EngineSpec::optional_kinds`]): a Kyverno serving the other CEL kinds without it
+/// still enforces escapeToHost and cocoWorkload in them.
+pub const KYVERNO_NAMESPACED_GENERATING_POLICY: NativeKind = kyverno_cel(
+    "NamespacedGeneratingPolicy",
+    "namespacedgeneratingpolicies",
+    "namespacedgeneratingpolicies.policies.kyverno.io",
+    true,
+    "KyvernoNamespacedGeneratingPolicy",
+);
 pub const CRON_JOB: NativeKind = NativeKind {
     group: "batch",
     version: "v1",

@@ -127,6 +127,10 @@ pub struct Environment {
     pub protected_namespaces: ProtectedNamespaces,
     /// Which of Kyverno's policy APIs the Kyverno engine writes in.
     pub kyverno: KyvernoApi,
+    /// Whether the cluster serves Kyverno's legacy `Policy` kind: a virtual patch for Kyverno
+    /// is such a policy (the database holds legacy rules), generated whichever API the engine
+    /// writes in, and Kyverno 1.21 no longer serves it.
+    pub kyverno_legacy_served: bool,
     /// Address ranges inside the cluster besides the nodes' pod ranges (Services, nodes), which
     /// the ClusterNetworkPolicy engine's denyExternalNetworkAccess passes on.
     pub cluster_networks: BTreeSet<String>,
@@ -149,6 +153,7 @@ impl Default for Environment {
                 .collect(),
             protected_namespaces: ProtectedNamespaces::default(),
             kyverno: KyvernoApi::default(),
+            kyverno_legacy_served: true,
             cluster_networks: BTreeSet::new(),
             admin_priorities: None,
         }

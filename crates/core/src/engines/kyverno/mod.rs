@@ -3,10 +3,12 @@
 //! ClusterNimbusPolicy. virtualPatch lives in its own module, the choice of Kyverno API in
 //! `api`, and the legacy policies both write in `legacy`.
 //!
-//! Where the cluster serves Kyverno's CEL policy kinds (`policies.kyverno.io/v1`), the first two
+//! Where the cluster serves Kyverno's CEL policy kinds (`policies.kyverno.io/v1`), all three
 //! are written in those instead ([`KyvernoApi::Cel`]): Kyverno 1.17 deprecated `Policy` and
-//! `ClusterPolicy`, 1.20 refuses to create them and 1.21 removes them. virtualPatch stays on the
-//! legacy kinds: its generate rules have no CEL translation yet.
+//! `ClusterPolicy`, 1.20 refuses to create them and 1.21 removes them. virtualPatch's
+//! generators are then `NamespacedGeneratingPolicy`s, an optional kind of the engine: where
+//! Kyverno serves the other CEL kinds but not that one, virtualPatch is reported unenforced
+//! (`EngineNotInstalled`) rather than the other intents left to the legacy kinds.
 //!
 //! Bodies follow Nimbus's adapter, including the empty rule sections its Go types always
 //! serialized, but one: a mutate or generate rule carries no `validate: {}`. Kyverno's CRD
@@ -17,24 +19,26 @@
 //! being translated (Nimbus read the first rule's).
 
 mod api;
+mod cel_policy;
 mod exceptions;
 mod legacy;
 pub mod virtual_patch;
 
 pub use api::{KyvernoApi, KyvernoKinds};
-use legacy::{DESCRIPTION, Extra, build, failure_action};
+use cel_policy::cel_policy;
+use legacy::{Extra, build, failure_action};
 
 use super::Engine;
 use super::pss::{self, Level};
 use super::{
     AuditForm, BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact,
     KYVERNO_CEL_POLICY_EXCEPTION, KYVERNO_CLUSTER_POLICY, KYVERNO_MUTATING_POLICY,
-    KYVERNO_NAMESPACED_MUTATING_POLICY, KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY,
-    KYVERNO_POLICY_EXCEPTION, KYVERNO_VALIDATING_POLICY, NAMESPACED, NativeKind, Output,
-    PolicyInput, Rule, excepted, metadata, native_name, object, selector_cel, selector_json,
+    KYVERNO_NAMESPACED_GENERATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY,
+    KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_POLICY_EXCEPTION,
+    KYVERNO_VALIDATING_POLICY, NAMESPACED, NativeKind, Output, PolicyInput, Rule, excepted,
+    selector_cel, selector_json,
 };
 use crate::intents::{id, param, param_value};
-use crate::names::MAX_NAME_LEN;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
@@ -96,19 +100,27 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         &KYVERNO_VALIDATING_POLICY,
         &KYVERNO_NAMESPACED_MUTATING_POLICY,
         &KYVERNO_MUTATING_POLICY,
+        &KYVERNO_NAMESPACED_GENERATING_POLICY,
         &KYVERNO_POLICY_EXCEPTION,
         &KYVERNO_CEL_POLICY_EXCEPTION,
     ],
     confined_to_k8tls_namespace: false,
     translate,
-    // Written only for exceptions; without them the engine still enforces, and an exception
-    // it cannot write is reported not honoured.
-    optional_kinds: &[&KYVERNO_POLICY_EXCEPTION, &KYVERNO_CEL_POLICY_EXCEPTION],
+    // Not in [`KyvernoApi::Cel`]'s kinds: they say whether Kyverno is installed. virtualPatch's
+    // generating policies: its other intents do not need them. PolicyExceptions: written only
+    // for exceptions; without them the engine still enforces, and says an exception is not
+    // honoured.
+    optional_kinds: &[
+        &KYVERNO_NAMESPACED_GENERATING_POLICY,
+        &KYVERNO_POLICY_EXCEPTION,
+        &KYVERNO_CEL_POLICY_EXCEPTION,
+    ],
     tenant_proof: None,
     honours_exceptions: &[id::ESCAPE_TO_HOST],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    // virtualPatch writes in either API (see its module).
     if env.kyverno == KyvernoApi::Cel && rule.spec.id != id::VIRTUAL_PATCH {
         return translate_cel(policy, rule, env);
     }
@@ -401,31 +413,6 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
         _ => return rule.untranslated(Engine::Kyverno),
     };
     Ok(policies.into())
-}
-
-/// A CEL policy named `<policy>-<suffix>`: of the namespaced kind for a NimbusPolicy, of the
-/// cluster-wide one for a ClusterNimbusPolicy.
-fn cel_policy(
-    policy: &PolicyInput,
-    rule: &Rule,
-    suffix: &str,
-    [namespaced, cluster]: [&'static NativeKind; 2],
-    spec: Value,
-) -> (&'static NativeKind, kube::core::DynamicObject) {
-    let kind = if policy.namespace.is_some() {
-        namespaced
-    } else {
-        cluster
-    };
-    let description = rule.spec.description.clone().unwrap_or_default();
-    let meta = metadata(
-        policy,
-        Engine::Kyverno,
-        native_name(policy, suffix, MAX_NAME_LEN),
-        policy.namespace.clone(),
-        &[(DESCRIPTION, &description)],
-    );
-    object(kind, meta, json!({ "spec": spec }))
 }
 
 /// `matchConstraints` on creating and updating `resource` (of API `group`, v1): in the policy's
