@@ -252,9 +252,10 @@ async fn discovered(client: &Client, kind: &NativeKind) -> bool {
 mod tests {
     use super::*;
     use nimbus_core::engines::{
-        KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_NAMESPACED_GENERATING_POLICY,
-        KYVERNO_POLICY, KyvernoApi, MUTATING_ADMISSION_POLICY, MUTATING_ADMISSION_POLICY_BINDING,
-        VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING,
+        KUBEARMOR_POLICY, KYVERNO_CEL_POLICY_EXCEPTION, KYVERNO_CLUSTER_POLICY,
+        KYVERNO_NAMESPACED_GENERATING_POLICY, KYVERNO_POLICY, KYVERNO_POLICY_EXCEPTION, KyvernoApi,
+        MUTATING_ADMISSION_POLICY, MUTATING_ADMISSION_POLICY_BINDING, VALIDATING_ADMISSION_POLICY,
+        VALIDATING_ADMISSION_POLICY_BINDING,
     };
 
     #[test]
@@ -271,6 +272,8 @@ mod tests {
         let kyverno = [&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY];
         let cel = KyvernoApi::Cel.kinds();
         let generating = [&KYVERNO_NAMESPACED_GENERATING_POLICY];
+        // What exceptions become: every Kyverno row serves them but the last.
+        let exceptions = [&KYVERNO_POLICY_EXCEPTION, &KYVERNO_CEL_POLICY_EXCEPTION];
         // (served, admission installed, kyverno installed, unserved)
         let table: &[(
             Vec<&'static NativeKind>,
@@ -280,20 +283,33 @@ mod tests {
         )] = &[
             // Kubernetes 1.36 with Kyverno.
             (
-                [&validating[..], &mutating, &kyverno, cel, &generating].concat(),
+                [
+                    &validating[..],
+                    &mutating,
+                    &kyverno,
+                    cel,
+                    &generating,
+                    &exceptions,
+                ]
+                .concat(),
                 true,
                 true,
                 vec![],
             ),
             // An older API server: no MutatingAdmissionPolicy, validating still enforced.
             (
-                [&validating[..], &kyverno, cel, &generating].concat(),
+                [&validating[..], &kyverno, cel, &generating, &exceptions].concat(),
                 true,
                 true,
                 mutating.to_vec(),
             ),
             // Without the validating kinds the engine is not installed at all.
-            ([&mutating[..], &generating].concat(), false, false, vec![]),
+            (
+                [&mutating[..], &generating, &exceptions].concat(),
+                false,
+                false,
+                vec![],
+            ),
             // Kyverno needs both of its legacy kinds, or all four of its CEL ones.
             (
                 [
@@ -302,6 +318,7 @@ mod tests {
                     &[&KYVERNO_POLICY, &KUBEARMOR_POLICY],
                     &cel[..3],
                     &generating,
+                    &exceptions,
                 ]
                 .concat(),
                 true,
@@ -312,17 +329,24 @@ mod tests {
             // (escapeToHost and cocoWorkload are enforced), that kind unserved (virtualPatch is
             // reported, see nimbus_core's translate).
             (
-                [&validating[..], &mutating, cel].concat(),
+                [&validating[..], &mutating, cel, &exceptions].concat(),
                 true,
                 true,
                 generating.to_vec(),
             ),
             // Only the legacy kinds: the same (nothing is written in it there).
             (
-                [&validating[..], &mutating, &kyverno].concat(),
+                [&validating[..], &mutating, &kyverno, &exceptions].concat(),
                 true,
                 true,
                 generating.to_vec(),
+            ),
+            // A Kyverno without its PolicyException CRDs: installed, exceptions not honoured.
+            (
+                [&validating[..], &mutating, &kyverno, cel, &generating].concat(),
+                true,
+                true,
+                exceptions.to_vec(),
             ),
         ];
         for (i, (served, admission, kyverno, unserved)) in table.iter().enumerate() {
@@ -354,7 +378,8 @@ mod tests {
             &Served::new(),
             &Preference::default(),
         );
-        assert_eq!(set.unserved, BTreeSet::from(generating));
+        let optional = [&generating[..], &exceptions].concat();
+        assert_eq!(set.unserved, optional.into_iter().collect());
     }
 
     #[test]
