@@ -365,6 +365,7 @@ mod tests {
                 message: "because".into(),
             }],
             tenant_proof: None,
+            liveness: None,
         }
     }
 

@@ -113,6 +113,17 @@ pub struct RunArgs {
     /// time, so this bounds the operator's requests in flight (5 controllers).
     #[arg(long, default_value_t = nimbus_operator::DEFAULT_RECONCILE_CONCURRENCY)]
     reconcile_concurrency: u16,
+    /// Whether the leader proves enforcement live: it sends, as a server-side dry run (nothing
+    /// stored), a pod each enforced admission intent forbids, and reports an admitted one as
+    /// `EnforcementNotLive` (needs `create` on pods).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NIMBUS_ENFORCEMENT_PROBES")]
+    enforcement_probes: bool,
+    /// How often each enforced admission intent is probed.
+    #[arg(long, default_value = "1m", value_parser = nonzero_duration)]
+    enforcement_probe_period: Duration,
+    /// Probes sent per period at most; the others come round in the next periods.
+    #[arg(long, default_value_t = nimbus_operator::probes::DEFAULT_CAP, value_parser = clap::value_parser!(u16).range(1..))]
+    enforcement_probe_cap: u16,
     /// Threads running the operator's tasks besides the main one (default: one per core).
     /// Fewer cost fewer wake-ups across threads, more keep up with bigger clusters.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
@@ -238,6 +249,15 @@ impl ElectionArgs {
     }
 }
 
+/// A duration that is not zero.
+fn nonzero_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("must be longer than zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -254,6 +274,12 @@ impl RunArgs {
             reconcile_concurrency: self.reconcile_concurrency,
             instance: self.instance.clone(),
             posture: self.posture.config(),
+            probes: self
+                .enforcement_probes
+                .then_some(nimbus_operator::probes::Config {
+                    period: self.enforcement_probe_period,
+                    cap: self.enforcement_probe_cap,
+                }),
             ..Default::default()
         };
         self.engines

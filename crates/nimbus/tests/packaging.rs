@@ -159,6 +159,8 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ),
         ("", &["events"], EMIT, &[]),
         ("events.k8s.io", &["events"], EMIT, &[]),
+        // Enforcement probes (dry runs).
+        ("", &["pods"], &["create"], &[]),
         ("networking.k8s.io", &["networkpolicies"], OWN, &[]),
         (
             "policy.networking.k8s.io",

@@ -51,6 +51,8 @@ pub struct Context {
     /// Per object (`kind/namespace/name`) failing now: its consecutive failed reconciles and
     /// when the first of them failed, for backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, Failing>>,
+    /// What the leader's dry-run probes found of enforcement; `None` while probes are off.
+    pub probes: Option<crate::liveness::Probes>,
 }
 
 /// An object's current streak of failed reconciles.

@@ -51,6 +51,9 @@ pub struct Config {
     /// Reconciles each controller runs at once (0: no limit). Each reconcile sends its
     /// requests one after another, so this also bounds the operator's requests in flight.
     pub reconcile_concurrency: u16,
+    /// How often the leader probes enforcement by dry run (see [`crate::probes`]); `None`:
+    /// never.
+    pub probes: Option<crate::probes::Config>,
 }
 
 /// Reconciles wait on the API server, not on the CPU, so many may run at once; but not
@@ -94,6 +97,7 @@ impl Default for Config {
             protected_namespaces: None,
             posture: None,
             reconcile_concurrency: DEFAULT_RECONCILE_CONCURRENCY,
+            probes: None,
         }
     }
 }

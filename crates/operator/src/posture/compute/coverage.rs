@@ -45,6 +45,10 @@ pub(super) fn policy_coverage(
             .find(|(_, intent_id, ..)| intent_id == id)
             .map(|(.., writer)| writer.clone())
     };
+    let probes = ctx.probes.as_ref().map(|probes| {
+        let uid = input.owner.uid.clone();
+        move |intent: &str, engine| probes.probed(&uid, intent, engine)
+    });
     PolicyCoverage::new(&PolicyFacts {
         input,
         translation: &plan.translation,
@@ -55,6 +59,7 @@ pub(super) fn policy_coverage(
         intent_writer: &intent_writer,
         binding,
         protected: &ctx.protected_namespaces,
+        probes: probes.as_ref().map(|p| p as _),
     })
 }
 
