@@ -115,8 +115,8 @@ pub struct RunArgs {
     reconcile_concurrency: u16,
     /// Whether the leader proves enforcement live: it sends, as a server-side dry run (nothing
     /// stored), a pod each enforced admission intent forbids, and reports an admitted one as
-    /// `EnforcementNotLive` (needs `create` on pods).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NIMBUS_ENFORCEMENT_PROBES")]
+    /// `EnforcementNotLive` (needs `create` on pods, which the chart grants only then).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "NIMBUS_ENFORCEMENT_PROBES")]
     enforcement_probes: bool,
     /// How often each enforced admission intent is probed.
     #[arg(long, default_value = "1m", value_parser = nonzero_duration)]
