@@ -22,7 +22,10 @@ struct State {
 #[derive(Clone)]
 pub struct Probes {
     state: Arc<Mutex<State>>,
+    /// Bumped when a liveness changes: statuses follow.
     changed: Arc<watch::Sender<u64>>,
+    /// Bumped with every period's answers: the posture shows when each was probed.
+    answered: Arc<watch::Sender<u64>>,
 }
 
 impl Default for Probes {
@@ -30,6 +33,7 @@ impl Default for Probes {
         Self {
             state: Arc::default(),
             changed: Arc::new(watch::channel(0).0),
+            answered: Arc::new(watch::channel(0).0),
         }
     }
 }
@@ -68,6 +72,13 @@ impl Probes {
             .boxed()
     }
 
+    /// Fires with every period's answers (once a period while probes are sent).
+    pub fn answers(&self) -> BoxStream<'static, ()> {
+        WatchStream::from_changes(self.answered.subscribe())
+            .map(|_| ())
+            .boxed()
+    }
+
     /// Records a period: what was answered (`answered`), what cannot be probed, and forgets
     /// what is no longer planned (`planned`). Signals when a liveness changed.
     pub(crate) fn record(
@@ -76,6 +87,7 @@ impl Probes {
         answered: Vec<(Key, Observed)>,
         unprobeable: BTreeMap<Key, String>,
     ) {
+        let answers = !answered.is_empty();
         let mut state = self.state();
         let live = |o: Option<&Observed>| o.map(|o| std::mem::discriminant(&o.outcome));
         let before: BTreeMap<Key, _> = (state.observed.iter())
@@ -93,6 +105,9 @@ impl Probes {
         drop(state);
         if moved {
             self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        if answers {
+            self.answered.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 

@@ -160,10 +160,10 @@ async fn start_posture(
     let (workloads, mut watches) =
         posture::Workloads::watch(client, kyverno, posture_config.reports);
     inputs(&mut watches);
-    // What the probes found is part of the posture.
+    // What the probes found, and when, is part of the posture.
     watches
         .changes
-        .extend(ctx.probes.as_ref().map(|p| p.changes()));
+        .extend(ctx.probes.as_ref().map(|p| p.answers()));
     posture::start(
         posture_config,
         client,
