@@ -32,8 +32,10 @@ pub mod reason {
     pub const NOT_PROBEABLE: &str = "NotProbeable";
     /// No probe object satisfies the selector, or no namespace to send it to.
     pub const NO_PROBE_OBJECT: &str = "NoProbeObject";
-    /// Probes are due but none has been answered yet (or this replica does not lead).
+    /// Probes are due but none has been answered yet.
     pub const NOT_PROBED_YET: &str = "NotProbedYet";
+    /// This replica does not lead; the leader probes and found nothing not live.
+    pub const PROBED_BY_LEADER: &str = "ProbedByLeader";
 }
 
 /// Label every probe object carries, so that audit logs and other admission policies can tell
@@ -332,8 +334,11 @@ pub enum Probed {
     NotProbeable,
     /// No probe is sent for it, and why.
     NoProbe(String),
-    /// Its probe is due and not answered yet (or this replica does not lead).
+    /// Its probe is due and not answered yet.
     Due,
+    /// This replica does not lead: the leader probes, and its statuses say only what is not
+    /// live.
+    OnLeader,
     Answered(Observed),
 }
 
@@ -360,6 +365,15 @@ pub fn liveness(engines: &[(Engine, Probed)]) -> Liveness {
                 LiveState::NotProbed,
                 reason::NOT_PROBED_YET,
                 format!("engine {name}: no probe answered yet"),
+                None,
+            ),
+            Probed::OnLeader => (
+                LiveState::NotProbed,
+                reason::PROBED_BY_LEADER,
+                format!(
+                    "engine {name}: probed by the leader replica, whose statuses report no \
+                     admitted probe"
+                ),
                 None,
             ),
             Probed::Answered(o) => {
@@ -463,6 +477,30 @@ fn not_live_message(engine: &str) -> String {
     format!("engine {engine}: {NOT_LIVE}")
 }
 
+/// The status message of an admitted probe of `engine` enforcing `intent`.
+fn problem_message(intent: &str, engine: Engine) -> String {
+    format!("intent `{intent}`: {}", not_live_message(engine.name()))
+}
+
+/// What a replica that does not probe (a standby) knows of `engine` enforcing `intent`: what
+/// the leader wrote in the policy's `conditions` (a `Stalled` condition naming it when its
+/// probe was admitted). Standbys serve the posture too, and must not contradict the leader.
+pub fn from_status(conditions: &[nimbus_api::Condition], intent: &str, engine: Engine) -> Probed {
+    let stalled = conditions.iter().find(|c| {
+        c.type_ == condition::STALLED
+            && c.status == "True"
+            && c.reason == condition::REASON_ENFORCEMENT_NOT_LIVE
+    });
+    let wanted = problem_message(intent, engine);
+    match stalled {
+        Some(c) if c.message.contains(&wanted) => Probed::Answered(Observed {
+            outcome: Outcome::Admitted,
+            at: None,
+        }),
+        _ => Probed::OnLeader,
+    }
+}
+
 /// The status problems of a policy's rules whose probes were admitted (`not_live(intent,
 /// engine)`): each leaves its intent unenforced (one engine of a mechanism writes), so it
 /// stalls the policy until a probe is refused again.
@@ -482,7 +520,7 @@ pub fn problems(
             problems.push(Problem {
                 intent: rule.id.clone(),
                 reason: condition::REASON_ENFORCEMENT_NOT_LIVE,
-                message: format!("intent `{}`: {}", rule.id, not_live_message(engine.name())),
+                message: problem_message(&rule.id, engine),
                 blocking: true,
             });
         }

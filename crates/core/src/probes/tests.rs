@@ -450,3 +450,49 @@ fn an_object_is_probed_once_it_has_settled() {
     assert!(!settled(None, true, now));
     assert!(!settled(Some(&at(-60)), true, now), "from the future");
 }
+
+/// A standby reads what the leader wrote: the Stalled condition naming the intent and engine.
+#[test]
+fn a_standby_knows_what_is_not_live_from_the_status() {
+    use crate::engines::{EngineSet, Environment, PolicyInput, translate};
+    let np: nimbus_api::NimbusPolicy = serde_json::from_value(json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "NimbusPolicy",
+        "metadata": {"name": "esc", "namespace": "shop"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+                 "rules": [{"id": "escapeToHost", "rule": {"action": "Block"}}]}
+    }))
+    .expect("valid policy");
+    let input = PolicyInput::namespaced(&np, "p");
+    let set = EngineSet {
+        enabled: [Engine::Kyverno].into(),
+        installed: [Engine::Kyverno].into(),
+        ..EngineSet::default()
+    };
+    let mut translation = translate(&input, &Environment::default(), &set);
+    for dead in [false, true] {
+        translation.problems = problems(input.rules, &translation, |_, _| dead);
+        let plan_status = crate::status::policy_ready(&translation.problems, Some(1));
+        // The conditions as the status mechanism writes them (Ready, and Stalled when stalled).
+        let mut conditions = vec![plan_status];
+        if dead {
+            conditions.push(nimbus_api::Condition {
+                type_: condition::STALLED.into(),
+                status: "True".into(),
+                reason: condition::REASON_ENFORCEMENT_NOT_LIVE.into(),
+                message: translation.problems[0].message.clone(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: Some(1),
+            });
+        }
+        let known = from_status(&conditions, id::ESCAPE_TO_HOST, Engine::Kyverno);
+        assert_eq!(
+            matches!(known, Probed::Answered(ref o) if not_live(Some(o))),
+            dead,
+            "{known:?}"
+        );
+        let other = from_status(&conditions, id::ESCAPE_TO_HOST, Engine::Admission);
+        assert!(matches!(other, Probed::OnLeader), "{other:?}");
+    }
+}
