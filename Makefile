@@ -101,6 +101,7 @@ upstream-kyverno:
 	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')" && test -n "$$dir" && \
 	  install -m 644 "$$dir"/config/crds/kyverno/kyverno.io_policies.yaml \
 	    "$$dir"/config/crds/kyverno/kyverno.io_clusterpolicies.yaml \
+	    "$$dir"/config/crds/kyverno/kyverno.io_policyexceptions.yaml \
 	    "$$dir"/config/crds/policyreport/wgpolicyk8s.io_policyreports.yaml ../../upstream/kyverno/
 	cd tools/kyverno && dir="$$(GOFLAGS=-mod=readonly go mod download -json github.com/openreports/reports-api \
 	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')" && test -n "$$dir" && \

@@ -17,6 +17,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 mod binding;
+mod exception;
 mod intent;
 mod policy;
 pub mod posture;
@@ -29,6 +30,10 @@ pub use binding::{
     FOLLOW_NAMESPACE_MODE_ANNOTATION, FOLLOW_NAMESPACE_MODE_YES, IntentWriter, MAX_CEL_EXPRESSIONS,
     MAX_CEL_LENGTH, MODE_LABEL, MODE_SHADOW, MatchIntent, SecurityIntentBinding,
     SecurityIntentBindingSpec, SecurityIntentBindingStatus, WorkloadScope, mode,
+};
+pub use exception::{
+    EXCEPTION_GROUP, ExceptedBinding, SecurityIntentException, SecurityIntentExceptionSpec,
+    SecurityIntentExceptionStatus,
 };
 pub use intent::{
     Intent, LAST_WRITTEN_BY_ANNOTATION, SecurityIntent, SecurityIntentSpec, SecurityIntentStatus,
@@ -51,7 +56,6 @@ pub const VERSION: &str = "v1alpha1";
 /// Intent parameters: each key maps to a list of values, as in Nimbus.
 pub type Params = std::collections::BTreeMap<String, Vec<String>>;
 
-/// Every CRD of the API, in a stable order.
 /// Reads `null` as the type's default. Server-side apply stores an object whose last owned
 /// field was removed as `null`; the schemas accept it for the fields that use this.
 fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -63,6 +67,7 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// Every CRD of the API, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         SecurityIntent::crd(),
@@ -70,6 +75,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ClusterSecurityIntentBinding::crd(),
         NimbusPolicy::crd(),
         ClusterNimbusPolicy::crd(),
+        SecurityIntentException::crd(),
     ]
 }
 

@@ -32,6 +32,9 @@ pub enum Verdict {
     /// Namespaces only: it has no workload, so there is nothing to protect (yet); the intents
     /// bound in it apply to the workloads it will have.
     NoWorkloads,
+    /// Every intent that selects it lets it out, by a SecurityIntentException in force: nothing
+    /// is enforced on it until the exceptions expire (`exceptions` says when, and why).
+    Excepted,
 }
 
 impl Verdict {
@@ -42,6 +45,7 @@ impl Verdict {
             Verdict::Unprotected => "Unprotected",
             Verdict::Audited => "Audited",
             Verdict::NoWorkloads => "NoWorkloads",
+            Verdict::Excepted => "Excepted",
         }
     }
 }
@@ -197,6 +201,21 @@ pub struct IntentCoverage {
     /// while probes are off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub liveness: Option<Liveness>,
+    /// The SecurityIntentExceptions in force that let the workload out of the intent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exceptions: Vec<ExceptionCoverage>,
+}
+
+/// A SecurityIntentException in force that lets a workload out of an intent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExceptionCoverage {
+    /// The exception (in the workload's namespace).
+    pub name: String,
+    /// Why it was granted.
+    pub reason: String,
+    /// When it ends: from then on the intent is enforced on the workload again.
+    pub expires_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 /// How well one workload is protected, by which intents, enforced by which engines.
@@ -305,6 +324,9 @@ pub struct WorkloadCounts {
     /// Those `Audited`: bound in audit or shadow mode, nothing enforced.
     #[serde(default)]
     pub audited: u32,
+    /// Those `Excepted`: let out of every intent selecting them until exceptions expire.
+    #[serde(default)]
+    pub excepted: u32,
 }
 
 /// A workload of the namespace that is not fully protected.
@@ -312,7 +334,7 @@ pub struct WorkloadCounts {
 pub struct Gap {
     /// The workload as `Kind/name`.
     pub workload: String,
-    /// `Partial`, `Unprotected` or `Audited`.
+    /// `Partial`, `Unprotected`, `Audited` or `Excepted`.
     pub verdict: Verdict,
     /// The reasons, as in its WorkloadPosture.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -48,6 +48,9 @@ pub mod condition {
     pub const REASON_SENSITIVE_INTENT_NOT_ALLOWED: &str = "SensitiveIntentNotAllowed";
     /// Writing a generated object failed.
     pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
+    /// A SecurityIntentException in force names an intent an engine enforces without leaving
+    /// the excepted workloads out: that engine still enforces the intent on them (non-blocking).
+    pub const REASON_EXCEPTION_NOT_HONOURED: &str = "ExceptionNotHonoured";
     /// A NimbusPolicy no binding controls: it is not translated.
     pub const REASON_NOT_BOUND: &str = "NotBound";
     /// An intent's action is `Audit`, and an engine that enforces it has no form that reports

@@ -86,7 +86,7 @@ pub fn watched_by_garbage_collector() -> Vec<Key> {
     ];
     // The bench installs Kyverno's legacy CRDs only (a Kyverno before 1.17), as before the CEL
     // kinds, so that its figures compare across releases.
-    let cel = engines::KyvernoApi::Cel.kinds();
+    let cel = engines::KyvernoApi::Cel.writes();
     keys.extend(
         engines::all_kinds()
             .into_iter()

@@ -13,6 +13,7 @@ pub mod cel;
 pub mod compile;
 pub mod compliance;
 pub mod engines;
+pub mod exceptions;
 pub mod intents;
 pub mod names;
 pub mod namespaces;

@@ -5,9 +5,14 @@
 
 use crate::catalog::{self, Origin};
 use crate::engines::{EngineSet, Generated, PolicyInput, Translation};
+use crate::exceptions::Excepted;
+
+mod excepted;
+mod workloads;
+
 use crate::names;
 use crate::namespaces::{self, ProtectedNamespaces};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::core::{Selector, SelectorExt};
 use nimbus_api::posture::{
     EngineCoverage, EngineState, Gap, IntentCoverage, NamespacePosture, Reason, Reference,
@@ -15,6 +20,7 @@ use nimbus_api::posture::{
 };
 use nimbus_api::{NamespaceSelector, condition};
 use std::collections::{BTreeMap, BTreeSet};
+pub use workloads::{ContainerPort, Pod, Workload, workloads};
 
 /// Reasons only the posture reports.
 pub mod reason {
@@ -26,95 +32,8 @@ pub mod reason {
     pub const NATIVE_POLICY_MISSING: &str = "NativePolicyMissing";
     /// The intent's action is `Audit`: what its engines write reports and blocks nothing.
     pub const AUDITED: &str = "Audited";
-}
-
-/// A pod, as far as the posture needs it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Pod {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub labels: BTreeMap<String, String>,
-    pub created: Option<Time>,
-    /// Its controlling owner.
-    pub controller: Option<OwnerReference>,
-    /// Its IP (`status.podIP`), once it has one: NetworkPolicy `ipBlock`s match it.
-    pub ip: Option<std::net::IpAddr>,
-    /// Its containers' ports: a Service's named `targetPort` resolves through them.
-    pub ports: Vec<ContainerPort>,
-}
-
-/// A port a pod's container declares.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ContainerPort {
-    pub name: Option<String>,
-    pub port: u16,
-    /// `TCP`, `UDP` or `SCTP`.
-    pub protocol: String,
-}
-
-/// A workload: a pod's top-level controller, or a bare pod, with the labels of its pods.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Workload {
-    pub namespace: String,
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-    /// The workload object's uid, when known (reports about it are owned by it).
-    pub uid: Option<String>,
-    /// When its oldest pod was created.
-    pub created: Option<Time>,
-    /// Its pods.
-    pub pods: Vec<Pod>,
-}
-
-/// Groups pods into workloads. `owner_of(namespace, kind, name)` is the controlling owner of a
-/// ReplicaSet or Job, so a Deployment's or CronJob's pods group under it; any other controller
-/// (StatefulSet, DaemonSet, a custom one) is the workload itself.
-pub fn workloads(
-    pods: impl IntoIterator<Item = Pod>,
-    owner_of: impl Fn(&str, &str, &str) -> Option<OwnerReference>,
-) -> Vec<Workload> {
-    let mut grouped: BTreeMap<(String, String, String), Workload> = BTreeMap::new();
-    for pod in pods {
-        let (api_version, kind, name, uid) = match &pod.controller {
-            None => (
-                "v1".to_owned(),
-                "Pod".to_owned(),
-                pod.name.clone(),
-                pod.uid.clone(),
-            ),
-            Some(owner) => {
-                let parent = matches!(owner.kind.as_str(), "ReplicaSet" | "Job")
-                    .then(|| owner_of(&pod.namespace, &owner.kind, &owner.name))
-                    .flatten();
-                let top = parent.as_ref().unwrap_or(owner);
-                let (v, k, n, u) = (&top.api_version, &top.kind, &top.name, &top.uid);
-                (v.clone(), k.clone(), n.clone(), u.clone())
-            }
-        };
-        let workload = grouped
-            .entry((pod.namespace.clone(), kind.clone(), name.clone()))
-            .or_insert_with(|| Workload {
-                namespace: pod.namespace.clone(),
-                api_version,
-                kind,
-                name,
-                uid: Some(uid).filter(|u| !u.is_empty()),
-                created: pod.created.clone(),
-                pods: Vec::new(),
-            });
-        if pod.created.as_ref().is_some_and(|c| {
-            workload
-                .created
-                .as_ref()
-                .is_none_or(|oldest| c.0 < oldest.0)
-        }) {
-            workload.created = pod.created.clone();
-        }
-        workload.pods.push(pod);
-    }
-    grouped.into_values().collect()
+    /// A SecurityIntentException in force lets the workload's pods out of the intent.
+    pub use super::excepted::EXCEPTED;
 }
 
 /// Where a policy's rules apply.
@@ -166,6 +85,9 @@ pub struct PolicyCoverage {
     /// `None`: a selector no pod can match (it does not parse).
     selector: Option<Selector>,
     pub rules: Vec<IntentCoverage>,
+    /// The SecurityIntentExceptions in force for it, with their selectors (`None`: one no pod
+    /// can match).
+    exceptions: Vec<(Excepted, Option<Selector>)>,
 }
 
 /// What the posture needs to know about one policy besides its translation.
@@ -302,6 +224,8 @@ impl PolicyCoverage {
                     reasons,
                     tenant_proof,
                     liveness,
+                    // Per workload: see `excepting`.
+                    exceptions: Vec::new(),
                 })
             })
             .collect();
@@ -311,6 +235,11 @@ impl PolicyCoverage {
             scope,
             selector: Selector::try_from(input.selector.clone()).ok(),
             rules,
+            exceptions: input
+                .exceptions
+                .iter()
+                .map(|e| (e.clone(), Selector::try_from(e.selector.clone()).ok()))
+                .collect(),
         }
     }
 
@@ -437,16 +366,21 @@ pub fn workload_posture<'p>(
         .into_iter()
         .filter(|p| p.applies_in(&workload.namespace))
     {
-        let selected = workload
+        let selected: Vec<&Pod> = workload
             .pods
             .iter()
             .filter(|p| policy.selects(&p.labels))
-            .count();
-        if selected == 0 {
+            .collect();
+        if selected.is_empty() {
             continue;
         }
+        let labels: Vec<&BTreeMap<String, String>> = selected.iter().map(|p| &p.labels).collect();
         for rule in &policy.rules {
             let mut rule = rule.clone();
+            let (exceptions, excepted) =
+                excepted::excepting(&policy.exceptions, &rule.id, &workload.namespace, &labels);
+            excepted::except(&mut rule, &exceptions, excepted, selected.len());
+            let selected = selected.len();
             if selected < total {
                 if rule.verdict == Verdict::Protected {
                     rule.verdict = Verdict::Partial;
@@ -547,6 +481,7 @@ pub fn namespace_posture<'p>(
             Verdict::Partial => counts.partial += 1,
             Verdict::Unprotected => counts.unprotected += 1,
             Verdict::Audited => counts.audited += 1,
+            Verdict::Excepted => counts.excepted += 1,
             // A namespace's verdict only, never a workload's.
             Verdict::NoWorkloads => {}
         }
@@ -600,6 +535,7 @@ pub fn namespace_posture<'p>(
 mod tests {
     use super::*;
     use crate::engines::{Engine, Environment, translate};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use nimbus_api::NimbusPolicy;
     use serde_json::json;
 
@@ -955,6 +891,7 @@ mod tests {
                 partial: 0,
                 unprotected: 1,
                 audited: 0,
+                excepted: 0,
             }
         );
         assert_eq!(ns.gaps.len(), 1);

@@ -162,6 +162,8 @@ fn result(intent: &IntentCoverage) -> ReportResult {
     let (result, message) = match intent.verdict {
         Verdict::Protected => ("pass", format!("enforced by {}", engines(None))),
         Verdict::Audited => ("warn", format!("audited, not enforced: {}", reasons())),
+        // Once the exceptions expire, the verdict (and the result) is the intent's again.
+        Verdict::Excepted => ("skip", format!("excepted, not enforced: {}", reasons())),
         _ if !not_enforcing.is_empty()
             && not_enforcing
                 .iter()
@@ -172,6 +174,22 @@ fn result(intent: &IntentCoverage) -> ReportResult {
         }
         _ => ("fail", reasons()),
     };
+    let properties = properties(intent);
+    ReportResult {
+        source: SOURCE.to_owned(),
+        policy: intent.intent.clone().unwrap_or_else(|| intent.id.clone()),
+        rule: intent.id.clone(),
+        category: "SecurityIntent".to_owned(),
+        result: result.to_owned(),
+        scored: true,
+        message,
+        properties,
+    }
+}
+
+/// A result's properties: where the intent comes from, which engines and objects enforce it,
+/// what lets the workload out of it, and who wrote it.
+fn properties(intent: &IntentCoverage) -> BTreeMap<String, String> {
     let describe = |r: &nimbus_api::posture::Reference| match &r.namespace {
         Some(ns) => format!("{} {ns}/{}", r.kind, r.name),
         None => format!("{} {}", r.kind, r.name),
@@ -191,6 +209,14 @@ fn result(intent: &IntentCoverage) -> ReportResult {
     ]);
     if let Some(binding) = &intent.binding {
         properties.insert("binding".to_owned(), describe(binding));
+    }
+    if !intent.exceptions.is_empty() {
+        let exceptions: Vec<String> = intent
+            .exceptions
+            .iter()
+            .map(|e| format!("{} (until {})", e.name, e.expires_at.0))
+            .collect();
+        properties.insert("exceptions".to_owned(), exceptions.join(", "));
     }
     if let Some(proof) = intent.tenant_proof {
         let said = match proof {
@@ -225,16 +251,7 @@ fn result(intent: &IntentCoverage) -> ReportResult {
     if !objects.is_empty() {
         properties.insert("objects".to_owned(), objects.join(", "));
     }
-    ReportResult {
-        source: SOURCE.to_owned(),
-        policy: intent.intent.clone().unwrap_or_else(|| intent.id.clone()),
-        rule: intent.id.clone(),
-        category: "SecurityIntent".to_owned(),
-        result: result.to_owned(),
-        scored: true,
-        message,
-        properties,
-    }
+    properties
 }
 
 /// What a stored report holds, as far as [`up_to_date`] compares.
@@ -366,6 +383,7 @@ mod tests {
             }],
             tenant_proof: None,
             liveness: None,
+            exceptions: Vec::new(),
         }
     }
 
@@ -428,6 +446,7 @@ mod tests {
                 ),
                 IntentCoverage {
                     tenant_proof: Some(false),
+                    exceptions: Vec::new(),
                     ..intent(
                         "denyExternalNetworkAccess",
                         Verdict::Partial,

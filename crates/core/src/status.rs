@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 mod conditions;
 mod policy;
+pub(crate) use conditions::condition;
 use conditions::{Stall, with_kstatus};
 pub use conditions::{bounded, ready, reconciling, stalls};
 use policy::policy_conditions;

@@ -13,7 +13,8 @@ pub struct EngineArgs {
     #[arg(long, value_delimiter = ',', env = "NIMBUS_DISABLE_ENGINES")]
     disable_engines: Vec<Engine>,
     /// Which of Kyverno's policy APIs to write in: `cel` (policies.kyverno.io/v1
-    /// ValidatingPolicy, MutatingPolicy and their namespaced forms; Kyverno 1.17+), `legacy`
+    /// ValidatingPolicy, MutatingPolicy and their namespaced forms, NamespacedGeneratingPolicy
+    /// for virtualPatch; Kyverno 1.17+), `legacy`
     /// (kyverno.io/v1 Policy and ClusterPolicy, as Nimbus; Kyverno 1.20 refuses new ones), or
     /// `auto`: the CEL kinds where the cluster serves them, else the legacy ones. A switch
     /// writes the new policies and deletes the old ones once Kyverno reports the new ones ready.

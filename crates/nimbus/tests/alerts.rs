@@ -71,7 +71,7 @@ fn promtool_checks_and_tests_the_rendered_rules() {
     )
     .expect("copying the rule tests");
     let checked = common::run_tool("promtool", &["check", "rules", utf8(&rules)]);
-    assert!(checked.contains("SUCCESS: 6 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 8 rules found"), "{checked}");
     let tested = common::run_tool("promtool", &["test", "rules", utf8(&tests)]);
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
@@ -304,6 +304,27 @@ async fn alerts_and_dashboard_query_only_exported_metrics() {
     moved(
         "the posture computation timed",
         "nimbus_posture_compute_seconds_count",
+        0.0,
+    )
+    .await;
+
+    // An exception's expiry: a series per exception, only while it exists.
+    let expires_at = k8s_openapi::jiff::Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_hours(1))
+        .expect("expiry");
+    let exceptions: Api<nimbus_api::SecurityIntentException> =
+        Api::namespaced(client.clone(), ns.name());
+    let exception = json!({
+        "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+        "kind": "SecurityIntentException",
+        "metadata": {"name": "e"},
+        "spec": {"binding": {"kind": "SecurityIntentBinding", "name": "b"},
+                 "intents": [external], "reason": "a test", "expiresAt": expires_at.to_string()}
+    });
+    apply(&exceptions, "e", &exception).await;
+    moved(
+        "the exception's expiry exported",
+        "nimbus_exception_expiry_timestamp_seconds",
         0.0,
     )
     .await;

@@ -1002,9 +1002,13 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         })
         .flat_map(|e| e.spec().kinds.iter().map(|k| k.kind))
         .collect();
+    // PolicyExceptions are written only for SecurityIntentExceptions, which the churn makes
+    // none of: the offline translation the audit compares with does not read them yet.
+    let exceptions = nimbus_core::engines::KyvernoApi::Legacy.exceptions();
     let every_pair: Vec<(String, &str)> = generated_kinds()
         .into_iter()
         .filter(|(kind, _)| !standing_by.contains(&kind.kind.as_str()))
+        .filter(|(kind, _)| *kind != exceptions.api_resource())
         .flat_map(|(kind, _)| EDITS.map(|edit| (kind.kind.clone(), edit)))
         .collect();
     tamper_every_pair(&client, &every_pair, &mut stats).await;

@@ -149,6 +149,18 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
             STATUS,
             &[],
         ),
+        (
+            "exceptions.security.nimbus.com",
+            &["securityintentexceptions"],
+            READ,
+            &[],
+        ),
+        (
+            "exceptions.security.nimbus.com",
+            &["securityintentexceptions/status"],
+            STATUS,
+            &[],
+        ),
         ("", &["namespaces"], READ, &[]),
         ("", &["nodes"], &["list", "watch"], &[]),
         (
@@ -167,7 +179,12 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
             &[],
         ),
         ("security.kubearmor.com", &["kubearmorpolicies"], OWN, &[]),
-        ("kyverno.io", &["policies", "clusterpolicies"], OWN, &[]),
+        (
+            "kyverno.io",
+            &["policies", "clusterpolicies", "policyexceptions"],
+            OWN,
+            &[],
+        ),
         (
             "policies.kyverno.io",
             &[
@@ -175,6 +192,8 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
                 "validatingpolicies",
                 "namespacedmutatingpolicies",
                 "mutatingpolicies",
+                "namespacedgeneratingpolicies",
+                "policyexceptions",
             ],
             OWN,
             &[],

@@ -1708,3 +1708,106 @@ async fn the_oscal_report_is_valid_oscal_with_the_posture_apis_numbers() {
     std::fs::write(&bad, broken.to_string()).expect("broken.json");
     assert!(!validate(&bad).status.success());
 }
+
+/// A SecurityIntentException in force shows on the workloads it lets out, in the posture and in
+/// their reports, named with its reason and expiry, and never as Protected; at its expiry they
+/// are judged as before. (Kyverno honours it, KubeArmor does not: the intent stays `Partial`
+/// on them, see `core::posture` for `Excepted`.)
+#[tokio::test]
+async fn an_exception_shows_on_the_workloads_it_lets_out_until_it_expires() {
+    use k8s_openapi::jiff::{SignedDuration, Timestamp, Unit};
+    let cp = posture().cp;
+    let client = cp.client().expect("client");
+    let ns = cp.test_namespace("excepted").await.expect("namespace");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    for tier in ["web", "legacy"] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": tier, "labels": {"app": "shop", "tier": tier}},
+            "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}});
+        apply(&pods, tier, &pod).await;
+    }
+    let escape = create_intent(&client, "escapeToHost", "Block").await;
+    let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
+    let both = binding("both", &[&escape], json!({"app": "shop"}));
+    apply(&bindings, "both", &both).await;
+    let postures: Api<WorkloadPosture> = Api::namespaced(client.clone(), ns.name());
+    let judged = async |pod: &str, verdict: Verdict, exceptions: &[&str]| {
+        eventually(
+            &format!("{pod}: escapeToHost {verdict:?}, excepted by {exceptions:?}"),
+            CONVERGE,
+            async |seen| {
+                let p = postures.get(pod).await.ok()?;
+                let intent = p.intents.iter().find(|i| i.id == "escapeToHost")?;
+                let named: Vec<&str> = intent.exceptions.iter().map(|e| e.name.as_str()).collect();
+                *seen = format!("{:?} {named:?} {:?}", intent.verdict, intent.reasons);
+                (intent.verdict == verdict && named == exceptions).then(|| intent.clone())
+            },
+        )
+        .await
+    };
+    judged("pod-legacy", Verdict::Protected, &[]).await;
+
+    let expires_at = Timestamp::now()
+        .round(Unit::Second)
+        .expect("rounded")
+        .checked_add(SignedDuration::from_secs(20))
+        .expect("expiry");
+    let exceptions: Api<nimbus_api::SecurityIntentException> =
+        Api::namespaced(client.clone(), ns.name());
+    apply(
+        &exceptions,
+        "vendor-agent",
+        &json!({
+            "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+            "kind": "SecurityIntentException",
+            "metadata": {"name": "vendor-agent"},
+            "spec": {
+                "binding": {"kind": "SecurityIntentBinding", "name": "both"},
+                "intents": [escape],
+                "selector": {"matchLabels": {"tier": "legacy"}},
+                "reason": "the vendor's agent until 2.4",
+                "expiresAt": expires_at.to_string(),
+            }
+        }),
+    )
+    .await;
+    // KubeArmor does not honour it: Partial, not Excepted, and never Protected.
+    let excepted = judged("pod-legacy", Verdict::Partial, &["vendor-agent"]).await;
+    assert!(
+        Timestamp::now() < expires_at,
+        "honoured only after it expired"
+    );
+    assert_eq!(
+        excepted.exceptions[0].reason,
+        "the vendor's agent until 2.4"
+    );
+    assert_eq!(excepted.exceptions[0].expires_at.0, expires_at);
+    let reasons: BTreeSet<&str> = excepted.reasons.iter().map(|r| r.reason.as_str()).collect();
+    assert!(
+        reasons.contains("Excepted") && reasons.contains("ExceptionNotHonoured"),
+        "{reasons:?}"
+    );
+    judged("pod-web", Verdict::Protected, &[]).await;
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("openreports.io", "v1alpha1", "Report"),
+        "reports",
+    );
+    let reports: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns.name(), &resource);
+    eventually("the report names the exception", CONVERGE, async |seen| {
+        let report = reports.get("nimbus-pod-legacy").await.ok()?;
+        let result = report.data["results"].as_array()?.first()?.clone();
+        *seen = format!("{result}");
+        result["properties"]["exceptions"]
+            .as_str()?
+            .starts_with("vendor-agent (until ")
+            .then_some(())
+    })
+    .await;
+
+    // At expiry: judged as before.
+    judged("pod-legacy", Verdict::Protected, &[]).await;
+    assert!(
+        Timestamp::now() >= expires_at,
+        "the exception ended before it expired"
+    );
+}

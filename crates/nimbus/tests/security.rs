@@ -1383,3 +1383,41 @@ async fn only_cluster_admins_and_intent_authors_may_write_intents() {
         delete(&crbs, user).await;
     }
 }
+
+/// Letting workloads out of a binding's intents is a permission apart from writing bindings:
+/// no built-in role (`edit` and `admin` hold namespace tenants) nor the intent authors' role may
+/// write SecurityIntentExceptions, so a tenant cannot let their workloads out of an
+/// administrator's cluster binding; the chart's exception-author role may.
+#[tokio::test]
+async fn only_exception_authors_may_let_workloads_out_of_a_binding() {
+    operator();
+    let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin());
+    let exception_author = format!("{}-exception-author", common::RELEASE);
+    let intent_author = format!("{}-intent-author", common::RELEASE);
+    let mut bound = Vec::new();
+    for role in ["view", "edit", "admin", &intent_author, &exception_author] {
+        let user = unique(&format!("holder-of-{role}"));
+        apply(&crbs, &user, &cluster_role_binding(&user, role, &user)).await;
+        bound.push((role.to_owned(), user));
+    }
+    for (role, user) in &bound {
+        for verb in ["create", "update", "patch", "delete"] {
+            let allowed = may(
+                user,
+                verb,
+                "exceptions.security.nimbus.com:securityintentexceptions",
+                Some("default"),
+                None,
+            )
+            .await;
+            assert_eq!(
+                allowed,
+                *role == exception_author,
+                "a holder of {role} (cluster-wide) may {verb} SecurityIntentExceptions: {allowed}"
+            );
+        }
+    }
+    for (_, user) in &bound {
+        delete(&crbs, user).await;
+    }
+}

@@ -52,6 +52,11 @@ pub fn engine_set(
             .flat_map(|e| e.spec().optional_kinds.iter().copied())
             .filter(|k| !served.contains(k))
             .collect(),
+        not_installed: kyverno
+            .missing(|k| served.contains(k))
+            .map(|why| (Engine::Kyverno, why))
+            .into_iter()
+            .collect(),
         ..EngineSet::default()
     }
 }
@@ -247,9 +252,9 @@ async fn discovered(client: &Client, kind: &NativeKind) -> bool {
 mod tests {
     use super::*;
     use nimbus_core::engines::{
-        KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_POLICY, MUTATING_ADMISSION_POLICY,
-        MUTATING_ADMISSION_POLICY_BINDING, VALIDATING_ADMISSION_POLICY,
-        VALIDATING_ADMISSION_POLICY_BINDING,
+        KUBEARMOR_POLICY, KYVERNO_CLUSTER_POLICY, KYVERNO_NAMESPACED_GENERATING_POLICY,
+        KYVERNO_POLICY, KyvernoApi, MUTATING_ADMISSION_POLICY, MUTATING_ADMISSION_POLICY_BINDING,
+        VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING,
     };
 
     #[test]
@@ -264,6 +269,8 @@ mod tests {
             &MUTATING_ADMISSION_POLICY_BINDING,
         ];
         let kyverno = [&KYVERNO_POLICY, &KYVERNO_CLUSTER_POLICY];
+        let cel = KyvernoApi::Cel.kinds();
+        let generating = [&KYVERNO_NAMESPACED_GENERATING_POLICY];
         // (served, admission installed, kyverno installed, unserved)
         let table: &[(
             Vec<&'static NativeKind>,
@@ -273,31 +280,49 @@ mod tests {
         )] = &[
             // Kubernetes 1.36 with Kyverno.
             (
-                [&validating[..], &mutating, &kyverno].concat(),
+                [&validating[..], &mutating, &kyverno, cel, &generating].concat(),
                 true,
                 true,
                 vec![],
             ),
             // An older API server: no MutatingAdmissionPolicy, validating still enforced.
             (
-                [&validating[..], &kyverno].concat(),
+                [&validating[..], &kyverno, cel, &generating].concat(),
                 true,
                 true,
                 mutating.to_vec(),
             ),
             // Without the validating kinds the engine is not installed at all.
-            (mutating.to_vec(), false, false, vec![]),
-            // Kyverno needs both of its kinds.
+            ([&mutating[..], &generating].concat(), false, false, vec![]),
+            // Kyverno needs both of its legacy kinds, or all four of its CEL ones.
             (
                 [
                     &validating[..],
                     &mutating,
                     &[&KYVERNO_POLICY, &KUBEARMOR_POLICY],
+                    &cel[..3],
+                    &generating,
                 ]
                 .concat(),
                 true,
                 false,
                 vec![],
+            ),
+            // A Kyverno serving its CEL kinds but not NamespacedGeneratingPolicy: installed
+            // (escapeToHost and cocoWorkload are enforced), that kind unserved (virtualPatch is
+            // reported, see nimbus_core's translate).
+            (
+                [&validating[..], &mutating, cel].concat(),
+                true,
+                true,
+                generating.to_vec(),
+            ),
+            // Only the legacy kinds: the same (nothing is written in it there).
+            (
+                [&validating[..], &mutating, &kyverno].concat(),
+                true,
+                true,
+                generating.to_vec(),
             ),
         ];
         for (i, (served, admission, kyverno, unserved)) in table.iter().enumerate() {
@@ -329,7 +354,7 @@ mod tests {
             &Served::new(),
             &Preference::default(),
         );
-        assert!(set.unserved.is_empty());
+        assert_eq!(set.unserved, BTreeSet::from(generating));
     }
 
     #[test]

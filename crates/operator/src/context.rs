@@ -12,7 +12,9 @@ use nimbus_api::{
     SecurityIntentBinding,
 };
 use nimbus_core::catalog::Engine;
-use nimbus_core::engines::{EngineSet, Environment, KyvernoKinds, Preference, VirtualPatches};
+use nimbus_core::engines::{
+    EngineSet, Environment, KYVERNO_POLICY, KyvernoKinds, Preference, VirtualPatches,
+};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::policy::Claim;
 use std::collections::BTreeSet;
@@ -35,6 +37,7 @@ pub struct Context {
     pub policies_created: Creations,
     pub cluster_policies_created: Creations,
     pub namespaces: Store<Namespace>,
+    pub exceptions: Exceptions,
     pub natives: Natives,
     pub engines: EngineContext,
     pub metrics: Metrics,
@@ -53,6 +56,13 @@ pub struct Context {
     pub failures: std::sync::Mutex<std::collections::HashMap<String, Failing>>,
     /// What the leader's dry-run probes found of enforcement; `None` while probes are off.
     pub probes: Option<crate::liveness::Probes>,
+}
+
+/// The exceptions and how long one may last.
+pub struct Exceptions {
+    pub store: Store<nimbus_api::SecurityIntentException>,
+    /// `--exception-max-duration`.
+    pub max_duration: k8s_openapi::jiff::SignedDuration,
 }
 
 /// An object's current streak of failed reconciles.
@@ -131,6 +141,7 @@ impl Context {
                 .kyverno_kinds
                 .in_force(|k| e.served.borrow().contains(k))
                 .unwrap_or_default(),
+            kyverno_legacy_served: e.served.borrow().contains(&KYVERNO_POLICY),
             cluster_networks: e.cluster_networks.clone(),
             admin_priorities: None,
         };

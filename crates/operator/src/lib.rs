@@ -12,6 +12,7 @@ mod context;
 mod controllers;
 mod error;
 mod events;
+mod exceptions;
 mod facts;
 mod health;
 pub mod leader;

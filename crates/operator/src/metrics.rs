@@ -38,7 +38,14 @@ pub struct KindLabels {
     pub kind: String,
 }
 
-/// A posture verdict (`Protected`, `Partial`, `Unprotected`, `Audited`).
+/// A SecurityIntentException, by namespace and name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExceptionLabels {
+    pub exception_namespace: String,
+    pub exception: String,
+}
+
+/// A posture verdict (`Protected`, `Partial`, `Unprotected`, `Audited`, `Excepted`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerdictLabels {
     pub verdict: &'static str,
@@ -96,6 +103,9 @@ pub struct Metrics {
     /// How long each posture computation took, storing the result included, by what it
     /// recomputed.
     pub posture_compute: Family<ComputeLabels, Histogram>,
+    /// When each SecurityIntentException expires (Unix seconds), as cached. Set with
+    /// [`Self::workloads`], so only where the posture API runs.
+    pub exception_expiry: Family<ExceptionLabels, Gauge>,
     pub time_to_protect: TimeToProtect,
     /// Dry-run probes sent by the leader, by engine and outcome.
     pub probes: Family<ProbeLabels, Counter>,
@@ -125,6 +135,7 @@ impl Default for Metrics {
             posture_compute: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
             }),
+            exception_expiry: Family::default(),
             time_to_protect: TimeToProtect::new(),
             probes: Family::default(),
             not_live: Family::default(),
@@ -216,6 +227,11 @@ impl Metrics {
             "posture_compute_seconds",
             "Time one posture computation took, from the caches to the served objects (only where the posture API runs)",
             self.posture_compute.clone(),
+        );
+        registry.register(
+            "exception_expiry_timestamp_seconds",
+            "When each SecurityIntentException expires, in Unix seconds (computed only where the posture API runs)",
+            self.exception_expiry.clone(),
         );
         registry.register(
             "time_to_protect_seconds",

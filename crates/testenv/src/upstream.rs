@@ -30,6 +30,9 @@ pub const KUBEARMOR_HOST_POLICY: EngineCrd =
 pub const KYVERNO_POLICY: EngineCrd = engine_crd!("kyverno", "kyverno.io_policies.yaml");
 pub const KYVERNO_CLUSTER_POLICY: EngineCrd =
     engine_crd!("kyverno", "kyverno.io_clusterpolicies.yaml");
+/// What the Kyverno engine honours SecurityIntentExceptions with.
+pub const KYVERNO_POLICY_EXCEPTION: EngineCrd =
+    engine_crd!("kyverno", "kyverno.io_policyexceptions.yaml");
 /// Kyverno's reports of its background scans, which the posture's preview reads (and writes
 /// its own as, where OpenReports are not served).
 pub const POLICY_REPORT: EngineCrd = engine_crd!("kyverno", "wgpolicyk8s.io_policyreports.yaml");
@@ -44,12 +47,13 @@ pub const CLUSTER_NETWORK_POLICY: EngineCrd = engine_crd!(
 );
 
 /// Every vendored engine CRD.
-pub const ENGINE_CRDS: [EngineCrd; 8] = [
+pub const ENGINE_CRDS: [EngineCrd; 9] = [
     KUBEARMOR_POLICY,
     KUBEARMOR_CLUSTER_POLICY,
     KUBEARMOR_HOST_POLICY,
     KYVERNO_POLICY,
     KYVERNO_CLUSTER_POLICY,
+    KYVERNO_POLICY_EXCEPTION,
     POLICY_REPORT,
     OPEN_REPORT,
     CLUSTER_NETWORK_POLICY,

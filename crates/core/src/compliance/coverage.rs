@@ -181,10 +181,14 @@ pub enum Status {
 
 /// How one bound intent stands on its workload: proven when an engine with a proof enforces
 /// it, unproven when only engines without one do, audited when an engine audits it or its
-/// verdict is `Audited`. Each engine acts on its own share of the intent; one in force is
+/// verdict is `Audited`, not covered when an exception lets the workload out. Each engine acts on its own share of the intent; one in force is
 /// enough for the control to be covered, because the controls an intent maps to are the ones
 /// its engines' effects address together.
 fn intent_status(intent: &IntentCoverage) -> (Status, Vec<&'static str>) {
+    // An exception lets the workload out: its engines enforce the intent elsewhere, not here.
+    if intent.verdict == Verdict::Excepted {
+        return (Status::NotCovered, Vec::new());
+    }
     let mut proven = Vec::new();
     let mut enforced = false;
     let mut audited = intent.verdict == Verdict::Audited;
@@ -370,6 +374,7 @@ mod tests {
             reasons: vec![],
             tenant_proof: None,
             liveness: None,
+            exceptions: Vec::new(),
         }
     }
 

@@ -21,8 +21,8 @@ use super::pss;
 use super::{
     AuditForm, CLUSTER, Enforces, EngineSpec, Environment, MUTATING_ADMISSION_POLICY,
     MUTATING_ADMISSION_POLICY_BINDING, NativeKind, Output, PolicyInput, Rule,
-    VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, metadata, namespace_selector,
-    native_name, object, selector_json,
+    VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, excepted, excepted_cel,
+    metadata, namespace_selector, native_name, object, selector_json,
 };
 use crate::intents::{id, param, param_value};
 use crate::names::MAX_NAME_LEN;
@@ -81,6 +81,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         &MUTATING_ADMISSION_POLICY_BINDING,
     ],
     tenant_proof: None,
+    honours_exceptions: &[id::ESCAPE_TO_HOST],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
@@ -109,10 +110,18 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                     })
                 })
                 .collect();
+            let mut conditions =
+                vec![json!({"name": "pod-spec-written", "expression": POD_SPEC_WRITTEN})];
+            // The workloads exceptions in force let out are not judged; when one expires the
+            // condition goes, and they are judged again.
+            if let Some(excepted) = excepted_cel(&excepted(policy, rule)) {
+                conditions
+                    .push(json!({"name": "not-excepted", "expression": format!("!({excepted})")}));
+            }
             let spec = json!({
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": workload_rules()},
-                "matchConditions": [{"name": "pod-spec-written", "expression": POD_SPEC_WRITTEN}],
+                "matchConditions": conditions,
                 "variables": pod_variables(),
                 "validations": validations,
             });
@@ -313,6 +322,8 @@ mod tests {
             }),
             rules,
             allowed_sensitive: BTreeSet::new(),
+            binding: None,
+            exceptions: Vec::new(),
         }
     }
 

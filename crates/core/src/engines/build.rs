@@ -3,6 +3,7 @@
 
 use super::translation::{Environment, PolicyInput, Problem};
 use super::{Engine, MANAGED_BY, NativeKind};
+use crate::exceptions::Excepted;
 use crate::names;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::core::{DynamicObject, TypeMeta};
@@ -169,4 +170,61 @@ pub(super) fn labels_only(
         ));
     }
     Ok(selector.match_labels.clone().unwrap_or_default())
+}
+
+/// `selector` as CEL over the labels of the object being admitted (`object.metadata.labels`);
+/// `None` when it selects everything.
+pub(super) fn selector_cel(selector: &LabelSelector) -> Option<String> {
+    let labels = "object.metadata.?labels.orValue({})";
+    let literal = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let values = |v: &Option<Vec<String>>| {
+        let quoted: Vec<String> = v.iter().flatten().map(|v| literal(v)).collect();
+        format!("[{}]", quoted.join(", "))
+    };
+    let mut terms: Vec<String> = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{labels}[?{}] == optional.of({})", literal(k), literal(v)))
+        .collect();
+    for e in selector.match_expressions.iter().flatten() {
+        let key = literal(&e.key);
+        terms.push(match e.operator.as_str() {
+            "In" => format!("{labels}[?{key}].orValue(null) in {}", values(&e.values)),
+            "NotIn" => format!("!({labels}[?{key}].orValue(null) in {})", values(&e.values)),
+            "Exists" => format!("{key} in {labels}"),
+            // DoesNotExist (the API server admits no other operator).
+            _ => format!("!({key} in {labels})"),
+        });
+    }
+    (!terms.is_empty()).then(|| terms.join(" && "))
+}
+
+/// The exceptions in force for `rule`'s intent on `policy`'s workloads.
+pub(super) fn excepted<'p>(policy: &'p PolicyInput, rule: &Rule) -> Vec<&'p Excepted> {
+    policy
+        .exceptions
+        .iter()
+        .filter(|e| e.intents.contains(&rule.spec.id))
+        .collect()
+}
+
+/// CEL true for an object `excepted` lets out: in an exception's namespace and selected by
+/// it. `None` when there is no exception.
+pub(super) fn excepted_cel(excepted: &[&Excepted]) -> Option<String> {
+    let literal = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let each: Vec<String> = excepted
+        .iter()
+        .map(|e| {
+            let namespace = format!(
+                "object.metadata.?namespace.orValue('') == {}",
+                literal(&e.namespace)
+            );
+            match selector_cel(&e.selector) {
+                Some(selected) => format!("({namespace} && {selected})"),
+                None => format!("({namespace})"),
+            }
+        })
+        .collect();
+    (!each.is_empty()).then(|| each.join(" || "))
 }

@@ -110,13 +110,10 @@ fn coverage(
     let missing: Vec<String> = candidates
         .iter()
         .filter(|e| !engines.active(**e) && !engines.external.contains(*e))
-        .map(|e| {
-            let why = if engines.enabled.contains(e) {
-                "not installed"
-            } else {
-                "disabled"
-            };
-            format!("{e} ({why})")
+        .map(|e| match engines.not_installed.get(e) {
+            Some(why) if engines.enabled.contains(e) => format!("{e} (not installed: {why})"),
+            _ if engines.enabled.contains(e) => format!("{e} (not installed)"),
+            _ => format!("{e} (disabled)"),
         })
         .collect();
     let mut problems = Vec::new();

@@ -47,6 +47,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     optional_kinds: &[],
     // Cluster-scoped and judged before any NetworkPolicy (tests/clusternetworkpolicy.rs).
     tenant_proof: Some(true),
+    honours_exceptions: &[],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

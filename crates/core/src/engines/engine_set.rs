@@ -20,7 +20,7 @@
 
 use super::{Engine, NativeKind};
 use crate::intents::Origin;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -37,6 +37,10 @@ pub struct EngineSet {
     pub preference: Preference,
     /// Optional kinds ([`super::EngineSpec::optional_kinds`]) the cluster does not serve.
     pub unserved: BTreeSet<&'static NativeKind>,
+    /// Why an enabled engine is not installed, where there is more to say than that its kinds
+    /// are not served (Kyverno's: which of its APIs is asked for, see
+    /// [`super::KyvernoKinds::missing`]).
+    pub not_installed: BTreeMap<Engine, String>,
 }
 
 impl EngineSet {

@@ -136,6 +136,36 @@ pub const KYVERNO_CLUSTER_POLICY: NativeKind = NativeKind {
     listed: true,
     acts: Acts::WhenKyvernoReady,
 };
+/// Kyverno's exceptions to its legacy policies: a SecurityIntentException in force, as Kyverno
+/// honours it (it must run with `--enablePolicyException` and accept exceptions in the
+/// excepted workloads' namespace, `--exceptionNamespace`). No status says when Kyverno has
+/// loaded one.
+pub const KYVERNO_POLICY_EXCEPTION: NativeKind = NativeKind {
+    group: "kyverno.io",
+    version: "v2",
+    kind: "PolicyException",
+    plural: "policyexceptions",
+    namespaced: true,
+    crd: Some("policyexceptions.kyverno.io"),
+    entry: "KyvernoPolicyException",
+    listed: false,
+    acts: Acts::AfterLoad,
+};
+/// Kyverno's exceptions to its CEL policies, as [`KYVERNO_POLICY_EXCEPTION`] to the legacy ones.
+pub const KYVERNO_CEL_POLICY_EXCEPTION: NativeKind = NativeKind {
+    group: "policies.kyverno.io",
+    version: "v1",
+    kind: "PolicyException",
+    plural: "policyexceptions",
+    namespaced: true,
+    crd: Some("policyexceptions.policies.kyverno.io"),
+    entry: "KyvernoCelPolicyException",
+    listed: false,
+    acts: Acts::AfterLoad,
+};
+/// The kinds engines honour SecurityIntentExceptions with, beside the policies they write.
+pub const EXCEPTION_KINDS: &[&NativeKind] =
+    &[&KYVERNO_POLICY_EXCEPTION, &KYVERNO_CEL_POLICY_EXCEPTION];
 /// Kyverno's CEL policy kinds (`policies.kyverno.io/v1`, served since Kyverno 1.17), which
 /// replace `Policy` and `ClusterPolicy`: Kyverno 1.20 refuses to create those, 1.21 removes them.
 const fn kyverno_cel(
@@ -184,6 +214,16 @@ pub const KYVERNO_MUTATING_POLICY: NativeKind = kyverno_cel(
     "mutatingpolicies.policies.kyverno.io",
     false,
     "KyvernoMutatingPolicy",
+);
+/// virtualPatch's generators in the CEL kinds. Optional to the Kyverno engine (see
+/// [`super::EngineSpec::optional_kinds`]): a Kyverno serving the other CEL kinds without it
+/// still enforces escapeToHost and cocoWorkload in them.
+pub const KYVERNO_NAMESPACED_GENERATING_POLICY: NativeKind = kyverno_cel(
+    "NamespacedGeneratingPolicy",
+    "namespacedgeneratingpolicies",
+    "namespacedgeneratingpolicies.policies.kyverno.io",
+    true,
+    "KyvernoNamespacedGeneratingPolicy",
 );
 pub const CRON_JOB: NativeKind = NativeKind {
     group: "batch",

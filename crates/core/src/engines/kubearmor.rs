@@ -122,6 +122,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     translate,
     optional_kinds: &[],
     tenant_proof: None,
+    honours_exceptions: &[],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {

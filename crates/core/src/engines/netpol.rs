@@ -40,6 +40,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     optional_kinds: &[],
     // NetworkPolicy allows add up: a tenant's allow-all reopens it (tests/clusternetworkpolicy.rs).
     tenant_proof: Some(false),
+    honours_exceptions: &[],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

@@ -98,6 +98,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     translate,
     optional_kinds: &[],
     tenant_proof: None,
+    honours_exceptions: &[],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {

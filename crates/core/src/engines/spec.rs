@@ -32,6 +32,9 @@ pub struct EngineSpec {
     /// where they can undo it, `Some(true)` where they cannot, as measured; `None` where no
     /// test has said.
     pub tenant_proof: Option<bool>,
+    /// The intents for which it leaves out the workloads a SecurityIntentException in force
+    /// excepts; for the others it enforces on them still, and the policy says so.
+    pub honours_exceptions: &'static [&'static str],
 }
 
 /// An intent an engine enforces.

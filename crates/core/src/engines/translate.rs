@@ -2,11 +2,11 @@
 //! becomes the native objects every active engine wants, and the problems that keep an intent
 //! from being enforced.
 
-use super::build::{Emitted, Output, Rule};
+use super::build::{Emitted, Output, Rule, excepted};
 use super::checks::{check_rule, sensitive_problem};
 use super::engine_set::EngineSet;
 use super::translation::{Environment, Generated, PolicyInput, Problem, Translation};
-use super::{AUDIT, AuditForm, Engine};
+use super::{AUDIT, AuditForm, EXCEPTION_KINDS, Engine, NativeKind};
 use crate::intents::{self};
 use crate::names::rule_keys;
 use nimbus_api::condition;
@@ -57,6 +57,12 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
             {
                 Ok(emitted) => {
                     enforced |= !emitted.objects.is_empty();
+                    out.problems.extend(not_honoured(
+                        policy,
+                        &rule,
+                        engine,
+                        !emitted.objects.is_empty(),
+                    ));
                     out.problems.extend(emitted.warnings);
                     out.objects
                         .extend(emitted.objects.into_iter().map(|(kind, object)| Generated {
@@ -96,9 +102,63 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
     out
 }
 
+/// A warning when exceptions in force name `rule`'s intent and `engine`, which enforces it
+/// (`writes`), does not leave their workloads out.
+fn not_honoured(
+    policy: &PolicyInput,
+    rule: &Rule,
+    engine: Engine,
+    writes: bool,
+) -> Option<Problem> {
+    let names: Vec<&str> = excepted(policy, rule)
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    if !writes
+        || names.is_empty()
+        || engine
+            .spec()
+            .honours_exceptions
+            .contains(&rule.spec.id.as_str())
+    {
+        return None;
+    }
+    Some(Problem {
+        blocking: false,
+        ..rule.problem(
+            condition::REASON_EXCEPTION_NOT_HONOURED,
+            format!(
+                "{engine} does not honour exceptions to intent `{}`: it still enforces it on the \
+                 workloads {} let out",
+                rule.spec.id,
+                names.join(", ")
+            ),
+        )
+    })
+}
+
 /// An engine's objects for a rule, unless one is of an optional kind the API server does not
-/// serve: then the engine does not enforce the rule, and says why.
-fn served(emitted: Emitted, engine: Engine, rule: &Rule, engines: &EngineSet) -> Output {
+/// serve: then the engine does not enforce the rule, and says why. Exceptions of a kind not
+/// served are left out instead: the engine still enforces, on the excepted workloads too.
+fn served(mut emitted: Emitted, engine: Engine, rule: &Rule, engines: &EngineSet) -> Output {
+    let unserved_exception =
+        |kind: &&NativeKind| EXCEPTION_KINDS.contains(kind) && engines.unserved.contains(kind);
+    if let Some((kind, _)) = emitted.objects.iter().find(|(k, _)| unserved_exception(k)) {
+        emitted.warnings.push(Problem {
+            blocking: false,
+            ..rule.problem(
+                condition::REASON_EXCEPTION_NOT_HONOURED,
+                format!(
+                    "{engine} honours exceptions to intent `{}` with a {}, which the API server \
+                     does not serve ({}): it still enforces it on the excepted workloads",
+                    rule.spec.id,
+                    kind.kind,
+                    kind.api_version()
+                ),
+            )
+        });
+        emitted.objects.retain(|(k, _)| !unserved_exception(k));
+    }
     match emitted
         .objects
         .iter()

@@ -4,6 +4,7 @@
 
 use super::admin_priorities::AdminPriorities;
 use super::{Engine, KyvernoApi, NativeKind, VirtualPatches};
+use crate::exceptions::{BindingRef, Excepted};
 use crate::intents::{self, Origin};
 use crate::namespaces::ProtectedNamespaces;
 use crate::objects::controller_reference;
@@ -42,14 +43,30 @@ pub struct PolicyInput<'a> {
     /// Sensitive intent IDs the binding's author accepted (its allow-sensitive annotation,
     /// carried over to the policy); others are not enforced.
     pub allowed_sensitive: BTreeSet<String>,
+    /// The binding it enforces (its controlling owner); `None` for a policy no binding
+    /// controls.
+    pub binding: Option<BindingRef>,
+    /// The SecurityIntentExceptions in force for it ([`crate::exceptions::for_policy`]); the
+    /// caller fills them in, given the time.
+    pub exceptions: Vec<Excepted>,
 }
 
 impl<'a> PolicyInput<'a> {
     /// A NimbusPolicy; its origin follows from its controlling owner. `uid` is the policy's
     /// (offline callers have none and pass a placeholder).
     pub fn namespaced(np: &'a NimbusPolicy, uid: &str) -> Self {
-        let from_cluster_binding = np.owner_references().iter().any(|o| {
-            o.controller == Some(true) && o.kind == ClusterSecurityIntentBinding::kind(&())
+        let controller = np
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true));
+        let from_cluster_binding =
+            controller.is_some_and(|o| o.kind == ClusterSecurityIntentBinding::kind(&()));
+        let binding = controller.map(|o| {
+            if from_cluster_binding {
+                BindingRef::cluster(&o.name)
+            } else {
+                BindingRef::namespaced(&o.name, &np.namespace().unwrap_or_default())
+            }
         });
         Self {
             origin: if from_cluster_binding {
@@ -65,6 +82,8 @@ impl<'a> PolicyInput<'a> {
             namespaces: None,
             rules: &np.spec.rules,
             allowed_sensitive: intents::allowed_sensitive(np.annotations()),
+            binding,
+            exceptions: Vec::new(),
         }
     }
 
@@ -79,6 +98,12 @@ impl<'a> PolicyInput<'a> {
             namespaces: cwnp.spec.ns_selector.clone(),
             rules: &cwnp.spec.rules,
             allowed_sensitive: intents::allowed_sensitive(cwnp.annotations()),
+            binding: cwnp
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| BindingRef::cluster(&o.name)),
+            exceptions: Vec::new(),
         }
     }
 }
@@ -102,6 +127,10 @@ pub struct Environment {
     pub protected_namespaces: ProtectedNamespaces,
     /// Which of Kyverno's policy APIs the Kyverno engine writes in.
     pub kyverno: KyvernoApi,
+    /// Whether the cluster serves Kyverno's legacy `Policy` kind: a virtual patch for Kyverno
+    /// is such a policy (the database holds legacy rules), generated whichever API the engine
+    /// writes in, and Kyverno 1.21 no longer serves it.
+    pub kyverno_legacy_served: bool,
     /// Address ranges inside the cluster besides the nodes' pod ranges (Services, nodes), which
     /// the ClusterNetworkPolicy engine's denyExternalNetworkAccess passes on.
     pub cluster_networks: BTreeSet<String>,
@@ -124,6 +153,7 @@ impl Default for Environment {
                 .collect(),
             protected_namespaces: ProtectedNamespaces::default(),
             kyverno: KyvernoApi::default(),
+            kyverno_legacy_served: true,
             cluster_networks: BTreeSet::new(),
             admin_priorities: None,
         }

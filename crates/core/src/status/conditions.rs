@@ -132,7 +132,7 @@ pub fn bounded(mut text: String, max: usize) -> String {
 /// by etcd, and a list of thousands of names helps nobody).
 const MAX_MESSAGE: usize = 4096;
 
-pub(super) fn condition(
+pub(crate) fn condition(
     type_: &str,
     status: &str,
     reason: &str,

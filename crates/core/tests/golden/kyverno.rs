@@ -7,7 +7,6 @@ use nimbus_core::engines::pss::{self, Level};
 use nimbus_core::engines::{self, EngineSet, Environment, KyvernoApi, KyvernoKinds, NativeKind};
 use nimbus_core::namespaces::ProtectedNamespaces;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
 
 fn no_generate() -> Value {
     json!({"clone": {}, "cloneList": {}})
@@ -711,25 +710,6 @@ fn kyverno_cel_coco_workload_patches_new_and_existing_deployments() {
     assert_objects(&of(&t, Engine::Kyverno), &want);
 }
 
-/// virtualPatch's generate rules have no CEL translation: they stay legacy `Policy`s.
-#[test]
-fn kyverno_cel_leaves_virtual_patch_on_the_legacy_kinds() {
-    let env = Environment {
-        kyverno: KyvernoApi::Cel,
-        ..vp_env()
-    };
-    let t = run_np_with(
-        &sib_np(selector(), vec![vp_rule()]),
-        &env,
-        &EngineSet::all(),
-    );
-    let kinds: BTreeSet<String> = of(&t, Engine::Kyverno)
-        .iter()
-        .map(|o| o["kind"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    assert_eq!(kinds, BTreeSet::from(["Policy".to_owned()]));
-}
-
 /// Which API the engine writes in: `auto` prefers the CEL kinds, and a forced choice the
 /// cluster does not serve leaves Kyverno not installed.
 #[test]
@@ -760,4 +740,68 @@ fn kyverno_kinds_in_force() {
         assert_eq!(name.parse::<KyvernoKinds>().unwrap().to_string(), name);
     }
     assert!("v2".parse::<KyvernoKinds>().is_err());
+}
+
+/// Where the API `--kyverno-kinds` insists on is not served, the status says which of its kinds
+/// are missing, and whether the other API is served; `auto` says no more than any engine whose
+/// CRDs are missing.
+#[test]
+fn kyverno_not_installed_names_the_kinds_asked_for() {
+    let legacy: &[&NativeKind] = KyvernoApi::Legacy.kinds();
+    let cel: &[&NativeKind] = KyvernoApi::Cel.kinds();
+    for (choice, served, want) in [
+        (KyvernoKinds::Auto, &[][..], None),
+        (KyvernoKinds::Auto, legacy, None),
+        (KyvernoKinds::Cel, cel, None),
+        (
+            KyvernoKinds::Cel,
+            legacy,
+            Some(
+                "--kyverno-kinds cel asks for its CEL policy kinds, NamespacedValidatingPolicy, \
+                 ValidatingPolicy, NamespacedMutatingPolicy, MutatingPolicy not served; its \
+                 legacy kinds are served (--kyverno-kinds auto writes those)",
+            ),
+        ),
+        (
+            KyvernoKinds::Cel,
+            &cel[..2],
+            Some(
+                "--kyverno-kinds cel asks for its CEL policy kinds, NamespacedMutatingPolicy, \
+                 MutatingPolicy not served",
+            ),
+        ),
+        (KyvernoKinds::Legacy, legacy, None),
+        (
+            KyvernoKinds::Legacy,
+            cel,
+            Some(
+                "--kyverno-kinds legacy asks for its legacy policy kinds, Policy, ClusterPolicy \
+                 not served; its CEL kinds are served (--kyverno-kinds auto writes those)",
+            ),
+        ),
+        (
+            KyvernoKinds::Legacy,
+            &[],
+            Some(
+                "--kyverno-kinds legacy asks for its legacy policy kinds, Policy, ClusterPolicy \
+                 not served",
+            ),
+        ),
+    ] {
+        assert_eq!(
+            choice.missing(|k| served.contains(&k)).as_deref(),
+            want,
+            "{choice} with {} kinds served",
+            served.len()
+        );
+    }
+    let mut engines = EngineSet::all();
+    engines.installed.remove(&Engine::Kyverno);
+    engines.not_installed = [(Engine::Kyverno, "the reason".to_owned())].into();
+    let t = run_np_with(&sib_np(selector(), vec![vp_rule()]), &vp_env(), &engines);
+    let messages: Vec<&str> = t.problems.iter().map(|p| p.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        ["intent `virtualPatch` is not enforced: kyverno (not installed: the reason)"]
+    );
 }

@@ -35,6 +35,7 @@
 mod audit;
 mod builders;
 mod catalog;
+mod exceptions;
 mod k8tls;
 mod kubearmor;
 mod kyverno;

@@ -4,7 +4,10 @@
 use crate::builders::*;
 use crate::kyverno::{kyverno_match, kyverno_policy};
 use nimbus_api::condition;
-use nimbus_core::engines::{EngineSet, Environment, Problem, Translation, VirtualPatches};
+use nimbus_core::catalog::Engine;
+use nimbus_core::engines::{
+    self, EngineSet, Environment, KyvernoApi, Problem, Translation, VirtualPatches,
+};
 use serde_json::{Value, json};
 
 fn runs_nginx() -> Value {
@@ -267,6 +270,128 @@ fn virtual_patch_unknown_cves_are_reported_without_blocking() {
             reason: condition::REASON_ENGINE_NOT_READY,
             message: "no virtual patch known for CVE-2099-0001".into(),
             blocking: false,
+        }]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kyverno's CEL policy kinds
+// ---------------------------------------------------------------------------------------------
+
+fn cel_vp_env() -> Environment {
+    Environment {
+        kyverno: KyvernoApi::Cel,
+        ..vp_env()
+    }
+}
+
+/// A NamespacedGeneratingPolicy `<np>-cve-2024-4439-<engine>-1`: triggered by the selected
+/// Pods (existing ones too), running nginx:latest unless `runs_nginx` is false, generating
+/// `literal`.
+fn cel_generator(np: &str, engine: &str, runs_nginx: bool, literal: &str) -> Value {
+    let mut spec = json!({
+        "evaluation": {"generateExisting": {"enabled": true}},
+        "matchConstraints": {
+            "resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
+            }],
+            "objectSelector": selector(),
+        },
+        "generate": [{"expression": format!("generator.Apply([{literal}])")}],
+    });
+    if runs_nginx {
+        spec["matchConditions"] = json!([{
+            "name": "runs-image",
+            "expression": "object.spec.containers.exists(c, c.image == \"nginx:latest\")",
+        }]);
+    }
+    json!({
+        "apiVersion": "policies.kyverno.io/v1",
+        "kind": "NamespacedGeneratingPolicy",
+        "metadata": meta(
+            &format!("{np}-cve-2024-4439-{engine}-1"),
+            Some(NS),
+            "kyverno",
+            Some("Patch CVEs"),
+            np_owner(np),
+        ),
+        "spec": spec,
+    })
+}
+
+/// The owner reference of a generated object, as CEL.
+fn owner_literal(np: &str) -> String {
+    format!(
+        r#"dyn([dyn({{"apiVersion": dyn("{API_VERSION}"), "blockOwnerDeletion": dyn(true), "controller": dyn(true), "kind": dyn("NimbusPolicy"), "name": dyn("{np}"), "uid": dyn("{UID}")}})])"#
+    )
+}
+
+/// In the CEL kinds, one NamespacedGeneratingPolicy per patch, named as the legacy generator,
+/// triggered by the same Pods and generating the same object: the KubeArmorPolicy named after
+/// the Pod and selecting its container running the image, the NetworkPolicy, and the Kyverno
+/// Policy (whose own rules check the image, so any selected Pod triggers it).
+#[test]
+fn virtual_patch_generators_in_cel_kinds() {
+    let t = run_np_with(
+        &sib_np(selector(), vec![vp_rule()]),
+        &cel_vp_env(),
+        &EngineSet::all(),
+    );
+    no_problems(&t);
+    let owner = owner_literal(SIB_NP);
+    let labels = r#"dyn({"app": dyn("web"), "tier": dyn("front")})"#;
+    let karmor = format!(
+        r#"{{"apiVersion": dyn("security.kubearmor.com/v1"), "kind": dyn("KubeArmorPolicy"), "metadata": dyn({{"name": dyn("block-pkg-mgmt-tools-exec" + "-" + object.metadata.name), "namespace": dyn("{NS}"), "ownerReferences": {owner}}}), "spec": dyn({{"action": dyn("Block"), "process": dyn({{"matchPaths": dyn([dyn({{"path": dyn("/usr/bin/apt")}}), dyn({{"path": dyn("/usr/bin/apt-get")}})])}}), "selector": dyn({{"matchLabels": dyn({{"app": dyn("web"), "kubearmor.io/container.name": dyn(object.spec.containers.filter(c, c.image == "nginx:latest")[0].name), "tier": dyn("front")}})}})}})}}"#
+    );
+    let kyverno = format!(
+        r#"{{"apiVersion": dyn("kyverno.io/v1"), "kind": dyn("Policy"), "metadata": dyn({{"name": dyn("disallow-latest-tag"), "namespace": dyn("{NS}"), "ownerReferences": {owner}}}), "name": dyn("CVE_NUMBER-Virtual-Patch-Kyverno"), "spec": dyn({{"background": dyn(true), "rules": dyn([dyn({{"match": dyn({{"any": dyn([dyn({{"resources": dyn({{"kinds": dyn([dyn("Pod")]), "selector": dyn({{"matchLabels": {labels}}})}})}})])}}), "name": dyn("validate-image-tag"), "preconditions": dyn({{"all": dyn([dyn({{"key": dyn("nginx:latest"), "operator": dyn("AnyIn"), "value": dyn("{{{{ request.object.spec.containers[].image }}}}")}}), dyn({{"key": dyn("busybox"), "operator": dyn("AnyIn"), "value": dyn("{{{{ images.containers.*.name }}}}")}})]), "any": dyn([dyn({{"key": dyn("x"), "operator": dyn("Equals"), "value": dyn("x")}})])}}), "validate": dyn({{"message": dyn("Using a mutable image tag e.g. 'latest' is not allowed."), "pattern": dyn({{"spec": dyn({{"containers": dyn([dyn({{"image": dyn("!*:latest")}})])}})}})}})}})]), "validationFailureAction": dyn("Enforce")}})}}"#
+    );
+    let netpol = format!(
+        r#"{{"apiVersion": dyn("networking.k8s.io/v1"), "kind": dyn("NetworkPolicy"), "metadata": dyn({{"name": dyn("test-network-policy"), "namespace": dyn("{NS}"), "ownerReferences": {owner}}}), "spec": dyn({{"egress": dyn([dyn({{"ports": dyn([dyn({{"port": dyn(5978), "protocol": dyn("TCP")}})]), "to": dyn([dyn({{"ipBlock": dyn({{"cidr": dyn("10.0.0.0/24")}})}})])}})]), "podSelector": dyn({{"matchLabels": {labels}}}), "policyTypes": dyn([dyn("Egress")])}}), "unknownKey": dyn(1)}}"#
+    );
+    let want = [
+        cel_generator(SIB_NP, "karmor", true, &karmor),
+        cel_generator(SIB_NP, "kyverno", false, &kyverno),
+        cel_generator(SIB_NP, "netpol", true, &netpol),
+    ];
+    assert_objects(&of(&t, Engine::Kyverno), &want);
+}
+
+/// Where Kyverno serves the other CEL kinds but not NamespacedGeneratingPolicy, virtualPatch is
+/// not enforced, and the policy says which kind is missing; escapeToHost still is.
+#[test]
+fn virtual_patch_in_cel_kinds_needs_the_generating_policy_kind_served() {
+    let mut engines = EngineSet::all();
+    engines.unserved = [&engines::KYVERNO_NAMESPACED_GENERATING_POLICY].into();
+    let t = run_np_with(
+        &sib_np(
+            selector(),
+            vec![vp_rule(), block("escapeToHost", "No breakouts")],
+        ),
+        &cel_vp_env(),
+        &engines,
+    );
+    let kinds: Vec<Value> = of(&t, Engine::Kyverno)
+        .iter()
+        .map(|o| o["kind"].clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            json!("NamespacedValidatingPolicy"),
+            json!("NamespacedValidatingPolicy")
+        ]
+    );
+    assert_eq!(
+        t.problems,
+        vec![Problem {
+            intent: "virtualPatch".into(),
+            reason: condition::REASON_ENGINE_NOT_INSTALLED,
+            message: "kyverno enforces intent `virtualPatch` with a NamespacedGeneratingPolicy, \
+                      which the API server does not serve (policies.kyverno.io/v1)"
+                .into(),
+            blocking: true,
         }]
     );
 }

@@ -48,7 +48,8 @@ pub struct TranslateArgs {
     #[arg(long)]
     virtual_patch_db: Option<PathBuf>,
     /// Which of Kyverno's policy APIs to write in: `legacy` (Policy and ClusterPolicy, as
-    /// Nimbus) or `cel` (ValidatingPolicy, MutatingPolicy and their namespaced forms; `auto`
+    /// Nimbus) or `cel` (ValidatingPolicy, MutatingPolicy and their namespaced forms,
+    /// NamespacedGeneratingPolicy for virtualPatch; `auto`
     /// is `cel` here, where every kind counts as served).
     #[arg(long, default_value = "legacy")]
     kyverno_kinds: KyvernoKinds,

@@ -162,7 +162,7 @@ fn diff(path: &str, have: &Value, want: &Value, out: &mut Vec<String>) {
 /// legacy kinds (a Kyverno before 1.17), so the operator writes those; the Kyverno efficacy tests
 /// cover the CEL kinds.
 pub fn native_kinds() -> Vec<&'static nimbus_core::engines::NativeKind> {
-    let cel = nimbus_core::engines::KyvernoApi::Cel.kinds();
+    let cel = nimbus_core::engines::KyvernoApi::Cel.writes();
     nimbus_core::engines::all_kinds()
         .into_iter()
         .filter(|k| !cel.contains(k))

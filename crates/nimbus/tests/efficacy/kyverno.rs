@@ -142,6 +142,10 @@ pub(crate) async fn stack() -> Kyverno {
             "--leaderElectionRetryPeriod=1s".into(),
             "--loggingFormat=text".into(),
             "--autoMemLimitEnabled=false".into(),
+            // What SecurityIntentExceptions become (tests/efficacy/exceptions.rs), in the
+            // excepted workloads' namespaces.
+            "--enablePolicyException=true".into(),
+            "--exceptionNamespace=*".into(),
         ]
         .into()
     };
@@ -378,7 +382,13 @@ pub(crate) async fn namespace(cp: &ControlPlane, prefix: &str) -> TestNamespace 
 pub(crate) async fn kyverno_policies_ready(client: &Client, namespaces: &[&str]) {
     eventually("the Kyverno policies to be Ready", CONVERGE, async |seen| {
         let mut all = Vec::new();
-        for kind in engines::Engine::Kyverno.spec().kinds {
+        // Its policies (its PolicyExceptions have no status).
+        for kind in engines::Engine::Kyverno
+            .spec()
+            .kinds
+            .iter()
+            .filter(|k| k.listed)
+        {
             let resource = kind.api_resource();
             let apis = if kind.namespaced {
                 namespaces
@@ -1016,7 +1026,9 @@ async fn ours(
 /// writing the legacy kinds stops, one writing the CEL kinds starts, and a privileged pod tried
 /// every 100 ms all along, in a namespace bound by a SecurityIntentBinding and in one bound by a
 /// ClusterSecurityIntentBinding, is denied every time; once the CEL policies act, no legacy
-/// policy of ours remains.
+/// policy of ours remains. virtualPatch, bound in a third namespace, moves too: the patches
+/// generated for a pod before the move stay, and a pod created after it gets its own, from the
+/// NamespacedGeneratingPolicies that replaced the legacy generators.
 #[tokio::test]
 async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
     let kyverno = stack().await;
@@ -1041,15 +1053,28 @@ async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
     };
     bind_namespaced(&client, by_sib.name(), &si, &selecting).await;
     bind_cluster(&client, by_csib.name(), &si, &selecting).await;
-    kyverno_policies_ready(&client, &bound).await;
+    let by_vp = namespace(cp, "eff-kyv-move-vp").await;
+    let vp = intent(
+        &client,
+        "virtualPatch",
+        "Block",
+        json!({"cveList": ["CVE-2024-4439"]}),
+    )
+    .await;
+    bind_namespaced(&client, by_vp.name(), &vp, &selecting).await;
+    let all = [by_sib.name(), by_csib.name(), by_vp.name()];
+    kyverno_policies_ready(&client, &all).await;
     let cel_kinds = KyvernoApi::Cel.kinds();
+    let generators = [&engines::KYVERNO_NAMESPACED_GENERATING_POLICY];
+    // escapeToHost's Policy and ClusterPolicy, and virtualPatch's three generators.
     assert_eq!(
-        ours(&client, KyvernoApi::Legacy.kinds(), &bound)
-            .await
-            .len(),
-        2
+        ours(&client, KyvernoApi::Legacy.kinds(), &all).await.len(),
+        5
     );
-    assert!(ours(&client, cel_kinds, &bound).await.is_empty());
+    assert!(ours(&client, cel_kinds, &all).await.is_empty());
+    assert!(ours(&client, &generators, &all).await.is_empty());
+    let before = create_pod(&client, by_vp.name(), "web", "nginx:latest").await;
+    let patches = virtual_patches(&client, by_vp.name(), &before).await;
 
     let stop_trying = CancellationToken::new();
     let trying = {
@@ -1078,8 +1103,9 @@ async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
         "the CEL policies to act and the legacy ones to be gone",
         CONVERGE,
         async |seen| {
-            let left = ours(&client, KyvernoApi::Legacy.kinds(), &bound).await;
-            let written = ours(&client, cel_kinds, &bound).await;
+            let left = ours(&client, KyvernoApi::Legacy.kinds(), &all).await;
+            let mut written = ours(&client, cel_kinds, &all).await;
+            written.extend(ours(&client, &generators, &all).await);
             let acting = written
                 .iter()
                 .filter(|p| p.data["status"]["conditionStatus"]["ready"] == true)
@@ -1089,11 +1115,19 @@ async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
                 left.len(),
                 written.len()
             );
-            // Per binding, a policy of pods and one of the ephemeral containers added to them.
-            (left.is_empty() && written.len() == 4 && acting == 4).then_some(())
+            // Per escapeToHost binding, a policy of pods and one of the ephemeral containers
+            // added to them; virtualPatch's three generators.
+            (left.is_empty() && written.len() == 7 && acting == 7).then_some(())
         },
     )
     .await;
+    // What was generated before stays; a pod created now gets its patches from the CEL kinds.
+    assert_eq!(
+        virtual_patches(&client, by_vp.name(), &before).await,
+        patches
+    );
+    let after = create_pod(&client, by_vp.name(), "web", "nginx:latest").await;
+    virtual_patches(&client, by_vp.name(), &after).await;
     // A few more tries with the CEL policies alone.
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop_trying.cancel();
@@ -1111,6 +1145,44 @@ async fn moving_to_the_cel_kinds_leaves_no_gap_and_no_legacy_policy() {
         .await
         .expect("joining")
         .expect("the operator stopped");
+}
+
+/// Waits for the patches the test database promises for `pod` (a selected pod running
+/// nginx:latest) in `ns`: its KubeArmorPolicy, the NetworkPolicy and the Kyverno Policy; returns
+/// their UIDs, which say whether they were generated again.
+async fn virtual_patches(client: &Client, ns: &str, pod: &str) -> Vec<String> {
+    let patches = [
+        (
+            engines::KUBEARMOR_POLICY.api_resource(),
+            format!("block-pkg-mgmt-tools-exec-{pod}"),
+        ),
+        (
+            engines::NETWORK_POLICY.api_resource(),
+            "test-network-policy".to_owned(),
+        ),
+        (
+            engines::KYVERNO_POLICY.api_resource(),
+            "disallow-latest-tag".to_owned(),
+        ),
+    ];
+    eventually(
+        "the patches of the pod to be generated",
+        CONVERGE,
+        async |seen| {
+            let mut uids = Vec::new();
+            let mut missing = Vec::new();
+            for (resource, name) in &patches {
+                let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource);
+                match api.get_opt(name).await.ok().flatten() {
+                    Some(found) => uids.push(found.metadata.uid.unwrap_or_default()),
+                    None => missing.push(format!("{} {name}", resource.kind)),
+                }
+            }
+            *seen = format!("missing: {missing:?}");
+            missing.is_empty().then_some(uids)
+        },
+    )
+    .await
 }
 
 fn deployment(app: &str) -> Deployment {
@@ -1255,7 +1327,17 @@ async fn create_pod(client: &Client, ns: &str, app: &str, image: &str) -> String
 /// controller generated in each namespace once a pod was created there.
 #[tokio::test]
 async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image() {
-    let cp = cluster(KyvernoApi::Legacy);
+    virtual_patch(KyvernoApi::Legacy, "kyverno-virtualPatch").await;
+}
+
+/// The same with the generators written as NamespacedGeneratingPolicies: the same cells.
+#[tokio::test]
+async fn virtual_patch_in_cel_kinds_generates_the_patches_where_a_selected_pod_runs_the_image() {
+    virtual_patch(KyvernoApi::Cel, "kyverno-cel-virtualPatch").await;
+}
+
+async fn virtual_patch(api: KyvernoApi, id: &str) {
+    let cp = cluster(api);
     let client = cp.client().expect("client");
     let si = intent(
         &client,
@@ -1383,8 +1465,11 @@ async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image
     )
     .await;
     let matrix = Matrix {
-        id: "kyverno-virtualPatch".to_owned(),
-        title: "virtualPatch cveList=[CVE-2024-4439] (Kyverno v1.19.1 admission and background controllers)".to_owned(),
+        id: id.to_owned(),
+        title: format!(
+            "virtualPatch cveList=[CVE-2024-4439] (Kyverno v1.19.1 admission and background controllers, {})",
+            kinds(api)
+        ),
         case_header: "generated in the pod's namespace",
         subjects: cases.iter().map(|(s, ..)| (*s).to_owned()).collect(),
         rows,
@@ -1394,4 +1479,133 @@ async fn virtual_patch_generates_the_patches_where_a_selected_pod_runs_the_image
         unbind_cluster(&client, &csib).await;
     }
     matrix.assert();
+}
+
+/// What the operator told to write the CEL kinds (`--kyverno-kinds cel`) says where the API
+/// server does not serve a kind virtualPatch needs (no Kyverno runs: the kinds served are the
+/// CRDs installed). With only the legacy kinds served, Kyverno is not installed and the
+/// NimbusPolicy says which kinds are missing; without NamespacedGeneratingPolicy, virtualPatch is
+/// not enforced and the NimbusPolicy names that kind; without the legacy `Policy` kind (Kyverno
+/// 1.21), the Kyverno patch is not generated, the KubeArmor and NetworkPolicy patches are, and
+/// the policy says what is left out.
+#[tokio::test]
+async fn virtual_patch_in_cel_kinds_names_the_kyverno_kinds_not_served() {
+    // (case, the CRD files left out, Ready's status and reason, its message, generators written
+    // where their kind is served)
+    type Case = (
+        &'static str,
+        fn(&Path) -> bool,
+        &'static str,
+        &'static str,
+        &'static str,
+    );
+    let cases: [(Case, Option<usize>); 3] = [
+        (
+            (
+                "only the legacy kinds",
+                |crd| {
+                    crd.parent()
+                        .is_some_and(|dir| dir.ends_with("policies.kyverno.io"))
+                },
+                "False",
+                "EngineNotInstalled",
+                "intent `virtualPatch` is not enforced: kyverno (not installed: --kyverno-kinds \
+                 cel asks for its CEL policy kinds, NamespacedValidatingPolicy, ValidatingPolicy, \
+                 NamespacedMutatingPolicy, MutatingPolicy not served; its legacy kinds are served \
+                 (--kyverno-kinds auto writes those))",
+            ),
+            None,
+        ),
+        (
+            (
+                "no NamespacedGeneratingPolicy",
+                |crd| crd.ends_with("policies.kyverno.io_namespacedgeneratingpolicies.yaml"),
+                "False",
+                "EngineNotInstalled",
+                "kyverno enforces intent `virtualPatch` with a NamespacedGeneratingPolicy, which the \
+             API server does not serve (policies.kyverno.io/v1)",
+            ),
+            None,
+        ),
+        (
+            (
+                "no legacy Policy kind",
+                // Path::ends_with compares whole file names.
+                |crd| crd.ends_with("kyverno.io_policies.yaml"),
+                "True",
+                "Ready",
+                "CVE-2024-4439, image nginx:latest: kyverno patch not generated: it is a Kyverno \
+             Policy (kyverno.io/v1), which the API server does not serve",
+            ),
+            Some(2),
+        ),
+    ];
+    for ((case, left_out, status, reason, message), written) in cases {
+        let cp = ControlPlane::start(Options::default())
+            .await
+            .expect("control plane");
+        let client = cp.client().expect("client");
+        let nimbus = nimbus_api::crds_yaml().expect("Nimbus CRDs");
+        apply_yaml(&client, &nimbus).await.expect("Nimbus CRDs");
+        for crd in yaml_files(&kyverno_dir().join("crds")) {
+            if !left_out(&crd) {
+                let yaml = std::fs::read_to_string(&crd).expect("Kyverno CRD");
+                apply_yaml(&client, &yaml).await.expect("Kyverno CRD");
+            }
+        }
+        install_engine_crd(&client, nimbus_testenv::upstream::KUBEARMOR_POLICY).await;
+        install_virtual_patch_db(&client).await;
+        let stop = CancellationToken::new();
+        let running = operator(&cp, KyvernoKinds::Cel, stop.clone());
+        let ns = namespace(&cp, "eff-kyv-unserved").await;
+        let vp = intent(
+            &client,
+            "virtualPatch",
+            "Block",
+            json!({"cveList": ["CVE-2024-4439"]}),
+        )
+        .await;
+        // Not `bind_namespaced`: it waits for a Ready binding.
+        let name = crate::common::unique("eff");
+        let binding = json!({
+            "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "SecurityIntentBinding",
+            "metadata": {"name": name},
+            "spec": {"intents": [{"name": vp}],
+                     "selector": {"workloadSelector": {"matchLabels": {"app": "web"}}}},
+        });
+        let bindings = Api::<SecurityIntentBinding>::namespaced(client.clone(), ns.name());
+        crate::common::apply(&bindings, &name, &binding).await;
+        let policies = Api::<nimbus_api::NimbusPolicy>::namespaced(client.clone(), ns.name());
+        let ready = eventually(
+            &format!("{case}: the NimbusPolicy to say why"),
+            CONVERGE,
+            async |seen| {
+                let policy = policies.get_opt(&name).await.ok()??;
+                let conditions = policy.status?.conditions;
+                let ready = conditions.into_iter().find(|c| c.type_ == "Ready")?;
+                *seen = format!("{ready:?}");
+                (ready.message.contains(message)).then_some(ready)
+            },
+        )
+        .await;
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            (status, reason),
+            "{case}: {ready:?}"
+        );
+        if let Some(written) = written {
+            let generators = ours(
+                &client,
+                &[&engines::KYVERNO_NAMESPACED_GENERATING_POLICY],
+                &[ns.name()],
+            )
+            .await;
+            assert_eq!(generators.len(), written, "{case}");
+        }
+        stop.cancel();
+        tokio::task::spawn_blocking(move || running.join())
+            .await
+            .expect("joining")
+            .expect("the operator stopped");
+    }
 }

@@ -21,6 +21,7 @@
 mod admission;
 #[path = "../common/mod.rs"]
 mod common;
+mod exceptions;
 mod kyverno;
 mod matrix;
 mod netpol;

@@ -3,6 +3,7 @@
 
 pub mod binding;
 pub mod cluster_binding;
+pub mod exception;
 pub mod intent;
 mod keep;
 pub mod policy;

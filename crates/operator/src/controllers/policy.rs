@@ -6,11 +6,13 @@ use super::report::{object_key, update_status};
 use super::translated::Translated;
 use crate::context::Context;
 use crate::error::Error;
+use crate::exceptions;
 use crate::metrics::EngineLabels;
 use crate::write::natives::{Key, NativeObject};
 use crate::write::{Executed, predates_write};
 use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -77,7 +79,11 @@ async fn sync<P: Translated>(
         .uid()
         .ok_or_else(|| Error::MissingField(policy.name_any(), "metadata.uid"))?;
     let began = std::time::Instant::now();
-    let input = policy.input(&uid);
+    let now = Timestamp::now();
+    let mut input = policy.input(&uid);
+    let (exceptions, exceptions_change) =
+        ctx.exceptions_in_force(input.binding.as_ref(), input.namespace.as_deref(), now);
+    input.exceptions = exceptions;
     let env = ctx.environment(input.rules);
     let engines = ctx.engine_set();
     let plan = nimbus_core::policy::plan(&input, &env, engines, claim, reported(current));
@@ -103,11 +109,15 @@ async fn sync<P: Translated>(
     }
     let status = status::policy_status(&plan, policy.meta().generation, &natives);
     let api = policy.api(ctx);
-    let (mut action, _) = update_status(ctx, &api, policy, current, status.clone()).await?;
-    if let Some(handover) = handover {
-        // Back when the engine taking over has loaded its objects, to prune the old ones.
-        action = Action::requeue(handover.wait);
-    }
+    update_status(ctx, &api, policy, current, status.clone()).await?;
+    // Back when the engine taking over has loaded its objects, to prune the old ones; when an
+    // exception in force expires, to enforce on its workloads again at once.
+    let back = [
+        Some(ctx.resync),
+        handover.map(|h| h.wait),
+        exceptions_change.map(|at| exceptions::until(at, now)),
+    ];
+    let action = Action::requeue(back.into_iter().flatten().min().unwrap_or(ctx.resync));
     Ok(Synced {
         status,
         action: executed.result(action),

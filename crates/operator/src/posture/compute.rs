@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -356,6 +357,14 @@ impl Memo {
         let mut coverage: Vec<PolicyCoverage> = Vec::new();
         // The NetworkPolicies enforcing the audited and shadowed rules would write.
         let mut planned: Vec<Result<Vec<preview::Planned>, InvalidPolicy>> = Vec::new();
+        // The exceptions in force now; one expiring writes its status, which computes again.
+        let now = Timestamp::now();
+        let excepted = |input: &mut PolicyInput| {
+            let binding = input.binding.as_ref();
+            input.exceptions = ctx
+                .exceptions_in_force(binding, input.namespace.as_deref(), now)
+                .0;
+        };
         let mut cover =
             |input: &PolicyInput, status: Option<&NimbusPolicyStatus>, binding, claim| {
                 // Judged by the plan the policy controller executes.
@@ -371,13 +380,15 @@ impl Memo {
         for np in ctx.policies.state() {
             let uid = np.uid().unwrap_or_default();
             let binding = controlling_binding(np.owner_references(), np.namespace().as_deref());
-            let input = PolicyInput::namespaced(&np, &uid);
+            let mut input = PolicyInput::namespaced(&np, &uid);
+            excepted(&mut input);
             cover(&input, np.status.as_ref(), binding, ctx.claim(&np));
         }
         for cnp in ctx.cluster_policies.state() {
             let uid = cnp.uid().unwrap_or_default();
             let binding = controlling_binding(cnp.owner_references(), None);
-            let input = PolicyInput::cluster(&cnp, &uid);
+            let mut input = PolicyInput::cluster(&cnp, &uid);
+            excepted(&mut input);
             cover(
                 &input,
                 cnp.status.as_ref(),

@@ -91,6 +91,12 @@ impl Printed for NamespacePosture {
             |n| json!(n.workloads.audited),
         ),
         column(
+            "Excepted",
+            "integer",
+            "Workloads let out of every intent selecting them, until exceptions expire.",
+            |n| json!(n.workloads.excepted),
+        ),
+        column(
             "Intents",
             "string",
             "The IDs of the intents bound in the namespace.",

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client, Resource};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
-    SecurityIntentBinding,
+    SecurityIntentBinding, SecurityIntentException,
 };
 use nimbus_core::engines::NativeKind;
 use std::collections::BTreeMap;
@@ -32,6 +32,7 @@ pub(super) struct Caches {
     pub(super) policies: Cache<NimbusPolicy>,
     pub(super) cluster_policies: Cache<ClusterNimbusPolicy>,
     pub(super) namespaces: Cache<Namespace>,
+    pub(super) exceptions: Cache<SecurityIntentException>,
     /// The kinds the enabled engines write: our objects, with an index by controller.
     pub(super) natives: Vec<(&'static NativeKind, Cache<NativeObject>, natives::Owned)>,
     /// Cluster facts the enabled engines read.
@@ -61,6 +62,7 @@ impl Caches {
             policies: cluster_wide(client, metrics, main_resource_fields_only),
             cluster_policies: cluster_wide(client, metrics, main_resource_fields_only),
             namespaces: cluster_wide(client, metrics, without_managed_fields),
+            exceptions: cluster_wide(client, metrics, without_managed_fields),
             natives: native_kinds
                 .iter()
                 .map(|(kind, namespace)| {
@@ -90,6 +92,7 @@ impl Caches {
             posture::signal(self.policies.subscribe()),
             posture::signal(self.cluster_policies.subscribe()),
             posture::signal(self.namespaces.subscribe()),
+            posture::signal(self.exceptions.subscribe()),
             posture::signal(WatchStream::from_changes(served.clone())),
         ];
         inputs.extend(
@@ -114,6 +117,7 @@ impl Caches {
             self.policies.synced().boxed(),
             self.cluster_policies.synced().boxed(),
             self.namespaces.synced().boxed(),
+            self.exceptions.synced().boxed(),
         ];
         listed.extend(self.facts.listed());
         let mut discovered = availability.discovered.clone();
@@ -154,6 +158,7 @@ impl Caches {
             self.policies.driver(),
             self.cluster_policies.driver(),
             self.namespaces.driver(),
+            self.exceptions.driver(),
             availability,
         ];
         drivers.extend(self.facts.drivers());

@@ -2,11 +2,13 @@
 
 use crate::leader::LeaderElection;
 use crate::posture;
+use k8s_openapi::jiff::SignedDuration;
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
     DEFAULT_K8TLS_IMAGE, DEFAULT_K8TLS_NAMESPACE, DEFAULT_SANDBOX_CLUSTER_ROLES, KyvernoKinds,
     Preference,
 };
+use nimbus_core::exceptions;
 use nimbus_core::namespaces::ProtectedNamespaces;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -54,6 +56,8 @@ pub struct Config {
     /// How often the leader probes enforcement by dry run (see [`crate::probes`]); `None`:
     /// never.
     pub probes: Option<crate::probes::Config>,
+    /// The longest a SecurityIntentException may last from its creation.
+    pub exception_max_duration: SignedDuration,
 }
 
 /// Reconciles wait on the API server, not on the CPU, so many may run at once; but not
@@ -98,6 +102,7 @@ impl Default for Config {
             posture: None,
             reconcile_concurrency: DEFAULT_RECONCILE_CONCURRENCY,
             probes: None,
+            exception_max_duration: exceptions::DEFAULT_MAX_DURATION,
         }
     }
 }

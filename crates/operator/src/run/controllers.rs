@@ -5,8 +5,9 @@ use super::caches::Caches;
 use crate::availability::Served;
 use crate::cache::Driver;
 use crate::context::Context;
-use crate::controllers::{binding, cluster_binding, error_policy, intent, policy};
+use crate::controllers::{binding, cluster_binding, error_policy, exception, intent, policy};
 use crate::error::Error;
+use crate::exceptions;
 use crate::facts;
 use crate::metrics::ControllerLabels;
 use crate::write::natives::NativeObject;
@@ -17,7 +18,11 @@ use kube::runtime::Controller;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use nimbus_api::{ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent};
+use nimbus_api::{
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
+    SecurityIntentBinding,
+};
+use nimbus_core::exceptions::BindingRef;
 use nimbus_core::namespaces::ProtectedNamespaces;
 use nimbus_core::plan;
 use std::fmt::Debug;
@@ -155,7 +160,12 @@ pub(super) fn cluster_binding_controller(
 }
 
 pub(super) fn policy_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> Driver {
-    let controller = Controller::for_stream(caches.policies.subscribe(), ctx.policies.clone());
+    let policies = ctx.policies.clone();
+    let controller = Controller::for_stream(caches.policies.subscribe(), ctx.policies.clone())
+        // An exception to its binding comes, changes or goes.
+        .watches_stream(caches.exceptions.subscribe(), move |e| {
+            exceptions::policies_of(&policies, &e)
+        });
     let controller = translating(controller, ctx, caches, t, |obj| {
         owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref())
     });
@@ -175,10 +185,14 @@ pub(super) fn cluster_policy_controller(
     caches: &mut Caches,
     t: &Triggers,
 ) -> Driver {
+    let policies = ctx.cluster_policies.clone();
     let controller = Controller::for_stream(
         caches.cluster_policies.subscribe(),
         ctx.cluster_policies.clone(),
-    );
+    )
+    .watches_stream(caches.exceptions.subscribe(), move |e| {
+        exceptions::cluster_policies_of(&policies, &e)
+    });
     let mut controller = translating(controller, ctx, caches, t, |obj| {
         owner::<ClusterNimbusPolicy, _>(&obj, None)
     });
@@ -196,6 +210,56 @@ pub(super) fn cluster_policy_controller(
         error_policy,
         ctx.clone(),
     ))
+}
+
+pub(super) fn exception_controller(
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+) -> Driver {
+    // Where an exception stands depends on its binding and the intents that binds.
+    let (by_binding, by_cluster_binding, by_intent) = (
+        ctx.exceptions.store.clone(),
+        ctx.exceptions.store.clone(),
+        ctx.exceptions.store.clone(),
+    );
+    let controller =
+        Controller::for_stream(caches.exceptions.subscribe(), ctx.exceptions.store.clone())
+            .watches_stream(
+                caches.bindings.subscribe(),
+                move |b: SecurityIntentBinding| {
+                    exceptions::naming(
+                        &by_binding,
+                        &BindingRef::namespaced(&b.name_any(), &b.namespace().unwrap_or_default()),
+                    )
+                },
+            )
+            .watches_stream(
+                caches.cluster_bindings.subscribe(),
+                move |b: ClusterSecurityIntentBinding| {
+                    exceptions::naming(&by_cluster_binding, &BindingRef::cluster(&b.name_any()))
+                },
+            )
+            .watches_stream(caches.intents.subscribe(), move |_: SecurityIntent| {
+                by_intent
+                    .state()
+                    .iter()
+                    .map(|e| ObjectRef::from_obj(&**e))
+                    .collect::<Vec<_>>()
+            })
+            .reconcile_all_on(t.leadership_gained())
+            .graceful_shutdown_on(t.stopped())
+            .with_config(t.controller_config())
+            .run(
+                gated(
+                    "exception",
+                    ctx.exceptions.store.clone(),
+                    exception::reconcile,
+                ),
+                error_policy,
+                ctx.clone(),
+            );
+    drain(controller)
 }
 
 /// A policy controller's triggers: a change to a native object reconciles the policy owning it

@@ -11,7 +11,7 @@ pub use config::{Config, DEFAULT_RECONCILE_CONCURRENCY};
 use caches::Caches;
 use controllers::{
     Triggers, binding_controller, cluster_binding_controller, cluster_policy_controller,
-    intent_controller, policy_controller,
+    exception_controller, intent_controller, policy_controller,
 };
 
 use crate::availability::{self, Served};
@@ -46,9 +46,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         leading: leadership.leading.clone(),
         started: started.0.clone(),
     };
-    let ctx = Arc::new(context(
-        &client, &config, &caches, &metrics, events, signals,
-    ));
+    let ctx = context(&client, &config, &caches, &metrics, events, signals);
     let triggers = Triggers {
         served: served.clone(),
         leading: leadership.leading.clone(),
@@ -63,6 +61,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         cluster_binding_controller(&ctx, &mut caches, &triggers),
         policy_controller(&ctx, &mut caches, &triggers),
         cluster_policy_controller(&ctx, &mut caches, &triggers),
+        exception_controller(&ctx, &mut caches, &triggers),
     ]);
     // Every replica serves the posture API, leader or not: it only reads the caches.
     let posture = match &config.posture {
@@ -257,8 +256,8 @@ fn context(
     metrics: &Metrics,
     events: Events,
     signals: Signals,
-) -> Context {
-    Context {
+) -> Arc<Context> {
+    Arc::new(Context {
         client: client.clone(),
         events,
         resync: config.resync,
@@ -270,6 +269,10 @@ fn context(
         policies_created: caches.policies.creations(),
         cluster_policies_created: caches.cluster_policies.creations(),
         namespaces: caches.namespaces.store.clone(),
+        exceptions: crate::context::Exceptions {
+            store: caches.exceptions.store.clone(),
+            max_duration: config.exception_max_duration,
+        },
         natives: Natives::new(
             client.clone(),
             caches
@@ -301,5 +304,5 @@ fn context(
         failures: Default::default(),
         protected_namespaces: config.protected(),
         probes: config.probes.as_ref().map(|_| Default::default()),
-    }
+    })
 }

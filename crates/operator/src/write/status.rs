@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use nimbus_api::{
     ClusterSecurityIntentBindingStatus, NimbusPolicyStatus, SecurityIntentBindingStatus,
-    SecurityIntentStatus,
+    SecurityIntentExceptionStatus, SecurityIntentStatus,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -124,6 +124,16 @@ impl_status!(
     ClusterSecurityIntentBindingStatus, foreign preview;
     NimbusPolicyStatus
 );
+
+impl Status for SecurityIntentExceptionStatus {
+    fn set_last_updated(&mut self, _: Option<Time>) {}
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+}
 
 impl Status for SecurityIntentStatus {
     /// A SecurityIntent's status has no timestamp in Nimbus.

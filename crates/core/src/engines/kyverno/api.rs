@@ -3,8 +3,10 @@
 //! `--kyverno-kinds` puts in force given what the cluster serves.
 
 use crate::engines::{
-    KYVERNO_CLUSTER_POLICY, KYVERNO_MUTATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY,
-    KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_VALIDATING_POLICY, NativeKind,
+    KYVERNO_CEL_POLICY_EXCEPTION, KYVERNO_CLUSTER_POLICY, KYVERNO_MUTATING_POLICY,
+    KYVERNO_NAMESPACED_GENERATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY,
+    KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_POLICY_EXCEPTION,
+    KYVERNO_VALIDATING_POLICY, NativeKind,
 };
 use std::fmt;
 use std::str::FromStr;
@@ -32,6 +34,36 @@ impl KyvernoApi {
             ],
         }
     }
+
+    /// The kind SecurityIntentExceptions become in this API (not needed served: without it
+    /// the engine enforces, and says an exception is not honoured).
+    pub fn exceptions(self) -> &'static NativeKind {
+        match self {
+            KyvernoApi::Legacy => &KYVERNO_POLICY_EXCEPTION,
+            KyvernoApi::Cel => &KYVERNO_CEL_POLICY_EXCEPTION,
+        }
+    }
+
+    /// Every kind the engine may write in this API: [`Self::kinds`], for the CEL kinds the
+    /// generating policies of virtualPatch (an optional kind of the engine: see the kyverno
+    /// module), and [`Self::exceptions`].
+    pub fn writes(self) -> &'static [&'static NativeKind] {
+        match self {
+            KyvernoApi::Legacy => &[
+                &KYVERNO_POLICY,
+                &KYVERNO_CLUSTER_POLICY,
+                &KYVERNO_POLICY_EXCEPTION,
+            ],
+            KyvernoApi::Cel => &[
+                &KYVERNO_NAMESPACED_VALIDATING_POLICY,
+                &KYVERNO_VALIDATING_POLICY,
+                &KYVERNO_NAMESPACED_MUTATING_POLICY,
+                &KYVERNO_MUTATING_POLICY,
+                &KYVERNO_NAMESPACED_GENERATING_POLICY,
+                &KYVERNO_CEL_POLICY_EXCEPTION,
+            ],
+        }
+    }
 }
 
 /// Which API the engine is asked to write in (`--kyverno-kinds`).
@@ -56,6 +88,48 @@ impl KyvernoKinds {
             KyvernoKinds::Legacy => usable(KyvernoApi::Legacy),
             KyvernoKinds::Cel => usable(KyvernoApi::Cel),
         }
+    }
+}
+
+impl KyvernoKinds {
+    /// Why Kyverno counts as not installed where one of its APIs is asked for, in words, given
+    /// which kinds are served: the kinds of that API that are not, and the other API where it
+    /// would do. `None` when an API is in force, and for `auto` (neither is served: Kyverno's
+    /// CRDs are missing, as any engine's).
+    pub fn missing(self, served: impl Fn(&NativeKind) -> bool) -> Option<String> {
+        if self == KyvernoKinds::Auto || self.in_force(&served).is_some() {
+            return None;
+        }
+        let unserved = |api: KyvernoApi| {
+            let kinds: Vec<&str> = api
+                .kinds()
+                .iter()
+                .filter(|k| !served(k))
+                .map(|k| k.kind)
+                .collect();
+            format!("{} not served", kinds.join(", "))
+        };
+        let usable = |api: KyvernoApi| api.kinds().iter().all(|k| served(k));
+        Some(match self {
+            KyvernoKinds::Cel if usable(KyvernoApi::Legacy) => format!(
+                "--kyverno-kinds cel asks for its CEL policy kinds, {}; its legacy kinds are \
+                 served (--kyverno-kinds auto writes those)",
+                unserved(KyvernoApi::Cel)
+            ),
+            KyvernoKinds::Cel => format!(
+                "--kyverno-kinds cel asks for its CEL policy kinds, {}",
+                unserved(KyvernoApi::Cel)
+            ),
+            KyvernoKinds::Legacy if usable(KyvernoApi::Cel) => format!(
+                "--kyverno-kinds legacy asks for its legacy policy kinds, {}; its CEL kinds are \
+                 served (--kyverno-kinds auto writes those)",
+                unserved(KyvernoApi::Legacy)
+            ),
+            KyvernoKinds::Legacy | KyvernoKinds::Auto => format!(
+                "--kyverno-kinds legacy asks for its legacy policy kinds, {}",
+                unserved(KyvernoApi::Legacy)
+            ),
+        })
     }
 }
 

@@ -3,10 +3,12 @@
 //! ClusterNimbusPolicy. virtualPatch lives in its own module, the choice of Kyverno API in
 //! `api`, and the legacy policies both write in `legacy`.
 //!
-//! Where the cluster serves Kyverno's CEL policy kinds (`policies.kyverno.io/v1`), the first two
+//! Where the cluster serves Kyverno's CEL policy kinds (`policies.kyverno.io/v1`), all three
 //! are written in those instead ([`KyvernoApi::Cel`]): Kyverno 1.17 deprecated `Policy` and
-//! `ClusterPolicy`, 1.20 refuses to create them and 1.21 removes them. virtualPatch stays on the
-//! legacy kinds: its generate rules have no CEL translation yet.
+//! `ClusterPolicy`, 1.20 refuses to create them and 1.21 removes them. virtualPatch's
+//! generators are then `NamespacedGeneratingPolicy`s, an optional kind of the engine: where
+//! Kyverno serves the other CEL kinds but not that one, virtualPatch is reported unenforced
+//! (`EngineNotInstalled`) rather than the other intents left to the legacy kinds.
 //!
 //! Bodies follow Nimbus's adapter, including the empty rule sections its Go types always
 //! serialized, but one: a mutate or generate rule carries no `validate: {}`. Kyverno's CRD
@@ -17,22 +19,26 @@
 //! being translated (Nimbus read the first rule's).
 
 mod api;
+mod cel_policy;
+mod exceptions;
 mod legacy;
 pub mod virtual_patch;
 
 pub use api::{KyvernoApi, KyvernoKinds};
-use legacy::{DESCRIPTION, Extra, build, failure_action};
+use cel_policy::cel_policy;
+use legacy::{Extra, build, failure_action};
 
 use super::Engine;
 use super::pss::{self, Level};
 use super::{
-    AuditForm, BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact, KYVERNO_CLUSTER_POLICY,
-    KYVERNO_MUTATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY,
-    KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_VALIDATING_POLICY, NAMESPACED,
-    NativeKind, Output, PolicyInput, Rule, metadata, native_name, object, selector_json,
+    AuditForm, BINDING_OR_CLUSTER, Enforces, EngineSpec, Environment, Fact,
+    KYVERNO_CEL_POLICY_EXCEPTION, KYVERNO_CLUSTER_POLICY, KYVERNO_MUTATING_POLICY,
+    KYVERNO_NAMESPACED_GENERATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY,
+    KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_POLICY, KYVERNO_POLICY_EXCEPTION,
+    KYVERNO_VALIDATING_POLICY, NAMESPACED, NativeKind, Output, PolicyInput, Rule, excepted,
+    selector_cel, selector_json,
 };
 use crate::intents::{id, param, param_value};
-use crate::names::MAX_NAME_LEN;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
@@ -94,14 +100,27 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
         &KYVERNO_VALIDATING_POLICY,
         &KYVERNO_NAMESPACED_MUTATING_POLICY,
         &KYVERNO_MUTATING_POLICY,
+        &KYVERNO_NAMESPACED_GENERATING_POLICY,
+        &KYVERNO_POLICY_EXCEPTION,
+        &KYVERNO_CEL_POLICY_EXCEPTION,
     ],
     confined_to_k8tls_namespace: false,
     translate,
-    optional_kinds: &[],
+    // Not in [`KyvernoApi::Cel`]'s kinds: they say whether Kyverno is installed. virtualPatch's
+    // generating policies: its other intents do not need them. PolicyExceptions: written only
+    // for exceptions; without them the engine still enforces, and says an exception is not
+    // honoured.
+    optional_kinds: &[
+        &KYVERNO_NAMESPACED_GENERATING_POLICY,
+        &KYVERNO_POLICY_EXCEPTION,
+        &KYVERNO_CEL_POLICY_EXCEPTION,
+    ],
     tenant_proof: None,
+    honours_exceptions: &[id::ESCAPE_TO_HOST],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    // virtualPatch writes in either API (see its module).
     if env.kyverno == KyvernoApi::Cel && rule.spec.id != id::VIRTUAL_PATCH {
         return translate_cel(policy, rule, env);
     }
@@ -117,7 +136,16 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 "validate": {"podSecurity": {"level": level, "version": "latest"}},
                 "generate": no_generate(),
             });
-            vec![build(policy, rule, rule.key, vec![body], Extra::Background)]
+            let built = build(policy, rule, rule.key, vec![body], Extra::Background);
+            let excepting = exceptions::legacy(
+                policy,
+                rule,
+                &excepted(policy, rule),
+                &built.1,
+                "pod-security-standard",
+                PODS_AND_CONTROLLERS,
+            );
+            std::iter::once(built).chain(excepting).collect()
         }
         (id::COCO_WORKLOAD, false) => coco_workload_in_namespace(policy, rule),
         (id::COCO_WORKLOAD, true) => {
@@ -317,16 +345,21 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
             // subresource of its own (`kubectl debug`), which `pods` does not match. The
             // background scans read whole pods, ephemeral containers included, so the second
             // policy judges admission only.
-            vec![
-                cel_policy(policy, rule, rule.key, kinds, spec("pods", true)),
-                cel_policy(
-                    policy,
-                    rule,
-                    &format!("{}-ephemeral", rule.key),
-                    kinds,
-                    spec("pods/ephemeralcontainers", false),
-                ),
-            ]
+            let pods = cel_policy(policy, rule, rule.key, kinds, spec("pods", true));
+            let ephemeral = cel_policy(
+                policy,
+                rule,
+                &format!("{}-ephemeral", rule.key),
+                kinds,
+                spec("pods/ephemeralcontainers", false),
+            );
+            let excepting = exceptions::cel(
+                policy,
+                rule,
+                &excepted(policy, rule),
+                &[&pods.1, &ephemeral.1],
+            );
+            [pods, ephemeral].into_iter().chain(excepting).collect()
         }
         id::COCO_WORKLOAD => {
             let class = param_value(rule.spec, param::RUNTIME_CLASS).unwrap_or_default();
@@ -382,31 +415,6 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
     Ok(policies.into())
 }
 
-/// A CEL policy named `<policy>-<suffix>`: of the namespaced kind for a NimbusPolicy, of the
-/// cluster-wide one for a ClusterNimbusPolicy.
-fn cel_policy(
-    policy: &PolicyInput,
-    rule: &Rule,
-    suffix: &str,
-    [namespaced, cluster]: [&'static NativeKind; 2],
-    spec: Value,
-) -> (&'static NativeKind, kube::core::DynamicObject) {
-    let kind = if policy.namespace.is_some() {
-        namespaced
-    } else {
-        cluster
-    };
-    let description = rule.spec.description.clone().unwrap_or_default();
-    let meta = metadata(
-        policy,
-        Engine::Kyverno,
-        native_name(policy, suffix, MAX_NAME_LEN),
-        policy.namespace.clone(),
-        &[(DESCRIPTION, &description)],
-    );
-    object(kind, meta, json!({ "spec": spec }))
-}
-
 /// `matchConstraints` on creating and updating `resource` (of API `group`, v1): in the policy's
 /// namespace, or in the selected namespaces of a cluster policy but the protected and the
 /// excluded ones (by their `kubernetes.io/metadata.name` label).
@@ -445,28 +453,6 @@ fn constraints(policy: &PolicyInput, env: &Environment, group: &str, resource: &
 /// labels (an `objectSelector` would keep Kyverno from deriving the pod controllers' checks):
 /// none when it selects everything.
 fn selected(selector: &LabelSelector) -> Option<Value> {
-    let labels = "object.metadata.?labels.orValue({})";
-    let literal = |s: &str| serde_json::to_string(s).unwrap_or_default();
-    let values = |v: &Option<Vec<String>>| {
-        let quoted: Vec<String> = v.iter().flatten().map(|v| literal(v)).collect();
-        format!("[{}]", quoted.join(", "))
-    };
-    let mut terms: Vec<String> = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| format!("{labels}[?{}] == optional.of({})", literal(k), literal(v)))
-        .collect();
-    for e in selector.match_expressions.iter().flatten() {
-        let key = literal(&e.key);
-        terms.push(match e.operator.as_str() {
-            "In" => format!("{labels}[?{key}].orValue(null) in {}", values(&e.values)),
-            "NotIn" => format!("!({labels}[?{key}].orValue(null) in {})", values(&e.values)),
-            "Exists" => format!("{key} in {labels}"),
-            // DoesNotExist (the API server admits no other operator).
-            _ => format!("!({key} in {labels})"),
-        });
-    }
-    (!terms.is_empty())
-        .then(|| json!({"name": "workload-selector", "expression": terms.join(" && ")}))
+    selector_cel(selector)
+        .map(|expression| json!({"name": "workload-selector", "expression": expression}))
 }

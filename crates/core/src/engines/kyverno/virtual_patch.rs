@@ -55,11 +55,12 @@
 //!
 //! # What gets generated
 //!
-//! For each CVE of the intent, each image that lists it and each patch, a Kyverno `Policy`
-//! named `<policy>-<cve, lowercase>-<karmor|kyverno|netpol>-<n>` is written in the policy's
-//! namespace (`n` counts the patches of that kind for the CVE, from 1). It watches the selected Pods and
-//! generates the native policy (`generateExisting: true`, so existing Pods count too), owned by
-//! the NimbusPolicy:
+//! For each CVE of the intent, each image that lists it and each patch, a generator named
+//! `<policy>-<cve, lowercase>-<karmor|kyverno|netpol>-<n>` is written in the policy's
+//! namespace (`n` counts the patches of that kind for the CVE, from 1): a Kyverno `Policy` with
+//! a generate rule in the legacy kinds, a `NamespacedGeneratingPolicy` in the CEL kinds (the
+//! same triggers, the same objects; see `cel`). It watches the selected Pods and generates the
+//! native policy (existing Pods count too: `generateExisting`), owned by the NimbusPolicy:
 //!
 //! - `karmor`: a KubeArmorPolicy `<name>-<pod>` per Pod running the image, selecting the
 //!   binding's labels and the container that runs the image
@@ -71,7 +72,9 @@
 //!   binding's selector.
 //!
 //! CVEs the database does not know, and patches that cannot be used, are reported on the
-//! policy; the other CVEs are still patched.
+//! policy; the other CVEs are still patched. A Kyverno patch is a legacy `Policy` in either API
+//! (the database's rules are legacy rules): where the API server does not serve that kind
+//! (Kyverno 1.21 on), it is not generated, and the policy says so (`EngineNotInstalled`).
 //!
 //! Fixed from Nimbus: parameters come from this rule (not the policy's first rule); patch
 //! numbers run over the whole CVE, so a CVE listed under two images cannot collide on a name;
@@ -79,72 +82,24 @@
 //! `preconditions.all` (the image condition is prepended) and may have none; every Kyverno
 //! rule is rewritten, not only the first; malformed entries are reported instead of crashing.
 
+mod cel;
 mod database;
+mod generation;
 
 pub use database::{Cve, DATABASE_KEY, Database, Image, Patch, VirtualPatches, from_config_map};
 
+use super::api::KyvernoApi;
 use super::legacy::{Extra, build};
 use crate::engines::{
-    Emitted, Environment, KUBEARMOR_POLICY, KYVERNO_POLICY, NETWORK_POLICY, NativeKind, Output,
-    PolicyInput, Problem, Rule,
+    Emitted, Environment, KYVERNO_POLICY, NativeKind, Output, PolicyInput, Problem, Rule,
 };
 use crate::intents::{id, param, param_values};
+use generation::{CONTAINER_LABEL, Context, Generated, Target};
 use kube::core::DynamicObject;
-use nimbus_api::condition::REASON_ENGINE_NOT_READY;
+use nimbus_api::condition::{REASON_ENGINE_NOT_INSTALLED, REASON_ENGINE_NOT_READY};
 use serde_json::{Map, Value, json};
 
-const CONTAINER_LABEL: &str = "kubearmor.io/container.name";
 const IMAGES_OF_POD: &str = "{{ request.object.spec.containers[].image }}";
-
-/// The kinds of native policy a patch may hold, in the order they are processed.
-#[derive(Clone, Copy)]
-enum Target {
-    KubeArmor,
-    Kyverno,
-    NetworkPolicy,
-}
-
-impl Target {
-    const ALL: [Target; 3] = [Target::KubeArmor, Target::Kyverno, Target::NetworkPolicy];
-
-    /// The database key, also used in generated names.
-    fn key(self) -> &'static str {
-        match self {
-            Target::KubeArmor => "karmor",
-            Target::Kyverno => "kyverno",
-            Target::NetworkPolicy => "netpol",
-        }
-    }
-
-    /// The kind of the generated object.
-    fn kind(self) -> &'static NativeKind {
-        match self {
-            Target::KubeArmor => &KUBEARMOR_POLICY,
-            Target::Kyverno => &KYVERNO_POLICY,
-            Target::NetworkPolicy => &NETWORK_POLICY,
-        }
-    }
-
-    fn of(self, patch: &Patch) -> Option<&Value> {
-        match self {
-            Target::KubeArmor => patch.karmor.as_ref(),
-            Target::Kyverno => patch.kyverno.as_ref(),
-            Target::NetworkPolicy => patch.netpol.as_ref(),
-        }
-    }
-}
-
-/// What every generator policy of one rule shares.
-struct Context<'a> {
-    policy: &'a PolicyInput<'a>,
-    rule: &'a Rule<'a>,
-    namespace: &'a str,
-    /// Prefix of generated names after the policy name: empty for the first virtualPatch rule
-    /// of the policy (Nimbus's names), `<key>-` for further ones so they cannot collide.
-    prefix: String,
-    selector: Value,
-    owner: Value,
-}
 
 /// The generator policies of a virtualPatch rule, with the problems that do not stop its other
 /// patches as warnings (CVEs the database does not know, patches that cannot be used). Problems
@@ -176,6 +131,7 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
         },
         selector: serde_json::to_value(&policy.selector).unwrap_or_else(|_| json!({})),
         owner: serde_json::to_value(&policy.owner).unwrap_or_default(),
+        api: env.kyverno,
     };
 
     let mut cves: Vec<String> = Vec::new();
@@ -202,18 +158,22 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
                     };
                     known = true;
                     counts[i] += 1;
-                    match generator(&ctx, cve, &image.image, target, counts[i], native) {
+                    // Not a reason to skip the other patches: a warning.
+                    let patch = Located {
+                        cve,
+                        image: &image.image,
+                        target,
+                        n: counts[i],
+                    };
+                    match patch.generate(&ctx, env, native) {
                         Ok(generated) => plan.objects.push(generated),
-                        Err(why) => plan.warnings.push(Problem {
+                        Err((reason, what)) => plan.warnings.push(Problem {
                             blocking: false,
                             ..rule.problem(
-                                REASON_ENGINE_NOT_READY,
+                                reason,
                                 format!(
-                                    "virtual-patch database {}: {cve}, image {}: unusable {} \
-                                     patch: {why}",
-                                    db.source,
-                                    image.image,
-                                    target.key()
+                                    "virtual-patch database {}: {cve}, image {}: {what}",
+                                    db.source, image.image
                                 ),
                             )
                         }),
@@ -240,9 +200,58 @@ pub(super) fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) ->
     if plan.objects.is_empty() && !plan.warnings.is_empty() {
         // Nothing is enforced at all.
         let messages: Vec<&str> = plan.warnings.iter().map(|w| w.message.as_str()).collect();
-        return Err(rule.problem(REASON_ENGINE_NOT_READY, messages.join("; ")));
+        // The first problem's reason: with every patch of a kind the API server does not
+        // serve, the intent waits for that kind (EngineNotInstalled), not for the database.
+        let reason = plan.warnings[0].reason;
+        return Err(rule.problem(reason, messages.join("; ")));
     }
     Ok(plan)
+}
+
+/// A patch of the database: patch `n` of kind `target` for `cve`, under `image`.
+struct Located<'a> {
+    cve: &'a str,
+    image: &'a str,
+    target: Target,
+    n: usize,
+}
+
+impl Located<'_> {
+    /// Its generator, or why there is none (the reason and what to say).
+    fn generate(
+        &self,
+        ctx: &Context,
+        env: &Environment,
+        native: &Value,
+    ) -> Result<(&'static NativeKind, DynamicObject), (&'static str, String)> {
+        let key = self.target.key();
+        if let Some(why) = unserved(self.target, env) {
+            return Err((
+                REASON_ENGINE_NOT_INSTALLED,
+                format!("{key} patch not generated: {why}"),
+            ));
+        }
+        generator(ctx, self.cve, self.image, self.target, self.n, native).map_err(|why| {
+            (
+                REASON_ENGINE_NOT_READY,
+                format!("unusable {key} patch: {why}"),
+            )
+        })
+    }
+}
+
+/// Why a patch of `target` cannot be generated in this cluster, if it cannot: a Kyverno patch
+/// is a legacy `Policy` (the database holds legacy rules, which have no CEL translation), and a
+/// cluster whose Kyverno writes only the CEL kinds (1.21 on) may no longer serve that kind.
+fn unserved(target: Target, env: &Environment) -> Option<String> {
+    match target {
+        Target::Kyverno if !env.kyverno_legacy_served => Some(format!(
+            "it is a Kyverno {} ({}), which the API server does not serve",
+            KYVERNO_POLICY.kind,
+            KYVERNO_POLICY.api_version()
+        )),
+        _ => None,
+    }
 }
 
 /// Makes the Kyverno policy's own rules (validate only) apply to the Pods running the image:
@@ -273,7 +282,7 @@ fn scope_kyverno_rules(
 }
 
 /// The Kyverno policy that generates `native` (patch `n` of its kind for `cve`) for the Pods
-/// running `image`; the error says what is wrong with `native`.
+/// running `image`, in the API of the context; the error says what is wrong with `native`.
 fn generator(
     ctx: &Context,
     cve: &str,
@@ -283,7 +292,6 @@ fn generator(
     native: &Value,
 ) -> Result<(&'static NativeKind, DynamicObject), String> {
     let policy = ctx.policy;
-    let rule = ctx.rule;
     let cve_key = cve.to_lowercase();
     let runs_image = json!({"key": image, "operator": "AnyIn", "value": IMAGES_OF_POD});
 
@@ -305,15 +313,7 @@ fn generator(
         .get_mut("spec")
         .and_then(Value::as_object_mut)
         .ok_or("spec must be an object")?;
-
-    let mut generator_rule = Map::new();
-    generator_rule.insert(
-        "name".into(),
-        format!("{cve_key}-virtual-patch-{}", target.key()).into(),
-    );
-    let pod_name =
-        json!({"name": "podName", "variable": {"jmesPath": "request.object.metadata.name"}});
-    let generated_name = match target {
+    match target {
         Target::KubeArmor => {
             let mut labels: Map<String, Value> = policy
                 .selector
@@ -322,8 +322,49 @@ fn generator(
                 .flatten()
                 .map(|(k, v)| (k.clone(), v.clone().into()))
                 .collect();
+            // The legacy generator's variable; the CEL one replaces it (see `cel::generator`).
             labels.insert(CONTAINER_LABEL.into(), "{{ containerName }}".into());
             spec.insert("selector".into(), json!({ "matchLabels": labels }));
+        }
+        Target::Kyverno => scope_kyverno_rules(spec, ctx, &runs_image)?,
+        Target::NetworkPolicy => {
+            spec.insert("podSelector".into(), ctx.selector.clone());
+        }
+    }
+    let generated = Generated {
+        target,
+        image,
+        name,
+        data,
+        suffix: format!("{}{cve_key}-{}-{n}", ctx.prefix, target.key()),
+        rule_name: format!("{cve_key}-virtual-patch-{}", target.key()),
+    };
+    Ok(match ctx.api {
+        KyvernoApi::Legacy => legacy_generator(ctx, generated, runs_image),
+        KyvernoApi::Cel => cel::generator(ctx, generated),
+    })
+}
+
+/// The legacy `Policy` with a generate rule.
+fn legacy_generator(
+    ctx: &Context,
+    generated: Generated,
+    runs_image: Value,
+) -> (&'static NativeKind, DynamicObject) {
+    let Generated {
+        target,
+        image,
+        name,
+        data,
+        suffix,
+        rule_name,
+    } = generated;
+    let mut generator_rule = Map::new();
+    generator_rule.insert("name".into(), rule_name.into());
+    let pod_name =
+        json!({"name": "podName", "variable": {"jmesPath": "request.object.metadata.name"}});
+    let generated_name = match target {
+        Target::KubeArmor => {
             let container = format!(
                 "request.object.spec.containers[?(@.image=='{}')].name | [0]",
                 image.replace('\'', "\\'")
@@ -337,12 +378,8 @@ fn generator(
             );
             format!("{name}-{{{{ podName }}}}")
         }
-        Target::Kyverno => {
-            scope_kyverno_rules(spec, ctx, &runs_image)?;
-            name
-        }
+        Target::Kyverno => name,
         Target::NetworkPolicy => {
-            spec.insert("podSelector".into(), ctx.selector.clone());
             generator_rule.insert("context".into(), json!([pod_name]));
             name
         }
@@ -375,13 +412,13 @@ fn generator(
         }),
     );
 
-    Ok(build(
-        policy,
-        rule,
-        &format!("{}{cve_key}-{}-{n}", ctx.prefix, target.key()),
+    build(
+        ctx.policy,
+        ctx.rule,
+        &suffix,
         vec![Value::Object(generator_rule)],
         Extra::GenerateExisting,
-    ))
+    )
 }
 
 /// Puts `condition` first in the rule's `preconditions.all` (creating it when missing), keeping
@@ -444,6 +481,7 @@ fn prepend_precondition(rule: &mut Map<String, Value>, condition: Value) -> Resu
 mod tests {
     use super::*;
     use crate::catalog::id::VIRTUAL_PATCH as INTENT;
+    use crate::engines::KYVERNO_NAMESPACED_GENERATING_POLICY;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nimbus_api::{NimbusPolicy, NimbusPolicySpec, NimbusRule, Rule as ApiRule};
     use std::collections::BTreeMap;
@@ -809,6 +847,64 @@ mod tests {
                 "vp-binding-virtualpatch-2-cve-2024-4439-kyverno-1",
                 "vp-binding-virtualpatch-2-cve-2024-4439-netpol-1",
             ]
+        );
+    }
+
+    /// In the CEL kinds, a Kyverno patch (a legacy `Policy`) needs that kind served; without
+    /// it the other patches are generated, and the intent says what is missing.
+    #[test]
+    fn a_kyverno_patch_needs_the_legacy_policy_kind_served() {
+        let cel = |json: &str, legacy_served: bool| Environment {
+            kyverno: KyvernoApi::Cel,
+            kyverno_legacy_served: legacy_served,
+            ..env_with(json)
+        };
+        let not_served = "virtual-patch database nimbus/vp-db: CVE-2024-4439, image nginx:latest: \
+                          kyverno patch not generated: it is a Kyverno Policy (kyverno.io/v1), \
+                          which the API server does not serve";
+        let np = np(&["CVE-2024-4439"], "Block");
+        let (out, warnings) = run(&np, &cel(VP, false));
+        let out = out.unwrap();
+        assert!(
+            out.iter()
+                .all(|(kind, _)| *kind == &KYVERNO_NAMESPACED_GENERATING_POLICY)
+        );
+        let got: Vec<Value> = out
+            .into_iter()
+            .map(|(_, o)| serde_json::to_value(o).unwrap())
+            .collect();
+        assert_eq!(
+            names(&got),
+            [
+                "vp-binding-cve-2024-4439-karmor-1",
+                "vp-binding-cve-2024-4439-netpol-1"
+            ]
+        );
+        assert_eq!(
+            warnings,
+            vec![Problem {
+                intent: INTENT.into(),
+                reason: REASON_ENGINE_NOT_INSTALLED,
+                message: not_served.into(),
+                blocking: false,
+            }]
+        );
+        let (out, _) = run(&np, &cel(VP, true));
+        assert_eq!(out.unwrap().len(), 3);
+
+        // Nothing else to generate: the intent is not enforced, for want of the kind.
+        let only_kyverno = json!([{"image": "nginx:latest", "cves": [{"cve": "CVE-2024-4439",
+            "virtual_patch": [{"kyverno": {"metadata": {"name": "p"}, "spec": {"rules": [
+                {"name": "r", "validate": {}}]}}}]}]}]);
+        let (out, _) = run(&np, &cel(&only_kyverno.to_string(), false));
+        assert_eq!(
+            out.unwrap_err(),
+            Problem {
+                intent: INTENT.into(),
+                reason: REASON_ENGINE_NOT_INSTALLED,
+                message: not_served.into(),
+                blocking: true,
+            }
         );
     }
 }

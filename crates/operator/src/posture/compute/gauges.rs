@@ -1,7 +1,8 @@
-//! The posture's gauges: workloads by verdict, policies by readiness.
+//! The posture's gauges: workloads by verdict, policies by readiness, exceptions' expiries.
 
 use crate::context::Context;
-use crate::metrics::{ReadyLabels, VerdictLabels};
+use crate::metrics::{ExceptionLabels, ReadyLabels, VerdictLabels};
+use kube::ResourceExt;
 use nimbus_api::posture::{Verdict, WorkloadPosture};
 use nimbus_api::{NimbusPolicyStatus, condition};
 use std::collections::BTreeMap;
@@ -23,6 +24,7 @@ pub(super) fn export_counts<'w>(
         Verdict::Partial,
         Verdict::Unprotected,
         Verdict::Audited,
+        Verdict::Excepted,
     ] {
         let count = by_verdict.get(&verdict).copied().unwrap_or_default();
         metrics
@@ -59,5 +61,18 @@ pub(super) fn export_counts<'w>(
             .policies
             .get_or_create(&ReadyLabels { ready })
             .set(count);
+    }
+    // Those deleted go with their series.
+    metrics.exception_expiry.clear();
+    for exception in ctx.exceptions.store.state() {
+        let labels = ExceptionLabels {
+            exception_namespace: exception.namespace().unwrap_or_default(),
+            exception: exception.name_any(),
+        };
+        let expires_at = exception.spec.expires_at.0.as_second();
+        metrics
+            .exception_expiry
+            .get_or_create(&labels)
+            .set(expires_at);
     }
 }

@@ -1,0 +1,344 @@
+//! SecurityIntentExceptions: whether one is in force at a given time, and which of those in
+//! force a policy's translation honours. Pure: the clock is an argument, so the operator, the
+//! CLI and the tests decide alike given the same time.
+
+use crate::status::condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Resource;
+use kube::ResourceExt;
+use nimbus_api::{
+    ClusterSecurityIntentBinding, SecurityIntentBinding, SecurityIntentException,
+    SecurityIntentExceptionStatus,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How long an exception may last unless the operator is configured otherwise
+/// (`--exception-max-duration`): long enough for a fix to ship, short enough to be reviewed.
+pub const DEFAULT_MAX_DURATION: SignedDuration = SignedDuration::from_hours(30 * 24);
+
+/// The exception's condition type: whether engines honour it now.
+pub const ACTIVE: &str = "Active";
+
+/// `Active`'s reasons (the exception's status condition).
+pub mod reason {
+    /// Engines honour it until `expiresAt`.
+    pub const ACTIVE: &str = "Active";
+    /// `expiresAt` has passed: every engine enforces the intents again.
+    pub const EXPIRED: &str = "Expired";
+    /// `expiresAt` is further from the exception's creation than the operator allows.
+    pub const TOO_LONG: &str = "TooLong";
+    /// The binding it names does not exist.
+    pub const BINDING_NOT_FOUND: &str = "BindingNotFound";
+    /// None of the intents it names is bound by the binding.
+    pub const INTENT_NOT_BOUND: &str = "IntentNotBound";
+}
+
+/// The binding a policy enforces, as an exception names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BindingRef {
+    /// `SecurityIntentBinding` or `ClusterSecurityIntentBinding`.
+    pub kind: String,
+    pub name: String,
+    /// A SecurityIntentBinding's namespace; `None` for a cluster binding.
+    pub namespace: Option<String>,
+}
+
+impl BindingRef {
+    /// The binding `exception` names: a SecurityIntentBinding in its own namespace, or a
+    /// cluster binding.
+    pub fn of(exception: &SecurityIntentException) -> Self {
+        let cluster = exception.spec.binding.kind == ClusterSecurityIntentBinding::kind(&());
+        Self {
+            kind: exception.spec.binding.kind.clone(),
+            name: exception.spec.binding.name.clone(),
+            namespace: (!cluster).then(|| exception.namespace().unwrap_or_default()),
+        }
+    }
+
+    pub fn namespaced(name: &str, namespace: &str) -> Self {
+        Self {
+            kind: SecurityIntentBinding::kind(&()).into_owned(),
+            name: name.to_owned(),
+            namespace: Some(namespace.to_owned()),
+        }
+    }
+
+    pub fn cluster(name: &str) -> Self {
+        Self {
+            kind: ClusterSecurityIntentBinding::kind(&()).into_owned(),
+            name: name.to_owned(),
+            namespace: None,
+        }
+    }
+}
+
+/// An exception in force, as translations read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Excepted {
+    pub name: String,
+    /// Where its workloads are (the exception's namespace).
+    pub namespace: String,
+    /// Which of them, by their own labels.
+    pub selector: LabelSelector,
+    /// IDs of the intents it lets them out of.
+    pub intents: BTreeSet<String>,
+    pub reason: String,
+    pub expires_at: Timestamp,
+}
+
+/// Where an exception stands at a given time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Standing {
+    /// In force until `expires_at`.
+    Active(Excepted),
+    /// Not in force: a [`reason`] and a sentence.
+    Inactive {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+impl Standing {
+    /// When it changes by itself: an active exception's expiry.
+    pub fn changes_at(&self) -> Option<Timestamp> {
+        match self {
+            Standing::Active(e) => Some(e.expires_at),
+            Standing::Inactive { .. } => None,
+        }
+    }
+}
+
+/// Where `exception` stands at `now`: `bound` maps the names of the SecurityIntents its binding
+/// binds to their intent IDs (`None`: no such binding); `max` is the longest an exception may
+/// last from its creation.
+pub fn standing(
+    exception: &SecurityIntentException,
+    bound: Option<&BTreeMap<String, String>>,
+    now: Timestamp,
+    max: SignedDuration,
+) -> Standing {
+    let inactive = |reason, message: String| Standing::Inactive { reason, message };
+    let spec = &exception.spec;
+    let expires_at = spec.expires_at.0;
+    if expires_at <= now {
+        return inactive(reason::EXPIRED, format!("expired at {expires_at}"));
+    }
+    let created = exception.creation_timestamp().map_or(now, |t| t.0);
+    if expires_at.duration_since(created) > max {
+        return inactive(
+            reason::TOO_LONG,
+            format!(
+                "expiresAt {expires_at} is more than {max:#} after its creation ({created}), \
+                 the longest the operator allows"
+            ),
+        );
+    }
+    let Some(bound) = bound else {
+        return inactive(
+            reason::BINDING_NOT_FOUND,
+            format!("{} {} not found", spec.binding.kind, spec.binding.name),
+        );
+    };
+    let intents: BTreeSet<String> = spec
+        .intents
+        .iter()
+        .filter_map(|name| bound.get(name).cloned())
+        .collect();
+    if intents.is_empty() {
+        return inactive(
+            reason::INTENT_NOT_BOUND,
+            format!(
+                "{} {} binds none of {}",
+                spec.binding.kind,
+                spec.binding.name,
+                spec.intents.join(", ")
+            ),
+        );
+    }
+    Standing::Active(Excepted {
+        name: exception.name_any(),
+        namespace: exception.namespace().unwrap_or_default(),
+        selector: spec.selector.clone(),
+        intents,
+        reason: spec.reason.clone(),
+        expires_at,
+    })
+}
+
+/// The status of `exception`, standing as `standing`: its `Active` condition.
+pub fn status(
+    exception: &SecurityIntentException,
+    standing: &Standing,
+) -> SecurityIntentExceptionStatus {
+    let (active, reason, message) = match standing {
+        Standing::Active(e) => (
+            "True",
+            reason::ACTIVE,
+            format!("honoured until {}", e.expires_at),
+        ),
+        Standing::Inactive { reason, message } => ("False", *reason, message.clone()),
+    };
+    let generation = exception.metadata.generation;
+    SecurityIntentExceptionStatus {
+        observed_generation: generation,
+        conditions: vec![condition(ACTIVE, active, reason, message, generation)],
+    }
+}
+
+/// Of the exceptions in force for a binding, those a policy of it honours: all of them for the
+/// binding's own policy, those of `namespace` for a cluster binding's policy in that namespace.
+pub fn for_policy<'a>(
+    active: impl IntoIterator<Item = &'a Excepted>,
+    namespace: Option<&str>,
+) -> Vec<Excepted> {
+    active
+        .into_iter()
+        .filter(|e| namespace.is_none_or(|ns| e.namespace == ns))
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use nimbus_api::{ExceptedBinding, SecurityIntentExceptionSpec};
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).expect("timestamp")
+    }
+
+    fn exception(created: i64, expires: i64, intents: &[&str]) -> SecurityIntentException {
+        let mut e = SecurityIntentException::new(
+            "legacy",
+            SecurityIntentExceptionSpec {
+                binding: ExceptedBinding {
+                    kind: "ClusterSecurityIntentBinding".into(),
+                    name: "no-escape".into(),
+                },
+                intents: intents.iter().map(|i| (*i).to_owned()).collect(),
+                selector: LabelSelector::default(),
+                reason: "vendor agent needs host access until 2.4".into(),
+                expires_at: Time(at(expires)),
+            },
+        );
+        e.metadata.namespace = Some("shop".into());
+        e.metadata.creation_timestamp = Some(Time(at(created)));
+        e
+    }
+
+    fn bound() -> BTreeMap<String, String> {
+        BTreeMap::from([("escape".into(), "escapeToHost".into())])
+    }
+
+    #[test]
+    fn an_exception_stands_as_its_time_binding_and_intents_say() {
+        let day = 86_400;
+        let max = SignedDuration::from_hours(24 * 7);
+        let cases: &[(&str, SecurityIntentException, bool, i64, &str)] = &[
+            (
+                "in force",
+                exception(0, day, &["escape"]),
+                true,
+                10,
+                reason::ACTIVE,
+            ),
+            (
+                "at expiry",
+                exception(0, day, &["escape"]),
+                true,
+                day,
+                reason::EXPIRED,
+            ),
+            (
+                "after expiry",
+                exception(0, day, &["escape"]),
+                true,
+                day + 1,
+                reason::EXPIRED,
+            ),
+            (
+                "longer than allowed",
+                exception(0, 8 * day, &["escape"]),
+                true,
+                10,
+                reason::TOO_LONG,
+            ),
+            (
+                "exactly as long as allowed",
+                exception(0, 7 * day, &["escape"]),
+                true,
+                10,
+                reason::ACTIVE,
+            ),
+            (
+                "no binding",
+                exception(0, day, &["escape"]),
+                false,
+                10,
+                reason::BINDING_NOT_FOUND,
+            ),
+            (
+                "intent not bound",
+                exception(0, day, &["other"]),
+                true,
+                10,
+                reason::INTENT_NOT_BOUND,
+            ),
+        ];
+        for (case, e, has_binding, now, want) in cases {
+            let bound = bound();
+            let got = standing(e, has_binding.then_some(&bound), at(*now), max);
+            let status = status(e, &got);
+            assert_eq!(status.conditions[0].reason, *want, "{case}: {got:?}");
+            let active = if *want == reason::ACTIVE {
+                "True"
+            } else {
+                "False"
+            };
+            assert_eq!(status.conditions[0].status, active, "{case}");
+        }
+    }
+
+    #[test]
+    fn an_active_exception_names_the_bound_intent_ids_and_changes_at_expiry() {
+        let e = exception(0, 100, &["escape", "other"]);
+        let got = standing(&e, Some(&bound()), at(1), DEFAULT_MAX_DURATION);
+        let Standing::Active(active) = &got else {
+            panic!("not active: {got:?}")
+        };
+        assert_eq!(active.intents, BTreeSet::from(["escapeToHost".to_owned()]));
+        assert_eq!(active.namespace, "shop");
+        assert_eq!(got.changes_at(), Some(at(100)));
+    }
+
+    #[test]
+    fn a_cluster_binding_policy_in_a_namespace_honours_only_that_namespace_exceptions() {
+        let Standing::Active(shop) = standing(
+            &exception(0, 100, &["escape"]),
+            Some(&bound()),
+            at(1),
+            DEFAULT_MAX_DURATION,
+        ) else {
+            panic!("not active")
+        };
+        let mut web = shop.clone();
+        web.namespace = "web".into();
+        let all = [shop.clone(), web.clone()];
+        assert_eq!(for_policy(&all, None), all.to_vec());
+        assert_eq!(for_policy(&all, Some("web")), vec![web]);
+        assert_eq!(for_policy(&all, Some("other")), vec![]);
+    }
+
+    #[test]
+    fn a_binding_ref_is_the_exception_namespace_binding_or_a_cluster_one() {
+        let mut e = exception(0, 1, &["escape"]);
+        assert_eq!(BindingRef::of(&e), BindingRef::cluster("no-escape"));
+        e.spec.binding.kind = "SecurityIntentBinding".into();
+        assert_eq!(
+            BindingRef::of(&e),
+            BindingRef::namespaced("no-escape", "shop")
+        );
+    }
+}

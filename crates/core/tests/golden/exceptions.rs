@@ -1,0 +1,178 @@
+//! SecurityIntentExceptions in force: what each engine that honours them writes (Kyverno's
+//! PolicyExceptions in both of its APIs, a match condition on the admission engine's policy),
+//! and the warning of an engine that does not.
+
+use crate::builders::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::jiff::Timestamp;
+use nimbus_core::catalog::Engine;
+use nimbus_core::engines::{
+    EngineSet, Environment, KyvernoApi, PolicyInput, Preference, Translation, translate,
+};
+use nimbus_core::exceptions::Excepted;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+fn legacy_exception() -> Excepted {
+    Excepted {
+        name: "vendor-agent".into(),
+        namespace: NS.into(),
+        selector: LabelSelector {
+            match_labels: Some(BTreeMap::from([("tier".into(), "legacy".into())])),
+            ..LabelSelector::default()
+        },
+        intents: BTreeSet::from(["escapeToHost".into()]),
+        reason: "until the vendor's 2.4 release".into(),
+        expires_at: Timestamp::from_second(1_800_000_000).unwrap(),
+    }
+}
+
+/// escapeToHost (baseline) and dnsManipulation bound by the cluster binding to `app: web` in
+/// `shop`, translated with the exception in force, preferring `preferred`.
+fn translated(api: KyvernoApi, preferred: Engine, exceptions: Vec<Excepted>) -> Translation {
+    let cwnp = cwnp(
+        json!({"matchNames": [NS]}),
+        selector(),
+        vec![
+            block("escapeToHost", "no host"),
+            rule("dnsManipulation", "Block", None, json!({})),
+        ],
+    );
+    let mut input = PolicyInput::cluster(&cwnp, UID);
+    input.exceptions = exceptions;
+    let env = Environment {
+        kyverno: api,
+        ..Environment::default()
+    };
+    let engines = EngineSet {
+        preference: Preference::new(&[preferred]).unwrap(),
+        ..EngineSet::all()
+    };
+    translate(&input, &env, &engines)
+}
+
+fn kinds_of(t: &Translation, kind: &str) -> Vec<Value> {
+    of(t, Engine::Kyverno)
+        .into_iter()
+        .chain(of(t, Engine::Admission))
+        .filter(|o| o["kind"] == kind)
+        .collect()
+}
+
+#[test]
+fn kyverno_lets_the_excepted_workloads_out_of_its_legacy_cluster_policy() {
+    let t = translated(
+        KyvernoApi::Legacy,
+        Engine::Kyverno,
+        vec![legacy_exception()],
+    );
+    let want = json!({
+        "apiVersion": "kyverno.io/v2",
+        "kind": "PolicyException",
+        "metadata": {
+            "name": "web-csib-escapetohost-vendor-agent",
+            "namespace": NS,
+            "annotations": {
+                MANAGED_BY: "nimbus-kyverno",
+                "exceptions.security.nimbus.com/exception": "vendor-agent",
+            },
+            "labels": {MANAGED_BY: "nimbus-kyverno"},
+            "ownerReferences": [cwnp_owner()],
+        },
+        "spec": {
+            "background": true,
+            "exceptions": [{
+                "policyName": "web-csib-escapetohost",
+                "ruleNames": ["pod-security-standard"],
+            }],
+            "match": {"any": [{"resources": {
+                "kinds": ["v1/Pod", "apps/v1/Deployment", "apps/v1/ReplicaSet",
+                          "apps/v1/StatefulSet", "apps/v1/DaemonSet",
+                          "v1/ReplicationController", "batch/v1/Job", "batch/v1/CronJob"],
+                "namespaces": [NS],
+                "selector": {"matchLabels": {"tier": "legacy"}},
+            }}]},
+        },
+    });
+    assert_objects(&kinds_of(&t, "PolicyException"), &[want]);
+}
+
+#[test]
+fn kyverno_lets_the_excepted_workloads_out_of_both_cel_policies_until_expiry() {
+    let t = translated(KyvernoApi::Cel, Engine::Kyverno, vec![legacy_exception()]);
+    let got = kinds_of(&t, "PolicyException");
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0]["apiVersion"], "policies.kyverno.io/v1");
+    assert_eq!(
+        got[0]["spec"],
+        json!({
+            "policyRefs": [
+                {"kind": "ValidatingPolicy", "name": "web-csib-escapetohost"},
+                {"kind": "ValidatingPolicy", "name": "web-csib-escapetohost-ephemeral"},
+            ],
+            "matchConditions": [{
+                "name": "excepted-workloads",
+                "expression": "(object.metadata.?namespace.orValue('') == \"shop\" && \
+                    object.metadata.?labels.orValue({})[?\"tier\"] == optional.of(\"legacy\"))",
+            }],
+            "expiresAt": "2027-01-15T08:00:00Z",
+        })
+    );
+}
+
+#[test]
+fn the_admission_engine_does_not_judge_the_excepted_workloads() {
+    let conditions = |exceptions| {
+        let t = translated(KyvernoApi::Legacy, Engine::Admission, exceptions);
+        kinds_of(&t, "ValidatingAdmissionPolicy")[0]["spec"]["matchConditions"].clone()
+    };
+    assert_eq!(
+        conditions(vec![]),
+        json!([{"name": "pod-spec-written", "expression": conditions(vec![])[0]["expression"]}])
+    );
+    let excepted = conditions(vec![legacy_exception()]);
+    assert_eq!(
+        excepted[1],
+        json!({
+            "name": "not-excepted",
+            "expression": "!((object.metadata.?namespace.orValue('') == \"shop\" && \
+                object.metadata.?labels.orValue({})[?\"tier\"] == optional.of(\"legacy\")))",
+        })
+    );
+}
+
+#[test]
+fn an_engine_that_does_not_honour_an_exception_says_it_still_enforces() {
+    // escapeToHost in a namespace: Kyverno lets the workloads out, KubeArmor does not.
+    let np = sib_np(selector(), vec![block("escapeToHost", "no host")]);
+    let run = |exceptions| {
+        let mut input = PolicyInput::namespaced(&np, UID);
+        input.exceptions = exceptions;
+        translate(&input, &Environment::default(), &EngineSet::all())
+    };
+    let excepted = run(vec![legacy_exception()]);
+    let warnings: Vec<(&str, bool)> = excepted
+        .problems
+        .iter()
+        .map(|p| (p.reason, p.blocking))
+        .collect();
+    assert_eq!(
+        warnings,
+        vec![("ExceptionNotHonoured", false)],
+        "{:#?}",
+        excepted.problems
+    );
+    let message = &excepted.problems[0].message;
+    assert!(
+        message.starts_with("kubearmor ") && message.contains("vendor-agent"),
+        "{message}"
+    );
+    assert_eq!(
+        of(&excepted, Engine::KubeArmor),
+        of(&run(vec![]), Engine::KubeArmor)
+    );
+    assert_eq!(
+        names(&kinds_of(&excepted, "PolicyException")),
+        vec!["web-binding-escapetohost-vendor-agent"]
+    );
+}

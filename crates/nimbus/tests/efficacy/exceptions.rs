@@ -1,0 +1,187 @@
+//! SecurityIntentExceptions, honoured by the engine enforcing escapeToHost and only until they
+//! expire. The deciders are the real ones: Kyverno v1.19.1's admission controller, in both of
+//! its policy APIs (PolicyExceptions the operator writes), and kube-apiserver's own admission
+//! policies (a match condition the operator writes). An exception expiring 20 s into the test
+//! lets a privileged pod in before, and not after; a pod it does not select is denied
+//! throughout.
+
+use crate::common::{CONVERGE, apply, unique};
+use crate::{Selecting, bind_cluster, intent, unbind_cluster};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::{SignedDuration, Timestamp, Unit};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use nimbus_api::SecurityIntentException;
+use nimbus_core::engines::KyvernoApi;
+use nimbus_testenv::{ControlPlane, eventually};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// How long the exception lasts from its creation.
+const LASTS: SignedDuration = SignedDuration::from_secs(20);
+
+/// `Ok` when the API server admits a privileged pod labelled `labels` in `ns` (dry run: nothing
+/// is stored), `Err` with its refusal otherwise.
+async fn privileged_pod(
+    client: &Client,
+    ns: &str,
+    labels: serde_json::Value,
+) -> Result<(), String> {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "exc-", "labels": labels},
+        "spec": {"containers": [crate::kyverno::container(json!({"privileged": true}))]},
+    }))
+    .expect("pod");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&dry_run, &pod)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) => Err(e.message),
+        Err(e) => panic!("creating a pod in {ns}: {e}"),
+    }
+}
+
+/// The exception's `Active` condition: `(status, reason)`.
+async fn active(api: &Api<SecurityIntentException>, name: &str) -> Option<(String, String)> {
+    let e = api.get_opt(name).await.ok()??;
+    let c = e
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Active")?;
+    Some((c.status, c.reason))
+}
+
+/// escapeToHost (baseline) bound by a cluster binding to `app: web` in a namespace of `cp`,
+/// whose operator enforces it with `engine`; an exception for the pods labelled
+/// `tier: legacy` expires 20 s after it is created. Prints the lag from `expiresAt` to the
+/// first denial of the excepted pod.
+async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str) {
+    let client = cp.client().expect("client");
+    let ns = crate::kyverno::namespace(cp, "exc").await;
+    let si = intent(
+        &client,
+        "escapeToHost",
+        "Block",
+        json!({"psaLevel": ["baseline"]}),
+    )
+    .await;
+    let selecting = Selecting {
+        labels: json!({"app": "web"}),
+        allow_sensitive: None,
+        shadow: false,
+    };
+    let csib = bind_cluster(&client, ns.name(), &si, &selecting).await;
+    let excepted = json!({"app": "web", "tier": "legacy"});
+    let held = json!({"app": "web"});
+    eventually(
+        &format!("{engine}: the bound pods denied"),
+        CONVERGE,
+        async |seen| {
+            let results = (
+                privileged_pod(&client, ns.name(), excepted.clone()).await,
+                privileged_pod(&client, ns.name(), held.clone()).await,
+            );
+            *seen = format!("{results:?}");
+            (results.0.is_err() && results.1.is_err()).then_some(())
+        },
+    )
+    .await;
+
+    let name = unique("legacy");
+    let expires_at = Timestamp::now()
+        .round(Unit::Second)
+        .expect("rounded")
+        .checked_add(LASTS)
+        .expect("expiry");
+    let exceptions = Api::<SecurityIntentException>::namespaced(client.clone(), ns.name());
+    let exception = json!({
+        "apiVersion": "exceptions.security.nimbus.com/v1alpha1", "kind": "SecurityIntentException",
+        "metadata": {"name": name},
+        "spec": {
+            "binding": {"kind": "ClusterSecurityIntentBinding", "name": csib},
+            "intents": [si],
+            "selector": {"matchLabels": {"tier": "legacy"}},
+            "reason": "the vendor's agent needs a privileged container until its 2.4 release",
+            "expiresAt": expires_at.to_string(),
+        }
+    });
+    apply(&exceptions, &name, &exception).await;
+
+    // Before expiry: the excepted pod is admitted, the other still denied, and the exception
+    // says it is honoured.
+    eventually(
+        &format!("{engine}: the excepted pod admitted"),
+        CONVERGE,
+        async |seen| {
+            let admitted = privileged_pod(&client, ns.name(), excepted.clone()).await;
+            let state = active(&exceptions, &name).await;
+            *seen = format!("{admitted:?}, Active: {state:?}");
+            (admitted.is_ok() && state == Some(("True".into(), "Active".into()))).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        Timestamp::now() < expires_at,
+        "{engine}: the exception took its whole 20 s to be honoured"
+    );
+    privileged_pod(&client, ns.name(), held.clone())
+        .await
+        .expect_err("a pod the exception does not select is still denied");
+
+    // At expiry: denied again, the exception says why it is no longer honoured.
+    let wait = Duration::try_from(expires_at.duration_since(Timestamp::now())).unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    let started = Instant::now();
+    let denial = eventually(
+        &format!("{engine}: the excepted pod denied after expiry"),
+        CONVERGE,
+        async |seen| {
+            let admitted = privileged_pod(&client, ns.name(), excepted.clone()).await;
+            *seen = format!("{admitted:?}");
+            let denied = admitted.err()?;
+            Some((Timestamp::now(), denied))
+        },
+    )
+    .await;
+    let lag = Duration::try_from(denial.0.duration_since(expires_at)).unwrap_or_default();
+    eprintln!(
+        "{engine}: denied {lag:?} after expiresAt ({:?} of polling): {}",
+        started.elapsed(),
+        denial.1
+    );
+    eventually(
+        &format!("{engine}: the exception Expired"),
+        CONVERGE,
+        async |seen| {
+            let state = active(&exceptions, &name).await;
+            *seen = format!("{state:?}");
+            (state == Some(("False".into(), "Expired".into()))).then_some(())
+        },
+    )
+    .await;
+    unbind_cluster(&client, &csib).await;
+}
+
+#[tokio::test]
+async fn kyverno_honours_an_exception_until_it_expires() {
+    an_exception_holds_until_it_expires(crate::kyverno::cluster(KyvernoApi::Legacy), "kyverno")
+        .await;
+}
+
+#[tokio::test]
+async fn kyverno_in_cel_kinds_honours_an_exception_until_it_expires() {
+    an_exception_holds_until_it_expires(crate::kyverno::cluster(KyvernoApi::Cel), "kyverno (CEL)")
+        .await;
+}
+
+#[tokio::test]
+async fn the_admission_engine_honours_an_exception_until_it_expires() {
+    an_exception_holds_until_it_expires(crate::admission::cluster(), "admission").await;
+}
