@@ -102,6 +102,44 @@ pub enum EngineState {
     Pending,
     /// It cannot enforce this intent here (see the intent's reasons).
     Failed,
+    /// Its native objects are in the cluster, but a dry run of an object they forbid was
+    /// admitted: it does not act on them (see the intent's `liveness`).
+    NotLive,
+}
+
+/// What the last probe of an engine's enforcement found: the operator submits, as a
+/// server-side dry run (nothing is stored), an object the intent forbids and sees whether the
+/// engine refuses it.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum LiveState {
+    /// The engine refused the probe with its own message: enforcement is live.
+    Live,
+    /// The probe was admitted: the engine's objects are in the cluster and do nothing.
+    NotLive,
+    /// The probe was refused by something else (a webhook that could not be called and fails
+    /// closed, PodSecurity admission, another policy), or could not be sent: nothing violating
+    /// was admitted, but the engine's own decision was not seen.
+    Unverified,
+    /// No probe is sent for this intent (its engines cannot be probed by a dry run, probes are
+    /// off, or no probe object can be made): nothing is known either way.
+    NotProbed,
+}
+
+/// Whether an intent's enforcement is live, by the last probe of each engine that enforces it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Liveness {
+    /// The worst state of the engines probed (`NotLive` before `Unverified` before `Live`).
+    pub state: LiveState,
+    /// CamelCase cause, e.g. `EnforcementNotLive`, `DeniedElsewhere`, `NotProbeable`.
+    pub reason: String,
+    /// What the probe saw, for people.
+    pub message: String,
+    /// When the probe that decided it was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probed_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// One engine's share in enforcing an intent.
@@ -159,6 +197,10 @@ pub struct IntentCoverage {
     /// been measured either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_proof: Option<bool>,
+    /// Whether its enforcement is live, by the operator's periodic dry-run probes; absent
+    /// while probes are off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness: Option<Liveness>,
     /// The SecurityIntentExceptions in force that let the workload out of the intent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exceptions: Vec<ExceptionCoverage>,

@@ -61,4 +61,9 @@ pub mod condition {
     pub const REASON_RECONCILING: &str = "Reconciling";
     /// A cluster binding selects no namespace its per-namespace intents could apply to.
     pub const REASON_NO_NAMESPACE_SELECTED: &str = "NoNamespaceSelected";
+    /// A server-side dry run of an object the policy forbids was admitted: the engine's
+    /// objects are in the cluster, but the engine does not act on them (its webhook is gone,
+    /// it ignores failures while down, its binding was removed). Stalls: nothing the operator
+    /// writes restores it.
+    pub const REASON_ENFORCEMENT_NOT_LIVE: &str = "EnforcementNotLive";
 }

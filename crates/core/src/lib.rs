@@ -24,6 +24,7 @@ pub mod plan;
 pub mod policy;
 pub mod posture;
 pub mod preview;
+pub mod probes;
 pub mod reports;
 pub mod status;
 pub mod validation;

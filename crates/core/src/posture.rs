@@ -106,6 +106,9 @@ pub struct PolicyFacts<'a> {
     /// The binding that controls the policy.
     pub binding: Option<Reference>,
     pub protected: &'a ProtectedNamespaces,
+    /// What the probes found of an (intent ID, engine) of this policy; `None` while probes
+    /// are off (no liveness is reported then).
+    pub probes: Option<crate::probes::Lookup<'a>>,
 }
 
 /// Why an intent (`id`) of a policy is not simply protected: the translation's problems, its
@@ -136,6 +139,7 @@ fn intent_reasons(
                 reason::NATIVE_POLICY_MISSING,
                 "some of its native objects are not in the cluster",
             ),
+            EngineState::NotLive => (crate::probes::reason::NOT_LIVE, crate::probes::NOT_LIVE),
             _ => continue,
         };
         // The translation reports a missing engine already when it knows.
@@ -185,7 +189,10 @@ impl PolicyCoverage {
             .enumerate()
             .filter_map(|(index, rule)| {
                 let audited = rule.rule.action == crate::engines::AUDIT;
-                let engines = engine_coverage(facts, index, &rule.id, audited)?;
+                let mut engines = engine_coverage(facts, index, &rule.id, audited)?;
+                let liveness = facts
+                    .probes
+                    .map(|p| crate::probes::judge(&mut engines, &rule.id, p));
                 let reasons = intent_reasons(facts, &rule.id, &engines, audited);
                 let in_force = engines
                     .iter()
@@ -216,6 +223,7 @@ impl PolicyCoverage {
                     engines,
                     reasons,
                     tenant_proof,
+                    liveness,
                     // Per workload: see `excepting`.
                     exceptions: Vec::new(),
                 })
@@ -671,6 +679,7 @@ mod tests {
                 name: "dns".into(),
             }),
             protected: &ProtectedNamespaces::default(),
+            probes: None,
         });
         let workload = Workload {
             namespace: "shop".into(),
@@ -703,6 +712,7 @@ mod tests {
             intent_writer: &|_| None,
             binding: None,
             protected: &ProtectedNamespaces::default(),
+            probes: None,
         })
     }
 

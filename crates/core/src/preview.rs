@@ -426,7 +426,10 @@ fn engine_preview(
                         .unwrap_or_default(),
                 ),
             },
-            EngineState::Enforcing | EngineState::External | EngineState::Failed => Ok(Vec::new()),
+            EngineState::Enforcing
+            | EngineState::External
+            | EngineState::Failed
+            | EngineState::NotLive => Ok(Vec::new()),
         },
     }
 }
@@ -625,6 +628,7 @@ mod tests {
             intent_writer: &|_| None,
             binding,
             protected: &Default::default(),
+            probes: None,
         })
     }
 

@@ -382,6 +382,7 @@ mod tests {
                 message: "because".into(),
             }],
             tenant_proof: None,
+            liveness: None,
             exceptions: Vec::new(),
         }
     }
@@ -406,6 +407,22 @@ mod tests {
 
     /// pass when enforced, warn when audited, skip when only an uninstalled engine is
     /// missing, fail otherwise; one result per intent, in order.
+    /// An engine whose enforcement probe was admitted fails the intent (the posture's verdict
+    /// and reasons), even though its objects are in the cluster.
+    #[test]
+    fn enforcement_not_live_fails() {
+        let report = workload_report(
+            &web(),
+            &posture(vec![intent(
+                "escapeToHost",
+                Verdict::Unprotected,
+                &[("kyverno", EngineState::NotLive)],
+            )]),
+        )
+        .expect("a report");
+        assert_eq!(report.results[0].result, "fail");
+    }
+
     #[test]
     fn each_intent_is_one_result_judged_as_the_posture_judges_it() {
         use EngineState::*;

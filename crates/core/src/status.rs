@@ -728,6 +728,7 @@ mod tests {
             condition::REASON_APPLY_FAILED,
             condition::REASON_POLICY_CONFLICT,
             condition::REASON_NOT_BOUND,
+            condition::REASON_ENFORCEMENT_NOT_LIVE,
         ] {
             let policy: NimbusPolicy = reported("NimbusPolicy", Some(reason));
             let binding = sib(&["a"], &[]);
@@ -1140,6 +1141,7 @@ mod tests {
             (condition::REASON_INVALID_PARAMETER, true),
             (condition::REASON_ENGINE_DISABLED, true),
             (condition::REASON_NOT_BOUND, true),
+            (condition::REASON_ENFORCEMENT_NOT_LIVE, true),
             (condition::REASON_INTENT_NOT_FOUND, false),
             (condition::REASON_ENGINE_NOT_INSTALLED, false),
             (condition::REASON_ENGINE_NOT_READY, false),

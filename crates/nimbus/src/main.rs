@@ -113,6 +113,17 @@ pub struct RunArgs {
     /// time, so this bounds the operator's requests in flight (5 controllers).
     #[arg(long, default_value_t = nimbus_operator::DEFAULT_RECONCILE_CONCURRENCY)]
     reconcile_concurrency: u16,
+    /// Whether the leader proves enforcement live: it sends, as a server-side dry run (nothing
+    /// stored), a pod each enforced admission intent forbids, and reports an admitted one as
+    /// `EnforcementNotLive` (needs `create` on pods, which the chart grants only then).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "NIMBUS_ENFORCEMENT_PROBES")]
+    enforcement_probes: bool,
+    /// How often each enforced admission intent is probed.
+    #[arg(long, default_value = "1m", value_parser = nonzero_duration)]
+    enforcement_probe_period: Duration,
+    /// Probes sent per period at most; the others come round in the next periods.
+    #[arg(long, default_value_t = nimbus_operator::probes::DEFAULT_CAP, value_parser = clap::value_parser!(u16).range(1..))]
+    enforcement_probe_cap: u16,
     /// The longest a SecurityIntentException may last from its creation; one set to expire
     /// later is not honoured.
     #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
@@ -242,6 +253,15 @@ impl ElectionArgs {
     }
 }
 
+/// A duration that is not zero.
+fn nonzero_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("must be longer than zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -258,6 +278,12 @@ impl RunArgs {
             reconcile_concurrency: self.reconcile_concurrency,
             instance: self.instance.clone(),
             posture: self.posture.config(),
+            probes: self
+                .enforcement_probes
+                .then_some(nimbus_operator::probes::Config {
+                    period: self.enforcement_probe_period,
+                    cap: self.enforcement_probe_cap,
+                }),
             exception_max_duration: self.exception_max_duration.try_into()?,
             ..Default::default()
         };

@@ -71,7 +71,7 @@ fn promtool_checks_and_tests_the_rendered_rules() {
     )
     .expect("copying the rule tests");
     let checked = common::run_tool("promtool", &["check", "rules", utf8(&rules)]);
-    assert!(checked.contains("SUCCESS: 7 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 8 rules found"), "{checked}");
     let tested = common::run_tool("promtool", &["test", "rules", utf8(&tests)]);
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
@@ -221,6 +221,8 @@ async fn alerts_and_dashboard_query_only_exported_metrics() {
     std::fs::write(&key, &serving.key_pem).expect("tls.key");
     let posture_addr = format!("127.0.0.1:{}", nimbus_testenv::free_port().expect("a port"));
     let posture = [
+        // The leader's probes set nimbus_enforcement_not_live (NimbusEnforcementNotLive).
+        "--enforcement-probes=true",
         "--posture-addr",
         &posture_addr,
         "--posture-tls-cert-file",

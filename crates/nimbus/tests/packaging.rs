@@ -669,6 +669,36 @@ fn the_engine_preference_is_a_chart_value() {
     );
 }
 
+/// Enforcement probes are a chart value, off by default: only when on are the flags passed and
+/// `create` on pods granted (the probes' dry runs need it; the operator creates nothing else
+/// of the kind).
+#[test]
+fn enforcement_probes_are_a_chart_value_and_grant_pods_only_when_on() {
+    let pods = ("".to_owned(), "pods".to_owned(), "create".to_owned(), None);
+    for (values, on) in [
+        (&[][..], false),
+        (
+            &[
+                "enforcementProbes.enabled=true",
+                "enforcementProbes.period=30s",
+                "enforcementProbes.cap=7",
+            ][..],
+            true,
+        ),
+    ] {
+        let objects = helm_template(values);
+        let deployment = only(&objects, "Deployment", RELEASE);
+        let on_flag = if on { "true" } else { "false" };
+        assert_eq!(flag(deployment, "--enforcement-probes"), Some(on_flag));
+        let period = flag(deployment, "--enforcement-probe-period");
+        assert_eq!(period, on.then_some("30s"), "{values:?}");
+        let cap = flag(deployment, "--enforcement-probe-cap");
+        assert_eq!(cap, on.then_some("7"), "{values:?}");
+        let granted = grants(&only(&objects, "ClusterRole", RELEASE)["rules"]);
+        assert_eq!(granted.contains(&pods), on, "{values:?}");
+    }
+}
+
 #[test]
 fn disabled_engines_lose_their_permissions_and_objects() {
     let objects = helm_template(ENGINES_OFF);

@@ -54,6 +54,8 @@ pub struct Context {
     /// Per object (`kind/namespace/name`) failing now: its consecutive failed reconciles and
     /// when the first of them failed, for backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, Failing>>,
+    /// What the leader's dry-run probes found of enforcement; `None` while probes are off.
+    pub probes: Option<crate::liveness::Probes>,
 }
 
 /// The exceptions and how long one may last.

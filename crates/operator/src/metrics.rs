@@ -64,6 +64,14 @@ pub struct ReadyLabels {
     pub ready: &'static str,
 }
 
+/// A probe of an engine's enforcement and what it found (`DeniedByEngine`,
+/// `EnforcementNotLive`, `DeniedElsewhere`, `WebhookCallFailed`, `ProbeFailed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    pub engine: &'static str,
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
@@ -99,6 +107,11 @@ pub struct Metrics {
     /// [`Self::workloads`], so only where the posture API runs.
     pub exception_expiry: Family<ExceptionLabels, Gauge>,
     pub time_to_protect: TimeToProtect,
+    /// Dry-run probes sent by the leader, by engine and outcome.
+    pub probes: Family<ProbeLabels, Counter>,
+    /// (policy, intent) pairs whose last probe was admitted, by engine: enforcement written but
+    /// not live. Set by the leader, which probes.
+    pub not_live: Family<EngineLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -124,6 +137,8 @@ impl Default for Metrics {
             }),
             exception_expiry: Family::default(),
             time_to_protect: TimeToProtect::new(),
+            probes: Family::default(),
+            not_live: Family::default(),
         };
         let mut registry = Registry::with_prefix("nimbus");
         metrics.register_operator(&mut registry);
@@ -178,6 +193,16 @@ impl Metrics {
             "events_queued",
             "Kubernetes Events waiting to be written",
             self.events_queued.clone(),
+        );
+        registry.register(
+            "enforcement_probes",
+            "Dry-run probes of engines' enforcement sent, by engine and outcome",
+            self.probes.clone(),
+        );
+        registry.register(
+            "enforcement_not_live",
+            "Bound intents whose engine admitted a dry-run probe it should refuse, by engine (set by the leader)",
+            self.not_live.clone(),
         );
         registry.register(
             "leader",

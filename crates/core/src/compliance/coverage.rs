@@ -201,7 +201,10 @@ fn intent_status(intent: &IntentCoverage) -> (Status, Vec<&'static str>) {
                 }
             }
             EngineState::Auditing => audited = true,
-            EngineState::NotInstalled | EngineState::Pending | EngineState::Failed => {}
+            EngineState::NotInstalled
+            | EngineState::Pending
+            | EngineState::Failed
+            | EngineState::NotLive => {}
         }
     }
     let status = match (proven.is_empty(), enforced, audited) {
@@ -370,6 +373,7 @@ mod tests {
                 .collect(),
             reasons: vec![],
             tenant_proof: None,
+            liveness: None,
             exceptions: Vec::new(),
         }
     }

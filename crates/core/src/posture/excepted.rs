@@ -109,6 +109,7 @@ mod tests {
             engines: Vec::new(),
             reasons: Vec::new(),
             tenant_proof: None,
+            liveness: None,
             exceptions: Vec::new(),
         };
         let mut not_honoured = honoured.clone();

@@ -47,6 +47,7 @@ pub fn reconciling(message: String, generation: Option<i64>) -> Condition {
 /// | `InvalidParameter` | yes, even when the default is used instead | the parameter as written is not applied |
 /// | `EngineDisabled` | yes | `--disable-engines` is the operator's configuration |
 /// | `NotBound` | yes | no binding generates this policy |
+/// | `EnforcementNotLive` | yes | a dry run of what the intent forbids was admitted: the engine does not act, and nothing the operator writes makes it |
 /// | `IntentNotFound` | no | the intent may be applied after the binding (watched) |
 /// | `EngineNotInstalled` | no | the operator starts an engine when its CRDs appear (watched) |
 /// | `EngineNotReady` | no | the k8tls namespace or virtual-patch database may appear (watched) |
@@ -64,6 +65,7 @@ pub fn stalls(reason: &str) -> bool {
         condition::REASON_INVALID_PARAMETER,
         condition::REASON_ENGINE_DISABLED,
         condition::REASON_NOT_BOUND,
+        condition::REASON_ENFORCEMENT_NOT_LIVE,
     ]
     .contains(&reason)
 }

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 const DECIDER: &str = "kube-apiserver v1.36";
 
 /// A control plane with the Nimbus and engine CRDs installed, no operator yet.
-async fn control_plane() -> ControlPlane {
+pub(crate) async fn control_plane() -> ControlPlane {
     let cp = ControlPlane::start(Options::default())
         .await
         .expect("control plane");

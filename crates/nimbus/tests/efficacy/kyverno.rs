@@ -64,7 +64,15 @@ subjects:
 
 pub(crate) struct Kyverno {
     pub(crate) control_plane: ControlPlane,
-    _admission: Child,
+    /// The admission controller (its webhooks); `probes.rs` stops and restarts it.
+    pub(crate) admission: Child,
+    /// How the admission controller was started: binary, arguments, environment, directory.
+    admission_command: (
+        PathBuf,
+        Vec<String>,
+        Vec<(&'static str, &'static str)>,
+        PathBuf,
+    ),
     _background: Child,
     _reports: Child,
 }
@@ -168,14 +176,16 @@ pub(crate) async fn stack() -> Kyverno {
             ("METRICS_CONFIG", OsStr::new("kyverno-metrics")),
         ]
     };
-    let admission = Child::spawn(
-        "kyverno",
-        &bin.join("kyverno"),
-        &admission_args,
-        &env("kyverno-0", "kyverno-admission-controller"),
-        &dir,
-    )
-    .expect("starting Kyverno");
+    let admission_env = env("kyverno-0", "kyverno-admission-controller")
+        .map(|(k, v)| (k, v.to_str().expect("ASCII")))
+        .to_vec();
+    let admission_command = (
+        bin.join("kyverno"),
+        admission_args,
+        admission_env,
+        dir.clone(),
+    );
+    let admission = spawn_admission(&admission_command);
     let background = Child::spawn(
         "kyverno-background",
         &bin.join("background-controller"),
@@ -241,10 +251,31 @@ pub(crate) async fn stack() -> Kyverno {
 
     Kyverno {
         control_plane,
-        _admission: admission,
+        admission,
+        admission_command,
         _background: background,
         _reports: reports,
     }
+}
+
+impl Kyverno {
+    /// Starts the admission controller again, as [`stack`] first did (after a kill).
+    pub(crate) fn restart_admission(&mut self) {
+        self.admission = spawn_admission(&self.admission_command);
+    }
+}
+
+#[allow(clippy::type_complexity)]
+fn spawn_admission(
+    (binary, args, env, dir): &(
+        PathBuf,
+        Vec<String>,
+        Vec<(&'static str, &'static str)>,
+        PathBuf,
+    ),
+) -> Child {
+    let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, OsStr::new(*v))).collect();
+    Child::spawn("kyverno", binary, args, &env, dir).expect("starting Kyverno")
 }
 
 /// Runs the operator on `control_plane`, writing Kyverno policies in `kinds`, in a thread of its

@@ -27,6 +27,7 @@ mod matrix;
 mod netpol;
 mod pod_security;
 mod pod_specs;
+mod probes;
 mod rbac;
 
 use common::{CONVERGE, apply, get, unique};

@@ -101,6 +101,12 @@ async fn sync<P: Translated>(
     let pruned = prune_natives(ctx, &uid, &plan, handover.as_ref()).await?;
     announce(ctx, policy, current, &natives, &pruned);
 
+    let mut plan = plan;
+    if let Some(probes) = &ctx.probes {
+        let not_live = |intent: &str, engine| probes.not_live(&uid, intent, engine);
+        let problems = nimbus_core::probes::problems(input.rules, &plan.translation, not_live);
+        plan.translation.problems.extend(problems);
+    }
     let status = status::policy_status(&plan, policy.meta().generation, &natives);
     let api = policy.api(ctx);
     update_status(ctx, &api, policy, current, status.clone()).await?;

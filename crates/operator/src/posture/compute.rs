@@ -374,7 +374,8 @@ impl Memo {
                 if claim != Claim::NotBound {
                     planned.push(preview::planned(input, &env, &plan.engines));
                 }
-                coverage.push(policy_coverage(ctx, input, &plan, binding));
+                let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+                coverage.push(policy_coverage(ctx, input, &plan, binding, conditions));
             };
         for np in ctx.policies.state() {
             let uid = np.uid().unwrap_or_default();

@@ -53,6 +53,9 @@ pub struct Config {
     /// Reconciles each controller runs at once (0: no limit). Each reconcile sends its
     /// requests one after another, so this also bounds the operator's requests in flight.
     pub reconcile_concurrency: u16,
+    /// How often the leader probes enforcement by dry run (see [`crate::probes`]); `None`:
+    /// never.
+    pub probes: Option<crate::probes::Config>,
     /// The longest a SecurityIntentException may last from its creation.
     pub exception_max_duration: SignedDuration,
 }
@@ -98,6 +101,7 @@ impl Default for Config {
             protected_namespaces: None,
             posture: None,
             reconcile_concurrency: DEFAULT_RECONCILE_CONCURRENCY,
+            probes: None,
             exception_max_duration: exceptions::DEFAULT_MAX_DURATION,
         }
     }

@@ -299,6 +299,8 @@ fn translation_inputs_changed(
     t: &Triggers,
 ) -> BoxStream<'static, ()> {
     let mut streams = vec![t.availability_changed(), t.leadership_gained()];
+    // A probe found an engine's enforcement live or not: statuses say so.
+    streams.extend(ctx.probes.as_ref().map(|p| p.changes()));
     streams.extend(
         caches
             .facts

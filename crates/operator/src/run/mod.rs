@@ -46,9 +46,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         leading: leadership.leading.clone(),
         started: started.0.clone(),
     };
-    let ctx = Arc::new(context(
-        &client, &config, &caches, &metrics, events, signals,
-    ));
+    let ctx = context(&client, &config, &caches, &metrics, events, signals);
     let triggers = Triggers {
         served: served.clone(),
         leading: leadership.leading.clone(),
@@ -56,6 +54,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         concurrency: config.reconcile_concurrency,
     };
 
+    start_probes(&ctx, &config, &shutdown);
     let controllers = futures::future::join_all([
         intent_controller(&ctx, &mut caches, &triggers),
         binding_controller(&ctx, &mut caches, &triggers),
@@ -97,6 +96,19 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
     ctx.events.flush(Duration::from_secs(2)).await;
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// Starts the leader's enforcement probes, where configured.
+fn start_probes(ctx: &Arc<Context>, config: &Config, shutdown: &CancellationToken) {
+    if let (Some(probes), Some(probe_config)) = (&ctx.probes, &config.probes) {
+        let prober = crate::probes::run(
+            ctx.clone(),
+            probes.clone(),
+            probe_config.clone(),
+            shutdown.clone(),
+        );
+        tokio::spawn(prober);
+    }
 }
 
 /// Starts the health endpoints and the metrics endpoint, where configured. Each is its own
@@ -147,6 +159,10 @@ async fn start_posture(
     let (workloads, mut watches) =
         posture::Workloads::watch(client, kyverno, posture_config.reports);
     inputs(&mut watches);
+    // What the probes found, and when, is part of the posture.
+    watches
+        .changes
+        .extend(ctx.probes.as_ref().map(|p| p.answers()));
     posture::start(
         posture_config,
         client,
@@ -240,8 +256,8 @@ fn context(
     metrics: &Metrics,
     events: Events,
     signals: Signals,
-) -> Context {
-    Context {
+) -> Arc<Context> {
+    Arc::new(Context {
         client: client.clone(),
         events,
         resync: config.resync,
@@ -287,5 +303,6 @@ fn context(
         translating: Default::default(),
         failures: Default::default(),
         protected_namespaces: config.protected(),
-    }
+        probes: config.probes.as_ref().map(|_| Default::default()),
+    })
 }

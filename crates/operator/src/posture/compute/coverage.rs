@@ -20,6 +20,7 @@ pub(super) fn policy_coverage(
     input: &PolicyInput,
     plan: &PolicyPlan,
     binding: Option<Reference>,
+    conditions: &[nimbus_api::Condition],
 ) -> PolicyCoverage {
     let present = |g: &engines::Generated| {
         ctx.natives
@@ -45,6 +46,18 @@ pub(super) fn policy_coverage(
             .find(|(_, intent_id, ..)| intent_id == id)
             .map(|(.., writer)| writer.clone())
     };
+    // The leader probes; a standby knows what the leader wrote in the policy's status.
+    let leading = *ctx.leading.borrow();
+    let probes = ctx.probes.as_ref().map(|probes| {
+        let uid = input.owner.uid.clone();
+        move |intent: &str, engine| {
+            if leading {
+                probes.probed(&uid, intent, engine)
+            } else {
+                nimbus_core::probes::from_status(conditions, intent, engine)
+            }
+        }
+    });
     PolicyCoverage::new(&PolicyFacts {
         input,
         translation: &plan.translation,
@@ -55,6 +68,7 @@ pub(super) fn policy_coverage(
         intent_writer: &intent_writer,
         binding,
         protected: &ctx.protected_namespaces,
+        probes: probes.as_ref().map(|p| p as _),
     })
 }
 
