@@ -7,6 +7,7 @@
 //! means for status and posture; the operator sends the requests.
 
 use crate::engines::{Engine, Problem, Translation};
+use crate::exceptions::Excepted;
 use crate::intents::id;
 use crate::namespaces::{self, ProtectedNamespaces};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
@@ -89,6 +90,8 @@ pub struct Target<'a> {
     pub selector: &'a LabelSelector,
     pub rules: &'a [nimbus_api::NimbusRule],
     pub translation: &'a Translation,
+    /// The SecurityIntentExceptions in force for it: a probe they would let out proves nothing.
+    pub exceptions: &'a [Excepted],
 }
 
 /// The probes of `target`: one per blocking rule and engine that writes objects for it and can
@@ -102,6 +105,7 @@ pub fn plan(target: &Target, namespaces: &[String], protected: &ProtectedNamespa
         selector,
         rules,
         translation,
+        exceptions,
     } = *target;
     let mut planned = Planned::default();
     for (index, rule) in rules.iter().enumerate() {
@@ -132,7 +136,23 @@ pub fn plan(target: &Target, namespaces: &[String], protected: &ProtectedNamespa
                 planned.not_probed.push((key, why.to_owned()));
                 continue;
             };
+            let excepting = |pod: &Value| {
+                let labels: BTreeMap<String, String> =
+                    serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap_or_default();
+                exceptions.iter().find(|e| {
+                    e.namespace == target
+                        && e.intents.contains(&rule.id)
+                        && Selector::try_from(e.selector.clone()).is_ok_and(|s| s.matches(&labels))
+                })
+            };
             match probe_pod(selector, &key) {
+                Some(pod) if let Some(e) = excepting(&pod) => planned.not_probed.push((
+                    key,
+                    format!(
+                        "SecurityIntentException {} lets the probe object out of the intent",
+                        e.name
+                    ),
+                )),
                 Some(pod) => planned.probes.push(Probe {
                     key,
                     namespace: target,

@@ -118,22 +118,25 @@ fn plan(ctx: &Context) -> (Vec<Due1>, BTreeMap<Key, String>) {
         probes: Vec::new(),
         unprobeable: BTreeMap::new(),
     };
+    // With the exceptions in force, as the policies are translated.
+    let now = jiff::Timestamp::now();
+    let excepted = |input: &mut PolicyInput| {
+        input.exceptions = ctx
+            .exceptions_in_force(input.binding.as_ref(), input.namespace.as_deref(), now)
+            .0;
+    };
     for np in ctx.policies.state() {
         let Some(uid) = np.uid() else { continue };
-        due.add(
-            &PolicyInput::namespaced(&np, &uid),
-            np.status.as_ref(),
-            ctx.claim(&np),
-        );
+        let mut input = PolicyInput::namespaced(&np, &uid);
+        excepted(&mut input);
+        due.add(&input, np.status.as_ref(), ctx.claim(&np));
     }
     for cnp in ctx.cluster_policies.state() {
         let Some(uid) = cnp.uid() else { continue };
         let claim = ctx.cluster_claim(&cnp);
-        due.add(
-            &PolicyInput::cluster(&cnp, &uid),
-            cnp.status.as_ref(),
-            claim,
-        );
+        let mut input = PolicyInput::cluster(&cnp, &uid);
+        excepted(&mut input);
+        due.add(&input, cnp.status.as_ref(), claim);
     }
     due.probes.sort_by(|a, b| a.probe.key.cmp(&b.probe.key));
     (due.probes, due.unprobeable)
@@ -191,6 +194,7 @@ impl Due<'_> {
             selector: &input.selector,
             rules: input.rules,
             translation: &plan.translation,
+            exceptions: &input.exceptions,
         };
         let planned = probes::plan(&target, &self.namespaces, &ctx.protected_namespaces);
         // Only what the engine has in force (its objects in the cluster, controlled by the

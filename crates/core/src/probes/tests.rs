@@ -427,6 +427,7 @@ fn an_admitted_probe_stalls_the_policy() {
             selector: &np.spec.selector,
             rules: input.rules,
             translation: &translation,
+            exceptions: &[],
         },
         &[],
         &ProtectedNamespaces::default(),
@@ -434,6 +435,41 @@ fn an_admitted_probe_stalls_the_policy() {
     assert_eq!(planned.probes.len(), 1, "{planned:?}");
     assert_eq!(planned.probes[0].namespace, "shop");
     assert!(!planned.probes[0].natives.is_empty());
+    // An exception in force that would let the probe out: a probe admitted then proves
+    // nothing, so none is sent. One elsewhere, or for another intent, changes nothing.
+    let exception = |namespace: &str, intent: &str| crate::exceptions::Excepted {
+        name: "vendor-agent".into(),
+        namespace: namespace.into(),
+        selector: LabelSelector::default(),
+        intents: [intent.to_owned()].into(),
+        reason: "until 2.4".into(),
+        expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    };
+    for (excepted, probed) in [
+        (exception("shop", "escapeToHost"), false),
+        (exception("web", "escapeToHost"), true),
+        (exception("shop", "dnsManipulation"), true),
+    ] {
+        let planned = plan(
+            &Target {
+                uid: "p",
+                namespace: Some("shop"),
+                namespaces: None,
+                selector: &np.spec.selector,
+                rules: input.rules,
+                translation: &translation,
+                exceptions: std::slice::from_ref(&excepted),
+            },
+            &[],
+            &ProtectedNamespaces::default(),
+        );
+        assert_eq!(planned.probes.len(), usize::from(probed), "{excepted:?}");
+        assert_eq!(
+            planned.not_probed.len(),
+            usize::from(!probed),
+            "{excepted:?}"
+        );
+    }
 }
 
 #[test]
