@@ -8,9 +8,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-/// API group of the exception kinds.
-pub const EXCEPTION_GROUP: &str = "exceptions.security.nimbus.com";
-
 /// The binding an exception is taken from.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 pub struct ExceptedBinding {

@@ -32,7 +32,7 @@ pub use binding::{
     SecurityIntentBindingSpec, SecurityIntentBindingStatus, WorkloadScope, mode,
 };
 pub use exception::{
-    EXCEPTION_GROUP, ExceptedBinding, SecurityIntentException, SecurityIntentExceptionSpec,
+    ExceptedBinding, SecurityIntentException, SecurityIntentExceptionSpec,
     SecurityIntentExceptionStatus,
 };
 pub use intent::{
