@@ -135,6 +135,12 @@ pub static PROOFS: &[Proof] = &[
         "kyverno-virtualPatch",
     ),
     proof(
+        "virtualPatch",
+        Engine::Kyverno,
+        "virtual_patch_in_cel_kinds_generates_the_patches_where_a_selected_pod_runs_the_image",
+        "kyverno-cel-virtualPatch",
+    ),
+    proof(
         "namespaceSandbox",
         Engine::Rbac,
         "namespace_sandbox_grants_its_role_in_selected_namespaces_only",
