@@ -26,18 +26,12 @@ const PERIODS: u32 = 10;
 /// Requests the API server served, from its own `apiserver_request_total`: pod creates as dry
 /// runs, pod creates for real, and writes of Nimbus kinds and engines' kinds.
 async fn counted(client: &Client) -> (u64, u64, u64) {
-    let request = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("request");
-    let text = client
-        .request_text(request)
-        .await
-        .expect("apiserver /metrics");
+    let served = common::apiserver_requests(client).await;
     let sum = |keep: &dyn Fn(&str) -> bool| {
-        text.lines()
-            .filter(|l| l.starts_with("apiserver_request_total{") && keep(l))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+        (served.iter())
+            .filter(|(series, _)| keep(series))
+            .map(|(_, count)| count)
+            .sum::<u64>()
     };
     let pod_create = |l: &str| {
         l.contains(r#"resource="pods""#)
@@ -51,9 +45,7 @@ async fn counted(client: &Client) -> (u64, u64, u64) {
             || nimbus_core::engines::all_kinds()
                 .iter()
                 .any(|k| l.contains(&format!(r#"resource="{}""#, k.plural)));
-        ours && ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-            .iter()
-            .any(|v| l.contains(&format!(r#"verb="{v}""#)))
+        ours && common::is_write(l)
     });
     (dry, real, writes)
 }

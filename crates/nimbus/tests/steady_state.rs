@@ -21,23 +21,12 @@ const RESYNC: Duration = Duration::from_secs(2);
 /// (status included), for the native objects engines generate and for policy reports; and for
 /// Leases.
 async fn operator_writes(client: &Client) -> (u64, u64) {
-    let request = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("request");
-    let text = client
-        .request_text(request)
-        .await
-        .expect("apiserver /metrics");
+    let served = common::apiserver_requests(client).await;
     let writes = |resource: &dyn Fn(&str) -> bool| {
-        text.lines()
-            .filter(|l| l.starts_with("apiserver_request_total{") && resource(l))
-            .filter(|l| {
-                ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-                    .iter()
-                    .any(|v| l.contains(&format!(r#"verb="{v}""#)))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+        (served.iter())
+            .filter(|(series, _)| resource(series) && common::is_write(series))
+            .map(|(_, count)| count)
+            .sum::<u64>()
     };
     let ours = writes(&|l| {
         l.contains(r#"group="intent.security.nimbus.com""#)

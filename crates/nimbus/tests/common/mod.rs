@@ -794,3 +794,29 @@ pub fn with_front_proxy_certificate(cp: &ControlPlane, mut config: kube::Config)
     config.auth_info.client_key = Some(key.display().to_string());
     config
 }
+
+/// What the API server served, from its own `apiserver_request_total`: each series' labels and
+/// count.
+pub async fn apiserver_requests(client: &Client) -> Vec<(String, u64)> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client
+        .request_text(request)
+        .await
+        .expect("apiserver /metrics");
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter_map(|l| {
+            let (series, count) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), count.parse::<f64>().ok()? as u64))
+        })
+        .collect()
+}
+
+/// Whether a series of `apiserver_request_total` counts writes.
+pub fn is_write(series: &str) -> bool {
+    ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+        .iter()
+        .any(|v| series.contains(&format!(r#"verb="{v}""#)))
+}
