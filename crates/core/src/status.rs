@@ -20,7 +20,7 @@ mod conditions;
 mod policy;
 pub(crate) use conditions::condition;
 use conditions::{Stall, with_kstatus};
-pub use conditions::{bounded, ready, reconciling, stalls};
+pub use conditions::{bounded, change_ended, ready, reconciling, stalls};
 use policy::policy_conditions;
 pub use policy::{NativeOutcome, NativeResult, policy_ready, policy_status};
 
@@ -979,6 +979,46 @@ mod tests {
         // Anything known is written.
         assert!(!only_pending(&[], &[done(1)]));
         assert!(!only_pending(&[done(1)], &[ready(false, "X", "", Some(2))]));
+    }
+
+    #[test]
+    fn a_change_ends_when_it_is_in_force_or_stalled_not_while_it_waits() {
+        let waiting = |generation| {
+            let ready = ready(
+                false,
+                condition::REASON_INTENT_NOT_FOUND,
+                "",
+                Some(generation),
+            );
+            conditions::with_kstatus(ready, conditions::Stall::default())
+        };
+        let stalled = |generation| {
+            let mut stall = conditions::Stall::default();
+            stall.add(condition::REASON_UNSUPPORTED_INTENT, "no such intent");
+            let ready = ready(
+                false,
+                condition::REASON_UNSUPPORTED_INTENT,
+                "",
+                Some(generation),
+            );
+            conditions::with_kstatus(ready, stall)
+        };
+        let done = |generation| vec![ready(true, condition::REASON_READY, "", Some(generation))];
+        let cases = [
+            ("in force at this generation", done(2), true),
+            ("stalled at this generation", stalled(2), true),
+            (
+                "waiting for an intent at this generation",
+                waiting(2),
+                false,
+            ),
+            ("in force at an older generation", done(1), false),
+            ("stalled at an older generation", stalled(1), false),
+            ("no status yet", vec![], false),
+        ];
+        for (what, conditions, ended) in cases {
+            assert_eq!(change_ended(&conditions, Some(2)), ended, "{what}");
+        }
     }
 
     #[test]

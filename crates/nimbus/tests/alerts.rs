@@ -205,8 +205,8 @@ fn the_name_scanner_reads_promql() {
 }
 
 /// Runs an operator process on the test control plane, with the posture computed, and makes
-/// every metric the alerts and dashboard read move: a binding whose native object is refused
-/// (a reconcile error), then allowed (its time to protect), then changed to another intent (a
+/// every metric the alerts and dashboard read move: a binding applied before its intent, whose
+/// native object is then refused (a reconcile error), then allowed (its time to protect), then changed to another intent (a
 /// native object pruned, timed again). Then every metric the alerts and the dashboard query
 /// must be among the series it exports (a family with no sample is not exported at all).
 #[tokio::test]
@@ -253,10 +253,31 @@ async fn alerts_and_dashboard_query_only_exported_metrics() {
         .patch_status("no-netpol", &PatchParams::default(), &Patch::Merge(&status))
         .await
         .expect("the quota's status");
+    // The binding is applied before its intent (as `kubectl apply -f` of a directory may do):
+    // the change waits for the intent, and is timed from the binding's first sighting all the
+    // same.
     let bindings: Api<SecurityIntentBinding> = Api::namespaced(client.clone(), ns.name());
     let web = json!({ "app": "web" });
-    let dns = create_intent(&client, "dnsManipulation", "Block").await;
+    let dns = common::unique("si");
     apply(&bindings, "b", &common::binding("b", &[&dns], web.clone())).await;
+    eventually(
+        "the binding waiting for its intent",
+        CONVERGE,
+        async |seen| {
+            let status = bindings.get("b").await.ok()?.status?;
+            *seen = format!("{:?}", status.conditions);
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+            (ready.reason == "IntentNotFound" && ready.observed_generation.is_some()).then_some(())
+        },
+    )
+    .await;
+    let intents: Api<nimbus_api::SecurityIntent> = Api::all(client.clone());
+    apply(
+        &intents,
+        &dns,
+        &common::intent(&dns, "dnsManipulation", "Block"),
+    )
+    .await;
     let moved = async |what: &str, metric: &str, above: f64| {
         // The refused write is retried with backoff (5 s, doubling with each failure in a row,
         // and a busy machine may fail it a few times before the quota goes).

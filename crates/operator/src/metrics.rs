@@ -255,9 +255,11 @@ fn register_build_info(registry: &mut Registry) {
 /// native object of a policy that change rewrote has been written (created, updated or found
 /// as generated; none failed or held by another owner). Only what this replica saw from start
 /// to end is measured: a change that rewrote no policy (a label, a typo in a selector), a
-/// policy rewritten for another reason (an intent or a namespace changed, drift undone), or a
-/// leader change halfway are not. One observation per rewritten policy, so a cluster binding
-/// fanning out to many namespaces counts once per namespace.
+/// policy rewritten for another reason once the change was in force or stalled (an intent or a
+/// namespace changed, drift undone), or a leader change halfway are not. A change waiting for
+/// its intent is still under way: the intent's arrival rewrites its policy within the
+/// measurement. One observation per rewritten policy, so a cluster binding fanning out to many
+/// namespaces counts once per namespace.
 #[derive(Clone)]
 pub struct TimeToProtect {
     histogram: Histogram,
@@ -298,17 +300,12 @@ impl TimeToProtect {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The binding with `uid` is being reconciled at `generation`; `reported`: its status
-    /// already says it observed that generation. Returns when the change was first seen, while
-    /// it is not reported.
-    pub fn binding_seen(
-        &self,
-        uid: &str,
-        generation: Option<i64>,
-        reported: bool,
-    ) -> Option<Instant> {
+    /// The binding with `uid` is being reconciled at `generation`; `ended`: its status already
+    /// says that generation is in force or stalled. Returns when the change was first seen,
+    /// while it has not ended.
+    pub fn binding_seen(&self, uid: &str, generation: Option<i64>, ended: bool) -> Option<Instant> {
         let mut pending = self.pending();
-        if reported {
+        if ended {
             pending.changes.remove(uid);
             return None;
         }
@@ -412,7 +409,7 @@ mod tests {
     fn time_to_protect_spans_a_change_from_first_sight_to_its_policy_protected() {
         let metrics = Metrics::default();
         let ttp = &metrics.time_to_protect;
-        // Seen at generation 2 (reported: 1), retried: still timed from the first sighting.
+        // Seen at generation 2 (ended: 1), retried: still timed from the first sighting.
         let first = ttp.binding_seen("uid", Some(2), false).expect("pending");
         assert_eq!(ttp.binding_seen("uid", Some(2), false), Some(first));
         let before_rewrite = Instant::now();
@@ -425,7 +422,7 @@ mod tests {
         ttp.protected("NimbusPolicy/ns/b", Instant::now());
         ttp.protected("NimbusPolicy/ns/b", Instant::now());
         assert_eq!(observed(&metrics), "1");
-        // Once reported, a rewrite of the policy (an intent changed) is not the binding's.
+        // Once ended, a rewrite of the policy (an intent changed) is not the binding's.
         assert_eq!(ttp.binding_seen("uid", Some(2), true), None);
         // A newer generation starts anew.
         let third = ttp.binding_seen("uid", Some(3), false).expect("pending");

@@ -70,6 +70,18 @@ pub fn stalls(reason: &str) -> bool {
     .contains(&reason)
 }
 
+/// Whether `conditions` end the change to `generation` of their object, as kstatus reads them:
+/// `Ready=True` (Current) or `Stalled=True` (Failed), observed at that generation. While it
+/// only waits for something the operator watches (`Reconciling`: an intent applied after the
+/// binding, a refused write retried), the change is still under way.
+pub fn change_ended(conditions: &[Condition], generation: Option<i64>) -> bool {
+    conditions.iter().any(|c| {
+        c.observed_generation == generation
+            && c.status == "True"
+            && [condition::READY, condition::STALLED].contains(&c.type_.as_str())
+    })
+}
+
 /// What stalls an object: the reason of the first stalling problem, and every one's message.
 #[derive(Debug, Default)]
 pub(super) struct Stall {

@@ -25,7 +25,7 @@ pub async fn reconcile(
     let change_seen = binding_change_seen(
         &ctx,
         &*sib,
-        sib.status.as_ref().and_then(|s| s.observed_generation),
+        sib.status.as_ref().map_or(&[], |s| &s.conditions),
     );
     let policies: Api<NimbusPolicy> = Api::namespaced(ctx.client.clone(), &namespace);
 

@@ -27,7 +27,7 @@ pub async fn reconcile(
     let change_seen = binding_change_seen(
         &ctx,
         &*csib,
-        csib.status.as_ref().and_then(|s| s.observed_generation),
+        csib.status.as_ref().map_or(&[], |s| &s.conditions),
     );
     let (ours, held) = observe_cluster_policy(&ctx, &csib).await?;
 

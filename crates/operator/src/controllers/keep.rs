@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::write::{Change, Executed, PolicyWrite, predates_status_write, write_policy};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
+use nimbus_api::Condition;
 use nimbus_core::status::Outcome;
 use std::sync::Arc;
 use std::time::Instant;
@@ -137,18 +138,20 @@ fn policy_rewritten<P: Resource<DynamicType = ()>>(
     }
 }
 
-/// When the change of `binding` being reconciled was first seen, unless its status already
-/// reports its generation (then no change is pending: whatever it rewrites now is not timed).
+/// When the change of `binding` being reconciled was first seen, unless its status (its
+/// `conditions`) already ends it (see [`nimbus_core::status::change_ended`]): then no change is
+/// pending, and whatever it rewrites now is not timed. A binding applied before its intent
+/// waits for it, and is timed from its own first sighting to its policy protected.
 pub(super) fn binding_change_seen<B: Resource<DynamicType = ()>>(
     ctx: &Context,
     binding: &B,
-    observed_generation: Option<i64>,
+    conditions: &[Condition],
 ) -> Option<Instant> {
     let generation = binding.meta().generation;
     ctx.metrics.time_to_protect.binding_seen(
         binding.meta().uid.as_deref().unwrap_or_default(),
         generation,
-        observed_generation == generation,
+        nimbus_core::status::change_ended(conditions, generation),
     )
 }
 
