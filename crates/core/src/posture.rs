@@ -32,6 +32,9 @@ pub mod reason {
     pub const NATIVE_POLICY_MISSING: &str = "NativePolicyMissing";
     /// The intent's action is `Audit`: what its engines write reports and blocks nothing.
     pub const AUDITED: &str = "Audited";
+    /// A running pod breaks the enforced intent, as the engine's background scan reports: it
+    /// was admitted before the intent was enforced, or while an exception let it out.
+    pub const RUNNING_IN_VIOLATION: &str = "RunningInViolation";
     /// A SecurityIntentException in force lets the workload's pods out of the intent.
     pub use super::excepted::EXCEPTED;
 }
@@ -393,6 +396,34 @@ pub fn workload_posture<'p>(
             intents.push(rule);
         }
     }
+    let mut posture = WorkloadPosture {
+        api_version: api_version(),
+        kind: "WorkloadPosture".to_owned(),
+        metadata: ObjectMeta {
+            name: Some(workload_posture_name(&workload.kind, &workload.name)),
+            namespace: Some(workload.namespace.clone()),
+            labels: Some(common_labels(&workload.pods)),
+            creation_timestamp: workload.created.clone(),
+            ..Default::default()
+        },
+        workload: WorkloadRef {
+            api_version: workload.api_version.clone(),
+            kind: workload.kind.clone(),
+            name: workload.name.clone(),
+            pods: u32::try_from(total).unwrap_or(u32::MAX),
+        },
+        verdict: Verdict::Unprotected,
+        intents,
+        reasons: Vec::new(),
+        preview: None,
+    };
+    judge(&mut posture);
+    posture
+}
+
+/// Sets the workload's verdict (and its label) and reasons from its intents'.
+pub fn judge(posture: &mut WorkloadPosture) {
+    let intents = &posture.intents;
     let verdict = combine(intents.iter().map(|i| i.verdict));
     let mut reasons: Vec<Reason> = intents
         .iter()
@@ -412,29 +443,13 @@ pub fn workload_posture<'p>(
     }
     reasons.sort();
     reasons.dedup();
-    let mut labels = common_labels(&workload.pods);
-    labels.insert(VERDICT_LABEL.to_owned(), verdict.as_str().to_owned());
-    WorkloadPosture {
-        api_version: api_version(),
-        kind: "WorkloadPosture".to_owned(),
-        metadata: ObjectMeta {
-            name: Some(workload_posture_name(&workload.kind, &workload.name)),
-            namespace: Some(workload.namespace.clone()),
-            labels: Some(labels),
-            creation_timestamp: workload.created.clone(),
-            ..Default::default()
-        },
-        workload: WorkloadRef {
-            api_version: workload.api_version.clone(),
-            kind: workload.kind.clone(),
-            name: workload.name.clone(),
-            pods: u32::try_from(total).unwrap_or(u32::MAX),
-        },
-        verdict,
-        intents,
-        reasons,
-        preview: None,
-    }
+    posture.verdict = verdict;
+    posture.reasons = reasons;
+    posture
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(VERDICT_LABEL.to_owned(), verdict.as_str().to_owned());
 }
 
 /// `Protected` when all are, `Audited` when all are, `Partial` when some are in force, and

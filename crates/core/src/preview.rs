@@ -23,10 +23,12 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The action promotion enforces with.
 mod kyverno_reports;
 mod listing;
+mod running;
 pub use kyverno_reports::{Report, ReportResult, Reported, Unreadable, reported};
 use kyverno_reports::{kyverno_key, refusals};
 use listing::key;
 pub use listing::{MAX_EXAMPLES, WorkloadKey};
+pub use running::running_violations;
 
 const BLOCK: &str = "Block";
 

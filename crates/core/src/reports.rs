@@ -333,15 +333,20 @@ pub fn report_object(
     if let Some(owner) = &desired.owner {
         metadata["ownerReferences"] = json!([owner]);
     }
-    json!({
+    let mut report = json!({
         "apiVersion": kind.api_version(),
         "kind": kind.kind,
         "metadata": metadata,
-        "source": SOURCE,
         "scope": desired.scope,
         "summary": summary,
         "results": results,
-    })
+    });
+    // An OpenReports Report names its source once; a `wgpolicyk8s.io` PolicyReport has no such
+    // field (kube-apiserver refuses to apply an undeclared one), only each result's.
+    if kind == &OPEN_REPORT {
+        report["source"] = SOURCE.into();
+    }
+    report
 }
 
 #[cfg(test)]
@@ -546,5 +551,57 @@ mod tests {
         assert_eq!(ReportFormat::Auto.kind(only_wg), Some(&POLICY_REPORT));
         assert_eq!(ReportFormat::Openreports.kind(only_wg), None);
         assert_eq!(ReportFormat::Off.kind(|_| true), None);
+    }
+
+    /// The properties `schema` declares, as (name, its schema) pairs.
+    fn declared(schema: &Value) -> BTreeMap<String, Value> {
+        schema["properties"]
+            .as_object()
+            .map(|p| p.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Each kind's object, at its top level and in each result, holds only fields the schema
+    /// of the CRD its project ships declares: kube-apiserver refuses to apply any other.
+    #[test]
+    fn each_report_kind_writes_only_what_its_crd_declares() {
+        let failing = intent(
+            "escapeToHost",
+            Verdict::Unprotected,
+            &[("kyverno", EngineState::Pending)],
+        );
+        let desired = workload_report(&web(), &posture(vec![failing])).expect("a report");
+        let upstream = concat!(env!("CARGO_MANIFEST_DIR"), "/../../upstream/");
+        for (kind, crd) in [
+            (&OPEN_REPORT, "openreports/openreports.io_reports.yaml"),
+            (&POLICY_REPORT, "kyverno/wgpolicyk8s.io_policyreports.yaml"),
+        ] {
+            let text = std::fs::read_to_string(format!("{upstream}{crd}")).expect(crd);
+            let crd: Value = serde_yaml_ng::from_str(&text).expect(crd);
+            let version = crd["spec"]["versions"]
+                .as_array()
+                .and_then(|v| v.iter().find(|v| v["name"] == kind.version))
+                .expect("the kind's version");
+            let schema = &version["schema"]["openAPIV3Schema"];
+            let object = report_object(&desired, kind, None, 100);
+            let top: Vec<&String> = object.as_object().expect("object").keys().collect();
+            let top_declared = declared(schema);
+            let undeclared: Vec<_> = top
+                .iter()
+                .filter(|k| !top_declared.contains_key(**k))
+                .collect();
+            assert!(undeclared.is_empty(), "{}: {undeclared:?}", kind.kind);
+            let result_declared = declared(&top_declared["results"]["items"]);
+            for result in object["results"].as_array().expect("results") {
+                let keys = result.as_object().expect("a result").keys();
+                let undeclared: Vec<_> =
+                    keys.filter(|k| !result_declared.contains_key(*k)).collect();
+                assert!(
+                    undeclared.is_empty(),
+                    "{} results: {undeclared:?}",
+                    kind.kind
+                );
+            }
+        }
     }
 }

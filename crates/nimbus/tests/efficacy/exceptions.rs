@@ -3,14 +3,15 @@
 //! its policy APIs (PolicyExceptions the operator writes), and kube-apiserver's own admission
 //! policies (a match condition the operator writes). An exception expiring 20 s into the test
 //! lets a privileged pod in before, and not after; a pod it does not select is denied
-//! throughout.
+//! throughout. The privileged pod admitted while it held runs on: Kyverno's reports controller
+//! reports it once the exception has expired, and so does our report.
 
 use crate::common::{CONVERGE, apply, unique};
 use crate::{Selecting, bind_cluster, intent, unbind_cluster};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp, Unit};
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use nimbus_api::SecurityIntentException;
 use nimbus_core::engines::KyvernoApi;
 use nimbus_testenv::{ControlPlane, eventually};
@@ -58,11 +59,56 @@ async fn active(api: &Api<SecurityIntentException>, name: &str) -> Option<(Strin
     Some((c.status, c.reason))
 }
 
+/// Our report's result for escapeToHost by Kyverno on the pod `name` of `ns`, in whichever report kind
+/// the operator writes (OpenReports where served, else `wgpolicyk8s.io`): `(result, message)`.
+async fn our_result(client: &Client, ns: &str, name: &str) -> Option<(String, String)> {
+    let kinds = [
+        ("openreports.io", "v1alpha1", "Report", "reports"),
+        (
+            "wgpolicyk8s.io",
+            "v1alpha2",
+            "PolicyReport",
+            "policyreports",
+        ),
+    ];
+    for (group, version, kind, plural) in kinds {
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let reports = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
+        let Ok(Some(report)) = reports.get_opt(&format!("nimbus-pod-{name}")).await else {
+            continue;
+        };
+        let results = report.data["results"].as_array()?;
+        // A cluster binding's escapeToHost has a result per policy: Kyverno's is the cluster
+        // policy's (KubeArmor's, the namespace's policy's).
+        let result = results.iter().find(|r| {
+            r["rule"] == "escapeToHost"
+                && r["properties"]["engines"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("kyverno"))
+        })?;
+        let text = |key: &str| result[key].as_str().map(str::to_owned);
+        return Some((text("result")?, text("message")?));
+    }
+    None
+}
+
+/// Whether Kyverno's background scan judges running pods, so that a pod admitted while the
+/// exception held is reported once it has expired (kube-apiserver's admission policies keep
+/// no report of existing objects).
+#[derive(Clone, Copy, PartialEq)]
+enum Scanned {
+    Yes,
+    No,
+}
+
 /// escapeToHost (baseline) bound by a cluster binding to `app: web` in a namespace of `cp`,
 /// whose operator enforces it with `engine`; an exception for the pods labelled
 /// `tier: legacy` expires 20 s after it is created. Prints the lag from `expiresAt` to the
-/// first denial of the excepted pod.
-async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str) {
+/// first denial of the excepted pod. Where the engine's background scan judges running pods
+/// (`scanned`), a privileged pod created while the exception held runs on after it, and our
+/// report fails it, from the scan.
+async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, scanned: Scanned) {
     let client = cp.client().expect("client");
     let ns = crate::kyverno::namespace(cp, "exc").await;
     let si = intent(
@@ -134,6 +180,18 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str) {
     privileged_pod(&client, ns.name(), held.clone())
         .await
         .expect_err("a pod the exception does not select is still denied");
+    if scanned == Scanned::Yes {
+        let agent: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "agent", "labels": excepted},
+            "spec": {"containers": [crate::kyverno::container(json!({"privileged": true}))]},
+        }))
+        .expect("pod");
+        Api::<Pod>::namespaced(client.clone(), ns.name())
+            .create(&PostParams::default(), &agent)
+            .await
+            .expect("the excepted privileged pod, created while the exception holds");
+    }
 
     // At expiry: denied again, the exception says why it is no longer honoured.
     let wait = Duration::try_from(expires_at.duration_since(Timestamp::now())).unwrap_or_default();
@@ -166,22 +224,41 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str) {
         },
     )
     .await;
+    if scanned == Scanned::Yes {
+        // Admission judges only what is created next: the pod admitted while the exception held
+        // still runs privileged, Kyverno's scan reports it, and so does our report.
+        let failed = eventually(
+            &format!("{engine}: our report fails the privileged pod still running"),
+            crate::kyverno::REPORTED,
+            async |seen| {
+                let (result, message) = our_result(&client, ns.name(), "agent").await?;
+                *seen = format!("{result}: {message}");
+                (result == "fail" && message.contains("RunningInViolation")).then(Timestamp::now)
+            },
+        )
+        .await;
+        let after = Duration::try_from(failed.duration_since(expires_at)).unwrap_or_default();
+        eprintln!(
+            "{engine}: our report failed the running privileged pod {after:?} after expiresAt"
+        );
+    }
     unbind_cluster(&client, &csib).await;
 }
 
 #[tokio::test]
 async fn kyverno_honours_an_exception_until_it_expires() {
-    an_exception_holds_until_it_expires(crate::kyverno::cluster(KyvernoApi::Legacy), "kyverno")
-        .await;
+    let cp = crate::kyverno::cluster(KyvernoApi::Legacy);
+    an_exception_holds_until_it_expires(cp, "kyverno", Scanned::Yes).await;
 }
 
 #[tokio::test]
 async fn kyverno_in_cel_kinds_honours_an_exception_until_it_expires() {
-    an_exception_holds_until_it_expires(crate::kyverno::cluster(KyvernoApi::Cel), "kyverno (CEL)")
-        .await;
+    let cp = crate::kyverno::cluster(KyvernoApi::Cel);
+    an_exception_holds_until_it_expires(cp, "kyverno (CEL)", Scanned::Yes).await;
 }
 
 #[tokio::test]
 async fn the_admission_engine_honours_an_exception_until_it_expires() {
-    an_exception_holds_until_it_expires(crate::admission::cluster(), "admission").await;
+    let cp = crate::admission::cluster();
+    an_exception_holds_until_it_expires(cp, "admission", Scanned::No).await;
 }

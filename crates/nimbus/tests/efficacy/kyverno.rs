@@ -301,6 +301,13 @@ fn operator(
         reports: Default::default(),
     };
     let config = control_plane.config().clone();
+    // `NIMBUS_TEST_LOG=warn,nimbus_operator=debug` shows what the operator did.
+    if let Ok(filter) = std::env::var("NIMBUS_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
         runtime.block_on(async move {
@@ -674,7 +681,7 @@ async fn escape_to_host_restricted_in_cel_kinds_denies_root_pods_where_bound() {
 /// How long Kyverno takes to report on a new pod: the reports controller scans a pod 30 s after
 /// it appears and aggregates the scan into its PolicyReport 10 s later (v1.19.1's constants; a
 /// new or changed policy rescans at once). Measured: 40 s; the rest is for two busy cores.
-const REPORTED: Duration = Duration::from_secs(90);
+pub(crate) const REPORTED: Duration = Duration::from_secs(90);
 
 /// The policy every pod passes, in each namespace of the report matrix. A pod's report holds
 /// its result once Kyverno has scanned the pod, and one scan evaluates every policy of the

@@ -501,6 +501,7 @@ fn compute(
         .map(|w| {
             let mut posture = core::workload_posture(w, applying_in(&w.namespace));
             preview::attach(&mut posture, &memo.blocked, &reported);
+            preview::running_violations(&mut posture, &reported);
             posture
         })
         .collect();

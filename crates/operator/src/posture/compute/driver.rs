@@ -121,12 +121,15 @@ async fn compute_once(
 }
 
 /// While leading, writes the bindings' previews and our reports of each computation (the latest
-/// one when several arrived during a write); retries a failed write a second later.
+/// one when several arrived during a write); retries a failed write a second later, then twice
+/// as late after each further failure in a row, up to [`RETRY_AT_MOST`] (a write the API server
+/// keeps refusing must not become a request a second).
 pub(super) async fn write(
     ctx: &Context,
     sources: &Workloads,
     mut computed: watch::Receiver<Option<Arc<Writes>>>,
 ) {
+    let mut retry = RETRY_FIRST;
     loop {
         tokio::select! {
             changed = computed.changed() => if changed.is_err() { return },
@@ -143,9 +146,17 @@ pub(super) async fn write(
             previews::write(ctx, &writes.previews),
             sources.own_reports.write(&ctx.client, &writes.reports),
         );
-        if !(previews && reports) {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        if previews && reports {
+            retry = RETRY_FIRST;
+        } else {
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(RETRY_AT_MOST);
             computed.mark_changed();
         }
     }
 }
+
+/// The wait before retrying a failed write of the previews or reports.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest such wait.
+const RETRY_AT_MOST: Duration = Duration::from_secs(300);
