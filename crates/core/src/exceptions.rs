@@ -8,7 +8,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 use kube::ResourceExt;
 use nimbus_api::{
-    ClusterSecurityIntentBinding, SecurityIntentBinding, SecurityIntentException,
+    ClusterSecurityIntentBinding, MatchIntent, SecurityIntentBinding, SecurityIntentException,
     SecurityIntentExceptionStatus,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -199,6 +199,51 @@ pub fn for_policy<'a>(
         .collect()
 }
 
+/// The SecurityIntents a binding binds (`names`, its `spec.intents`), by name, with their intent
+/// IDs; `intent_id` gives an existing SecurityIntent's ID by its name, and those that do not
+/// exist bind nothing.
+pub fn bound_intents(
+    names: &[MatchIntent],
+    intent_id: impl Fn(&str) -> Option<String>,
+) -> BTreeMap<String, String> {
+    names
+        .iter()
+        .filter_map(|m| Some((m.name.clone(), intent_id(&m.name)?)))
+        .collect()
+}
+
+/// The exceptions in force at `now` for a policy enforcing `binding` (in `namespace`, for a
+/// cluster binding's policy there), and when that next changes by itself (the first of their
+/// expiries). `exceptions`: every exception known; `bound`: the intents `binding` binds
+/// ([`bound_intents`]; `None`: no such binding), asked only when an exception names it.
+pub fn in_force<'a>(
+    exceptions: impl IntoIterator<Item = &'a SecurityIntentException>,
+    binding: &BindingRef,
+    bound: impl FnOnce() -> Option<BTreeMap<String, String>>,
+    namespace: Option<&str>,
+    now: Timestamp,
+    max: SignedDuration,
+) -> (Vec<Excepted>, Option<Timestamp>) {
+    let naming: Vec<&SecurityIntentException> = exceptions
+        .into_iter()
+        .filter(|e| BindingRef::of(e) == *binding)
+        .collect();
+    if naming.is_empty() {
+        return (Vec::new(), None);
+    }
+    let bound = bound();
+    let active: Vec<Excepted> = naming
+        .into_iter()
+        .filter_map(|e| match standing(e, bound.as_ref(), now, max) {
+            Standing::Active(excepted) => Some(excepted),
+            Standing::Inactive { .. } => None,
+        })
+        .collect();
+    let in_force = for_policy(&active, namespace);
+    let next = in_force.iter().map(|e| e.expires_at).min();
+    (in_force, next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,6 +374,105 @@ mod tests {
         assert_eq!(for_policy(&all, None), all.to_vec());
         assert_eq!(for_policy(&all, Some("web")), vec![web]);
         assert_eq!(for_policy(&all, Some("other")), vec![]);
+    }
+
+    #[test]
+    fn a_binding_binds_the_intents_that_exist_by_their_ids() {
+        let names: Vec<MatchIntent> = ["escape", "gone"]
+            .map(|name| MatchIntent { name: name.into() })
+            .into();
+        let id = |name: &str| (name == "escape").then(|| "escapeToHost".to_owned());
+        assert_eq!(bound_intents(&names, id), bound());
+        assert_eq!(bound_intents(&[], id), BTreeMap::new());
+    }
+
+    #[test]
+    fn a_policy_honours_the_active_exceptions_naming_its_binding_until_the_first_expiry() {
+        let day = 86_400;
+        let in_shop = exception(0, day, &["escape"]);
+        let mut later = exception(0, 2 * day, &["escape"]);
+        later.metadata.name = Some("later".into());
+        let mut in_web = exception(0, day, &["escape"]);
+        in_web.metadata.namespace = Some("web".into());
+        let mut other_binding = exception(0, day, &["escape"]);
+        other_binding.spec.binding.name = "other".into();
+        let mut namespaced = exception(0, day, &["escape"]);
+        namespaced.spec.binding.kind = "SecurityIntentBinding".into();
+        let all = [in_shop, later, in_web, other_binding, namespaced];
+        let binding = BindingRef::cluster("no-escape");
+        let names = |got: &[Excepted]| -> Vec<String> {
+            got.iter()
+                .map(|e| format!("{}/{}", e.namespace, e.name))
+                .collect()
+        };
+        struct Case {
+            case: &'static str,
+            /// The policy's namespace (`None`: the cluster binding's own policy).
+            namespace: Option<&'static str>,
+            now: i64,
+            in_force: &'static [&'static str],
+            changes_at: Option<i64>,
+        }
+        let cases = [
+            Case {
+                case: "cluster policy, before expiry",
+                namespace: None,
+                now: 10,
+                in_force: &["shop/legacy", "shop/later", "web/legacy"],
+                changes_at: Some(day),
+            },
+            Case {
+                case: "policy in shop, before expiry",
+                namespace: Some("shop"),
+                now: 10,
+                in_force: &["shop/legacy", "shop/later"],
+                changes_at: Some(day),
+            },
+            Case {
+                case: "policy in shop, after the first expiry",
+                namespace: Some("shop"),
+                now: day,
+                in_force: &["shop/later"],
+                changes_at: Some(2 * day),
+            },
+            Case {
+                case: "after every expiry",
+                namespace: None,
+                now: 2 * day,
+                in_force: &[],
+                changes_at: None,
+            },
+            Case {
+                case: "policy in another namespace",
+                namespace: Some("other"),
+                now: 10,
+                in_force: &[],
+                changes_at: None,
+            },
+        ];
+        for c in cases {
+            let (got, changes) = in_force(
+                &all,
+                &binding,
+                || Some(bound()),
+                c.namespace,
+                at(c.now),
+                DEFAULT_MAX_DURATION,
+            );
+            assert_eq!(names(&got), c.in_force, "{}", c.case);
+            assert_eq!(changes, c.changes_at.map(at), "{}", c.case);
+        }
+        let (none, _) = in_force(&all, &binding, || None, None, at(10), DEFAULT_MAX_DURATION);
+        assert_eq!(none, vec![], "no such binding: nothing in force");
+        let (none, _) = in_force(
+            &all,
+            &BindingRef::cluster("unnamed"),
+            || panic!("asked for a binding no exception names"),
+            None,
+            at(10),
+            DEFAULT_MAX_DURATION,
+        );
+        assert_eq!(none, vec![]);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The command line's engine settings, shared by `nimbus run`, `nimbus dev` and the offline
 //! commands.
 
+use k8s_openapi::jiff::SignedDuration;
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{self, Preference};
 use nimbus_core::namespaces::ProtectedNamespaces;
@@ -80,6 +81,39 @@ impl SandboxArgs {
     }
 }
 
+/// How long a SecurityIntentException may last: `nimbus run` bounds those it honours by it, the
+/// offline commands judge the manifests' exceptions alike.
+#[derive(clap::Args)]
+pub struct ExceptionArgs {
+    /// The longest a SecurityIntentException may last from its creation; one set to expire
+    /// later is not honoured.
+    #[arg(long, default_value = "30d", value_parser = max_duration)]
+    pub exception_max_duration: SignedDuration,
+}
+
+impl Default for ExceptionArgs {
+    fn default() -> Self {
+        Self {
+            exception_max_duration: nimbus_core::exceptions::DEFAULT_MAX_DURATION,
+        }
+    }
+}
+
+/// Why `--exception-max-duration` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum MaxDurationError {
+    #[error(transparent)]
+    Unreadable(#[from] humantime::DurationError),
+    #[error("longer than any time can be: {0}")]
+    OutOfRange(#[from] k8s_openapi::jiff::Error),
+}
+
+/// A duration as `humantime` reads one (`30d`, `12h`), as the operator's other durations are
+/// read.
+fn max_duration(value: &str) -> Result<SignedDuration, MaxDurationError> {
+    Ok(SignedDuration::try_from(humantime::parse_duration(value)?)?)
+}
+
 impl EngineArgs {
     /// `operator_namespace`: where the operator runs, when known.
     pub fn apply(&self, config: &mut nimbus_operator::Config, operator_namespace: Option<&str>) {
@@ -122,5 +156,34 @@ fn parse_object_key(value: &str) -> Result<(String, String), String> {
             Ok((ns.to_owned(), name.to_owned()))
         }
         _ => Err(format!("`{value}` is not <namespace>/<name>")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Exceptions {
+        #[command(flatten)]
+        args: ExceptionArgs,
+    }
+
+    #[test]
+    fn the_exception_max_duration_defaults_to_the_operator_default_and_reads_humantime() {
+        let parse = |args: &[&str]| {
+            Exceptions::try_parse_from(std::iter::once("nimbus").chain(args.iter().copied()))
+                .map(|e| e.args.exception_max_duration)
+        };
+        assert_eq!(
+            parse(&[]).ok(),
+            Some(nimbus_core::exceptions::DEFAULT_MAX_DURATION)
+        );
+        assert_eq!(
+            parse(&["--exception-max-duration", "12h"]).ok(),
+            Some(SignedDuration::from_hours(12))
+        );
+        assert!(parse(&["--exception-max-duration", "soon"]).is_err());
     }
 }

@@ -27,8 +27,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
-// The offline commands name these as `crate::SandboxArgs`.
-use engine_args::{EngineArgs, SandboxArgs};
+// The offline commands name these as `crate::SandboxArgs` and `crate::ExceptionArgs`.
+use engine_args::{EngineArgs, ExceptionArgs, SandboxArgs};
 use generated::{admission_policy_yaml, engine_rbac_yaml};
 use shutdown::shutdown_on_signal;
 
@@ -124,10 +124,8 @@ pub struct RunArgs {
     /// Probes sent per period at most; the others come round in the next periods.
     #[arg(long, default_value_t = nimbus_operator::probes::DEFAULT_CAP, value_parser = clap::value_parser!(u16).range(1..))]
     enforcement_probe_cap: u16,
-    /// The longest a SecurityIntentException may last from its creation; one set to expire
-    /// later is not honoured.
-    #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
-    exception_max_duration: Duration,
+    #[command(flatten)]
+    exceptions: ExceptionArgs,
     /// Threads running the operator's tasks besides the main one (default: one per core).
     /// Fewer cost fewer wake-ups across threads, more keep up with bigger clusters.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
@@ -284,7 +282,7 @@ impl RunArgs {
                     period: self.enforcement_probe_period,
                     cap: self.enforcement_probe_cap,
                 }),
-            exception_max_duration: self.exception_max_duration.try_into()?,
+            exception_max_duration: self.exceptions.exception_max_duration,
             ..Default::default()
         };
         self.engines

@@ -32,20 +32,15 @@ impl Context {
         let Some(binding) = binding else {
             return (Vec::new(), None);
         };
-        let active: Vec<Excepted> = self
-            .exceptions
-            .store
-            .state()
-            .iter()
-            .filter(|e| BindingRef::of(e) == *binding)
-            .filter_map(|e| match self.standing(e, now) {
-                Standing::Active(excepted) => Some(excepted),
-                Standing::Inactive { .. } => None,
-            })
-            .collect();
-        let in_force = exceptions::for_policy(&active, namespace);
-        let next = in_force.iter().map(|e| e.expires_at).min();
-        (in_force, next)
+        let known = self.exceptions.store.state();
+        exceptions::in_force(
+            known.iter().map(|e| &**e),
+            binding,
+            || self.bound_intents(binding),
+            namespace,
+            now,
+            self.exceptions.max_duration,
+        )
     }
 
     /// The SecurityIntents `binding` binds, by name, with their intent IDs; `None` when the
@@ -67,15 +62,10 @@ impl Context {
                 .intents
                 .clone(),
         };
-        Some(
-            names
-                .into_iter()
-                .filter_map(|m| {
-                    let intent = self.intents.get(&ObjectRef::new(&m.name))?;
-                    Some((m.name, intent.spec.intent.id.clone()))
-                })
-                .collect(),
-        )
+        Some(exceptions::bound_intents(&names, |name| {
+            let intent = self.intents.get(&ObjectRef::new(name))?;
+            Some(intent.spec.intent.id.clone())
+        }))
     }
 }
 

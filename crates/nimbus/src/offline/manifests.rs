@@ -2,9 +2,10 @@
 //! offline commands check and translate, with what the API server would refuse.
 
 use anyhow::Context as _;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use nimbus_api::{
-    ClusterSecurityIntentBinding, GROUP, SecurityIntent, SecurityIntentBinding, VERSION,
+    ClusterSecurityIntentBinding, GROUP, SecurityIntent, SecurityIntentBinding,
+    SecurityIntentException, VERSION,
 };
 use nimbus_core::validation;
 use serde_json::Value;
@@ -54,6 +55,7 @@ pub(super) enum Manifest {
     Intent(SecurityIntent),
     Binding(SecurityIntentBinding),
     ClusterBinding(ClusterSecurityIntentBinding),
+    Exception(SecurityIntentException),
 }
 
 impl Manifest {
@@ -65,17 +67,20 @@ impl Manifest {
             Manifest::ClusterBinding(b) => {
                 format!("ClusterSecurityIntentBinding {}", b.name_any())
             }
+            Manifest::Exception(e) => format!("SecurityIntentException {}", e.name_any()),
         }
     }
 
     /// What the API server checks before it accepts the object beyond what parsing checked: a
     /// DNS-1123 subdomain name, a DNS-1123 label namespace (bindings), valid labels and
-    /// annotation keys, and an intent's action among the CRD's values.
+    /// annotation keys, an intent's action among the CRD's values, and what the exception CRD
+    /// requires of an exception.
     pub(super) fn admission_problems(&self) -> Vec<String> {
         let (meta, namespaced) = match self {
             Manifest::Intent(si) => (&si.metadata, false),
             Manifest::Binding(b) => (&b.metadata, true),
             Manifest::ClusterBinding(b) => (&b.metadata, false),
+            Manifest::Exception(e) => (&e.metadata, true),
         };
         let mut out = validation::object_name(meta.name.as_deref(), "metadata.name");
         if let (true, Some(ns)) = (namespaced, &meta.namespace) {
@@ -96,8 +101,39 @@ impl Manifest {
                 ACTIONS.join(" or ")
             ));
         }
+        if let Manifest::Exception(e) = self {
+            out.extend(exception_problems(e));
+        }
         out
     }
+}
+
+/// What the exception CRD's schema refuses beyond what parsing checked.
+fn exception_problems(exception: &SecurityIntentException) -> Vec<String> {
+    let spec = &exception.spec;
+    let bindings = [
+        SecurityIntentBinding::kind(&()),
+        ClusterSecurityIntentBinding::kind(&()),
+    ];
+    let mut out = Vec::new();
+    if !bindings.contains(&spec.binding.kind.as_str().into()) {
+        out.push(format!(
+            "spec.binding.kind `{}` must be {} (the CRD refuses anything else)",
+            spec.binding.kind,
+            bindings.join(" or ")
+        ));
+    }
+    let required = [
+        ("spec.binding.name", spec.binding.name.is_empty()),
+        ("spec.intents", spec.intents.is_empty()),
+        ("spec.reason", spec.reason.is_empty()),
+    ];
+    for (field, empty) in required {
+        if empty {
+            out.push(format!("{field} must not be empty (the CRD refuses it)"));
+        }
+    }
+    out
 }
 
 /// The manifests that parsed, and one message per problem found on the way.
@@ -285,13 +321,23 @@ pub(super) fn parse(file: &str, text: &str, loaded: &mut Loaded) {
 fn manifest(value: Value) -> Result<Manifest, String> {
     let api_version = value["apiVersion"].as_str().unwrap_or_default().to_owned();
     let kind = value["kind"].as_str().unwrap_or_default().to_owned();
-    if api_version != format!("{GROUP}/{VERSION}") {
-        return Err(format!(
-            "unknown kind `{kind}` of `{api_version}` (expected SecurityIntent, SecurityIntentBinding or ClusterSecurityIntentBinding of {GROUP}/{VERSION})"
-        ));
-    }
     let name = value["metadata"]["name"].as_str().unwrap_or("?").to_owned();
     let typed = |e: serde_json::Error| format!("{kind} {name}: {e}");
+    // Exceptions have an API group of their own.
+    let exceptions = SecurityIntentException::api_version(&());
+    if api_version == exceptions {
+        return match kind.as_str() {
+            "SecurityIntentException" => serde_json::from_value(value)
+                .map(Manifest::Exception)
+                .map_err(typed),
+            other => Err(format!("unknown kind `{other}` in {exceptions}")),
+        };
+    }
+    if api_version != format!("{GROUP}/{VERSION}") {
+        return Err(format!(
+            "unknown kind `{kind}` of `{api_version}` (expected SecurityIntent, SecurityIntentBinding or ClusterSecurityIntentBinding of {GROUP}/{VERSION}, or SecurityIntentException of {exceptions})"
+        ));
+    }
     match kind.as_str() {
         "SecurityIntent" => serde_json::from_value(value)
             .map(Manifest::Intent)

@@ -2,10 +2,12 @@
 //! operator runs, fed from manifest files instead of a cluster.
 
 mod bundle;
+mod exceptions;
 mod explain;
 mod manifests;
 
 pub use bundle::{BundleArgs, bundle, bundle_check};
+use exceptions::{ClockArgs, Exceptions};
 pub use explain::{explain, frameworks, intents};
 #[cfg(feature = "dev")]
 pub use manifests::manifest_files;
@@ -63,6 +65,8 @@ pub struct TranslateArgs {
     protected_namespaces: Vec<String>,
     #[command(flatten)]
     sandbox: crate::SandboxArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
     #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
     output: Format,
 }
@@ -73,6 +77,8 @@ pub struct ValidateArgs {
     inputs: Inputs,
     #[command(flatten)]
     sandbox: crate::SandboxArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -134,6 +140,8 @@ fn semantic_problems(loaded: &Loaded, sandbox_roles: &BTreeSet<String>) -> Vec<S
                 }
                 continue;
             }
+            // Where an exception stands is judged at a time: see `Exceptions::standings`.
+            Manifest::Exception(_) => continue,
             Manifest::Binding(b) => {
                 if let Err(e) = compile_binding(&b.spec, |_| None::<SecurityIntent>) {
                     out.push(format!("{origin}: {what}: {e}"));
@@ -201,7 +209,7 @@ fn opt_in_problems(loaded: &Loaded) -> Vec<String> {
     let mut out = Vec::new();
     for (origin, manifest) in &loaded.manifests {
         let (what, refs, annotations) = match manifest {
-            Manifest::Intent(_) => continue,
+            Manifest::Intent(_) | Manifest::Exception(_) => continue,
             Manifest::Binding(b) => (
                 format!("SecurityIntentBinding {}", b.name_any()),
                 &b.spec.intents,
@@ -229,13 +237,16 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<bool> {
     let loaded = load(&args.inputs);
     let mut problems = problems(&loaded, &args.sandbox.roles());
     problems.extend(opt_in_problems(&loaded));
+    // Bindings without a namespace are judged in `default` (see `readiness`); so are exceptions.
+    let (standings, not_honoured) = Exceptions::new(&loaded, "default", &args.clock).standings();
+    problems.extend(not_honoured);
     for p in &problems {
         eprintln!("{p}");
     }
     if problems.is_empty() {
         println!("{} manifests valid", loaded.manifests.len());
     }
-    for line in readiness(&loaded) {
+    for line in readiness(&loaded).into_iter().chain(standings) {
         println!("{line}");
     }
     Ok(problems.is_empty())
@@ -273,7 +284,7 @@ fn readiness(loaded: &Loaded) -> Vec<String> {
     let mut out = Vec::new();
     for (_, manifest) in &loaded.manifests {
         match manifest {
-            Manifest::Intent(_) => {}
+            Manifest::Intent(_) | Manifest::Exception(_) => {}
             Manifest::Binding(b) => {
                 let mut b = b.clone();
                 b.metadata.namespace.get_or_insert_with(|| "default".into());
@@ -431,11 +442,16 @@ fn translate_all(
     let mut warnings = Vec::new();
     // Protected namespaces a cluster binding names (`emit` holds `warnings` meanwhile).
     let mut skipped = Vec::new();
+    let excepted = Exceptions::new(loaded, &args.namespace, &args.clock);
     let mut emit =
         |policy: Value, input: &PolicyInput, out: &mut Vec<Value>| -> anyhow::Result<()> {
+            // The exceptions in force at `--now`, as the operator fills them in before it
+            // translates.
+            let mut input = input.clone();
+            input.exceptions = excepted.in_force(&input);
             // Every policy the CLI prints is its binding's, as the operator would write it.
             let translation =
-                policy::plan(input, env, engines.clone(), Claim::Bound, &[]).translation;
+                policy::plan(&input, env, engines.clone(), Claim::Bound, &[]).translation;
             out.push(policy);
             for g in translation.objects {
                 out.push(serde_json::to_value(&g.object)?);
@@ -447,7 +463,7 @@ fn translate_all(
         };
     for (_, manifest) in &loaded.manifests {
         match manifest {
-            Manifest::Intent(_) => {}
+            Manifest::Intent(_) | Manifest::Exception(_) => {}
             Manifest::Binding(b) => {
                 let mut b = b.clone();
                 b.metadata
@@ -544,6 +560,7 @@ mod fuzz {
                 kyverno_kinds: KyvernoKinds::Legacy,
                 protected_namespaces: vec!["kube-system".into(), "nimbus-k8tls-env".into()],
                 sandbox: crate::SandboxArgs::default(),
+                clock: ClockArgs::default(),
                 output: Format::Json,
             };
             let env = Environment::default();

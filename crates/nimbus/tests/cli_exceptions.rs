@@ -1,0 +1,292 @@
+//! `nimbus translate` and `nimbus validate` honour SecurityIntentExceptions as the operator does
+//! at the instant `--now` names: the engines' exception objects while one is in force, the
+//! unexcepted form once it has expired, and each exception's `Active` condition in `validate`.
+
+use std::process::{Command, Output};
+
+/// Runs `nimbus args` in a directory holding `manifests` as `in.yaml`.
+fn nimbus(args: &[&str], manifests: &str) -> Output {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("in.yaml"), manifests).expect("writing input");
+    Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(args)
+        .current_dir(dir.path())
+        .output()
+        .expect("running nimbus")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const EXPIRES_AT: &str = "2026-12-01T00:00:00Z";
+const BEFORE_EXPIRY: &str = "2026-11-20T00:00:00Z";
+const AFTER_EXPIRY: &str = "2026-12-02T00:00:00Z";
+
+const INTENT: &str = r#"
+apiVersion: intent.security.nimbus.com/v1alpha1
+kind: SecurityIntent
+metadata: {name: escape}
+spec: {intent: {id: escapeToHost, action: Block}}
+"#;
+
+const BINDING: &str = r#"
+apiVersion: intent.security.nimbus.com/v1alpha1
+kind: SecurityIntentBinding
+metadata: {name: no-escape, namespace: shop}
+spec:
+  intents: [{name: escape}]
+  selector: {workloadSelector: {matchLabels: {app: web}}}
+"#;
+
+/// The admission engine enforces escapeToHost from cluster bindings only.
+const CLUSTER_BINDING: &str = r#"
+apiVersion: intent.security.nimbus.com/v1alpha1
+kind: ClusterSecurityIntentBinding
+metadata: {name: no-escape}
+spec:
+  intents: [{name: escape}]
+  selector: {nsSelector: {matchNames: ["*"]}, workloadSelector: {matchLabels: {app: web}}}
+"#;
+
+/// An exception in `shop` from `binding_kind` `no-escape`'s intent `escape`, created 20 days
+/// before it expires (within the default 30 days).
+fn exception(binding_kind: &str) -> String {
+    format!(
+        r#"
+apiVersion: exceptions.security.nimbus.com/v1alpha1
+kind: SecurityIntentException
+metadata: {{name: vendor-agent, namespace: shop, creationTimestamp: "2026-11-11T00:00:00Z"}}
+spec:
+  binding: {{kind: {binding_kind}, name: no-escape}}
+  intents: [escape]
+  selector: {{matchLabels: {{tier: legacy}}}}
+  reason: the vendor's agent needs a privileged container until its 2.4 release
+  expiresAt: "{EXPIRES_AT}"
+"#
+    )
+}
+
+fn manifests(binding: &str, binding_kind: &str) -> String {
+    format!("{INTENT}---{binding}---{}", exception(binding_kind))
+}
+
+/// `translate`'s objects, and its warnings.
+fn translated(args: &[&str], manifests: &str) -> (Vec<serde_json::Value>, String) {
+    let mut all = vec!["translate", "-f", "in.yaml", "-o", "json"];
+    all.extend(args);
+    let out = nimbus(&all, manifests);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
+    let items = list["items"].as_array().expect("items").clone();
+    (items, stderr(&out))
+}
+
+fn of_kind<'a>(items: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    items.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+#[test]
+fn translate_writes_a_kyverno_policy_exception_until_expiry() {
+    let input = manifests(BINDING, "SecurityIntentBinding");
+    let kyverno = ["--engines", "kyverno", "--now"];
+
+    let (before, _) = translated(&[&kyverno[..], &[BEFORE_EXPIRY]].concat(), &input);
+    let exceptions = of_kind(&before, "PolicyException");
+    assert_eq!(exceptions.len(), 1, "{before:#?}");
+    let exception = exceptions[0];
+    assert_eq!(exception["metadata"]["namespace"], "shop", "{exception:#}");
+    assert_eq!(
+        exception["metadata"]["name"], "no-escape-escapetohost-vendor-agent",
+        "{exception:#}"
+    );
+    assert!(
+        exception.to_string().contains("\"tier\":\"legacy\""),
+        "it lets out the exception's workloads: {exception:#}"
+    );
+
+    // At expiry and after, the policy is translated as if there were no exception.
+    let (unexcepted, _) = translated(&["--engines", "kyverno"], &format!("{INTENT}---{BINDING}"));
+    for now in [EXPIRES_AT, AFTER_EXPIRY] {
+        let (after, _) = translated(&[&kyverno[..], &[now]].concat(), &input);
+        assert!(of_kind(&after, "PolicyException").is_empty(), "{now}");
+        assert_eq!(after, unexcepted, "{now}");
+    }
+}
+
+#[test]
+fn translate_adds_the_admission_match_condition_until_expiry() {
+    let input = manifests(CLUSTER_BINDING, "ClusterSecurityIntentBinding");
+    let admission = ["--engines", "admission", "--namespaces", "shop,web"];
+    let not_excepted = |items: &[serde_json::Value]| -> Vec<String> {
+        of_kind(items, "ValidatingAdmissionPolicy")
+            .iter()
+            .flat_map(|p| p["spec"]["matchConditions"].as_array().cloned())
+            .flatten()
+            .filter(|c| c["name"] == "not-excepted")
+            .map(|c| c["expression"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+
+    let (before, _) = translated(
+        &[&admission[..], &["--now", BEFORE_EXPIRY]].concat(),
+        &input,
+    );
+    let conditions = not_excepted(&before);
+    assert_eq!(conditions.len(), 1, "{before:#?}");
+    assert!(
+        conditions[0].contains("\"shop\"") && conditions[0].contains("\"legacy\""),
+        "{}",
+        conditions[0]
+    );
+
+    let (after, _) = translated(&[&admission[..], &["--now", AFTER_EXPIRY]].concat(), &input);
+    assert_eq!(not_excepted(&after), Vec::<String>::new(), "{after:#?}");
+    let (unexcepted, _) = translated(&admission, &format!("{INTENT}---{CLUSTER_BINDING}"));
+    assert_eq!(after, unexcepted);
+}
+
+/// A binding and an exception without a namespace are both in `--namespace`.
+#[test]
+fn an_exception_without_a_namespace_is_in_that_of_translate() {
+    let input = manifests(BINDING, "SecurityIntentBinding").replace(", namespace: shop", "");
+    let (items, _) = translated(
+        &[
+            "--engines",
+            "kyverno",
+            "--namespace",
+            "team-a",
+            "--now",
+            BEFORE_EXPIRY,
+        ],
+        &input,
+    );
+    let exceptions = of_kind(&items, "PolicyException");
+    assert_eq!(exceptions.len(), 1, "{items:#?}");
+    assert_eq!(exceptions[0]["metadata"]["namespace"], "team-a");
+}
+
+/// KubeArmor does not honour exceptions to escapeToHost: the warning the operator writes in the
+/// policy's status, `translate` prints while the exception is in force.
+#[test]
+fn translate_warns_of_engines_that_do_not_honour_an_exception_in_force() {
+    let input = manifests(BINDING, "SecurityIntentBinding");
+    let (_, warnings) = translated(&["--now", BEFORE_EXPIRY], &input);
+    assert!(
+        warnings.contains("kubearmor does not honour exceptions to intent `escapeToHost`"),
+        "{warnings}"
+    );
+    let (_, warnings) = translated(&["--now", AFTER_EXPIRY], &input);
+    assert!(
+        !warnings.contains("does not honour exceptions"),
+        "{warnings}"
+    );
+}
+
+/// `validate` prints each exception's `Active` condition at `--now`; one engines would not
+/// honour is a problem (exit status 1), one in force is not.
+#[test]
+fn validate_reports_where_each_exception_stands() {
+    let input = manifests(BINDING, "SecurityIntentBinding");
+    let cases: &[(&str, String, &[&str], Option<&str>)] = &[
+        ("in force", input.clone(), &["--now", BEFORE_EXPIRY], None),
+        (
+            "expired",
+            input.clone(),
+            &["--now", AFTER_EXPIRY],
+            Some("Expired"),
+        ),
+        (
+            "longer than allowed",
+            input.clone(),
+            &["--now", BEFORE_EXPIRY, "--exception-max-duration", "7d"],
+            Some("TooLong"),
+        ),
+        (
+            "no creationTimestamp: created at --now, 61 days before it expires",
+            input.replace(", creationTimestamp: \"2026-11-11T00:00:00Z\"", ""),
+            &["--now", "2026-10-01T00:00:00Z"],
+            Some("TooLong"),
+        ),
+        (
+            "no creationTimestamp: created at --now, 11 days before it expires",
+            input.replace(", creationTimestamp: \"2026-11-11T00:00:00Z\"", ""),
+            &["--now", BEFORE_EXPIRY],
+            None,
+        ),
+        (
+            "no such binding",
+            format!("{INTENT}---{}", exception("SecurityIntentBinding")),
+            &["--now", BEFORE_EXPIRY],
+            Some("BindingNotFound"),
+        ),
+        (
+            "intent not bound",
+            input.replace("intents: [escape]", "intents: [other]"),
+            &["--now", BEFORE_EXPIRY],
+            Some("IntentNotBound"),
+        ),
+    ];
+    for (case, manifests, args, problem) in cases {
+        let out = nimbus(&[&["validate", "-f", "in.yaml"], *args].concat(), manifests);
+        let (stdout, stderr) = (stdout(&out), stderr(&out));
+        match problem {
+            None => {
+                assert_eq!(out.status.code(), Some(0), "{case}: {stderr}");
+                assert!(
+                    stdout.contains(&format!(
+                        "SecurityIntentException shop/vendor-agent: Active=True (Active: honoured until {EXPIRES_AT})"
+                    )),
+                    "{case}: {stdout}"
+                );
+            }
+            Some(reason) => {
+                assert_eq!(out.status.code(), Some(1), "{case}: {stdout}{stderr}");
+                assert!(
+                    stdout.contains(&format!(
+                        "SecurityIntentException shop/vendor-agent: Active=False ({reason}: "
+                    )),
+                    "{case}: {stdout}"
+                );
+                let found = format!(
+                    "): SecurityIntentException shop/vendor-agent: not honoured at {}: {reason}: ",
+                    args[1]
+                );
+                assert!(
+                    stderr.contains("in.yaml (document ") && stderr.contains(&found),
+                    "{case}: {stderr}"
+                );
+            }
+        }
+    }
+}
+
+/// `--now` is an RFC 3339 time; what the exception CRD refuses, `validate` and `translate`
+/// refuse too.
+#[test]
+fn bad_clocks_and_exceptions_the_crd_refuses_are_rejected() {
+    let input = manifests(BINDING, "SecurityIntentBinding");
+    let out = nimbus(&["validate", "-f", "in.yaml", "--now", "tomorrow"], &input);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--now"), "{}", stderr(&out));
+
+    let refused = input.replace(
+        "kind: SecurityIntentBinding, name",
+        "kind: Deployment, name",
+    );
+    for command in ["validate", "translate"] {
+        let out = nimbus(&[command, "-f", "in.yaml"], &refused);
+        assert_eq!(out.status.code(), Some(1), "{command}");
+        assert!(
+            stderr(&out).contains(
+                "spec.binding.kind `Deployment` must be SecurityIntentBinding or ClusterSecurityIntentBinding"
+            ),
+            "{command}: {}",
+            stderr(&out)
+        );
+    }
+}
