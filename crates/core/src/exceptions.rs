@@ -13,6 +13,9 @@ use nimbus_api::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 
+mod selectors;
+pub use selectors::{MAX_SELECTORS, excluding};
+
 /// How long an exception may last unless the operator is configured otherwise
 /// (`--exception-max-duration`): long enough for a fix to ship, short enough to be reviewed.
 pub const DEFAULT_MAX_DURATION: SignedDuration = SignedDuration::from_hours(30 * 24);

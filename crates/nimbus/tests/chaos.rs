@@ -1003,7 +1003,7 @@ async fn chaos_then_audit_finds_the_cluster_exactly_as_translated() {
         .flat_map(|e| e.spec().kinds.iter().map(|k| k.kind))
         .collect();
     // PolicyExceptions are written only for SecurityIntentExceptions, which the churn makes
-    // none of: the offline translation the audit compares with does not read them yet.
+    // none of (they expire: the audit would have to translate at the operator's instant).
     let exceptions = nimbus_core::engines::KyvernoApi::Legacy.exceptions();
     let every_pair: Vec<(String, &str)> = generated_kinds()
         .into_iter()

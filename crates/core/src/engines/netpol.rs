@@ -3,10 +3,12 @@
 use super::Engine;
 use super::{
     AuditForm, Enforces, EngineSpec, Environment, Fact, NAMESPACED, NETWORK_POLICY, Output,
-    PolicyInput, Rule, metadata, native_name, object, selector_json,
+    PolicyInput, Rule, excepted, metadata, native_name, object, selector_json,
 };
+use crate::exceptions::{MAX_SELECTORS, excluding};
 use crate::intents::id;
 use crate::names::MAX_NAME_LEN;
+use nimbus_api::condition;
 use serde_json::{Value, json};
 
 /// The private address ranges (RFC 1918) denyExternalNetworkAccess keeps reachable.
@@ -40,20 +42,61 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     optional_kinds: &[],
     // NetworkPolicy allows add up: a tenant's allow-all reopens it (tests/clusternetworkpolicy.rs).
     tenant_proof: Some(false),
-    honours_exceptions: &[],
+    // The excepted pods are left out of the podSelector (see `translate`).
+    honours_exceptions: &[id::DNS_MANIPULATION, id::DENY_EXTERNAL_NETWORK_ACCESS],
 };
 
+/// One NetworkPolicy per selector of [`excluding`]: the binding's selector, minus the pods the
+/// exceptions in force let out (several when an exception names several labels; the first
+/// keeps the policy's usual name, so that an exception's coming and going updates it in
+/// place). NetworkPolicies add up, so identical rules over those selectors restrict exactly
+/// the pods selected and not excepted.
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
+    let excepted = excepted(policy, rule);
+    let Some(selectors) = excluding(&policy.selector, &excepted) else {
+        return Err(rule.problem(
+            condition::REASON_EXCEPTION_NOT_HONOURED,
+            format!(
+                "netpol: leaving out the pods the exceptions in force let out would take more \
+                 than {MAX_SELECTORS} NetworkPolicies; narrow or merge the exceptions"
+            ),
+        ));
+    };
+    let name = native_name(policy, rule.key, MAX_NAME_LEN);
+    let mut objects = Vec::new();
+    for (i, selector) in selectors.iter().enumerate() {
+        let Some(spec) = spec(rule, env, selector_json(selector)) else {
+            return rule.untranslated(Engine::NetworkPolicy);
+        };
+        let name = match i {
+            0 => name.clone(),
+            _ => format!("{}-{i}", native_name(policy, rule.key, MAX_NAME_LEN - 3)),
+        };
+        let meta = metadata(
+            policy,
+            Engine::NetworkPolicy,
+            name,
+            policy.namespace.clone(),
+            &[],
+        );
+        objects.push(object(&NETWORK_POLICY, meta, json!({ "spec": spec })));
+    }
+    Ok(objects.into())
+}
+
+/// The NetworkPolicy spec of `rule` for the pods `pod_selector` selects; `None` for an intent
+/// this engine does not translate.
+fn spec(rule: &Rule, env: &Environment, pod_selector: Value) -> Option<Value> {
     let node_cidrs = env
         .node_pod_cidrs
         .iter()
         .map(|cidr| json!({"ipBlock": {"cidr": cidr}}));
     let dns_ports = json!([{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]);
-    let spec = match rule.spec.id.as_str() {
+    Some(match rule.spec.id.as_str() {
         id::DNS_MANIPULATION => {
             let to: Vec<Value> = node_cidrs.chain([kube_dns()]).collect();
             json!({
-                "podSelector": selector_json(&policy.selector),
+                "podSelector": pod_selector,
                 "policyTypes": ["Egress"],
                 "egress": [{"to": to, "ports": dns_ports}],
             })
@@ -67,23 +110,14 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 .chain(private)
                 .collect();
             json!({
-                "podSelector": selector_json(&policy.selector),
+                "podSelector": pod_selector,
                 "policyTypes": ["Egress", "Ingress"],
                 "ingress": [{"from": from}],
                 "egress": [{"to": to, "ports": dns_ports}],
             })
         }
-        _ => return rule.untranslated(Engine::NetworkPolicy),
-    };
-    let name = native_name(policy, rule.key, MAX_NAME_LEN);
-    let meta = metadata(
-        policy,
-        Engine::NetworkPolicy,
-        name,
-        policy.namespace.clone(),
-        &[],
-    );
-    Ok(vec![object(&NETWORK_POLICY, meta, json!({ "spec": spec }))].into())
+        _ => return None,
+    })
 }
 
 /// The cluster DNS pods.

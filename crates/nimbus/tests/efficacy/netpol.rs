@@ -16,7 +16,7 @@ const PEER_IP: &str = "10.244.1.11";
 const KUBE_DNS_IP: &str = "10.244.0.2";
 const PRIVATE_IP: &str = "10.1.2.3";
 /// TEST-NET-3 (RFC 5737): an address outside the cluster.
-const EXTERNAL_IP: &str = "203.0.113.10";
+pub(crate) const EXTERNAL_IP: &str = "203.0.113.10";
 
 /// A traffic case, seen from the pod under test.
 struct Case {
@@ -48,7 +48,7 @@ fn in_cluster_pod(_: &str) -> Value {
     pod("elsewhere", "10.244.2.20", json!({"app": "client"}))
 }
 
-fn pod(ns: &str, ip: &str, labels: Value) -> Value {
+pub(crate) fn pod(ns: &str, ip: &str, labels: Value) -> Value {
     json!({"ip": ip, "namespace": ns, "namespaceLabels": {"kubernetes.io/metadata.name": ns},
            "podLabels": labels})
 }
