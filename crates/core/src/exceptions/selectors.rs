@@ -33,9 +33,11 @@ pub fn excluding(selector: &LabelSelector, excepted: &[&Excepted]) -> Option<Vec
 
 /// Each requirement of `selector`, negated; none when it selects every pod.
 fn negated(selector: &LabelSelector) -> Vec<LabelSelectorRequirement> {
-    let labels = selector.match_labels.iter().flatten().map(|(key, value)| {
-        requirement(key, "NotIn", Some(vec![value.clone()]))
-    });
+    let labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(key, value)| requirement(key, "NotIn", Some(vec![value.clone()])));
     let expressions = selector.match_expressions.iter().flatten().map(|e| {
         let opposite = match e.operator.as_str() {
             "In" => "NotIn",
@@ -143,8 +145,8 @@ mod tests {
             let refs: Vec<&Excepted> = excepted.iter().collect();
             let union = excluding(&binding, &refs).expect("within the bound");
             for pod in &pods {
-                let expected = matches(&binding, pod)
-                    && !excepted.iter().any(|e| matches(&e.selector, pod));
+                let expected =
+                    matches(&binding, pod) && !excepted.iter().any(|e| matches(&e.selector, pod));
                 let got = union.iter().any(|s| matches(s, pod));
                 assert_eq!(got, expected, "{pod:?} with {:?}", excepted);
             }
@@ -158,7 +160,10 @@ mod tests {
         assert_eq!(excluding(&binding, &[&everything]), Some(vec![]));
         let wide = exception(serde_json::json!({"matchLabels": {"a": "1", "b": "1", "c": "1"}}));
         // 3 × 3 = 9 selectors fit; 27 do not.
-        assert_eq!(excluding(&binding, &[&wide, &wide]).map(|s| s.len()), Some(9));
+        assert_eq!(
+            excluding(&binding, &[&wide, &wide]).map(|s| s.len()),
+            Some(9)
+        );
         assert_eq!(excluding(&binding, &[&wide, &wide, &wide]), None);
     }
 }

@@ -311,15 +311,26 @@ async fn network_policies_leave_out_what_an_exception_lets_out_until_it_expires(
     };
     let sib = crate::bind_namespaced(&client, ns.name(), &si, &selecting).await;
     let pods = [
-        ("excepted", json!({"app": "web", "tier": "legacy", "team": "vendor"})),
+        (
+            "excepted",
+            json!({"app": "web", "tier": "legacy", "team": "vendor"}),
+        ),
         ("legacy only", json!({"app": "web", "tier": "legacy"})),
         ("vendor only", json!({"app": "web", "team": "vendor"})),
         ("web", json!({"app": "web"})),
-        ("not bound", json!({"app": "db", "tier": "legacy", "team": "vendor"})),
+        (
+            "not bound",
+            json!({"app": "db", "tier": "legacy", "team": "vendor"}),
+        ),
     ];
     let expect = |excepted: bool| -> BTreeMap<&'static str, bool> {
         pods.iter()
-            .map(|(name, _)| (*name, *name == "not bound" || (excepted && *name == "excepted")))
+            .map(|(name, _)| {
+                (
+                    *name,
+                    *name == "not bound" || (excepted && *name == "excepted"),
+                )
+            })
             .collect()
     };
     eventually("netpol: every bound pod cut off", CONVERGE, async |seen| {
@@ -348,11 +359,15 @@ async fn network_policies_leave_out_what_an_exception_lets_out_until_it_expires(
         }
     });
     apply(&exceptions, &name, &exception).await;
-    eventually("netpol: only the excepted pod reaches out", CONVERGE, async |seen| {
-        let allowed = external_egress(&client, ns.name(), &pods).await;
-        *seen = format!("{allowed:?}");
-        (allowed == expect(true)).then_some(())
-    })
+    eventually(
+        "netpol: only the excepted pod reaches out",
+        CONVERGE,
+        async |seen| {
+            let allowed = external_egress(&client, ns.name(), &pods).await;
+            *seen = format!("{allowed:?}");
+            (allowed == expect(true)).then_some(())
+        },
+    )
     .await;
     assert!(
         Timestamp::now() < expires_at,
@@ -361,11 +376,15 @@ async fn network_policies_leave_out_what_an_exception_lets_out_until_it_expires(
 
     let wait = Duration::try_from(expires_at.duration_since(Timestamp::now())).unwrap_or_default();
     tokio::time::sleep(wait).await;
-    let cut = eventually("netpol: every bound pod cut off again", CONVERGE, async |seen| {
-        let allowed = external_egress(&client, ns.name(), &pods).await;
-        *seen = format!("{allowed:?}");
-        (allowed == expect(false)).then(Timestamp::now)
-    })
+    let cut = eventually(
+        "netpol: every bound pod cut off again",
+        CONVERGE,
+        async |seen| {
+            let allowed = external_egress(&client, ns.name(), &pods).await;
+            *seen = format!("{allowed:?}");
+            (allowed == expect(false)).then(Timestamp::now)
+        },
+    )
     .await;
     let lag = Duration::try_from(cut.duration_since(expires_at)).unwrap_or_default();
     eprintln!("netpol: the excepted pod cut off again {lag:?} after expiresAt");
