@@ -773,10 +773,14 @@ async fn audit(
         }
     }
 
-    // Every binding's status speaks of its current generation and is decided.
-    let sibs = Api::<SecurityIntentBinding>::all(client.clone())
+    // Every binding's status speaks of its current generation and is decided; one left in a
+    // namespace that no longer exists (see above) can have no status written, by anyone.
+    let sibs: Vec<SecurityIntentBinding> = Api::<SecurityIntentBinding>::all(client.clone())
         .list(&ListParams::default())
-        .await?;
+        .await?
+        .into_iter()
+        .filter(|b| b.namespace().is_some_and(|ns| live.contains(ns.as_str())))
+        .collect();
     let csibs = Api::<ClusterSecurityIntentBinding>::all(client.clone())
         .list(&ListParams::default())
         .await?;
