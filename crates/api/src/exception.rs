@@ -8,6 +8,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+/// API group of SecurityIntentExceptions.
+pub const EXCEPTION_GROUP: &str = "exceptions.security.nimbus.com";
+/// Who asked for an exception: the user who created it, as the API server authenticated them,
+/// stamped by the `nimbus-exception-requester` MutatingAdmissionPolicy and kept on every
+/// update.
+pub const REQUESTED_BY_ANNOTATION: &str = "exceptions.security.nimbus.com/requested-by";
+/// Who approved an exception: set by the approver, in their own name, and refused by the
+/// `nimbus-exception-approval` ValidatingAdmissionPolicy unless they may `approve` it and did
+/// not ask for it.
+pub const APPROVED_BY_ANNOTATION: &str = "exceptions.security.nimbus.com/approved-by";
+
 /// The binding an exception is taken from.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 pub struct ExceptedBinding {

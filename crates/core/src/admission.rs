@@ -10,10 +10,12 @@
 //!   writing it must take the same trust as writing the binding.
 //! - The intent-author policy (a MutatingAdmissionPolicy): stamps who last wrote each
 //!   SecurityIntent, so that a binding can say who changed what it enforces.
+//! - The exception-requester policy (a MutatingAdmissionPolicy): stamps who asked for each
+//!   SecurityIntentException, at its creation, and keeps it through every update.
 
 use crate::catalog::INTENTS;
 use crate::params::ParamKind;
-use nimbus_api::{GROUP, VERSION};
+use nimbus_api::{EXCEPTION_GROUP, GROUP, REQUESTED_BY_ANNOTATION, VERSION};
 use serde_json::{Value, json};
 
 /// Name of the catalog policy and of its binding.
@@ -150,27 +152,85 @@ pub fn intent_author_policy() -> [Value; 2] {
         "Object{{metadata: Object.metadata{{annotations: {{{}: request.userInfo.username}}}}}}",
         literal(nimbus_api::LAST_WRITTEN_BY_ANNOTATION)
     );
+    mutating(
+        AUTHOR_POLICY_NAME,
+        intent_writes(),
+        json!([{
+            "patchType": "ApplyConfiguration",
+            "applyConfiguration": {"expression": expression},
+        }]),
+    )
+}
+
+/// Name of the exception-requester policy and of its binding.
+pub const REQUESTER_POLICY_NAME: &str = "nimbus-exception-requester";
+
+/// The exception-requester MutatingAdmissionPolicy and its binding, in this order. It makes
+/// [`REQUESTED_BY_ANNOTATION`] say who created each SecurityIntentException, whatever any
+/// request says: on creation it sets it to the requesting user, as the API server
+/// authenticated them; on update it puts back the stored value, and removes one an update
+/// would add to an exception stored without it (created before the policy was installed), so
+/// that nobody can name someone else as its requester. Fails closed. Needs
+/// MutatingAdmissionPolicy v1 (Kubernetes 1.36).
+pub fn exception_requester_policy() -> [Value; 2] {
+    let key = literal(REQUESTED_BY_ANNOTATION);
+    let stored =
+        format!("has(oldObject.metadata.annotations) && {key} in oldObject.metadata.annotations");
+    let stamp =
+        |who: &str| format!("Object{{metadata: Object.metadata{{annotations: {{{key}: {who}}}}}}}");
+    // The stamp: who creates it, or, on update, what is stored (nothing when nothing is).
+    let stamped = format!(
+        "request.operation == 'CREATE' ? {} : ({stored} ? {} : Object{{}})",
+        stamp("request.userInfo.username"),
+        stamp(&format!("oldObject.metadata.annotations[{key}]"))
+    );
+    // An apply configuration cannot remove a key: a JSON patch removes one an update adds.
+    let unclaimed = format!(
+        "request.operation == 'UPDATE' && !({stored}) && has(object.metadata.annotations) && \
+         {key} in object.metadata.annotations ? [JSONPatch{{op: 'remove', path: \
+         '/metadata/annotations/' + jsonpatch.escapeKey({key})}}] : []"
+    );
+    mutating(
+        REQUESTER_POLICY_NAME,
+        exception_writes(),
+        json!([
+            {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": stamped}},
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": unclaimed}},
+        ]),
+    )
+}
+
+/// The MutatingAdmissionPolicy `name` making `mutations` to what `rules` match, failing
+/// closed, and its binding.
+fn mutating(name: &str, rules: Value, mutations: Value) -> [Value; 2] {
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": AUTHOR_POLICY_NAME},
+        "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
-            "matchConstraints": intent_writes(),
-            "mutations": [{
-                "patchType": "ApplyConfiguration",
-                "applyConfiguration": {"expression": expression},
-            }],
+            "matchConstraints": rules,
+            "mutations": mutations,
         },
     });
     let binding = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": AUTHOR_POLICY_NAME},
-        "spec": {"policyName": AUTHOR_POLICY_NAME},
+        "metadata": {"name": name},
+        "spec": {"policyName": name},
     });
     [policy, binding]
+}
+
+/// The creation and update of SecurityIntentExceptions (their status excluded).
+fn exception_writes() -> Value {
+    json!({"resourceRules": [{
+        "apiGroups": [EXCEPTION_GROUP],
+        "apiVersions": [VERSION],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["securityintentexceptions"],
+    }]})
 }
 
 /// The creation and update of SecurityIntents (their status, a subresource, excluded).
@@ -261,6 +321,36 @@ mod tests {
         );
         assert_eq!(policy["spec"]["failurePolicy"], "Fail");
         assert_eq!(binding["spec"]["policyName"], AUTHOR_POLICY_NAME);
+    }
+
+    #[test]
+    fn the_requester_policy_stamps_exceptions_on_creation_and_keeps_the_stamp() {
+        let [policy, binding] = exception_requester_policy();
+        let stamp = policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+            .as_str()
+            .expect("an expression");
+        assert!(
+            stamp.starts_with(
+                "request.operation == 'CREATE' ? Object{metadata: Object.metadata{annotations: \
+                 {'exceptions.security.nimbus.com/requested-by': request.userInfo.username}}}"
+            ),
+            "{stamp}"
+        );
+        assert!(
+            stamp.contains(
+                "oldObject.metadata.annotations['exceptions.security.nimbus.com/requested-by']"
+            ),
+            "{stamp}"
+        );
+        assert_eq!(policy["spec"]["mutations"][1]["patchType"], "JSONPatch");
+        let rules = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+        assert_eq!(
+            rules["apiGroups"],
+            json!(["exceptions.security.nimbus.com"])
+        );
+        assert_eq!(rules["resources"], json!(["securityintentexceptions"]));
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+        assert_eq!(binding["spec"]["policyName"], REQUESTER_POLICY_NAME);
     }
 
     #[test]

@@ -56,15 +56,20 @@ enum Command {
     Crds,
     /// Print the ValidatingAdmissionPolicy that warns, at `kubectl apply`, about intent IDs and
     /// parameters the catalog does not know.
+    #[command(group = clap::ArgGroup::new("policy").multiple(false))]
     AdmissionPolicy {
         /// Print instead the one that lets only who may create ClusterSecurityIntentBindings
         /// create or change sensitive SecurityIntents.
-        #[arg(long, conflicts_with = "intent_author")]
+        #[arg(long, group = "policy")]
         sensitive_intents: bool,
         /// Print instead the MutatingAdmissionPolicy that stamps who last wrote each
         /// SecurityIntent (Kubernetes 1.36).
-        #[arg(long)]
+        #[arg(long, group = "policy")]
         intent_author: bool,
+        /// Print instead the MutatingAdmissionPolicy that stamps who asked for each
+        /// SecurityIntentException (Kubernetes 1.36).
+        #[arg(long, group = "policy")]
+        exception_requester: bool,
     },
     /// Print every engine's RBAC rules, derived from its registration (the Helm chart's
     /// files/engine-rbac.yaml).
@@ -365,11 +370,14 @@ fn run_cli() -> anyhow::Result<bool> {
         Command::AdmissionPolicy {
             sensitive_intents,
             intent_author,
+            exception_requester,
         } => {
             let objects = if sensitive_intents {
                 nimbus_core::admission::sensitive_intents_policy()
             } else if intent_author {
                 nimbus_core::admission::intent_author_policy()
+            } else if exception_requester {
+                nimbus_core::admission::exception_requester_policy()
             } else {
                 nimbus_core::admission::intent_catalog_policy()
             };

@@ -51,7 +51,7 @@ fn operator() -> &'static Operator {
             let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
             runtime.block_on(async move {
                 let admin = cp.client().expect("client");
-                let objects = common::install_chart_without_workload(&admin).await;
+                let objects = common::install_chart_without_workload(&admin, &[]).await;
                 let deployment = rendered(&objects, "Deployment", common::RELEASE);
                 let (client, service_account) =
                     common::service_account_client(cp, deployment).await;
@@ -1419,5 +1419,109 @@ async fn only_exception_authors_may_let_workloads_out_of_a_binding() {
     }
     for (_, user) in &bound {
         delete(&crbs, user).await;
+    }
+}
+
+/// Binds the ClusterRole `role` to `user` in `namespace` (a tenant's RoleBinding, named after
+/// both) and waits until the authorizer lets them `verb` SecurityIntentExceptions there.
+async fn bind_in(namespace: &str, role: &str, user: &str, verb: &str) {
+    let name = format!("{user}-{role}");
+    let mut binding = cluster_role_binding(&name, role, user);
+    binding["kind"] = json!("RoleBinding");
+    binding["metadata"]["namespace"] = json!(namespace);
+    apply(
+        &Api::<RoleBinding>::namespaced(admin(), namespace),
+        &name,
+        &binding,
+    )
+    .await;
+    eventually(
+        &format!("{user} may {verb} SecurityIntentExceptions in {namespace}"),
+        CONVERGE,
+        async |_| {
+            may(user, verb, EXCEPTIONS, Some(namespace), None)
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// SecurityIntentExceptions, as [`may`] names a resource.
+const EXCEPTIONS: &str = "exceptions.security.nimbus.com:securityintentexceptions";
+
+/// The exception `name` of `namespace`, as JSON.
+async fn exception_json(namespace: &str, name: &str) -> Value {
+    let api: Api<nimbus_api::SecurityIntentException> = Api::namespaced(admin(), namespace);
+    serde_json::to_value(get(&api, name).await.expect("the exception")).expect("json")
+}
+
+/// An annotation of the exception `name` of `namespace`.
+async fn exception_annotation(namespace: &str, name: &str, key: &str) -> Value {
+    exception_json(namespace, name).await["metadata"]["annotations"][key].clone()
+}
+
+/// Merge-patches the exception `name` of `namespace` as `client`.
+async fn patch_exception(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    patch: Value,
+) -> Result<nimbus_api::SecurityIntentException, kube::Error> {
+    Api::<nimbus_api::SecurityIntentException>::namespaced(client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+}
+
+/// 12. Who asked for an exception is the API server's word, not the request's. A tenant bound
+///     to the chart's exception-author role in their namespace creates an exception claiming
+///     someone else asked for it: the chart's `nimbus-exception-requester`
+///     MutatingAdmissionPolicy stamps `exceptions.security.nimbus.com/requested-by` with the
+///     tenant's own name, and no update, theirs or anyone's, rewrites or removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exception_names_who_asked_for_it_and_nobody_can_rewrite_that() {
+    use nimbus_api::REQUESTED_BY_ANNOTATION as REQUESTED_BY;
+    let ns = namespace("sec-requester").await;
+    let alice = unique("alice");
+    let author = format!("{}-exception-author", common::RELEASE);
+    bind_in(ns.name(), &author, &alice, "create").await;
+    let exception = unique("vendor-agent");
+    let as_alice = impersonating(&alice, &[]);
+    let forged: nimbus_api::SecurityIntentException = serde_json::from_value(json!({
+        "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+        "kind": "SecurityIntentException",
+        "metadata": {"name": exception, "annotations": {REQUESTED_BY: "platform-lead"}},
+        "spec": {
+            "binding": {"kind": "ClusterSecurityIntentBinding", "name": "no-escape"},
+            "intents": ["escape"],
+            "reason": "the vendor's agent needs host access until 2.4",
+            "expiresAt": (k8s_openapi::jiff::Timestamp::now()
+                + k8s_openapi::jiff::SignedDuration::from_hours(24)).to_string(),
+        },
+    }))
+    .expect("an exception");
+    Api::<nimbus_api::SecurityIntentException>::namespaced(as_alice.clone(), ns.name())
+        .create(&PostParams::default(), &forged)
+        .await
+        .expect("an exception author may create exceptions");
+    let requested_by = || exception_annotation(ns.name(), &exception, REQUESTED_BY);
+    assert_eq!(requested_by().await, json!(alice), "stamped on creation");
+
+    for (who, client) in [("alice", &as_alice), ("the admin", &admin())] {
+        for rewrite in [json!("platform-lead"), Value::Null] {
+            patch_exception(
+                client,
+                ns.name(),
+                &exception,
+                json!({"metadata": {"annotations": {REQUESTED_BY: rewrite}}}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{who}'s update is admitted, unstamped: {e}"));
+            assert_eq!(
+                requested_by().await,
+                json!(alice),
+                "{who} set requested-by to {rewrite}"
+            );
+        }
     }
 }
