@@ -49,6 +49,16 @@ pub struct ExceptedBinding {
         json_path = ".status.conditions[?(@.type==\"Active\")].status"
     ),
     printcolumn(
+        name = "Requested-By",
+        type_ = "string",
+        json_path = ".status.requestedBy"
+    ),
+    printcolumn(
+        name = "Approved-By",
+        type_ = "string",
+        json_path = ".status.approvedBy"
+    ),
+    printcolumn(
         name = "Reason",
         type_ = "string",
         json_path = ".spec.reason",
@@ -83,8 +93,14 @@ pub struct SecurityIntentExceptionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Active` says whether the engines honour it now, and if not, why (`Expired`,
-    /// `TooLong`, `BindingNotFound`, `IntentNotBound`).
+    /// `TooLong`, `BindingNotFound`, `IntentNotBound`, `NotApproved`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// Who asked for it: its `exceptions.security.nimbus.com/requested-by` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    /// Who approved it: its `exceptions.security.nimbus.com/approved-by` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }

@@ -93,6 +93,10 @@ async fn install_admission_policies(client: &kube::Client) -> anyhow::Result<()>
             "exception-requester",
             admission::exception_requester_policy().to_vec(),
         ),
+        (
+            "exception-approval",
+            admission::exception_approval_policy().to_vec(),
+        ),
     ] {
         apply_yaml(client, &crate::generated::admission_policy_yaml(objects)?)
             .await

@@ -70,6 +70,11 @@ enum Command {
         /// SecurityIntentException (Kubernetes 1.36).
         #[arg(long, group = "policy")]
         exception_requester: bool,
+        /// Print instead the policies that withdraw an exception's approval when its spec
+        /// changes and let only who may `approve` it, and did not ask for it, approve it
+        /// (Kubernetes 1.36).
+        #[arg(long, group = "policy")]
+        exception_approval: bool,
     },
     /// Print every engine's RBAC rules, derived from its registration (the Helm chart's
     /// files/engine-rbac.yaml).
@@ -288,6 +293,7 @@ impl RunArgs {
                     cap: self.enforcement_probe_cap,
                 }),
             exception_max_duration: self.exceptions.exception_max_duration,
+            exception_approval: self.exceptions.exception_approval,
             ..Default::default()
         };
         self.engines
@@ -371,15 +377,19 @@ fn run_cli() -> anyhow::Result<bool> {
             sensitive_intents,
             intent_author,
             exception_requester,
+            exception_approval,
         } => {
+            use nimbus_core::admission;
             let objects = if sensitive_intents {
-                nimbus_core::admission::sensitive_intents_policy()
+                admission::sensitive_intents_policy().to_vec()
             } else if intent_author {
-                nimbus_core::admission::intent_author_policy()
+                admission::intent_author_policy().to_vec()
             } else if exception_requester {
-                nimbus_core::admission::exception_requester_policy()
+                admission::exception_requester_policy().to_vec()
+            } else if exception_approval {
+                admission::exception_approval_policy().to_vec()
             } else {
-                nimbus_core::admission::intent_catalog_policy()
+                admission::intent_catalog_policy().to_vec()
             };
             print!("{}", admission_policy_yaml(objects)?);
             Ok(true)

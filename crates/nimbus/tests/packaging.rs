@@ -440,18 +440,34 @@ fn the_chart_refuses_kubernetes_too_old_for_its_admission_policies_unless_switch
         );
     }
     let off = render("1.35.0", &[NO_AUTHOR, NO_EXCEPTION]);
+    let stdout = String::from_utf8_lossy(&off.stdout);
     assert!(
         off.status.success()
-            && !String::from_utf8_lossy(&off.stdout).contains("kind: MutatingAdmissionPolicy"),
-        "on 1.35 with the switch off: {}",
+            && !stdout.contains("kind: MutatingAdmissionPolicy")
+            && !stdout.contains("-exception-approver"),
+        "on 1.35 with the switch off (and without the approver role, whose patch only the \
+         approval policy keeps off the spec): {}",
         String::from_utf8_lossy(&off.stderr)
+    );
+    // Required approvals without the policies guarding them would take anyone's word.
+    let unguarded = render(
+        "1.35.0",
+        &[NO_AUTHOR, NO_EXCEPTION, "exceptionApproval=required"],
+    );
+    let stderr = String::from_utf8_lossy(&unguarded.stderr);
+    assert!(
+        !unguarded.status.success()
+            && stderr.contains("exceptionApproval=required needs exceptionAdmission"),
+        "required approvals without exceptionAdmission: {stderr}"
     );
     let on = render("1.36.0", &[]);
     let stdout = String::from_utf8_lossy(&on.stdout);
     assert!(
         on.status.success()
             && stdout.contains("name: nimbus-intent-author")
-            && stdout.contains("name: nimbus-exception-requester"),
+            && stdout.contains("name: nimbus-exception-requester")
+            && stdout.contains("name: nimbus-exception-approval")
+            && stdout.contains("name: nimbus-exception-approver"),
         "on 1.36: {}",
         String::from_utf8_lossy(&on.stderr)
     );

@@ -760,6 +760,10 @@ pub fn operator_config_from(
             .expect("engine preference")
             .parse()
             .expect("an engine preference"),
+        exception_approval: container_flag(deployment, "--exception-approval")
+            .expect("exception approval")
+            .parse()
+            .expect("optional or required"),
         ..nimbus_operator::Config::default()
     }
 }
