@@ -519,6 +519,17 @@ mod tests {
                 day,
                 reason::EXPIRED,
             ),
+            (
+                "required, unapproved and binding nothing it names: that first",
+                {
+                    let mut e = signed(None, None);
+                    e.spec.intents = vec!["other".into()];
+                    e
+                },
+                Approval::Required,
+                10,
+                reason::INTENT_NOT_BOUND,
+            ),
         ];
         for (case, e, approval, now, want) in cases {
             let rules = Rules {

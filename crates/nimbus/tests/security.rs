@@ -1579,9 +1579,9 @@ fn refused_because<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error
 
 /// 13. Approving an exception is a permission apart, and takes two people. The operator runs
 ///     with `--exception-approval=required` (chart value `exceptionApproval`). A tenant bound
-///     to both the exception-author and the exception-approver role in their namespace creates
-///     an exception to an admin's cluster binding: it stands `Active=False`, `NotApproved`,
-///     and they cannot approve it themselves. A holder of the exception-author role alone
+///     to both the exception-author and the exception-approver role in their namespace cannot
+///     create an exception approved by themselves; they create one to an admin's cluster
+///     binding: it stands `Active=False`, `NotApproved`, and they cannot approve it. A holder of the exception-author role alone
 ///     cannot approve it, in their own name or another's. A holder of the exception-approver
 ///     role approves it in their own name (not in someone else's): it stands `Active=True`,
 ///     its status naming who asked and who approved. The approver cannot change its spec;
@@ -1630,7 +1630,17 @@ async fn an_exception_is_honoured_once_someone_else_who_may_approve_it_does() {
     }))
     .expect("an exception");
     let as_alice = impersonating(&alice, &[]);
-    Api::<nimbus_api::SecurityIntentException>::namespaced(as_alice.clone(), ns.name())
+    let created =
+        Api::<nimbus_api::SecurityIntentException>::namespaced(as_alice.clone(), ns.name());
+    // Created approved by its requester: refused, whoever's name it carries.
+    let mut self_approved = request.clone();
+    self_approved.metadata.annotations = Some([(APPROVED_BY.to_owned(), alice.clone())].into());
+    let why = refused_because(
+        "alice creating her exception approved",
+        created.create(&PostParams::default(), &self_approved).await,
+    );
+    assert!(why.contains("someone else must approve it"), "{why}");
+    created
         .create(&PostParams::default(), &request)
         .await
         .expect("an exception author may create exceptions");
