@@ -74,7 +74,8 @@ docs-reference:
 kyverno:
 	bash hack/build-kyverno.sh
 
-# The committed CRDs and admission policies (intent catalog, sensitive intents, intent author), the Helm chart's copies (Helm reads
+# The committed CRDs and admission policies (intent catalog, sensitive intents, intent author,
+# exception requester and approval), the Helm chart's copies (Helm reads
 # only files inside the chart), and the engines' RBAC rules the chart grants; tests fail when
 # any is stale.
 crds:
@@ -90,6 +91,12 @@ crds:
 	$(CARGO) run -q -- admission-policy --intent-author > config/admission/intent-author.yaml.tmp
 	mv config/admission/intent-author.yaml.tmp config/admission/intent-author.yaml
 	cp config/admission/intent-author.yaml charts/nimbus/files/intent-author.yaml
+	$(CARGO) run -q -- admission-policy --exception-requester > config/admission/exception-requester.yaml.tmp
+	mv config/admission/exception-requester.yaml.tmp config/admission/exception-requester.yaml
+	cp config/admission/exception-requester.yaml charts/nimbus/files/exception-requester.yaml
+	$(CARGO) run -q -- admission-policy --exception-approval > config/admission/exception-approval.yaml.tmp
+	mv config/admission/exception-approval.yaml.tmp config/admission/exception-approval.yaml
+	cp config/admission/exception-approval.yaml charts/nimbus/files/exception-approval.yaml
 	$(CARGO) run -q -- engine-rbac > charts/nimbus/files/engine-rbac.yaml.tmp
 	mv charts/nimbus/files/engine-rbac.yaml.tmp charts/nimbus/files/engine-rbac.yaml
 

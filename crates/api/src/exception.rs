@@ -8,6 +8,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+/// API group of SecurityIntentExceptions.
+pub const EXCEPTION_GROUP: &str = "exceptions.security.nimbus.com";
+/// Who asked for an exception: the user who created it, as the API server authenticated them,
+/// stamped by the `nimbus-exception-requester` MutatingAdmissionPolicy and kept on every
+/// update.
+pub const REQUESTED_BY_ANNOTATION: &str = "exceptions.security.nimbus.com/requested-by";
+/// Who approved an exception: set by the approver, in their own name, and refused by the
+/// `nimbus-exception-approval` ValidatingAdmissionPolicy unless they may `approve` it and did
+/// not ask for it.
+pub const APPROVED_BY_ANNOTATION: &str = "exceptions.security.nimbus.com/approved-by";
+
 /// The binding an exception is taken from.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 pub struct ExceptedBinding {
@@ -36,6 +47,16 @@ pub struct ExceptedBinding {
         name = "Active",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Active\")].status"
+    ),
+    printcolumn(
+        name = "Requested-By",
+        type_ = "string",
+        json_path = ".status.requestedBy"
+    ),
+    printcolumn(
+        name = "Approved-By",
+        type_ = "string",
+        json_path = ".status.approvedBy"
     ),
     printcolumn(
         name = "Reason",
@@ -72,8 +93,14 @@ pub struct SecurityIntentExceptionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Active` says whether the engines honour it now, and if not, why (`Expired`,
-    /// `TooLong`, `BindingNotFound`, `IntentNotBound`).
+    /// `TooLong`, `BindingNotFound`, `IntentNotBound`, `NotApproved`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// Who asked for it: its `exceptions.security.nimbus.com/requested-by` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    /// Who approved it: its `exceptions.security.nimbus.com/approved-by` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }

@@ -216,6 +216,12 @@ pub struct ExceptionCoverage {
     pub reason: String,
     /// When it ends: from then on the intent is enforced on the workload again.
     pub expires_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// Who asked for it (its `exceptions.security.nimbus.com/requested-by` annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    /// Who approved it (its `exceptions.security.nimbus.com/approved-by` annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }
 
 /// How well one workload is protected, by which intents, enforced by which engines.

@@ -10,10 +10,17 @@
 //!   writing it must take the same trust as writing the binding.
 //! - The intent-author policy (a MutatingAdmissionPolicy): stamps who last wrote each
 //!   SecurityIntent, so that a binding can say who changed what it enforces.
+//! - The exception-requester policy (a MutatingAdmissionPolicy): stamps who asked for each
+//!   SecurityIntentException, at its creation, and keeps it through every update.
+//! - The exception-approval policies: a change to an exception's spec withdraws its approval
+//!   (a MutatingAdmissionPolicy), and only someone who may `approve` it, and did not ask for
+//!   it, may approve it, in their own name (a ValidatingAdmissionPolicy).
 
 use crate::catalog::INTENTS;
 use crate::params::ParamKind;
-use nimbus_api::{GROUP, VERSION};
+use nimbus_api::{
+    APPROVED_BY_ANNOTATION, EXCEPTION_GROUP, GROUP, REQUESTED_BY_ANNOTATION, VERSION,
+};
 use serde_json::{Value, json};
 
 /// Name of the catalog policy and of its binding.
@@ -150,27 +157,180 @@ pub fn intent_author_policy() -> [Value; 2] {
         "Object{{metadata: Object.metadata{{annotations: {{{}: request.userInfo.username}}}}}}",
         literal(nimbus_api::LAST_WRITTEN_BY_ANNOTATION)
     );
+    mutating(
+        AUTHOR_POLICY_NAME,
+        intent_writes(),
+        json!([{
+            "patchType": "ApplyConfiguration",
+            "applyConfiguration": {"expression": expression},
+        }]),
+    )
+}
+
+/// Name of the exception-requester policy and of its binding.
+pub const REQUESTER_POLICY_NAME: &str = "nimbus-exception-requester";
+
+/// The exception-requester MutatingAdmissionPolicy and its binding, in this order. It makes
+/// [`REQUESTED_BY_ANNOTATION`] say who created each SecurityIntentException, whatever any
+/// request says: on creation it sets it to the requesting user, as the API server
+/// authenticated them; on update it puts back the stored value, and removes one an update
+/// would add to an exception stored without it (created before the policy was installed), so
+/// that nobody can name someone else as its requester. Fails closed. Needs
+/// MutatingAdmissionPolicy v1 (Kubernetes 1.36).
+pub fn exception_requester_policy() -> [Value; 2] {
+    let key = literal(REQUESTED_BY_ANNOTATION);
+    let stored =
+        format!("has(oldObject.metadata.annotations) && {key} in oldObject.metadata.annotations");
+    let stamp =
+        |who: &str| format!("Object{{metadata: Object.metadata{{annotations: {{{key}: {who}}}}}}}");
+    // The stamp: who creates it, or, on update, what is stored (nothing when nothing is).
+    let stamped = format!(
+        "request.operation == 'CREATE' ? {} : ({stored} ? {} : Object{{}})",
+        stamp("request.userInfo.username"),
+        stamp(&format!("oldObject.metadata.annotations[{key}]"))
+    );
+    // An apply configuration cannot remove a key: a JSON patch removes one an update adds.
+    let unclaimed = format!(
+        "request.operation == 'UPDATE' && !({stored}) && has(object.metadata.annotations) && \
+         {key} in object.metadata.annotations ? [JSONPatch{{op: 'remove', path: \
+         '/metadata/annotations/' + jsonpatch.escapeKey({key})}}] : []"
+    );
+    mutating(
+        REQUESTER_POLICY_NAME,
+        exception_writes(),
+        json!([
+            {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": stamped}},
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": unclaimed}},
+        ]),
+    )
+}
+
+/// Name of the exception-approval policies (a MutatingAdmissionPolicy and a
+/// ValidatingAdmissionPolicy) and of their bindings.
+pub const APPROVAL_POLICY_NAME: &str = "nimbus-exception-approval";
+
+/// The verb that approves a SecurityIntentException: RBAC grants it like any other, on
+/// `securityintentexceptions`, and only the approval policy asks for it.
+pub const APPROVE_VERB: &str = "approve";
+
+/// The exception-approval policies and their bindings, in this order: the
+/// MutatingAdmissionPolicy and its binding, the ValidatingAdmissionPolicy and its binding.
+/// - An update that changes an exception's `spec` removes [`APPROVED_BY_ANNOTATION`],
+///   whoever sends it: an approval is of what was approved, so approving takes a request of
+///   its own, that changes no spec.
+/// - A creation or update that sets that annotation, or changes its value, is refused unless
+///   it names the requesting user, who may [`APPROVE_VERB`] that exception (as the API
+///   server's authorizer answers) and is not who asked for it ([`REQUESTED_BY_ANNOTATION`];
+///   an exception that names no requester cannot be approved). A creation never passes: its
+///   requester is who sends it.
+/// - Changing the spec takes `update`, so that the `patch` an approver needs to set the
+///   annotation does not let them rewrite what they approve.
+///
+/// Both fail closed. Needs MutatingAdmissionPolicy v1 (Kubernetes 1.36) and the requester
+/// policy ([`exception_requester_policy`]), which the two-person rule reads.
+pub fn exception_approval_policy() -> [Value; 4] {
+    let approved = literal(APPROVED_BY_ANNOTATION);
+    let withdrawn = format!(
+        "request.operation == 'UPDATE' && object.spec != oldObject.spec && \
+         has(object.metadata.annotations) && {approved} in object.metadata.annotations ? \
+         [JSONPatch{{op: 'remove', path: '/metadata/annotations/' + \
+         jsonpatch.escapeKey({approved})}}] : []"
+    );
+    let [mutating_policy, mutating_binding] = mutating(
+        APPROVAL_POLICY_NAME,
+        exception_writes(),
+        json!([{"patchType": "JSONPatch", "jsonPatch": {"expression": withdrawn}}]),
+    );
+    let annotation = |object: &str, key: &str| {
+        format!(
+            "has({object}.metadata.annotations) && {key} in {object}.metadata.annotations ? \
+             {object}.metadata.annotations[{key}] : ''"
+        )
+    };
+    let may = |verb: &str| {
+        format!(
+            "authorizer.group({}).resource('securityintentexceptions')\
+             .namespace(object.metadata.namespace).name(variables.name).check({}).allowed()",
+            literal(EXCEPTION_GROUP),
+            literal(verb)
+        )
+    };
+    let spec = json!({
+        "failurePolicy": "Fail",
+        "matchConstraints": exception_writes(),
+        "variables": [
+            {"name": "name", "expression": "has(object.metadata.name) ? object.metadata.name : ''"},
+            {"name": "approvedBy", "expression": annotation("object", &approved)},
+            {"name": "requestedBy", "expression": annotation("object", &literal(REQUESTED_BY_ANNOTATION))},
+            {"name": "approving", "expression": format!(
+                "variables.approvedBy != '' && (request.operation == 'CREATE' || \
+                 variables.approvedBy != ({}))",
+                annotation("oldObject", &approved)
+            )},
+        ],
+        "validations": [
+            {
+                "expression": "!variables.approving || variables.approvedBy == request.userInfo.username",
+                "messageExpression": format!("'{APPROVED_BY_ANNOTATION} names who approves, in the same request: ' + request.userInfo.username + ', not ' + variables.approvedBy"),
+                "reason": "Forbidden",
+            },
+            {
+                "expression": "!variables.approving || (variables.requestedBy != '' && variables.requestedBy != request.userInfo.username)",
+                "messageExpression": "variables.requestedBy == '' ? 'this exception names no requester (it was created before the nimbus-exception-requester policy): recreate it to have it approved' : variables.requestedBy + ' asked for this exception: someone else must approve it'",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": format!("!variables.approving || {}", may(APPROVE_VERB)),
+                "messageExpression": format!("request.userInfo.username + ' may not approve SecurityIntentExceptions in ' + object.metadata.namespace + ' (the verb {APPROVE_VERB} on securityintentexceptions.{EXCEPTION_GROUP})'"),
+                "reason": "Forbidden",
+            },
+            {
+                "expression": format!("request.operation != 'UPDATE' || object.spec == oldObject.spec || {}", may("update")),
+                "messageExpression": "request.userInfo.username + ' may not update SecurityIntentExceptions in ' + object.metadata.namespace + ': approving lets one set the approval, not change the spec'",
+                "reason": "Forbidden",
+            },
+        ],
+    });
+    let [validating_policy, validating_binding] = validating(APPROVAL_POLICY_NAME, spec, "Deny");
+    [
+        mutating_policy,
+        mutating_binding,
+        validating_policy,
+        validating_binding,
+    ]
+}
+
+/// The MutatingAdmissionPolicy `name` making `mutations` to what `rules` match, failing
+/// closed, and its binding.
+fn mutating(name: &str, rules: Value, mutations: Value) -> [Value; 2] {
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": AUTHOR_POLICY_NAME},
+        "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
-            "matchConstraints": intent_writes(),
-            "mutations": [{
-                "patchType": "ApplyConfiguration",
-                "applyConfiguration": {"expression": expression},
-            }],
+            "matchConstraints": rules,
+            "mutations": mutations,
         },
     });
     let binding = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": AUTHOR_POLICY_NAME},
-        "spec": {"policyName": AUTHOR_POLICY_NAME},
+        "metadata": {"name": name},
+        "spec": {"policyName": name},
     });
     [policy, binding]
+}
+
+/// The creation and update of SecurityIntentExceptions (their status excluded).
+fn exception_writes() -> Value {
+    json!({"resourceRules": [{
+        "apiGroups": [EXCEPTION_GROUP],
+        "apiVersions": [VERSION],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["securityintentexceptions"],
+    }]})
 }
 
 /// The creation and update of SecurityIntents (their status, a subresource, excluded).
@@ -187,6 +347,11 @@ fn intent_writes() -> Value {
 /// SecurityIntents, and its binding with `action`.
 fn on_intents(name: &str, mut spec: Value, action: &str) -> [Value; 2] {
     spec["matchConstraints"] = intent_writes();
+    validating(name, spec, action)
+}
+
+/// The ValidatingAdmissionPolicy `name` with `spec`, and its binding with `action`.
+fn validating(name: &str, spec: Value, action: &str) -> [Value; 2] {
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -261,6 +426,74 @@ mod tests {
         );
         assert_eq!(policy["spec"]["failurePolicy"], "Fail");
         assert_eq!(binding["spec"]["policyName"], AUTHOR_POLICY_NAME);
+    }
+
+    #[test]
+    fn the_requester_policy_stamps_exceptions_on_creation_and_keeps_the_stamp() {
+        let [policy, binding] = exception_requester_policy();
+        let stamp = policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+            .as_str()
+            .expect("an expression");
+        assert!(
+            stamp.starts_with(
+                "request.operation == 'CREATE' ? Object{metadata: Object.metadata{annotations: \
+                 {'exceptions.security.nimbus.com/requested-by': request.userInfo.username}}}"
+            ),
+            "{stamp}"
+        );
+        assert!(
+            stamp.contains(
+                "oldObject.metadata.annotations['exceptions.security.nimbus.com/requested-by']"
+            ),
+            "{stamp}"
+        );
+        assert_eq!(policy["spec"]["mutations"][1]["patchType"], "JSONPatch");
+        let rules = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+        assert_eq!(
+            rules["apiGroups"],
+            json!(["exceptions.security.nimbus.com"])
+        );
+        assert_eq!(rules["resources"], json!(["securityintentexceptions"]));
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+        assert_eq!(binding["spec"]["policyName"], REQUESTER_POLICY_NAME);
+    }
+
+    #[test]
+    fn the_approval_policies_withdraw_on_a_spec_change_and_ask_the_authorizer_for_approve() {
+        let [mutating, mutating_binding, validating, validating_binding] =
+            exception_approval_policy();
+        assert_eq!(mutating["kind"], "MutatingAdmissionPolicy");
+        let withdrawn = mutating["spec"]["mutations"][0]["jsonPatch"]["expression"]
+            .as_str()
+            .expect("an expression");
+        assert!(
+            withdrawn.starts_with("request.operation == 'UPDATE' && object.spec != oldObject.spec"),
+            "{withdrawn}"
+        );
+        assert!(withdrawn.contains("'exceptions.security.nimbus.com/approved-by'"));
+        assert_eq!(validating["kind"], "ValidatingAdmissionPolicy");
+        let checks = validating["spec"]["validations"].to_string();
+        for check in [
+            "variables.approvedBy == request.userInfo.username",
+            "variables.requestedBy != request.userInfo.username",
+            "authorizer.group('exceptions.security.nimbus.com').resource('securityintentexceptions')\
+             .namespace(object.metadata.namespace).name(variables.name).check('approve').allowed()",
+            "check('update').allowed()",
+        ] {
+            assert!(checks.contains(check), "{check} in {checks}");
+        }
+        for policy in [&mutating, &validating] {
+            assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+            assert_eq!(
+                policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+                json!(["securityintentexceptions"])
+            );
+        }
+        assert_eq!(mutating_binding["spec"]["policyName"], APPROVAL_POLICY_NAME);
+        assert_eq!(
+            validating_binding["spec"]["validationActions"],
+            json!(["Deny"])
+        );
     }
 
     #[test]

@@ -8,10 +8,12 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 use kube::ResourceExt;
 use nimbus_api::{
-    ClusterSecurityIntentBinding, MatchIntent, SecurityIntentBinding, SecurityIntentException,
-    SecurityIntentExceptionStatus,
+    APPROVED_BY_ANNOTATION, ClusterSecurityIntentBinding, MatchIntent, REQUESTED_BY_ANNOTATION,
+    SecurityIntentBinding, SecurityIntentException, SecurityIntentExceptionStatus,
 };
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
 
 mod selectors;
 pub use selectors::{MAX_SELECTORS, excluding};
@@ -35,6 +37,87 @@ pub mod reason {
     pub const BINDING_NOT_FOUND: &str = "BindingNotFound";
     /// None of the intents it names is bound by the binding.
     pub const INTENT_NOT_BOUND: &str = "IntentNotBound";
+    /// The operator honours only approved exceptions, and nobody has approved it.
+    pub const NOT_APPROVED: &str = "NotApproved";
+}
+
+/// Whether the operator honours an exception nobody has approved (`--exception-approval`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Approval {
+    /// Honoured without approval.
+    #[default]
+    Optional,
+    /// Honoured only once [`APPROVED_BY_ANNOTATION`] names its approver; until then `Inactive`
+    /// with [`reason::NOT_APPROVED`].
+    Required,
+}
+
+impl Approval {
+    const NAMES: [&str; 2] = ["optional", "required"];
+}
+
+/// A value of `--exception-approval` that is neither of [`Approval`]'s.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown exception approval `{0}` (known: optional, required)")]
+pub struct UnknownApproval(String);
+
+impl FromStr for Approval {
+    type Err = UnknownApproval;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "optional" => Ok(Approval::Optional),
+            "required" => Ok(Approval::Required),
+            _ => Err(UnknownApproval(s.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Approval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(Self::NAMES[*self as usize])
+    }
+}
+
+/// What the operator asks of every exception besides its own terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// The longest an exception may last from its creation (`--exception-max-duration`).
+    pub max_duration: SignedDuration,
+    /// Whether it must be approved (`--exception-approval`).
+    pub approval: Approval,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Self {
+            max_duration: DEFAULT_MAX_DURATION,
+            approval: Approval::Optional,
+        }
+    }
+}
+
+/// Who asked for and who approved an exception, by its annotations (the admission policies
+/// stamp and guard them); `None` when it names none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Signatures {
+    pub requested_by: Option<String>,
+    pub approved_by: Option<String>,
+}
+
+impl Signatures {
+    pub fn of(exception: &SecurityIntentException) -> Self {
+        let annotation = |key: &str| {
+            exception
+                .annotations()
+                .get(key)
+                .filter(|user| !user.is_empty())
+                .cloned()
+        };
+        Self {
+            requested_by: annotation(REQUESTED_BY_ANNOTATION),
+            approved_by: annotation(APPROVED_BY_ANNOTATION),
+        }
+    }
 }
 
 /// The binding a policy enforces, as an exception names it.
@@ -88,6 +171,8 @@ pub struct Excepted {
     pub intents: BTreeSet<String>,
     pub reason: String,
     pub expires_at: Timestamp,
+    /// Who asked for it and who approved it, when it says.
+    pub signatures: Signatures,
 }
 
 /// Where an exception stands at a given time.
@@ -113,14 +198,17 @@ impl Standing {
 }
 
 /// Where `exception` stands at `now`: `bound` maps the names of the SecurityIntents its binding
-/// binds to their intent IDs (`None`: no such binding); `max` is the longest an exception may
-/// last from its creation.
+/// binds to their intent IDs (`None`: no such binding); `rules` say how long an exception may
+/// last from its creation and whether it must be approved. An exception that would be in force
+/// but for its approval is `NotApproved`: the reasons before it say what to fix before anyone
+/// approves it.
 pub fn standing(
     exception: &SecurityIntentException,
     bound: Option<&BTreeMap<String, String>>,
     now: Timestamp,
-    max: SignedDuration,
+    rules: Rules,
 ) -> Standing {
+    let max = rules.max_duration;
     let inactive = |reason, message: String| Standing::Inactive { reason, message };
     let spec = &exception.spec;
     let expires_at = spec.expires_at.0;
@@ -159,6 +247,20 @@ pub fn standing(
             ),
         );
     }
+    let signatures = Signatures::of(exception);
+    if rules.approval == Approval::Required && signatures.approved_by.is_none() {
+        let asked = signatures
+            .requested_by
+            .as_deref()
+            .map_or_else(String::new, |user| format!(", asked for by {user}"));
+        return inactive(
+            reason::NOT_APPROVED,
+            format!(
+                "the operator honours only approved exceptions (--exception-approval=required) \
+                 and none has approved this one{asked}: an approver sets {APPROVED_BY_ANNOTATION}"
+            ),
+        );
+    }
     Standing::Active(Excepted {
         name: exception.name_any(),
         namespace: exception.namespace().unwrap_or_default(),
@@ -166,10 +268,12 @@ pub fn standing(
         intents,
         reason: spec.reason.clone(),
         expires_at,
+        signatures,
     })
 }
 
-/// The status of `exception`, standing as `standing`: its `Active` condition.
+/// The status of `exception`, standing as `standing`: its `Active` condition, and who asked for
+/// and approved it.
 pub fn status(
     exception: &SecurityIntentException,
     standing: &Standing,
@@ -183,9 +287,15 @@ pub fn status(
         Standing::Inactive { reason, message } => ("False", *reason, message.clone()),
     };
     let generation = exception.metadata.generation;
+    let Signatures {
+        requested_by,
+        approved_by,
+    } = Signatures::of(exception);
     SecurityIntentExceptionStatus {
         observed_generation: generation,
         conditions: vec![condition(ACTIVE, active, reason, message, generation)],
+        requested_by,
+        approved_by,
     }
 }
 
@@ -225,7 +335,7 @@ pub fn in_force<'a>(
     bound: impl FnOnce() -> Option<BTreeMap<String, String>>,
     namespace: Option<&str>,
     now: Timestamp,
-    max: SignedDuration,
+    rules: Rules,
 ) -> (Vec<Excepted>, Option<Timestamp>) {
     let naming: Vec<&SecurityIntentException> = exceptions
         .into_iter()
@@ -237,7 +347,7 @@ pub fn in_force<'a>(
     let bound = bound();
     let active: Vec<Excepted> = naming
         .into_iter()
-        .filter_map(|e| match standing(e, bound.as_ref(), now, max) {
+        .filter_map(|e| match standing(e, bound.as_ref(), now, rules) {
             Standing::Active(excepted) => Some(excepted),
             Standing::Inactive { .. } => None,
         })
@@ -337,7 +447,11 @@ mod tests {
         ];
         for (case, e, has_binding, now, want) in cases {
             let bound = bound();
-            let got = standing(e, has_binding.then_some(&bound), at(*now), max);
+            let rules = Rules {
+                max_duration: max,
+                approval: Approval::Optional,
+            };
+            let got = standing(e, has_binding.then_some(&bound), at(*now), rules);
             let status = status(e, &got);
             assert_eq!(status.conditions[0].reason, *want, "{case}: {got:?}");
             let active = if *want == reason::ACTIVE {
@@ -350,9 +464,139 @@ mod tests {
     }
 
     #[test]
+    fn with_approval_required_only_an_approved_exception_is_honoured() {
+        let day = 86_400;
+        let signed = |requested: Option<&str>, approved: Option<&str>| {
+            let mut e = exception(0, day, &["escape"]);
+            let annotations = [
+                (REQUESTED_BY_ANNOTATION, requested),
+                (APPROVED_BY_ANNOTATION, approved),
+            ]
+            .into_iter()
+            .filter_map(|(key, user)| Some((key.to_owned(), user?.to_owned())))
+            .collect();
+            e.metadata.annotations = Some(annotations);
+            e
+        };
+        // (case, exception, approval, now, reason)
+        let cases = [
+            (
+                "optional, unapproved",
+                signed(Some("alice"), None),
+                Approval::Optional,
+                10,
+                reason::ACTIVE,
+            ),
+            (
+                "required, unapproved",
+                signed(Some("alice"), None),
+                Approval::Required,
+                10,
+                reason::NOT_APPROVED,
+            ),
+            (
+                "required, approved",
+                signed(Some("alice"), Some("bob")),
+                Approval::Required,
+                10,
+                reason::ACTIVE,
+            ),
+            (
+                "required, an empty approval",
+                signed(Some("alice"), Some("")),
+                Approval::Required,
+                10,
+                reason::NOT_APPROVED,
+            ),
+            (
+                "required, approved but expired",
+                signed(Some("alice"), Some("bob")),
+                Approval::Required,
+                day,
+                reason::EXPIRED,
+            ),
+            (
+                "required, unapproved and expired: expiry first",
+                signed(None, None),
+                Approval::Required,
+                day,
+                reason::EXPIRED,
+            ),
+            (
+                "required, unapproved and binding nothing it names: that first",
+                {
+                    let mut e = signed(None, None);
+                    e.spec.intents = vec!["other".into()];
+                    e
+                },
+                Approval::Required,
+                10,
+                reason::INTENT_NOT_BOUND,
+            ),
+        ];
+        for (case, e, approval, now, want) in cases {
+            let rules = Rules {
+                approval,
+                ..Rules::default()
+            };
+            let got = standing(&e, Some(&bound()), at(now), rules);
+            let status = status(&e, &got);
+            let condition = &status.conditions[0];
+            assert_eq!(condition.reason, want, "{case}: {got:?}");
+            let active = if want == reason::ACTIVE {
+                "True"
+            } else {
+                "False"
+            };
+            assert_eq!(condition.status, active, "{case}");
+            let signatures = Signatures::of(&e);
+            assert_eq!(status.requested_by, signatures.requested_by, "{case}");
+            assert_eq!(status.approved_by, signatures.approved_by, "{case}");
+            if let Standing::Active(excepted) = &got {
+                assert_eq!(excepted.signatures, signatures, "{case}");
+            }
+        }
+        let unapproved = signed(Some("alice"), None);
+        let required = Rules {
+            approval: Approval::Required,
+            ..Rules::default()
+        };
+        let Standing::Inactive { message, .. } =
+            standing(&unapproved, Some(&bound()), at(10), required)
+        else {
+            panic!("an unapproved exception is honoured")
+        };
+        assert!(
+            message.contains("asked for by alice") && message.contains(APPROVED_BY_ANNOTATION),
+            "{message}"
+        );
+        let (none, _) = in_force(
+            [&unapproved],
+            &BindingRef::cluster("no-escape"),
+            || Some(bound()),
+            None,
+            at(10),
+            required,
+        );
+        assert_eq!(none, vec![], "an unapproved exception is in force");
+    }
+
+    #[test]
+    fn approval_reads_and_prints_as_the_flag_says() {
+        for approval in [Approval::Optional, Approval::Required] {
+            assert_eq!(
+                approval.to_string().parse::<Approval>().ok(),
+                Some(approval)
+            );
+        }
+        assert_eq!(Approval::default(), Approval::Optional);
+        assert!("always".parse::<Approval>().is_err());
+    }
+
+    #[test]
     fn an_active_exception_names_the_bound_intent_ids_and_changes_at_expiry() {
         let e = exception(0, 100, &["escape", "other"]);
-        let got = standing(&e, Some(&bound()), at(1), DEFAULT_MAX_DURATION);
+        let got = standing(&e, Some(&bound()), at(1), Rules::default());
         let Standing::Active(active) = &got else {
             panic!("not active: {got:?}")
         };
@@ -367,7 +611,7 @@ mod tests {
             &exception(0, 100, &["escape"]),
             Some(&bound()),
             at(1),
-            DEFAULT_MAX_DURATION,
+            Rules::default(),
         ) else {
             panic!("not active")
         };
@@ -460,12 +704,12 @@ mod tests {
                 || Some(bound()),
                 c.namespace,
                 at(c.now),
-                DEFAULT_MAX_DURATION,
+                Rules::default(),
             );
             assert_eq!(names(&got), c.in_force, "{}", c.case);
             assert_eq!(changes, c.changes_at.map(at), "{}", c.case);
         }
-        let (none, _) = in_force(&all, &binding, || None, None, at(10), DEFAULT_MAX_DURATION);
+        let (none, _) = in_force(&all, &binding, || None, None, at(10), Rules::default());
         assert_eq!(none, vec![], "no such binding: nothing in force");
         let (none, _) = in_force(
             &all,
@@ -473,7 +717,7 @@ mod tests {
             || panic!("asked for a binding no exception names"),
             None,
             at(10),
-            DEFAULT_MAX_DURATION,
+            Rules::default(),
         );
         assert_eq!(none, vec![]);
     }

@@ -76,6 +76,35 @@ pub struct DevArgs {
     engines: crate::engine_args::EngineArgs,
 }
 
+/// The admission policies the chart installs (Kubernetes 1.36 serves them all).
+async fn install_admission_policies(client: &kube::Client) -> anyhow::Result<()> {
+    use nimbus_core::admission;
+    for (policy, objects) in [
+        (
+            "intent-catalog",
+            admission::intent_catalog_policy().to_vec(),
+        ),
+        (
+            "sensitive-intents",
+            admission::sensitive_intents_policy().to_vec(),
+        ),
+        ("intent-author", admission::intent_author_policy().to_vec()),
+        (
+            "exception-requester",
+            admission::exception_requester_policy().to_vec(),
+        ),
+        (
+            "exception-approval",
+            admission::exception_approval_policy().to_vec(),
+        ),
+    ] {
+        apply_yaml(client, &crate::generated::admission_policy_yaml(objects)?)
+            .await
+            .with_context(|| format!("installing the {policy} admission policy"))?;
+    }
+    Ok(())
+}
+
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     tracing::info!(
         "starting a local control plane (the first run builds it from Go modules: ~10-30 min)"
@@ -96,24 +125,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     apply_yaml(&client, K8TLS_ENVIRONMENT)
         .await
         .context("installing the k8tls environment")?;
-    for (policy, objects) in [
-        (
-            "intent-catalog",
-            nimbus_core::admission::intent_catalog_policy(),
-        ),
-        (
-            "sensitive-intents",
-            nimbus_core::admission::sensitive_intents_policy(),
-        ),
-        (
-            "intent-author",
-            nimbus_core::admission::intent_author_policy(),
-        ),
-    ] {
-        apply_yaml(&client, &crate::generated::admission_policy_yaml(objects)?)
-            .await
-            .with_context(|| format!("installing the {policy} admission policy"))?;
-    }
+    install_admission_policies(&client).await?;
 
     // The posture API on a loopback port, aggregated into kube-apiserver.
     let posture_api = LocalApiService {

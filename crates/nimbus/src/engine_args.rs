@@ -4,6 +4,7 @@
 use k8s_openapi::jiff::SignedDuration;
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{self, Preference};
+use nimbus_core::exceptions::{Approval, Rules};
 use nimbus_core::namespaces::ProtectedNamespaces;
 
 /// Which engines run and what they need.
@@ -81,20 +82,37 @@ impl SandboxArgs {
     }
 }
 
-/// How long a SecurityIntentException may last: `nimbus run` bounds those it honours by it, the
-/// offline commands judge the manifests' exceptions alike.
+/// How long a SecurityIntentException may last and whether it must be approved: `nimbus run`
+/// honours only those that meet both, the offline commands judge the manifests' exceptions
+/// alike.
 #[derive(clap::Args)]
 pub struct ExceptionArgs {
     /// The longest a SecurityIntentException may last from its creation; one set to expire
     /// later is not honoured.
     #[arg(long, default_value = "30d", value_parser = max_duration)]
     pub exception_max_duration: SignedDuration,
+    /// Whether a SecurityIntentException must be approved to be honoured: `optional`, or
+    /// `required` (one without the exceptions.security.nimbus.com/approved-by annotation is
+    /// not honoured: `NotApproved`).
+    #[arg(long, default_value_t)]
+    pub exception_approval: Approval,
+}
+
+impl ExceptionArgs {
+    /// What the operator asks of every exception.
+    pub fn rules(&self) -> Rules {
+        Rules {
+            max_duration: self.exception_max_duration,
+            approval: self.exception_approval,
+        }
+    }
 }
 
 impl Default for ExceptionArgs {
     fn default() -> Self {
         Self {
             exception_max_duration: nimbus_core::exceptions::DEFAULT_MAX_DURATION,
+            exception_approval: Approval::Optional,
         }
     }
 }
@@ -185,5 +203,19 @@ mod tests {
             Some(SignedDuration::from_hours(12))
         );
         assert!(parse(&["--exception-max-duration", "soon"]).is_err());
+    }
+
+    #[test]
+    fn exception_approval_is_optional_unless_required() {
+        let parse = |args: &[&str]| {
+            Exceptions::try_parse_from(std::iter::once("nimbus").chain(args.iter().copied()))
+                .map(|e| e.args.rules().approval)
+        };
+        assert_eq!(parse(&[]).ok(), Some(Approval::Optional));
+        assert_eq!(
+            parse(&["--exception-approval", "required"]).ok(),
+            Some(Approval::Required)
+        );
+        assert!(parse(&["--exception-approval", "sometimes"]).is_err());
     }
 }

@@ -17,8 +17,10 @@ pub fn engine_rbac_yaml() -> anyhow::Result<String> {
     ))
 }
 
-/// A ValidatingAdmissionPolicy and its binding, as multi-document YAML.
-pub fn admission_policy_yaml(objects: [serde_json::Value; 2]) -> anyhow::Result<String> {
+/// Admission policies and their bindings, as multi-document YAML.
+pub fn admission_policy_yaml(
+    objects: impl IntoIterator<Item = serde_json::Value>,
+) -> anyhow::Result<String> {
     let mut out = String::new();
     for object in objects {
         out.push_str("---\n");

@@ -56,15 +56,25 @@ enum Command {
     Crds,
     /// Print the ValidatingAdmissionPolicy that warns, at `kubectl apply`, about intent IDs and
     /// parameters the catalog does not know.
+    #[command(group = clap::ArgGroup::new("policy").multiple(false))]
     AdmissionPolicy {
         /// Print instead the one that lets only who may create ClusterSecurityIntentBindings
         /// create or change sensitive SecurityIntents.
-        #[arg(long, conflicts_with = "intent_author")]
+        #[arg(long, group = "policy")]
         sensitive_intents: bool,
         /// Print instead the MutatingAdmissionPolicy that stamps who last wrote each
         /// SecurityIntent (Kubernetes 1.36).
-        #[arg(long)]
+        #[arg(long, group = "policy")]
         intent_author: bool,
+        /// Print instead the MutatingAdmissionPolicy that stamps who asked for each
+        /// SecurityIntentException (Kubernetes 1.36).
+        #[arg(long, group = "policy")]
+        exception_requester: bool,
+        /// Print instead the policies that withdraw an exception's approval when its spec
+        /// changes and let only who may `approve` it, and did not ask for it, approve it
+        /// (Kubernetes 1.36).
+        #[arg(long, group = "policy")]
+        exception_approval: bool,
     },
     /// Print every engine's RBAC rules, derived from its registration (the Helm chart's
     /// files/engine-rbac.yaml).
@@ -283,6 +293,7 @@ impl RunArgs {
                     cap: self.enforcement_probe_cap,
                 }),
             exception_max_duration: self.exceptions.exception_max_duration,
+            exception_approval: self.exceptions.exception_approval,
             ..Default::default()
         };
         self.engines
@@ -365,13 +376,20 @@ fn run_cli() -> anyhow::Result<bool> {
         Command::AdmissionPolicy {
             sensitive_intents,
             intent_author,
+            exception_requester,
+            exception_approval,
         } => {
+            use nimbus_core::admission;
             let objects = if sensitive_intents {
-                nimbus_core::admission::sensitive_intents_policy()
+                admission::sensitive_intents_policy().to_vec()
             } else if intent_author {
-                nimbus_core::admission::intent_author_policy()
+                admission::intent_author_policy().to_vec()
+            } else if exception_requester {
+                admission::exception_requester_policy().to_vec()
+            } else if exception_approval {
+                admission::exception_approval_policy().to_vec()
             } else {
-                nimbus_core::admission::intent_catalog_policy()
+                admission::intent_catalog_policy().to_vec()
             };
             print!("{}", admission_policy_yaml(objects)?);
             Ok(true)

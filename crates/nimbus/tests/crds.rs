@@ -35,6 +35,20 @@ fn committed_admission_policies_match_the_catalog() {
                 "charts/nimbus/files/intent-author.yaml",
             ],
         ),
+        (
+            ["admission-policy", "--exception-requester"].as_slice(),
+            [
+                "config/admission/exception-requester.yaml",
+                "charts/nimbus/files/exception-requester.yaml",
+            ],
+        ),
+        (
+            ["admission-policy", "--exception-approval"].as_slice(),
+            [
+                "config/admission/exception-approval.yaml",
+                "charts/nimbus/files/exception-approval.yaml",
+            ],
+        ),
     ] {
         let generated = nimbus_stdout(args);
         for path in paths {

@@ -374,8 +374,9 @@ fn replicas_without_leader_election_are_refused() {
 }
 
 /// The book's (docs/src/security-model.md) "the chart refuses to install on < 1.30 unless `sensitiveIntentsAdmission=false`"
-/// and "on an older cluster [than 1.36] unless `intentAuthorAdmission=false`": `helm template
-/// --kube-version` as `helm install` sees the cluster's version.
+/// and "on an older cluster [than 1.36] unless `intentAuthorAdmission=false`" (and
+/// `exceptionAdmission=false`, docs/src/exceptions.md): `helm template --kube-version` as
+/// `helm install` sees the cluster's version.
 #[test]
 fn the_chart_refuses_kubernetes_too_old_for_its_admission_policies_unless_switched_off() {
     let render = |version: &str, set: &[&str]| {
@@ -394,16 +395,21 @@ fn the_chart_refuses_kubernetes_too_old_for_its_admission_policies_unless_switch
         }
         command.output().expect("running helm")
     };
-    // The intent-author policy needs 1.36 and is switched off here: it has a test of its own.
+    // The intent-author and exception policies need 1.36 and are switched off here: they are
+    // tested below.
     const NO_AUTHOR: &str = "intentAuthorAdmission=false";
-    let refused = render("1.29.9", &[NO_AUTHOR]);
+    const NO_EXCEPTION: &str = "exceptionAdmission=false";
+    let refused = render("1.29.9", &[NO_AUTHOR, NO_EXCEPTION]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
         !refused.status.success()
             && stderr.contains("sensitiveIntentsAdmission needs ValidatingAdmissionPolicy v1"),
         "on 1.29: {stderr}"
     );
-    let off = render("1.29.9", &["sensitiveIntentsAdmission=false", NO_AUTHOR]);
+    let off = render(
+        "1.29.9",
+        &["sensitiveIntentsAdmission=false", NO_AUTHOR, NO_EXCEPTION],
+    );
     let stdout = String::from_utf8_lossy(&off.stdout);
     assert!(
         off.status.success(),
@@ -411,7 +417,7 @@ fn the_chart_refuses_kubernetes_too_old_for_its_admission_policies_unless_switch
         String::from_utf8_lossy(&off.stderr)
     );
     assert!(!stdout.contains("nimbus-sensitive-intents"), "{stdout}");
-    let on = render("1.30.0", &[NO_AUTHOR]);
+    let on = render("1.30.0", &[NO_AUTHOR, NO_EXCEPTION]);
     assert!(
         on.status.success()
             && String::from_utf8_lossy(&on.stdout).contains("nimbus-sensitive-intents"),
@@ -419,25 +425,49 @@ fn the_chart_refuses_kubernetes_too_old_for_its_admission_policies_unless_switch
         String::from_utf8_lossy(&on.stderr)
     );
 
-    // The intent-author policy: refused before 1.36 unless switched off, rendered from 1.36.
-    let refused = render("1.35.0", &[]);
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success()
-            && stderr.contains("intentAuthorAdmission needs MutatingAdmissionPolicy v1"),
-        "on 1.35: {stderr}"
-    );
-    let off = render("1.35.0", &[NO_AUTHOR]);
+    // The intent-author and exception policies: refused before 1.36 unless switched off,
+    // rendered from 1.36.
+    for (value, off) in [
+        ("intentAuthorAdmission", NO_EXCEPTION),
+        ("exceptionAdmission", NO_AUTHOR),
+    ] {
+        let refused = render("1.35.0", &[off]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success()
+                && stderr.contains(&format!("{value} needs MutatingAdmissionPolicy v1")),
+            "on 1.35: {stderr}"
+        );
+    }
+    let off = render("1.35.0", &[NO_AUTHOR, NO_EXCEPTION]);
+    let stdout = String::from_utf8_lossy(&off.stdout);
     assert!(
         off.status.success()
-            && !String::from_utf8_lossy(&off.stdout).contains("kind: MutatingAdmissionPolicy"),
-        "on 1.35 with the switch off: {}",
+            && !stdout.contains("kind: MutatingAdmissionPolicy")
+            && !stdout.contains("-exception-approver"),
+        "on 1.35 with the switch off (and without the approver role, whose patch only the \
+         approval policy keeps off the spec): {}",
         String::from_utf8_lossy(&off.stderr)
     );
+    // Required approvals without the policies guarding them would take anyone's word.
+    let unguarded = render(
+        "1.35.0",
+        &[NO_AUTHOR, NO_EXCEPTION, "exceptionApproval=required"],
+    );
+    let stderr = String::from_utf8_lossy(&unguarded.stderr);
+    assert!(
+        !unguarded.status.success()
+            && stderr.contains("exceptionApproval=required needs exceptionAdmission"),
+        "required approvals without exceptionAdmission: {stderr}"
+    );
     let on = render("1.36.0", &[]);
+    let stdout = String::from_utf8_lossy(&on.stdout);
     assert!(
         on.status.success()
-            && String::from_utf8_lossy(&on.stdout).contains("kind: MutatingAdmissionPolicy"),
+            && stdout.contains("name: nimbus-intent-author")
+            && stdout.contains("name: nimbus-exception-requester")
+            && stdout.contains("name: nimbus-exception-approval")
+            && stdout.contains("name: nimbus-exception-approver"),
         "on 1.36: {}",
         String::from_utf8_lossy(&on.stderr)
     );

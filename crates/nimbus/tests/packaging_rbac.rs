@@ -216,7 +216,7 @@ async fn the_operator_needs_nothing_but_the_charts_rbac() {
     let admin = cp.client().expect("client");
 
     // What `helm install` creates, except the workload itself, which runs in-process here.
-    let objects = common::install_chart_without_workload(&admin).await;
+    let objects = common::install_chart_without_workload(&admin, &[]).await;
     for crd in engine_crds() {
         install_engine_crd(&admin, crd).await;
     }

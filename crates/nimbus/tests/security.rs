@@ -41,7 +41,9 @@ struct Operator {
 
 /// Installs what `helm install` would (CRDs, ServiceAccount, RBAC, k8tls environment; not the
 /// Deployment) and starts the operator once, in-process, authenticated only by a token of the
-/// chart's ServiceAccount and configured from the rendered Deployment's flags.
+/// chart's ServiceAccount and configured from the rendered Deployment's flags. The chart is
+/// rendered with `exceptionApproval=required`, the stricter choice, which the exception tests
+/// here exercise.
 fn operator() -> &'static Operator {
     static OPERATOR: OnceLock<Operator> = OnceLock::new();
     OPERATOR.get_or_init(|| {
@@ -51,7 +53,9 @@ fn operator() -> &'static Operator {
             let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
             runtime.block_on(async move {
                 let admin = cp.client().expect("client");
-                let objects = common::install_chart_without_workload(&admin).await;
+                let objects =
+                    common::install_chart_without_workload(&admin, &["exceptionApproval=required"])
+                        .await;
                 let deployment = rendered(&objects, "Deployment", common::RELEASE);
                 let (client, service_account) =
                     common::service_account_client(cp, deployment).await;
@@ -1387,32 +1391,39 @@ async fn only_cluster_admins_and_intent_authors_may_write_intents() {
 /// Letting workloads out of a binding's intents is a permission apart from writing bindings:
 /// no built-in role (`edit` and `admin` hold namespace tenants) nor the intent authors' role may
 /// write SecurityIntentExceptions, so a tenant cannot let their workloads out of an
-/// administrator's cluster binding; the chart's exception-author role may.
+/// administrator's cluster binding; the chart's exception-author role may. Approving them is a
+/// permission apart again: only the chart's exception-approver role holds `approve`, with
+/// `patch` to write the approval and no other write.
 #[tokio::test]
 async fn only_exception_authors_may_let_workloads_out_of_a_binding() {
     operator();
     let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin());
     let exception_author = format!("{}-exception-author", common::RELEASE);
+    let exception_approver = format!("{}-exception-approver", common::RELEASE);
     let intent_author = format!("{}-intent-author", common::RELEASE);
     let mut bound = Vec::new();
-    for role in ["view", "edit", "admin", &intent_author, &exception_author] {
+    for role in [
+        "view",
+        "edit",
+        "admin",
+        &intent_author,
+        &exception_author,
+        &exception_approver,
+    ] {
         let user = unique(&format!("holder-of-{role}"));
         apply(&crbs, &user, &cluster_role_binding(&user, role, &user)).await;
         bound.push((role.to_owned(), user));
     }
     for (role, user) in &bound {
-        for verb in ["create", "update", "patch", "delete"] {
-            let allowed = may(
-                user,
-                verb,
-                "exceptions.security.nimbus.com:securityintentexceptions",
-                Some("default"),
-                None,
-            )
-            .await;
+        for verb in ["create", "update", "patch", "delete", "approve"] {
+            let allowed = may(user, verb, EXCEPTIONS, Some("default"), None).await;
+            let want = match verb {
+                "approve" => *role == exception_approver,
+                "patch" => *role == exception_author || *role == exception_approver,
+                _ => *role == exception_author,
+            };
             assert_eq!(
-                allowed,
-                *role == exception_author,
+                allowed, want,
                 "a holder of {role} (cluster-wide) may {verb} SecurityIntentExceptions: {allowed}"
             );
         }
@@ -1420,4 +1431,294 @@ async fn only_exception_authors_may_let_workloads_out_of_a_binding() {
     for (_, user) in &bound {
         delete(&crbs, user).await;
     }
+}
+
+/// Binds the ClusterRole `role` to `user` in `namespace` (a tenant's RoleBinding, named after
+/// both) and waits until the authorizer lets them `verb` SecurityIntentExceptions there.
+async fn bind_in(namespace: &str, role: &str, user: &str, verb: &str) {
+    let name = format!("{user}-{role}");
+    let mut binding = cluster_role_binding(&name, role, user);
+    binding["kind"] = json!("RoleBinding");
+    binding["metadata"]["namespace"] = json!(namespace);
+    apply(
+        &Api::<RoleBinding>::namespaced(admin(), namespace),
+        &name,
+        &binding,
+    )
+    .await;
+    eventually(
+        &format!("{user} may {verb} SecurityIntentExceptions in {namespace}"),
+        CONVERGE,
+        async |_| {
+            may(user, verb, EXCEPTIONS, Some(namespace), None)
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// SecurityIntentExceptions, as [`may`] names a resource.
+const EXCEPTIONS: &str = "exceptions.security.nimbus.com:securityintentexceptions";
+
+/// The exception `name` of `namespace`, as JSON.
+async fn exception_json(namespace: &str, name: &str) -> Value {
+    let api: Api<nimbus_api::SecurityIntentException> = Api::namespaced(admin(), namespace);
+    serde_json::to_value(get(&api, name).await.expect("the exception")).expect("json")
+}
+
+/// An annotation of the exception `name` of `namespace`.
+async fn exception_annotation(namespace: &str, name: &str, key: &str) -> Value {
+    exception_json(namespace, name).await["metadata"]["annotations"][key].clone()
+}
+
+/// Merge-patches the exception `name` of `namespace` as `client`.
+async fn patch_exception(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    patch: Value,
+) -> Result<nimbus_api::SecurityIntentException, kube::Error> {
+    Api::<nimbus_api::SecurityIntentException>::namespaced(client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+}
+
+/// 12. Who asked for an exception is the API server's word, not the request's. A tenant bound
+///     to the chart's exception-author role in their namespace creates an exception claiming
+///     someone else asked for it: the chart's `nimbus-exception-requester`
+///     MutatingAdmissionPolicy stamps `exceptions.security.nimbus.com/requested-by` with the
+///     tenant's own name, and no update, theirs or anyone's, rewrites or removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exception_names_who_asked_for_it_and_nobody_can_rewrite_that() {
+    use nimbus_api::REQUESTED_BY_ANNOTATION as REQUESTED_BY;
+    let ns = namespace("sec-requester").await;
+    let alice = unique("alice");
+    let author = format!("{}-exception-author", common::RELEASE);
+    bind_in(ns.name(), &author, &alice, "create").await;
+    let exception = unique("vendor-agent");
+    let as_alice = impersonating(&alice, &[]);
+    let forged: nimbus_api::SecurityIntentException = serde_json::from_value(json!({
+        "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+        "kind": "SecurityIntentException",
+        "metadata": {"name": exception, "annotations": {REQUESTED_BY: "platform-lead"}},
+        "spec": {
+            "binding": {"kind": "ClusterSecurityIntentBinding", "name": "no-escape"},
+            "intents": ["escape"],
+            "reason": "the vendor's agent needs host access until 2.4",
+            "expiresAt": (k8s_openapi::jiff::Timestamp::now()
+                + k8s_openapi::jiff::SignedDuration::from_hours(24)).to_string(),
+        },
+    }))
+    .expect("an exception");
+    Api::<nimbus_api::SecurityIntentException>::namespaced(as_alice.clone(), ns.name())
+        .create(&PostParams::default(), &forged)
+        .await
+        .expect("an exception author may create exceptions");
+    let requested_by = || exception_annotation(ns.name(), &exception, REQUESTED_BY);
+    assert_eq!(requested_by().await, json!(alice), "stamped on creation");
+
+    for (who, client) in [("alice", &as_alice), ("the admin", &admin())] {
+        for rewrite in [json!("platform-lead"), Value::Null] {
+            patch_exception(
+                client,
+                ns.name(),
+                &exception,
+                json!({"metadata": {"annotations": {REQUESTED_BY: rewrite}}}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{who}'s update is admitted, unstamped: {e}"));
+            assert_eq!(
+                requested_by().await,
+                json!(alice),
+                "{who} set requested-by to {rewrite}"
+            );
+        }
+    }
+}
+
+/// The `Active` condition of the exception `name` of `namespace`, with its status's
+/// `requestedBy` and `approvedBy`: `(status, reason, requestedBy, approvedBy)`.
+async fn exception_standing(namespace: &str, name: &str) -> (Value, Value, Value, Value) {
+    let exception = exception_json(namespace, name).await;
+    let status = &exception["status"];
+    let active = status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Active").cloned())
+        .unwrap_or(Value::Null);
+    (
+        active["status"].clone(),
+        active["reason"].clone(),
+        status["requestedBy"].clone(),
+        status["approvedBy"].clone(),
+    )
+}
+
+/// Waits until the exception `name` of `namespace` stands as `want`
+/// ([`exception_standing`]).
+async fn exception_stands(namespace: &str, name: &str, want: (Value, Value, Value, Value)) {
+    eventually(
+        &format!("{namespace}/{name} to stand as {want:?} (the last seen is printed)"),
+        CONVERGE,
+        async |seen| {
+            let got = exception_standing(namespace, name).await;
+            *seen = format!("{got:?}");
+            (got == want).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Why the API server refused `result`, which it must have refused at admission.
+fn refused_because<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => e.message,
+        other => panic!("{what} must be refused at admission: {other:?}"),
+    }
+}
+
+/// 13. Approving an exception is a permission apart, and takes two people. The operator runs
+///     with `--exception-approval=required` (chart value `exceptionApproval`). A tenant bound
+///     to both the exception-author and the exception-approver role in their namespace cannot
+///     create an exception approved by themselves; they create one to an admin's cluster
+///     binding: it stands `Active=False`, `NotApproved`, and they cannot approve it. A holder of the exception-author role alone
+///     cannot approve it, in their own name or another's. A holder of the exception-approver
+///     role approves it in their own name (not in someone else's): it stands `Active=True`,
+///     its status naming who asked and who approved. The approver cannot change its spec;
+///     its author can, and that withdraws the approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exception_is_honoured_once_someone_else_who_may_approve_it_does() {
+    use nimbus_api::APPROVED_BY_ANNOTATION as APPROVED_BY;
+    let ns = namespace("sec-approval").await;
+    let (author, approver) = (
+        format!("{}-exception-author", common::RELEASE),
+        format!("{}-exception-approver", common::RELEASE),
+    );
+    let (alice, bob, carol) = (unique("alice"), unique("bob"), unique("carol"));
+    bind_in(ns.name(), &author, &alice, "create").await;
+    bind_in(ns.name(), &approver, &alice, "approve").await;
+    bind_in(ns.name(), &approver, &bob, "approve").await;
+    bind_in(ns.name(), &author, &carol, "create").await;
+
+    let (platform, hardening) = (unique("platform"), unique("hardening"));
+    let intents: Api<SecurityIntent> = Api::all(admin());
+    apply(
+        &intents,
+        &hardening,
+        &common::intent(&hardening, "dnsManipulation", "Block"),
+    )
+    .await;
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    apply(
+        &csibs,
+        &platform,
+        &cluster_binding(&platform, &[&hardening], &[ns.name()], None),
+    )
+    .await;
+    let exception = unique("dns-agent");
+    let request: nimbus_api::SecurityIntentException = serde_json::from_value(json!({
+        "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+        "kind": "SecurityIntentException",
+        "metadata": {"name": exception},
+        "spec": {
+            "binding": {"kind": "ClusterSecurityIntentBinding", "name": platform},
+            "intents": [hardening],
+            "reason": "the agent resolves through its own server until 2.4",
+            "expiresAt": (k8s_openapi::jiff::Timestamp::now()
+                + k8s_openapi::jiff::SignedDuration::from_hours(24)).to_string(),
+        },
+    }))
+    .expect("an exception");
+    let as_alice = impersonating(&alice, &[]);
+    let created =
+        Api::<nimbus_api::SecurityIntentException>::namespaced(as_alice.clone(), ns.name());
+    // Created approved by its requester: refused, whoever's name it carries.
+    let mut self_approved = request.clone();
+    self_approved.metadata.annotations = Some([(APPROVED_BY.to_owned(), alice.clone())].into());
+    let why = refused_because(
+        "alice creating her exception approved",
+        created.create(&PostParams::default(), &self_approved).await,
+    );
+    assert!(why.contains("someone else must approve it"), "{why}");
+    created
+        .create(&PostParams::default(), &request)
+        .await
+        .expect("an exception author may create exceptions");
+    let unapproved = (
+        json!("False"),
+        json!("NotApproved"),
+        json!(alice),
+        Value::Null,
+    );
+    exception_stands(ns.name(), &exception, unapproved.clone()).await;
+
+    let approve = |client: Client, user: String| {
+        let (ns, exception) = (ns.name().to_owned(), exception.clone());
+        async move {
+            patch_exception(
+                &client,
+                &ns,
+                &exception,
+                json!({"metadata": {"annotations": {APPROVED_BY: user}}}),
+            )
+            .await
+        }
+    };
+    // The requester, though an approver, cannot approve what they asked for.
+    let why = refused_because(
+        "alice approving her own exception",
+        approve(as_alice.clone(), alice.clone()).await,
+    );
+    assert!(why.contains("someone else must approve it"), "{why}");
+    // An exception author without `approve` cannot approve it, in any name.
+    let as_carol = impersonating(&carol, &[]);
+    let why = refused_because(
+        "carol approving without approve",
+        approve(as_carol.clone(), carol.clone()).await,
+    );
+    assert!(why.contains("may not approve"), "{why}");
+    refused_because(
+        "carol writing bob's approval",
+        approve(as_carol, bob.clone()).await,
+    );
+    // An approver approves in their own name only.
+    let as_bob = impersonating(&bob, &[]);
+    refused_because(
+        "bob writing carol's approval",
+        approve(as_bob.clone(), carol.clone()).await,
+    );
+    exception_stands(ns.name(), &exception, unapproved.clone()).await;
+    approve(as_bob.clone(), bob.clone())
+        .await
+        .expect("an approver approves someone else's exception");
+    assert_eq!(
+        exception_annotation(ns.name(), &exception, APPROVED_BY).await,
+        json!(bob)
+    );
+    exception_stands(
+        ns.name(),
+        &exception,
+        (json!("True"), json!("Active"), json!(alice), json!(bob)),
+    )
+    .await;
+
+    // The approver cannot change what they approved; its author can, withdrawing the approval.
+    let longer = json!({"spec": {"reason": "the agent resolves through its own server until 2.5"}});
+    let why = refused_because(
+        "bob changing the spec",
+        patch_exception(&as_bob, ns.name(), &exception, longer.clone()).await,
+    );
+    assert!(why.contains("not change the spec"), "{why}");
+    patch_exception(&as_alice, ns.name(), &exception, longer)
+        .await
+        .expect("the author may change the spec");
+    assert_eq!(
+        exception_annotation(ns.name(), &exception, APPROVED_BY).await,
+        Value::Null,
+        "a change to the spec withdraws the approval"
+    );
+    exception_stands(ns.name(), &exception, unapproved).await;
+
+    delete(&csibs, &platform).await;
+    delete(&intents, &hardening).await;
 }

@@ -61,8 +61,8 @@ pub struct Context {
 /// The exceptions and how long one may last.
 pub struct Exceptions {
     pub store: Store<nimbus_api::SecurityIntentException>,
-    /// `--exception-max-duration`.
-    pub max_duration: k8s_openapi::jiff::SignedDuration,
+    /// `--exception-max-duration` and `--exception-approval`.
+    pub rules: nimbus_core::exceptions::Rules,
 }
 
 /// An object's current streak of failed reconciles.

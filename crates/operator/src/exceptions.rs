@@ -17,7 +17,7 @@ impl Context {
     /// Where `exception` stands at `now`, given its binding and the intents it binds.
     pub fn standing(&self, exception: &SecurityIntentException, now: Timestamp) -> Standing {
         let bound = self.bound_intents(&BindingRef::of(exception));
-        exceptions::standing(exception, bound.as_ref(), now, self.exceptions.max_duration)
+        exceptions::standing(exception, bound.as_ref(), now, self.exceptions.rules)
     }
 
     /// The exceptions in force at `now` for a policy enforcing `binding` (in `namespace`, for a
@@ -39,7 +39,7 @@ impl Context {
             || self.bound_intents(binding),
             namespace,
             now,
-            self.exceptions.max_duration,
+            self.exceptions.rules,
         )
     }
 

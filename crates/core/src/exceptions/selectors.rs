@@ -94,6 +94,7 @@ mod tests {
             intents: BTreeSet::new(),
             reason: String::new(),
             expires_at: Timestamp::UNIX_EPOCH,
+            signatures: Default::default(),
         }
     }
 

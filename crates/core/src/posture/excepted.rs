@@ -72,6 +72,8 @@ pub(super) fn except(
             name: e.name.clone(),
             reason: e.reason.clone(),
             expires_at: Time(e.expires_at),
+            requested_by: e.signatures.requested_by.clone(),
+            approved_by: e.signatures.approved_by.clone(),
         });
     }
 }
@@ -91,6 +93,10 @@ mod tests {
             intents: BTreeSet::from(["escapeToHost".to_owned()]),
             reason: "until 2.4".into(),
             expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            signatures: crate::exceptions::Signatures {
+                requested_by: Some("alice".into()),
+                approved_by: Some("bob".into()),
+            },
         };
         let honoured = IntentCoverage {
             intent: None,
@@ -151,6 +157,16 @@ mod tests {
                 &["vendor-agent"]
             };
             assert_eq!(named, want_named, "{case}");
+            for coverage in &rule.exceptions {
+                assert_eq!(
+                    (
+                        coverage.requested_by.as_deref(),
+                        coverage.approved_by.as_deref()
+                    ),
+                    (Some("alice"), Some("bob")),
+                    "{case}: who asked for and approved it"
+                );
+            }
             assert_eq!(
                 rule.reasons.iter().any(|r| r.reason == EXCEPTED),
                 excepted > 0,

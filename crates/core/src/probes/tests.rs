@@ -444,6 +444,7 @@ fn an_admitted_probe_stalls_the_policy() {
         intents: [intent.to_owned()].into(),
         reason: "until 2.4".into(),
         expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        signatures: Default::default(),
     };
     for (excepted, probed) in [
         (exception("shop", "escapeToHost"), false),

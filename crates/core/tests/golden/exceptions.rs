@@ -24,6 +24,7 @@ fn legacy_exception() -> Excepted {
         intents: BTreeSet::from(["escapeToHost".into()]),
         reason: "until the vendor's 2.4 release".into(),
         expires_at: Timestamp::from_second(1_800_000_000).unwrap(),
+        signatures: Default::default(),
     }
 }
 

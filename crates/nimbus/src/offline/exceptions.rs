@@ -3,11 +3,11 @@
 //! (what its `Active` condition would say) for `validate`.
 
 use super::manifests::{Loaded, Manifest, Origin};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use nimbus_api::{MatchIntent, SecurityIntentException};
 use nimbus_core::engines::PolicyInput;
-use nimbus_core::exceptions::{self, BindingRef, Excepted, Standing};
+use nimbus_core::exceptions::{self, BindingRef, Excepted, Rules, Standing};
 use std::collections::BTreeMap;
 
 /// The clock and the limit exceptions are judged by.
@@ -36,7 +36,7 @@ pub(super) struct Exceptions<'a> {
     /// The intent ID of each SecurityIntent among the manifests, by its name.
     intent_ids: BTreeMap<String, String>,
     now: Timestamp,
-    max: SignedDuration,
+    rules: Rules,
 }
 
 impl<'a> Exceptions<'a> {
@@ -49,7 +49,7 @@ impl<'a> Exceptions<'a> {
             bindings: BTreeMap::new(),
             intent_ids: BTreeMap::new(),
             now: clock.now(),
-            max: clock.limit.exception_max_duration,
+            rules: clock.limit.rules(),
         };
         for (origin, manifest) in &loaded.manifests {
             match manifest {
@@ -87,7 +87,7 @@ impl<'a> Exceptions<'a> {
             || self.bound_intents(binding),
             input.namespace.as_deref(),
             self.now,
-            self.max,
+            self.rules,
         );
         in_force
     }
@@ -98,7 +98,7 @@ impl<'a> Exceptions<'a> {
         let (mut lines, mut problems) = (Vec::new(), Vec::new());
         for (origin, exception) in &self.exceptions {
             let bound = self.bound_intents(&BindingRef::of(exception));
-            let standing = exceptions::standing(exception, bound.as_ref(), self.now, self.max);
+            let standing = exceptions::standing(exception, bound.as_ref(), self.now, self.rules);
             let status = exceptions::status(exception, &standing);
             let what = format!(
                 "SecurityIntentException {}/{}",

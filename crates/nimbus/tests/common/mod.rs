@@ -661,11 +661,15 @@ pub fn token_client(admin: &kube::Config, token: &str) -> Client {
     Client::try_from(config).expect("token client")
 }
 
-/// What `helm install` of the default chart creates, except the workload itself (tests run the
-/// operator in-process): applies it and returns every rendered object.
-pub async fn install_chart_without_workload(admin: &Client) -> Vec<serde_json::Value> {
+/// What `helm install` of the chart (with the `--set` values `set`) creates, except the
+/// workload itself (tests run the operator in-process): applies it and returns every rendered
+/// object.
+pub async fn install_chart_without_workload(
+    admin: &Client,
+    set: &[&str],
+) -> Vec<serde_json::Value> {
     create_release_namespace(admin).await;
-    let objects = helm_template(&[]);
+    let objects = helm_template(set);
     let setup: Vec<serde_json::Value> = objects
         .iter()
         .filter(|o| {
@@ -756,6 +760,10 @@ pub fn operator_config_from(
             .expect("engine preference")
             .parse()
             .expect("an engine preference"),
+        exception_approval: container_flag(deployment, "--exception-approval")
+            .expect("exception approval")
+            .parse()
+            .expect("optional or required"),
         ..nimbus_operator::Config::default()
     }
 }

@@ -58,6 +58,8 @@ pub struct Config {
     pub probes: Option<crate::probes::Config>,
     /// The longest a SecurityIntentException may last from its creation.
     pub exception_max_duration: SignedDuration,
+    /// Whether a SecurityIntentException must be approved to be honoured.
+    pub exception_approval: exceptions::Approval,
 }
 
 /// Reconciles wait on the API server, not on the CPU, so many may run at once; but not
@@ -103,6 +105,7 @@ impl Default for Config {
             reconcile_concurrency: DEFAULT_RECONCILE_CONCURRENCY,
             probes: None,
             exception_max_duration: exceptions::DEFAULT_MAX_DURATION,
+            exception_approval: exceptions::Approval::Optional,
         }
     }
 }

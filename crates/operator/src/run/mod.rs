@@ -271,7 +271,10 @@ fn context(
         namespaces: caches.namespaces.store.clone(),
         exceptions: crate::context::Exceptions {
             store: caches.exceptions.store.clone(),
-            max_duration: config.exception_max_duration,
+            rules: nimbus_core::exceptions::Rules {
+                max_duration: config.exception_max_duration,
+                approval: config.exception_approval,
+            },
         },
         natives: Natives::new(
             client.clone(),
