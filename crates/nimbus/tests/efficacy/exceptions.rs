@@ -50,6 +50,35 @@ async fn privileged_pod(
     }
 }
 
+/// Creates an exception in `api`'s namespace from `binding`'s intent `intent` for the pods
+/// labelled `labels`, expiring [`LASTS`] from now; returns its name and expiry.
+async fn except(
+    api: &Api<SecurityIntentException>,
+    binding: serde_json::Value,
+    intent: &str,
+    labels: serde_json::Value,
+) -> (String, Timestamp) {
+    let name = unique("vendor");
+    let expires_at = Timestamp::now()
+        .round(Unit::Second)
+        .expect("rounded")
+        .checked_add(LASTS)
+        .expect("expiry");
+    let exception = json!({
+        "apiVersion": "exceptions.security.nimbus.com/v1alpha1", "kind": "SecurityIntentException",
+        "metadata": {"name": name},
+        "spec": {
+            "binding": binding,
+            "intents": [intent],
+            "selector": {"matchLabels": labels},
+            "reason": "the vendor's agent until its 2.4 release",
+            "expiresAt": expires_at.to_string(),
+        }
+    });
+    apply(api, &name, &exception).await;
+    (name, expires_at)
+}
+
 /// The exception's `Active` condition: `(status, reason)`.
 async fn active(api: &Api<SecurityIntentException>, name: &str) -> Option<(String, String)> {
     let e = api.get_opt(name).await.ok()??;
@@ -142,25 +171,14 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
     )
     .await;
 
-    let name = unique("legacy");
-    let expires_at = Timestamp::now()
-        .round(Unit::Second)
-        .expect("rounded")
-        .checked_add(LASTS)
-        .expect("expiry");
     let exceptions = Api::<SecurityIntentException>::namespaced(client.clone(), ns.name());
-    let exception = json!({
-        "apiVersion": "exceptions.security.nimbus.com/v1alpha1", "kind": "SecurityIntentException",
-        "metadata": {"name": name},
-        "spec": {
-            "binding": {"kind": "ClusterSecurityIntentBinding", "name": csib},
-            "intents": [si],
-            "selector": {"matchLabels": {"tier": "legacy"}},
-            "reason": "the vendor's agent needs a privileged container until its 2.4 release",
-            "expiresAt": expires_at.to_string(),
-        }
-    });
-    apply(&exceptions, &name, &exception).await;
+    let (name, expires_at) = except(
+        &exceptions,
+        json!({"kind": "ClusterSecurityIntentBinding", "name": csib}),
+        &si,
+        json!({"tier": "legacy"}),
+    )
+    .await;
 
     // Before expiry: the excepted pod is admitted, the other still denied, and the exception
     // says it is honoured.
@@ -340,25 +358,14 @@ async fn network_policies_leave_out_what_an_exception_lets_out_until_it_expires(
     })
     .await;
 
-    let name = unique("vendor");
-    let expires_at = Timestamp::now()
-        .round(Unit::Second)
-        .expect("rounded")
-        .checked_add(LASTS)
-        .expect("expiry");
     let exceptions = Api::<SecurityIntentException>::namespaced(client.clone(), ns.name());
-    let exception = json!({
-        "apiVersion": "exceptions.security.nimbus.com/v1alpha1", "kind": "SecurityIntentException",
-        "metadata": {"name": name},
-        "spec": {
-            "binding": {"kind": "SecurityIntentBinding", "name": sib},
-            "intents": [si],
-            "selector": {"matchLabels": {"tier": "legacy", "team": "vendor"}},
-            "reason": "the vendor's agent reports home until its 2.4 release",
-            "expiresAt": expires_at.to_string(),
-        }
-    });
-    apply(&exceptions, &name, &exception).await;
+    let (_, expires_at) = except(
+        &exceptions,
+        json!({"kind": "SecurityIntentBinding", "name": sib}),
+        &si,
+        json!({"tier": "legacy", "team": "vendor"}),
+    )
+    .await;
     eventually(
         "netpol: only the excepted pod reaches out",
         CONVERGE,
