@@ -1,6 +1,7 @@
 //! SecurityIntentExceptions in force: what each engine that honours them writes (Kyverno's
-//! PolicyExceptions in both of its APIs, a match condition on the admission engine's policy),
-//! and the warning of an engine that does not.
+//! PolicyExceptions in both of its APIs, a match condition on the admission engine's policy,
+//! NetworkPolicies that leave the excepted pods out), and the warning of an engine that does
+//! not.
 
 use crate::builders::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -175,5 +176,88 @@ fn an_engine_that_does_not_honour_an_exception_says_it_still_enforces() {
     assert_eq!(
         names(&kinds_of(&excepted, "PolicyException")),
         vec!["web-binding-escapetohost-vendor-agent"]
+    );
+}
+
+/// An exception to dnsManipulation for the pods labelled `labels`.
+fn network_exception(labels: &[(&str, &str)]) -> Excepted {
+    Excepted {
+        name: "vendor-agent".into(),
+        selector: LabelSelector {
+            match_labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..LabelSelector::default()
+        },
+        intents: BTreeSet::from(["dnsManipulation".into()]),
+        ..legacy_exception()
+    }
+}
+
+#[test]
+fn network_policies_leave_the_excepted_pods_out_one_label_at_a_time() {
+    let np = sib_np(
+        selector(),
+        vec![rule("dnsManipulation", "Block", None, json!({}))],
+    );
+    let run = |exceptions| {
+        let mut input = PolicyInput::namespaced(&np, UID);
+        input.exceptions = exceptions;
+        translate(&input, &Environment::default(), &EngineSet::all())
+    };
+    let plain = of(&run(vec![]), Engine::NetworkPolicy);
+    let two_labels = run(vec![network_exception(&[
+        ("team", "vendor"),
+        ("tier", "legacy"),
+    ])]);
+    // (KubeArmor, which guards dnsManipulation's files, does not honour it, and says so.)
+    let netpol_problems = |t: &Translation| -> Vec<(&'static str, bool)> {
+        t.problems
+            .iter()
+            .filter(|p| p.message.starts_with("netpol"))
+            .map(|p| (p.reason, p.blocking))
+            .collect()
+    };
+    assert_eq!(
+        netpol_problems(&two_labels),
+        vec![],
+        "{:#?}",
+        two_labels.problems
+    );
+    let split = of(&two_labels, Engine::NetworkPolicy);
+    let plain_name = plain[0]["metadata"]["name"].as_str().expect("a name");
+    assert_eq!(
+        names(&split),
+        vec![plain_name.to_owned(), format!("{plain_name}-1")]
+    );
+    let left_out: Vec<&Value> = split
+        .iter()
+        .map(|p| &p["spec"]["podSelector"]["matchExpressions"])
+        .collect();
+    assert_eq!(
+        left_out,
+        vec![
+            &json!([{"key": "team", "operator": "NotIn", "values": ["vendor"]}]),
+            &json!([{"key": "tier", "operator": "NotIn", "values": ["legacy"]}]),
+        ]
+    );
+    // The rules are the unexcepted policy's, over each selector.
+    for p in &split {
+        assert_eq!(p["spec"]["egress"], plain[0]["spec"]["egress"]);
+    }
+
+    // 5 × 5 selectors are more than one intent may be written as: none is written, and said.
+    let wide: Vec<(&str, &str)> = ["a", "b", "c", "d", "e"].map(|k| (k, "1")).into();
+    let mut second = network_exception(&wide);
+    second.name = "other".into();
+    let too_many = run(vec![network_exception(&wide), second]);
+    assert!(of(&too_many, Engine::NetworkPolicy).is_empty());
+    // (Not blocking: KubeArmor's part of the intent is still in force.)
+    assert_eq!(
+        netpol_problems(&too_many),
+        vec![("ExceptionNotHonoured", false)]
     );
 }
