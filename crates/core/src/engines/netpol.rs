@@ -63,6 +63,8 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
         ));
     };
     let name = native_name(policy, rule.key, MAX_NAME_LEN);
+    // Room for `-<i>` (at most 16 selectors).
+    let short = native_name(policy, rule.key, MAX_NAME_LEN - 3);
     let mut objects = Vec::new();
     for (i, selector) in selectors.iter().enumerate() {
         let Some(spec) = spec(rule, env, selector_json(selector)) else {
@@ -70,7 +72,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
         };
         let name = match i {
             0 => name.clone(),
-            _ => format!("{}-{i}", native_name(policy, rule.key, MAX_NAME_LEN - 3)),
+            _ => format!("{short}-{i}"),
         };
         let meta = metadata(
             policy,

@@ -16,9 +16,13 @@ use nimbus_api::posture::{EngineState, Reason, Verdict, WorkloadPosture};
 /// says, and judges the workload again. An intent an exception lets out is left alone (Kyverno
 /// reports it `skip`); what is not scanned yet, or cannot be read, says nothing.
 pub fn running_violations(posture: &mut WorkloadPosture, reported: &Reported) {
+    // Most clusters' workloads have no report: no key is built for them.
     let Ok(by_workload) = reported else {
         return;
     };
+    if by_workload.is_empty() {
+        return;
+    }
     let workload: WorkloadKey = (
         posture.metadata.namespace.clone().unwrap_or_default(),
         posture.workload.kind.clone(),
