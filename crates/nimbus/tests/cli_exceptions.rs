@@ -170,21 +170,29 @@ fn an_exception_without_a_namespace_is_in_that_of_translate() {
     assert_eq!(exceptions[0]["metadata"]["namespace"], "team-a");
 }
 
-/// KubeArmor does not honour exceptions to escapeToHost: the warning the operator writes in the
-/// policy's status, `translate` prints while the exception is in force.
+/// KubeArmor leaves out pods by their `key=value` labels only: an exception selecting by
+/// `Exists` it does not honour, and the warning the operator writes in the policy's status,
+/// `translate` prints while the exception is in force. One of labels it honours, silently.
 #[test]
 fn translate_warns_of_engines_that_do_not_honour_an_exception_in_force() {
-    let input = manifests(BINDING, "SecurityIntentBinding");
-    let (_, warnings) = translated(&["--now", BEFORE_EXPIRY], &input);
+    let labels = manifests(BINDING, "SecurityIntentBinding");
+    let exists = labels.replace(
+        "selector: {matchLabels: {tier: legacy}}",
+        "selector: {matchExpressions: [{key: tier, operator: Exists}]}",
+    );
+    assert_ne!(exists, labels);
+    let (_, warnings) = translated(&["--now", BEFORE_EXPIRY], &exists);
     assert!(
         warnings.contains("kubearmor does not honour exceptions to intent `escapeToHost`"),
         "{warnings}"
     );
-    let (_, warnings) = translated(&["--now", AFTER_EXPIRY], &input);
-    assert!(
-        !warnings.contains("does not honour exceptions"),
-        "{warnings}"
-    );
+    for (input, now) in [(&exists, AFTER_EXPIRY), (&labels, BEFORE_EXPIRY)] {
+        let (_, warnings) = translated(&["--now", now], input);
+        assert!(
+            !warnings.contains("does not honour exceptions"),
+            "{now}: {warnings}"
+        );
+    }
 }
 
 /// `validate` prints each exception's `Active` condition at `--now`; one engines would not

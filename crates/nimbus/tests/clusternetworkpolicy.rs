@@ -6,9 +6,12 @@
 //! reads what is in force every 100 ms: no try may be allowed that the intent denies.
 //!
 //! A binary of its own: it runs the operator three times on its control plane, with the
-//! engine preference changed between runs as an upgrade of the chart would.
+//! engine preference changed between runs as an upgrade of the chart would. Its other test
+//! (`exceptions`) runs one of its own, never beside another ([`ONE_OPERATOR`]).
 
 mod common;
+#[path = "clusternetworkpolicy/exceptions.rs"]
+mod exceptions;
 #[path = "efficacy/matrix.rs"]
 mod matrix;
 
@@ -206,7 +209,11 @@ fn promised_by_network_policy(intent: &str, case: &str) -> bool {
     allowed.contains(&case)
 }
 
-/// The operator running on this binary's control plane until `stop`.
+/// Taken by each test for its whole run: one operator at a time on this binary's control plane.
+static ONE_OPERATOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The operator running on this binary's control plane until `stop` (or, a test failing,
+/// until dropped: the next test's operator must not run beside it).
 struct Operator {
     stop: CancellationToken,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -251,6 +258,12 @@ impl Operator {
         if let Some(thread) = self.thread.take() {
             thread.join().expect("operator thread");
         }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }
 
@@ -435,6 +448,7 @@ fn probe(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_admin_tier_keeps_a_cluster_intent_a_tenant_reopens_and_switching_leaves_no_gap() {
+    let _turn = ONE_OPERATOR.lock().await;
     let cp = common::cluster();
     let client = cp.client().expect("client");
     common::install_engine_crd(&client, nimbus_testenv::upstream::CLUSTER_NETWORK_POLICY).await;

@@ -631,6 +631,120 @@ async fn parameters_come_from_their_own_rule() {
     assert_eq!(mutate.data["spec"]["validationFailureAction"], "Enforce");
 }
 
+/// An exception to escapeToHost naming two labels: KubeArmor writes each of the intent's three
+/// policies once per label left out, which the API server stores as written under the upstream
+/// KubeArmorPolicy CRD (a `label NotIn key=value` requirement, not pruned); at expiry the extra
+/// ones go and the first ones select as before.
+#[tokio::test]
+async fn kubearmor_leaves_the_excepted_pods_out_until_the_exception_expires() {
+    use k8s_openapi::jiff::{SignedDuration, Timestamp, Unit};
+    let e = env("ka-except").await;
+    let escape = create_intent(&e.client, "escapeToHost", "Block").await;
+    apply(
+        &e.bindings,
+        "k",
+        &binding("k", &[&escape], json!({"app": "web"})),
+    )
+    .await;
+    let bodies = [
+        "k-escapetohost-disallowchroot",
+        "k-escapetohost-disallowcapabilities",
+        "k-escapetohost-swdeploymenttools",
+    ];
+    let ksp_api: Api<DynamicObject> = Api::namespaced_with(
+        e.client.clone(),
+        e.ns.name(),
+        &KUBEARMOR_POLICY.api_resource(),
+    );
+    // name → selector, of the KubeArmorPolicies the API server holds.
+    let held = async || -> std::collections::BTreeMap<String, serde_json::Value> {
+        let list = ksp_api
+            .list(&Default::default())
+            .await
+            .expect("listing KubeArmorPolicies");
+        (list.items.iter())
+            .map(|p| (p.name_any(), p.data["spec"]["selector"].clone()))
+            .collect()
+    };
+    let plain: std::collections::BTreeMap<String, serde_json::Value> = bodies
+        .iter()
+        .map(|b| (b.to_string(), json!({"matchLabels": {"app": "web"}})))
+        .collect();
+    eventually("the three KubeArmorPolicies", CONVERGE, async |seen| {
+        let now = held().await;
+        *seen = format!("{now:?}");
+        (now == plain).then_some(())
+    })
+    .await;
+
+    let expires_at = Timestamp::now()
+        .round(Unit::Second)
+        .expect("rounded")
+        .checked_add(SignedDuration::from_secs(20))
+        .expect("expiry");
+    let exceptions: Api<nimbus_api::SecurityIntentException> =
+        Api::namespaced(e.client.clone(), e.ns.name());
+    apply(
+        &exceptions,
+        "vendor-agent",
+        &json!({
+            "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+            "kind": "SecurityIntentException",
+            "metadata": {"name": "vendor-agent"},
+            "spec": {
+                "binding": {"kind": "SecurityIntentBinding", "name": "k"},
+                "intents": [escape],
+                "selector": {"matchLabels": {"team": "vendor", "tier": "legacy"}},
+                "reason": "the vendor's agent until its 2.4 release",
+                "expiresAt": expires_at.to_string(),
+            }
+        }),
+    )
+    .await;
+    let not = |label: &str| {
+        json!({"matchLabels": {"app": "web"},
+               "matchExpressions": [{"key": "label", "operator": "NotIn", "values": [label]}]})
+    };
+    let split: std::collections::BTreeMap<String, serde_json::Value> = bodies
+        .iter()
+        .flat_map(|b| {
+            [
+                (b.to_string(), not("team=vendor")),
+                (format!("{b}-x1"), not("tier=legacy")),
+            ]
+        })
+        .collect();
+    eventually(
+        "each policy once per label left out",
+        CONVERGE,
+        async |seen| {
+            let now = held().await;
+            *seen = format!("{now:?}");
+            (now == split).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        Timestamp::now() < expires_at,
+        "the exception took its whole 20 s to be honoured"
+    );
+    let policy = get(&e.policies, "k").await.expect("the NimbusPolicy");
+    let said = serde_json::to_string(&policy.status).expect("status");
+    assert!(!said.contains("kubearmor does not honour"), "{said}");
+
+    eventually(
+        "back to one policy each at expiry",
+        CONVERGE + CONVERGE,
+        async |seen| {
+            let now = held().await;
+            *seen = format!("{now:?}");
+            (now == plain).then_some(())
+        },
+    )
+    .await;
+    assert!(Timestamp::now() >= expires_at, "widened before expiry");
+}
+
 /// Bad input is reported, never silently dropped: an unknown intent ID, an intent that this kind
 /// of binding cannot enforce, and a parameter of the wrong shape.
 #[tokio::test]

@@ -61,12 +61,33 @@ pub(super) fn namespace_selector(policy: &PolicyInput, env: &Environment) -> Val
 }
 
 /// The label every namespace carries with its own name, which namespace selectors match.
-const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+pub(super) const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// `<policy>-<suffix>`, shortened deterministically when longer than `max`.
 pub(super) fn native_name(policy: &PolicyInput, suffix: &str, max: usize) -> String {
     names::fit(&format!("{}-{suffix}", policy.name), max)
 }
+
+/// The name of the `i`th of the objects one rule writes as `suffix` once per selector of
+/// [`crate::exceptions::excluding`]: `<policy>-<suffix>` for the first, so that an exception's
+/// coming and going updates it in place (and the others are pruned at its expiry), and
+/// `<policy>-<suffix>-x<i>` for the others. Not `-<i>`: a policy's second rule of the same
+/// intent is keyed `<id>-2`, and its object would take the name of the first rule's third.
+pub(super) fn nth_name(policy: &PolicyInput, suffix: &str, i: usize) -> String {
+    match i {
+        0 => native_name(policy, suffix, names::MAX_NAME_LEN),
+        // Room for `-x<i>`: i < 100 (below).
+        _ => format!(
+            "{}-x{i}",
+            native_name(policy, suffix, names::MAX_NAME_LEN - 4)
+        ),
+    }
+}
+
+const _: () = assert!(
+    crate::exceptions::MAX_SELECTORS < 100,
+    "nth_name leaves room for -x99"
+);
 
 /// Metadata of a native object: its name and namespace, the managed-by annotation (plus
 /// `extra_annotations`), the managed-by label (Nimbus sets none; the operator watches only

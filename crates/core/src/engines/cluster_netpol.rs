@@ -6,18 +6,24 @@
 //! NetworkPolicies of the namespace.
 //!
 //! Each policy gets an Admin-tier priority of its own ([`super::priorities`]).
+//!
+//! SecurityIntentExceptions in force leave their pods out of the subject: the policy is then
+//! written as several ClusterNetworkPolicies with the same rules, at the same priority (see
+//! [`subjects`]).
 
 use super::admin_priorities::BANDS;
 use super::{
     AuditForm, CLUSTER, CLUSTER_NETWORK_POLICY, Emitted, Enforces, Engine, EngineSpec, Environment,
-    Fact, Output, PolicyInput, Problem, Rule, metadata, namespace_selector, native_name, object,
-    selector_json,
+    Fact, NAMESPACE_NAME_LABEL, Output, PolicyInput, Problem, Rule, excepted, metadata,
+    namespace_selector, nth_name, object, selector_json,
 };
+use crate::exceptions::{Excepted, MAX_SELECTORS, excluding};
 use crate::intents::id;
-use crate::names::MAX_NAME_LEN;
 use crate::netpol::cluster::{ADMIN, Action};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nimbus_api::condition;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 pub(super) const SPEC: EngineSpec = EngineSpec {
     engine: Engine::ClusterNetworkPolicy,
@@ -47,7 +53,8 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     optional_kinds: &[],
     // Cluster-scoped and judged before any NetworkPolicy (tests/clusternetworkpolicy.rs).
     tenant_proof: Some(true),
-    honours_exceptions: &[],
+    // The excepted pods are left out of the subject (see `subjects`).
+    honours_exceptions: &[id::DNS_MANIPULATION, id::DENY_EXTERNAL_NETWORK_ACCESS],
 };
 
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
@@ -124,25 +131,110 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
         }
         _ => return rule.untranslated(Engine::ClusterNetworkPolicy),
     };
-    let spec = json!({
-        "tier": ADMIN,
-        "priority": priority,
-        "subject": {"pods": {
-            "namespaceSelector": namespace_selector(policy, env),
-            "podSelector": selector_json(&policy.selector),
-        }},
-        "egress": egress,
-    });
-    let name = native_name(policy, rule.key, MAX_NAME_LEN);
-    let meta = metadata(policy, Engine::ClusterNetworkPolicy, name, None, &[]);
-    Ok(Emitted {
-        objects: vec![object(
-            &CLUSTER_NETWORK_POLICY,
-            meta,
-            json!({ "spec": spec }),
-        )],
-        warnings,
-    })
+    let (subjects, not_honoured) = subjects_of(policy, rule, env);
+    warnings.extend(not_honoured);
+    let mut objects: Vec<_> = subjects
+        .into_iter()
+        .enumerate()
+        .map(|(i, subject)| {
+            let spec = json!({
+                "tier": ADMIN,
+                "priority": priority,
+                "subject": subject,
+                "egress": egress,
+            });
+            let meta = metadata(
+                policy,
+                Engine::ClusterNetworkPolicy,
+                nth_name(policy, rule.key, i),
+                None,
+                &[],
+            );
+            object(&CLUSTER_NETWORK_POLICY, meta, json!({ "spec": spec }))
+        })
+        .collect();
+    // The first (which no longer selects the excepted namespaces) last: when an exception
+    // comes into force the others, which select the pods of those namespaces it does not let
+    // out, are sent first.
+    objects.rotate_left(1);
+    Ok(Emitted { objects, warnings })
+}
+
+/// The subjects of `rule`'s policies ([`subjects`]). Beyond the bound nothing is left out: the
+/// binding's subject alone, so that the intent stays enforced on every selected pod rather than
+/// on none, and a warning saying so.
+fn subjects_of(policy: &PolicyInput, rule: &Rule, env: &Environment) -> (Vec<Value>, Option<Problem>) {
+    let namespaces = namespace_selector(policy, env);
+    let excepted = excepted(policy, rule);
+    if let Some(subjects) = subjects(&namespaces, &policy.selector, &excepted) {
+        return (subjects, None);
+    }
+    let names: Vec<&str> = excepted.iter().map(|e| e.name.as_str()).collect();
+    let warning = Problem {
+        blocking: false,
+        ..rule.problem(
+            condition::REASON_EXCEPTION_NOT_HONOURED,
+            format!(
+                "clusternetworkpolicy does not honour exceptions to intent `{}` ({}): leaving \
+                 out the pods they let out would take more than {MAX_SELECTORS} \
+                 ClusterNetworkPolicies, so it still enforces the intent on their workloads; \
+                 narrow or merge the exceptions",
+                rule.spec.id,
+                names.join(", ")
+            ),
+        )
+    };
+    (vec![subject(namespaces, &policy.selector)], Some(warning))
+}
+
+/// The subjects of the ClusterNetworkPolicies of one intent of a cluster binding selecting
+/// `namespaces` and, in them, `pods`, with the pods `excepted` let out left out; `None` when
+/// that takes more than [`MAX_SELECTORS`]. Exceptions are per namespace, and a subject has a
+/// namespace selector and a pod selector whose conjunction it selects, so "selected and not
+/// excepted" is written as a union: the selected pods of the namespaces no exception is in
+/// (`NotIn` their names), first, so that its name stays when exceptions come and go; then, for
+/// each namespace an exception is in (`In` its name), one subject per selector of
+/// [`excluding`] the exceptions there (none when one lets out every pod of it).
+///
+/// Their policies have the same rules and the same priority. network-policy-api leaves open
+/// which of several policies of one priority that match a connection applies ("the
+/// implementation can apply any of the matching policies to the connection",
+/// `ClusterNetworkPolicySpec.priority`, v0.3.0); any of these gives the same verdict.
+fn subjects(namespaces: &Value, pods: &LabelSelector, excepted: &[&Excepted]) -> Option<Vec<Value>> {
+    let mut by_namespace: BTreeMap<&str, Vec<&Excepted>> = BTreeMap::new();
+    for e in excepted {
+        by_namespace.entry(e.namespace.as_str()).or_default().push(e);
+    }
+    if by_namespace.is_empty() {
+        return Some(vec![subject(namespaces.clone(), pods)]);
+    }
+    let names: Vec<&str> = by_namespace.keys().copied().collect();
+    let mut out = vec![subject(with_names(namespaces, "NotIn", &names), pods)];
+    for (namespace, exceptions) in &by_namespace {
+        for selector in excluding(pods, exceptions)? {
+            out.push(subject(with_names(namespaces, "In", &[namespace]), &selector));
+            if out.len() > MAX_SELECTORS {
+                return None;
+            }
+        }
+    }
+    Some(out)
+}
+
+fn subject(namespaces: Value, pods: &LabelSelector) -> Value {
+    json!({"pods": {"namespaceSelector": namespaces, "podSelector": selector_json(pods)}})
+}
+
+/// `namespaces` (a namespace selector of `matchExpressions`) with the namespaces named `names`
+/// required `In` or `NotIn` too.
+fn with_names(namespaces: &Value, operator: &str, names: &[&str]) -> Value {
+    let mut out = namespaces.clone();
+    let requirement = json!({"key": NAMESPACE_NAME_LABEL, "operator": operator, "values": names});
+    match out["matchExpressions"].as_array_mut() {
+        Some(expressions) => expressions.push(requirement),
+        None => out["matchExpressions"] = json!([requirement]),
+    }
+    out
 }
 
 fn egress(name: &str, action: Action, to: Value, protocols: Option<Value>) -> Value {
@@ -300,5 +392,128 @@ mod tests {
                 .iter()
                 .all(|g| g.engine != Engine::ClusterNetworkPolicy)
         );
+    }
+
+    fn exception(name: &str, namespace: &str, selector: Value) -> Excepted {
+        Excepted {
+            name: name.into(),
+            namespace: namespace.into(),
+            selector: serde_json::from_value(selector).expect("a selector"),
+            intents: BTreeSet::from([id::DNS_MANIPULATION.to_owned()]),
+            reason: "until 2.4".into(),
+            expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            signatures: Default::default(),
+        }
+    }
+
+    fn matches(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
+        use kube::core::{Selector, SelectorExt};
+        let selector: LabelSelector = serde_json::from_value(selector.clone()).expect("selector");
+        Selector::try_from(selector)
+            .expect("a valid selector")
+            .matches(labels)
+    }
+
+    /// Every pod of a small universe (three namespaces, one of them unbound; each of two labels
+    /// absent or one of two values) is a subject of some policy exactly when kube's own
+    /// selector matching says the binding selects it and no exception of its namespace does.
+    #[test]
+    fn the_subjects_select_what_the_binding_selects_and_no_exception_of_the_namespace_does() {
+        let namespaces = json!({"matchExpressions": [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": ["kube-system"]},
+            {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": ["shop", "web"]},
+        ]});
+        let pods: LabelSelector =
+            serde_json::from_value(json!({"matchLabels": {"app": "a"}})).expect("selector");
+        let values = [None, Some("a"), Some("b")];
+        let mut universe = Vec::new();
+        for ns in ["shop", "web", "kube-system"] {
+            for app in values {
+                for tier in values {
+                    let labels: BTreeMap<String, String> = [("app", app), ("tier", tier)]
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+                        .collect();
+                    universe.push((ns, labels));
+                }
+            }
+        }
+        // (case, exceptions, how many subjects)
+        let cases = [
+            ("none", vec![], 1),
+            (
+                "one label in shop",
+                vec![exception("e", "shop", json!({"matchLabels": {"tier": "a"}}))],
+                2,
+            ),
+            (
+                "two labels in shop, one in web",
+                vec![
+                    exception("e", "shop", json!({"matchLabels": {"tier": "a", "app": "a"}})),
+                    exception("f", "web", json!({"matchExpressions": [
+                        {"key": "tier", "operator": "Exists"}]})),
+                ],
+                4,
+            ),
+            (
+                "every pod of web, and in an unbound namespace",
+                vec![
+                    exception("e", "web", json!({})),
+                    exception("f", "kube-system", json!({"matchLabels": {"tier": "a"}})),
+                ],
+                2,
+            ),
+        ];
+        for (case, exceptions, count) in cases {
+            let refs: Vec<&Excepted> = exceptions.iter().collect();
+            let subjects = subjects(&namespaces, &pods, &refs).expect("within the bound");
+            assert_eq!(subjects.len(), count, "{case}: {subjects:#?}");
+            for (ns, labels) in &universe {
+                let ns_labels = BTreeMap::from([(NAMESPACE_NAME_LABEL.to_owned(), ns.to_string())]);
+                let bound = ["shop", "web"].contains(ns) && labels.get("app").map(String::as_str) == Some("a");
+                let excepted = exceptions.iter().any(|e| {
+                    e.namespace == *ns && matches(&serde_json::to_value(&e.selector).expect("json"), labels)
+                });
+                let got = subjects.iter().any(|s| {
+                    matches(&s["pods"]["namespaceSelector"], &ns_labels)
+                        && matches(&s["pods"]["podSelector"], labels)
+                });
+                assert_eq!(got, bound && !excepted, "{case}: {ns} {labels:?}");
+            }
+        }
+        let wide = json!({"matchLabels": {"a": "1", "b": "1", "c": "1", "d": "1"}});
+        let (e, f) = (exception("e", "shop", wide.clone()), exception("f", "web", wide));
+        // 1 + 4 + 4 = 9 fit; 1 + 16 + 4 = 21 do not.
+        assert_eq!(subjects(&namespaces, &pods, &[&e, &f]).map(|s| s.len()), Some(9));
+        assert_eq!(subjects(&namespaces, &pods, &[&e, &e, &f]), None);
+    }
+
+    #[test]
+    fn beyond_the_bound_the_binding_stays_enforced_everywhere_and_says_so() {
+        let cnp = nimbus_api::ClusterNimbusPolicy::new(
+            "shop",
+            serde_json::from_value(json!({
+                "rules": rules(&[id::DNS_MANIPULATION]),
+                "workloadSelector": {"matchLabels": {"app": "web"}},
+            }))
+            .unwrap(),
+        );
+        let mut input = PolicyInput::cluster(&cnp, "uid");
+        let plain = translate(&input, &Environment::default(), &cnp_first());
+        let wide = json!({"matchLabels": {"a": "1", "b": "1", "c": "1", "d": "1", "e": "1"}});
+        input.exceptions = vec![exception("e", "shop", wide.clone()), exception("f", "shop", wide)];
+        let t = translate(&input, &Environment::default(), &cnp_first());
+        let objects = |t: &crate::engines::Translation| -> Vec<Value> {
+            (t.objects.iter())
+                .filter(|g| g.engine == Engine::ClusterNetworkPolicy)
+                .map(|g| serde_json::to_value(&g.object).expect("json"))
+                .collect()
+        };
+        assert_eq!(objects(&t), objects(&plain));
+        let said: Vec<_> = (t.problems.iter())
+            .filter(|p| p.message.starts_with("clusternetworkpolicy"))
+            .map(|p| (p.reason, p.blocking))
+            .collect();
+        assert_eq!(said, [(condition::REASON_EXCEPTION_NOT_HONOURED, false)]);
     }
 }

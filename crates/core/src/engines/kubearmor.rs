@@ -1,14 +1,18 @@
 //! KubeArmor engine: one KubeArmorPolicy per intent (three for escapeToHost), with the bodies
-//! Nimbus's adapter writes, empty sections included.
+//! Nimbus's adapter writes, empty sections included; each written once per selector when
+//! exceptions in force leave pods out.
 
 use super::Engine;
 use super::{
-    AUDIT, AuditForm, Enforces, EngineSpec, Environment, KUBEARMOR_POLICY, NAMESPACED, Output,
-    PolicyInput, Rule, labels_only, metadata, native_name, object,
+    AUDIT, AuditForm, Emitted, Enforces, EngineSpec, Environment, KUBEARMOR_POLICY, NAMESPACED,
+    Output, PolicyInput, Problem, Rule, excepted, labels_only, metadata, nth_name, object,
 };
+use crate::exceptions::{Excepted, MAX_SELECTORS, excluding};
 use crate::intents::id;
-use crate::names::MAX_NAME_LEN;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use nimbus_api::condition;
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 
 /// Package managers, build tools and downloaders, in Nimbus's order (duplicate included).
 const DEPLOYMENT_TOOLS: [&str; 37] = [
@@ -122,9 +126,21 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
     translate,
     optional_kinds: &[],
     tenant_proof: None,
-    honours_exceptions: &[],
+    // The excepted pods are left out of the selector, when KubeArmor's selector can say so
+    // (see `leaving_out`); the others are reported.
+    honours_exceptions: &[
+        id::DNS_MANIPULATION,
+        id::SW_DEPLOYMENT_TOOLS,
+        id::UNAUTHORIZED_SA_TOKEN_ACCESS,
+        id::PREVENT_EXECUTION_FROM_TEMP_OR_LOGS_FOLDERS,
+        id::ESCAPE_TO_HOST,
+    ],
 };
 
+/// Each of the intent's bodies as one KubeArmorPolicy per selector of [`leaving_out`] (the
+/// first keeps the body's usual name, [`nth_name`]). KubeArmor applies every policy that
+/// selects a pod, so identical bodies over those selectors act on exactly the pods selected
+/// and not excepted.
 fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
     let labels = labels_only(&policy.selector, rule, Engine::KubeArmor)?;
     let bodies: Vec<(String, Body)> = match rule.spec.id.as_str() {
@@ -180,15 +196,18 @@ fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
         )],
         _ => return rule.untranslated(Engine::KubeArmor),
     };
-    let selector = if labels.is_empty() {
-        json!({})
-    } else {
-        json!({ "matchLabels": labels })
-    };
-    Ok(bodies
-        .into_iter()
-        .map(|(suffix, body)| {
-            let name = native_name(policy, &suffix, MAX_NAME_LEN);
+    let leaving = leaving_out(&labels, &excepted(policy, rule));
+    let warnings = leaving.warnings(rule);
+    let objects = bodies
+        .iter()
+        .flat_map(|(suffix, body)| {
+            leaving
+                .selectors
+                .iter()
+                .enumerate()
+                .map(move |(i, selector)| (nth_name(policy, suffix, i), body, selector))
+        })
+        .map(|(name, body, selector)| {
             let meta = metadata(
                 policy,
                 Engine::KubeArmor,
@@ -198,13 +217,11 @@ fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
             );
             let mut spec = Map::new();
             spec.insert("selector".into(), selector.clone());
-            spec.insert("process".into(), body.process.unwrap_or_else(|| json!({})));
-            spec.insert("file".into(), body.file.unwrap_or_else(|| json!({})));
+            let section = |s: &Option<Value>| s.clone().unwrap_or_else(|| json!({}));
+            spec.insert("process".into(), section(&body.process));
+            spec.insert("file".into(), section(&body.file));
             spec.insert("network".into(), json!({}));
-            spec.insert(
-                "capabilities".into(),
-                body.capabilities.unwrap_or_else(|| json!({})),
-            );
+            spec.insert("capabilities".into(), section(&body.capabilities));
             spec.insert("syscalls".into(), json!({}));
             if let Some(message) = rule.spec.description.as_deref().filter(|m| !m.is_empty()) {
                 spec.insert("message".into(), message.into());
@@ -219,8 +236,106 @@ fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
             }
             object(&KUBEARMOR_POLICY, meta, json!({ "spec": spec }))
         })
-        .collect::<Vec<_>>()
-        .into())
+        .collect();
+    Ok(Emitted { objects, warnings })
+}
+
+/// What KubeArmor's selectors make of the exceptions in force for one rule.
+struct Leaving<'e> {
+    /// KubeArmor selectors whose union selects the pods the binding's `matchLabels` select but
+    /// those the honoured exceptions let out: that selector alone when there is none, none
+    /// when one lets out every pod.
+    selectors: Vec<Value>,
+    /// Exceptions selecting by `Exists`, `DoesNotExist` or `NotIn`, which a KubeArmor selector
+    /// cannot leave out (it leaves out only pods carrying a `key=value` label).
+    unnegatable: Vec<&'e Excepted>,
+    /// Exceptions it could leave out, but only with more than [`MAX_SELECTORS`] policies per
+    /// body.
+    too_many: Vec<&'e Excepted>,
+}
+
+/// KubeArmor's selectors for the pods labelled `labels` but those `excepted` let out, as far
+/// as its selector can say it. A KubeArmorPolicy's `matchExpressions` take the key `label`
+/// and values `key=value`; a pod matches `NotIn` values when it carries none of them
+/// (KubeArmor v1.7: they become the policy's `NonIdentities`, `MatchExpIdentities` in
+/// `KubeArmor/common/common.go`). That negates an exception's `matchLabels` and `In`
+/// requirements, which [`excluding`] turns into `NotIn` ones, one label at a time. `In` is
+/// never written: KubeArmor ignores the `NotIn` values that follow an `In`.
+fn leaving_out<'e>(labels: &BTreeMap<String, String>, excepted: &[&'e Excepted]) -> Leaving<'e> {
+    let (negatable, unnegatable): (Vec<&Excepted>, Vec<&Excepted>) = excepted
+        .iter()
+        .partition(|e| (e.selector.match_expressions.iter().flatten()).all(|r| r.operator == "In"));
+    let binding = LabelSelector {
+        match_labels: Some(labels.clone()),
+        ..LabelSelector::default()
+    };
+    // Beyond the bound nothing is left out: the engine keeps enforcing on every selected pod,
+    // and says so, rather than enforce on none.
+    let (selectors, too_many) = match excluding(&binding, &negatable) {
+        Some(selectors) => (selectors, Vec::new()),
+        None => (vec![binding], negatable),
+    };
+    Leaving {
+        selectors: selectors.iter().map(kubearmor_selector).collect(),
+        unnegatable,
+        too_many,
+    }
+}
+
+/// `selector` in KubeArmor's terms: its `matchLabels`, and its requirements as `NotIn`
+/// `key=value` labels. Its requirements are those [`excluding`] adds to a selector of labels
+/// only for exceptions of `matchLabels` and `In` requirements: all `NotIn`.
+fn kubearmor_selector(selector: &LabelSelector) -> Value {
+    let mut out = Map::new();
+    if let Some(labels) = selector.match_labels.as_ref().filter(|l| !l.is_empty()) {
+        out.insert("matchLabels".into(), json!(labels));
+    }
+    let not_in: Vec<String> = (selector.match_expressions.iter().flatten())
+        .filter(|r| r.operator == "NotIn")
+        .flat_map(|r| (r.values.iter().flatten()).map(move |v| format!("{}={v}", r.key)))
+        .collect();
+    if !not_in.is_empty() {
+        out.insert(
+            "matchExpressions".into(),
+            json!([{"key": "label", "operator": "NotIn", "values": not_in}]),
+        );
+    }
+    Value::Object(out)
+}
+
+impl Leaving<'_> {
+    /// A non-blocking `ExceptionNotHonoured` for each kind of exception left enforced.
+    fn warnings(&self, rule: &Rule) -> Vec<Problem> {
+        let names = |e: &[&Excepted]| {
+            let names: Vec<&str> = e.iter().map(|e| e.name.as_str()).collect();
+            names.join(", ")
+        };
+        let id = &rule.spec.id;
+        let mut out = Vec::new();
+        if !self.unnegatable.is_empty() {
+            out.push(format!(
+                "kubearmor does not honour exceptions to intent `{id}` that select by \
+                 `Exists`, `DoesNotExist` or `NotIn` ({}): a KubeArmor selector leaves out only \
+                 pods carrying a `key=value` label, so it still enforces the intent on their \
+                 workloads",
+                names(&self.unnegatable)
+            ));
+        }
+        if !self.too_many.is_empty() {
+            out.push(format!(
+                "kubearmor does not honour exceptions to intent `{id}` ({}): leaving out the \
+                 pods they let out would take more than {MAX_SELECTORS} KubeArmorPolicies, so \
+                 it still enforces the intent on their workloads; narrow or merge the exceptions",
+                names(&self.too_many)
+            ));
+        }
+        out.into_iter()
+            .map(|message| Problem {
+                blocking: false,
+                ..rule.problem(condition::REASON_EXCEPTION_NOT_HONOURED, message)
+            })
+            .collect()
+    }
 }
 
 /// Sets every `action` in `value` to `Audit`. Fixed from Nimbus, which kept a rule's `Block`
@@ -247,5 +362,156 @@ fn deployment_tools() -> Body {
             json!({"matchPaths": DEPLOYMENT_TOOLS.iter().map(|p| json!({"path": p})).collect::<Vec<_>>()}),
         ),
         ..Body::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use std::collections::BTreeSet;
+
+    fn exception(name: &str, selector: Value) -> Excepted {
+        Excepted {
+            name: name.into(),
+            namespace: "shop".into(),
+            selector: serde_json::from_value(selector).expect("a selector"),
+            intents: BTreeSet::from([id::ESCAPE_TO_HOST.to_owned()]),
+            reason: "until 2.4".into(),
+            expires_at: Timestamp::UNIX_EPOCH,
+            signatures: Default::default(),
+        }
+    }
+
+    /// `{"matchLabels": {"app": "web"}}` with `NotIn` labels `values`.
+    fn web_not(values: &[&str]) -> Value {
+        json!({"matchLabels": {"app": "web"},
+               "matchExpressions": [{"key": "label", "operator": "NotIn", "values": values}]})
+    }
+
+    #[test]
+    fn kubearmor_leaves_out_the_labels_an_exception_names_and_reports_what_it_cannot() {
+        let wide: Map<String, Value> = ["a", "b", "c", "d", "e"]
+            .map(|k| (k.to_owned(), json!("1")))
+            .into_iter()
+            .collect();
+        struct Case {
+            case: &'static str,
+            exceptions: Vec<Excepted>,
+            selectors: Vec<Value>,
+            unnegatable: &'static [&'static str],
+            too_many: &'static [&'static str],
+        }
+        let web = json!({"matchLabels": {"app": "web"}});
+        let cases = [
+            Case {
+                case: "no exception: the binding's labels",
+                exceptions: vec![],
+                selectors: vec![web.clone()],
+                unnegatable: &[],
+                too_many: &[],
+            },
+            Case {
+                case: "one label",
+                exceptions: vec![exception("e", json!({"matchLabels": {"tier": "legacy"}}))],
+                selectors: vec![web_not(&["tier=legacy"])],
+                unnegatable: &[],
+                too_many: &[],
+            },
+            Case {
+                case: "two labels: not (a and b) is not a, or not b",
+                exceptions: vec![exception(
+                    "e",
+                    json!({"matchLabels": {"team": "vendor", "tier": "legacy"}}),
+                )],
+                selectors: vec![web_not(&["team=vendor"]), web_not(&["tier=legacy"])],
+                unnegatable: &[],
+                too_many: &[],
+            },
+            Case {
+                case: "In: none of its values",
+                exceptions: vec![exception(
+                    "e",
+                    json!({"matchExpressions": [
+                        {"key": "tier", "operator": "In", "values": ["legacy", "old"]}]}),
+                )],
+                selectors: vec![web_not(&["tier=legacy", "tier=old"])],
+                unnegatable: &[],
+                too_many: &[],
+            },
+            Case {
+                case: "two exceptions of one label each: neither label",
+                exceptions: vec![
+                    exception("e", json!({"matchLabels": {"tier": "legacy"}})),
+                    exception("f", json!({"matchLabels": {"team": "vendor"}})),
+                ],
+                selectors: vec![web_not(&["tier=legacy", "team=vendor"])],
+                unnegatable: &[],
+                too_many: &[],
+            },
+            Case {
+                case: "every pod of the namespace: no policy",
+                exceptions: vec![exception("e", json!({}))],
+                selectors: vec![],
+                unnegatable: &[],
+                too_many: &[],
+            },
+            Case {
+                case: "Exists, DoesNotExist and NotIn cannot be negated; the others still are",
+                exceptions: vec![
+                    exception(
+                        "exists",
+                        json!({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}),
+                    ),
+                    exception(
+                        "absent",
+                        json!({"matchLabels": {"tier": "legacy"}, "matchExpressions": [
+                            {"key": "team", "operator": "DoesNotExist"}]}),
+                    ),
+                    exception(
+                        "not-in",
+                        json!({"matchExpressions": [
+                            {"key": "tier", "operator": "NotIn", "values": ["web"]}]}),
+                    ),
+                    exception("labels", json!({"matchLabels": {"team": "vendor"}})),
+                ],
+                selectors: vec![web_not(&["team=vendor"])],
+                unnegatable: &["exists", "absent", "not-in"],
+                too_many: &[],
+            },
+            Case {
+                case: "5 × 5 selectors: beyond the bound, every selected pod stays enforced",
+                exceptions: vec![
+                    exception("e", json!({ "matchLabels": wide })),
+                    exception("f", json!({ "matchLabels": wide })),
+                    exception("exists", json!({"matchExpressions": [
+                        {"key": "tier", "operator": "Exists"}]})),
+                ],
+                selectors: vec![web.clone()],
+                unnegatable: &["exists"],
+                too_many: &["e", "f"],
+            },
+        ];
+        let labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+        let names = |e: &[&Excepted]| -> Vec<String> { e.iter().map(|e| e.name.clone()).collect() };
+        for c in cases {
+            let refs: Vec<&Excepted> = c.exceptions.iter().collect();
+            let got = leaving_out(&labels, &refs);
+            assert_eq!(got.selectors, c.selectors, "{}", c.case);
+            assert_eq!(names(&got.unnegatable), c.unnegatable, "{}", c.case);
+            assert_eq!(names(&got.too_many), c.too_many, "{}", c.case);
+        }
+    }
+
+    #[test]
+    fn a_binding_of_every_pod_and_an_exception_leave_only_the_not_in_labels() {
+        let e = exception("e", json!({"matchLabels": {"tier": "legacy"}}));
+        let got = leaving_out(&BTreeMap::new(), &[&e]);
+        assert_eq!(
+            got.selectors,
+            vec![json!({"matchExpressions": [
+                {"key": "label", "operator": "NotIn", "values": ["tier=legacy"]}]})]
+        );
+        assert_eq!(leaving_out(&BTreeMap::new(), &[]).selectors, vec![json!({})]);
     }
 }

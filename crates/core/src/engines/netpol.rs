@@ -3,11 +3,10 @@
 use super::Engine;
 use super::{
     AuditForm, Enforces, EngineSpec, Environment, Fact, NAMESPACED, NETWORK_POLICY, Output,
-    PolicyInput, Rule, excepted, metadata, native_name, object, selector_json,
+    PolicyInput, Rule, excepted, metadata, nth_name, object, selector_json,
 };
 use crate::exceptions::{MAX_SELECTORS, excluding};
 use crate::intents::id;
-use crate::names::MAX_NAME_LEN;
 use nimbus_api::condition;
 use serde_json::{Value, json};
 
@@ -48,7 +47,7 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
 
 /// One NetworkPolicy per selector of [`excluding`]: the binding's selector, minus the pods the
 /// exceptions in force let out (several when an exception names several labels; the first
-/// keeps the policy's usual name, so that an exception's coming and going updates it in
+/// keeps the policy's usual name ([`nth_name`]), so that an exception's coming and going updates it in
 /// place). NetworkPolicies add up, so identical rules over those selectors restrict exactly
 /// the pods selected and not excepted.
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
@@ -62,22 +61,15 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
             ),
         ));
     };
-    let name = native_name(policy, rule.key, MAX_NAME_LEN);
-    // Room for `-<i>` (at most 16 selectors).
-    let short = native_name(policy, rule.key, MAX_NAME_LEN - 3);
     let mut objects = Vec::new();
     for (i, selector) in selectors.iter().enumerate() {
         let Some(spec) = spec(rule, env, selector_json(selector)) else {
             return rule.untranslated(Engine::NetworkPolicy);
         };
-        let name = match i {
-            0 => name.clone(),
-            _ => format!("{short}-{i}"),
-        };
         let meta = metadata(
             policy,
             Engine::NetworkPolicy,
-            name,
+            nth_name(policy, rule.key, i),
             policy.namespace.clone(),
             &[],
         );

@@ -145,14 +145,18 @@ fn the_admission_engine_does_not_judge_the_excepted_workloads() {
 
 #[test]
 fn an_engine_that_does_not_honour_an_exception_says_it_still_enforces() {
-    // escapeToHost in a namespace: Kyverno lets the workloads out, KubeArmor does not.
-    let np = sib_np(selector(), vec![block("escapeToHost", "no host")]);
+    // cocoWorkload in a namespace: Kyverno's mutate rule does not leave workloads out.
+    let np = sib_np(selector(), vec![block("cocoWorkload", "confidential")]);
     let run = |exceptions| {
         let mut input = PolicyInput::namespaced(&np, UID);
         input.exceptions = exceptions;
         translate(&input, &Environment::default(), &EngineSet::all())
     };
-    let excepted = run(vec![legacy_exception()]);
+    let coco = Excepted {
+        intents: BTreeSet::from(["cocoWorkload".into()]),
+        ..legacy_exception()
+    };
+    let excepted = run(vec![coco]);
     let warnings: Vec<(&str, bool)> = excepted
         .problems
         .iter()
@@ -166,16 +170,13 @@ fn an_engine_that_does_not_honour_an_exception_says_it_still_enforces() {
     );
     let message = &excepted.problems[0].message;
     assert!(
-        message.starts_with("kubearmor ") && message.contains("vendor-agent"),
+        message.starts_with("kyverno does not honour exceptions to intent `cocoWorkload`")
+            && message.contains("vendor-agent"),
         "{message}"
     );
     assert_eq!(
-        of(&excepted, Engine::KubeArmor),
-        of(&run(vec![]), Engine::KubeArmor)
-    );
-    assert_eq!(
-        names(&kinds_of(&excepted, "PolicyException")),
-        vec!["web-binding-escapetohost-vendor-agent"]
+        of(&excepted, Engine::Kyverno),
+        of(&run(vec![]), Engine::Kyverno)
     );
 }
 
@@ -213,7 +214,7 @@ fn network_policies_leave_the_excepted_pods_out_one_label_at_a_time() {
         ("team", "vendor"),
         ("tier", "legacy"),
     ])]);
-    // (KubeArmor, which guards dnsManipulation's files, does not honour it, and says so.)
+    // (KubeArmor, which guards dnsManipulation's files, leaves the pods out too.)
     let netpol_problems = |t: &Translation| -> Vec<(&'static str, bool)> {
         t.problems
             .iter()
@@ -231,7 +232,7 @@ fn network_policies_leave_the_excepted_pods_out_one_label_at_a_time() {
     let plain_name = plain[0]["metadata"]["name"].as_str().expect("a name");
     assert_eq!(
         names(&split),
-        vec![plain_name.to_owned(), format!("{plain_name}-1")]
+        vec![plain_name.to_owned(), format!("{plain_name}-x1")]
     );
     let left_out: Vec<&Value> = split
         .iter()
@@ -255,7 +256,7 @@ fn network_policies_leave_the_excepted_pods_out_one_label_at_a_time() {
     second.name = "other".into();
     let too_many = run(vec![network_exception(&wide), second]);
     assert!(of(&too_many, Engine::NetworkPolicy).is_empty());
-    // (Not blocking: KubeArmor's part of the intent is still in force.)
+    // (Not blocking: KubeArmor's part of the intent is still in force, on every pod.)
     assert_eq!(
         netpol_problems(&too_many),
         vec![("ExceptionNotHonoured", false)]

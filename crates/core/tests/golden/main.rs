@@ -36,6 +36,7 @@ mod audit;
 mod builders;
 mod catalog;
 mod exceptions;
+mod exceptions_left_out;
 mod k8tls;
 mod kubearmor;
 mod kyverno;
