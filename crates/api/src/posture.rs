@@ -222,6 +222,10 @@ pub struct ExceptionCoverage {
     /// Who approved it (its `exceptions.security.nimbus.com/approved-by` annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<String>,
+    /// The Pod Security controls it lets the workload out of (its `podSecurityControls`): the
+    /// workload stays held to the intent's other controls. Empty: the whole intent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controls: Vec<String>,
 }
 
 /// How well one workload is protected, by which intents, enforced by which engines.

@@ -2,14 +2,16 @@
 //! force a policy's translation honours. Pure: the clock is an argument, so the operator, the
 //! CLI and the tests decide alike given the same time.
 
+use crate::intents::id::ESCAPE_TO_HOST;
 use crate::status::condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 use kube::ResourceExt;
 use nimbus_api::{
-    APPROVED_BY_ANNOTATION, ClusterSecurityIntentBinding, MatchIntent, REQUESTED_BY_ANNOTATION,
-    SecurityIntentBinding, SecurityIntentException, SecurityIntentExceptionStatus,
+    APPROVED_BY_ANNOTATION, ClusterSecurityIntentBinding, MatchIntent, PodSecurityControl,
+    REQUESTED_BY_ANNOTATION, SecurityIntentBinding, SecurityIntentException,
+    SecurityIntentExceptionStatus,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -39,6 +41,10 @@ pub mod reason {
     pub const INTENT_NOT_BOUND: &str = "IntentNotBound";
     /// The operator honours only approved exceptions, and nobody has approved it.
     pub const NOT_APPROVED: &str = "NotApproved";
+    /// It names Pod Security controls and an intent the binding binds that has none: the
+    /// controls scope escapeToHost alone, and letting the workloads out of the other intent
+    /// wholly is more than it says.
+    pub const CONTROLS_NOT_APPLICABLE: &str = "ControlsNotApplicable";
 }
 
 /// Whether the operator honours an exception nobody has approved (`--exception-approval`).
@@ -173,10 +179,34 @@ pub struct Excepted {
     pub expires_at: Timestamp,
     /// Who asked for it and who approved it, when it says.
     pub signatures: Signatures,
+    /// The Pod Security controls (of escapeToHost) it lets them out of; `None`: the whole
+    /// intents.
+    pub controls: Option<BTreeSet<PodSecurityControl>>,
+}
+
+impl Excepted {
+    /// Whether it lets its workloads out of a check of `control` (`None`: a check no control
+    /// name covers, which only an exception of the whole intent lets them out of).
+    pub fn lets_out_of(&self, control: Option<PodSecurityControl>) -> bool {
+        match &self.controls {
+            None => true,
+            Some(controls) => control.is_some_and(|c| controls.contains(&c)),
+        }
+    }
+
+    /// The names of the controls it lets them out of, for messages: empty for the whole
+    /// intents.
+    pub fn control_names(&self) -> Vec<&'static str> {
+        self.controls.iter().flatten().map(|c| c.name()).collect()
+    }
 }
 
 /// Where an exception stands at a given time.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per exception, judged and dropped: boxing would only cost every reader a deref"
+)]
 pub enum Standing {
     /// In force until `expires_at`.
     Active(Excepted),
@@ -247,6 +277,22 @@ pub fn standing(
             ),
         );
     }
+    let controls: Option<BTreeSet<PodSecurityControl>> = spec
+        .pod_security_controls
+        .as_ref()
+        .map(|c| c.iter().copied().collect());
+    if controls.is_some()
+        && let Some(other) = intents.iter().find(|id| *id != ESCAPE_TO_HOST)
+    {
+        return inactive(
+            reason::CONTROLS_NOT_APPLICABLE,
+            format!(
+                "podSecurityControls scope only {ESCAPE_TO_HOST}, and {} {} binds {other}: \
+                 let the workloads out of it by an exception of its own",
+                spec.binding.kind, spec.binding.name
+            ),
+        );
+    }
     let signatures = Signatures::of(exception);
     if rules.approval == Approval::Required && signatures.approved_by.is_none() {
         let asked = signatures
@@ -269,6 +315,7 @@ pub fn standing(
         reason: spec.reason.clone(),
         expires_at,
         signatures,
+        controls,
     })
 }
 
@@ -379,6 +426,7 @@ mod tests {
                 selector: LabelSelector::default(),
                 reason: "vendor agent needs host access until 2.4".into(),
                 expires_at: Time(at(expires)),
+                pod_security_controls: None,
             },
         );
         e.metadata.namespace = Some("shop".into());
@@ -579,6 +627,71 @@ mod tests {
             required,
         );
         assert_eq!(none, vec![], "an unapproved exception is in force");
+    }
+
+    #[test]
+    fn an_exception_of_pod_security_controls_scopes_escape_to_host_alone() {
+        use PodSecurityControl::{HostNamespaces, PrivilegedContainers};
+        let bound = BTreeMap::from([
+            ("escape".to_owned(), "escapeToHost".to_owned()),
+            ("dns".to_owned(), "dnsManipulation".to_owned()),
+        ]);
+        let scoped = |intents: &[&str], controls: Option<Vec<PodSecurityControl>>| {
+            let mut e = exception(0, 100, intents);
+            e.spec.pod_security_controls = controls;
+            standing(&e, Some(&bound), at(1), Rules::default())
+        };
+        // (case, intents, controls, reason, controls in force)
+        let cases = [
+            (
+                "the whole intents",
+                &["escape", "dns"][..],
+                None,
+                reason::ACTIVE,
+                None,
+            ),
+            (
+                "one control of escapeToHost",
+                &["escape"],
+                Some(vec![PrivilegedContainers]),
+                reason::ACTIVE,
+                Some(vec![PrivilegedContainers]),
+            ),
+            (
+                "two, in any order",
+                &["escape"],
+                Some(vec![PrivilegedContainers, HostNamespaces]),
+                reason::ACTIVE,
+                Some(vec![HostNamespaces, PrivilegedContainers]),
+            ),
+            (
+                "controls, and an intent that has none",
+                &["escape", "dns"],
+                Some(vec![PrivilegedContainers]),
+                reason::CONTROLS_NOT_APPLICABLE,
+                None,
+            ),
+            (
+                "controls, and an intent not bound: ignored as ever",
+                &["escape", "gone"],
+                Some(vec![PrivilegedContainers]),
+                reason::ACTIVE,
+                Some(vec![PrivilegedContainers]),
+            ),
+        ];
+        for (case, intents, controls, want, in_force) in cases {
+            let got = scoped(intents, controls);
+            let e = exception(0, 100, intents);
+            assert_eq!(
+                status(&e, &got).conditions[0].reason,
+                want,
+                "{case}: {got:?}"
+            );
+            if let Standing::Active(active) = &got {
+                let in_force = in_force.map(|c| c.into_iter().collect::<BTreeSet<_>>());
+                assert_eq!(active.controls, in_force, "{case}");
+            }
+        }
     }
 
     #[test]

@@ -95,6 +95,7 @@ mod tests {
             reason: String::new(),
             expires_at: Timestamp::UNIX_EPOCH,
             signatures: Default::default(),
+            controls: None,
         }
     }
 

@@ -6,6 +6,7 @@
 use crate::builders::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
+use nimbus_api::PodSecurityControl;
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
     EngineSet, Environment, KyvernoApi, PolicyInput, Preference, Translation, translate,
@@ -26,6 +27,7 @@ fn legacy_exception() -> Excepted {
         reason: "until the vendor's 2.4 release".into(),
         expires_at: Timestamp::from_second(1_800_000_000).unwrap(),
         signatures: Default::default(),
+        controls: None,
     }
 }
 
@@ -260,4 +262,152 @@ fn network_policies_leave_the_excepted_pods_out_one_label_at_a_time() {
         netpol_problems(&too_many),
         vec![("ExceptionNotHonoured", false)]
     );
+}
+
+/// [`legacy_exception`], out of only `controls` of escapeToHost.
+fn controls_exception(controls: &[PodSecurityControl]) -> Excepted {
+    Excepted {
+        controls: Some(controls.iter().copied().collect()),
+        ..legacy_exception()
+    }
+}
+
+#[test]
+fn kyverno_legacy_lets_the_excepted_workloads_out_of_only_the_controls_named() {
+    let exception = |controls: &[PodSecurityControl]| {
+        let t = translated(
+            KyvernoApi::Legacy,
+            Engine::Kyverno,
+            vec![controls_exception(controls)],
+        );
+        kinds_of(&t, "PolicyException")
+    };
+    // A container-level control needs `images` (Kyverno refuses it without), a pod-level one
+    // refuses them, one of both levels takes an entry for each.
+    let got = exception(&[
+        PodSecurityControl::PrivilegedContainers,
+        PodSecurityControl::HostNamespaces,
+        PodSecurityControl::Seccomp,
+    ]);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(
+        got[0]["spec"]["podSecurity"],
+        json!([
+            {"controlName": "Host Namespaces"},
+            {"controlName": "Privileged Containers", "images": ["*"]},
+            {"controlName": "Seccomp"},
+            {"controlName": "Seccomp", "images": ["*"]},
+        ])
+    );
+    let whole = exception(&[PodSecurityControl::PrivilegedContainers]);
+    let mut without = whole[0].clone();
+    without["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("podSecurity");
+    assert_eq!(
+        without,
+        kinds_of(
+            &translated(
+                KyvernoApi::Legacy,
+                Engine::Kyverno,
+                vec![legacy_exception()]
+            ),
+            "PolicyException"
+        )[0],
+        "the same PolicyException as the whole intent's, but for podSecurity"
+    );
+    // Baseline checks no restricted control: nothing to let the workloads out of.
+    assert_eq!(
+        exception(&[PodSecurityControl::VolumeTypes]),
+        Vec::<Value>::new()
+    );
+}
+
+#[test]
+fn kyverno_cel_lets_the_excepted_workloads_out_of_only_the_validations_of_the_controls_named() {
+    let t = translated(
+        KyvernoApi::Cel,
+        Engine::Kyverno,
+        vec![controls_exception(&[
+            PodSecurityControl::PrivilegedContainers,
+        ])],
+    );
+    let exceptions = kinds_of(&t, "PolicyException");
+    assert_eq!(exceptions.len(), 1, "{exceptions:#?}");
+    assert_eq!(
+        exceptions[0]["spec"]["allowedValues"],
+        json!(["Privileged Containers"])
+    );
+    let unexcepted = translated(KyvernoApi::Cel, Engine::Kyverno, vec![]);
+    let policies = kinds_of(&t, "ValidatingPolicy");
+    let before = kinds_of(&unexcepted, "ValidatingPolicy");
+    assert_eq!(policies.len(), 2);
+    for (policy, before) in policies.iter().zip(&before) {
+        let validations = policy["spec"]["validations"]
+            .as_array()
+            .expect("validations");
+        let before = before["spec"]["validations"]
+            .as_array()
+            .expect("validations");
+        for (i, (got, was)) in validations.iter().zip(before).enumerate() {
+            let was_expression = was["expression"].as_str().expect("expression");
+            if got["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Privileged"))
+            {
+                assert_eq!(
+                    got["expression"],
+                    format!(
+                        "('Privileged Containers' in exceptions.allowedValues) || ({was_expression})"
+                    ),
+                    "validation {i}"
+                );
+            } else {
+                assert_eq!(got, was, "validation {i}: untouched");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_admission_engine_lets_the_excepted_workloads_out_of_only_the_validations_of_the_controls_named()
+ {
+    let run = |exceptions| {
+        let t = translated(KyvernoApi::Legacy, Engine::Admission, exceptions);
+        kinds_of(&t, "ValidatingAdmissionPolicy")[0]["spec"].clone()
+    };
+    let got = run(vec![controls_exception(&[
+        PodSecurityControl::PrivilegedContainers,
+    ])]);
+    let before = run(vec![]);
+    assert_eq!(
+        got["matchConditions"], before["matchConditions"],
+        "the excepted workloads are judged"
+    );
+    let excepted = "(object.metadata.?namespace.orValue('') == \"shop\" && \
+        object.metadata.?labels.orValue({})[?\"tier\"] == optional.of(\"legacy\"))";
+    let validations = got["validations"].as_array().expect("validations");
+    let before = before["validations"].as_array().expect("validations");
+    let mut changed = 0;
+    for (got, was) in validations.iter().zip(before) {
+        if got == was {
+            continue;
+        }
+        changed += 1;
+        assert!(
+            got["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Privileged containers")),
+            "{got}"
+        );
+        assert_eq!(
+            got["expression"],
+            format!(
+                "({excepted}) || ({})",
+                was["expression"].as_str().expect("expression")
+            )
+        );
+    }
+    assert_eq!(changed, 1);
 }

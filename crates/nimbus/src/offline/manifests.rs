@@ -133,6 +133,22 @@ fn exception_problems(exception: &SecurityIntentException) -> Vec<String> {
             out.push(format!("{field} must not be empty (the CRD refuses it)"));
         }
     }
+    // Unknown control names fail parsing; an empty list or a repeated name, the CRD's
+    // `minItems` and list type `set`.
+    if let Some(controls) = &spec.pod_security_controls {
+        let distinct: std::collections::BTreeSet<_> = controls.iter().collect();
+        if controls.is_empty() {
+            out.push(
+                "spec.podSecurityControls must not be empty; leave it out to except the whole \
+                 intents (the CRD refuses it)"
+                    .to_owned(),
+            );
+        } else if distinct.len() < controls.len() {
+            out.push(
+                "spec.podSecurityControls names a control twice (the CRD refuses it)".to_owned(),
+            );
+        }
+    }
     out
 }
 

@@ -4,7 +4,9 @@
 //! policies (a match condition the operator writes). An exception expiring 20 s into the test
 //! lets a privileged pod in before, and not after; a pod it does not select is denied
 //! throughout. The privileged pod admitted while it held runs on: Kyverno's reports controller
-//! reports it once the exception has expired, and so does our report.
+//! reports it once the exception has expired, and so does our report. An exception of one Pod
+//! Security control lets the privileged pod in, and not the same pod sharing the host's PID
+//! namespace.
 
 use crate::common::{CONVERGE, apply, unique};
 use crate::{Selecting, bind_cluster, intent, unbind_cluster};
@@ -30,10 +32,33 @@ async fn privileged_pod(
     ns: &str,
     labels: serde_json::Value,
 ) -> Result<(), String> {
+    dry_run_pod(client, ns, labels, HostPid::No).await
+}
+
+/// Whether the pod [`dry_run_pod`] creates shares the host's PID namespace.
+#[derive(Clone, Copy, Debug)]
+enum HostPid {
+    Yes,
+    No,
+}
+
+/// As [`privileged_pod`], the pod also sharing the host's PID namespace when `host_pid` says:
+/// another control of the Pod Security Standards (Host Namespaces) than its privileged
+/// container's (Privileged Containers).
+async fn dry_run_pod(
+    client: &Client,
+    ns: &str,
+    labels: serde_json::Value,
+    host_pid: HostPid,
+) -> Result<(), String> {
+    let mut spec = json!({"containers": [crate::kyverno::container(json!({"privileged": true}))]});
+    if matches!(host_pid, HostPid::Yes) {
+        spec["hostPID"] = true.into();
+    }
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"generateName": "exc-", "labels": labels},
-        "spec": {"containers": [crate::kyverno::container(json!({"privileged": true}))]},
+        "spec": spec,
     }))
     .expect("pod");
     let dry_run = PostParams {
@@ -58,6 +83,17 @@ async fn except(
     intent: &str,
     labels: serde_json::Value,
 ) -> (String, Timestamp) {
+    except_controls(api, binding, intent, labels, &[]).await
+}
+
+/// As [`except`], out of only the Pod Security `controls` when it names any.
+async fn except_controls(
+    api: &Api<SecurityIntentException>,
+    binding: serde_json::Value,
+    intent: &str,
+    labels: serde_json::Value,
+    controls: &[&str],
+) -> (String, Timestamp) {
     let name = unique("vendor");
     let expires_at = Timestamp::now()
         .round(Unit::Second)
@@ -75,6 +111,10 @@ async fn except(
             "expiresAt": expires_at.to_string(),
         }
     });
+    let mut exception = exception;
+    if !controls.is_empty() {
+        exception["spec"]["podSecurityControls"] = json!(controls);
+    }
     apply(api, &name, &exception).await;
     (name, expires_at)
 }
@@ -263,6 +303,125 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
         );
     }
     unbind_cluster(&client, &csib).await;
+}
+
+/// escapeToHost (baseline) bound by a cluster binding to `app: web`, enforced with `engine`, and
+/// an exception for the pods labelled `tier: legacy` out of only Privileged Containers,
+/// expiring 20 s after it is created. While it holds, the excepted workload's privileged pod is
+/// admitted, but the same pod sharing the host's PID namespace (Host Namespaces, a control it
+/// does not name) is denied, and so is a privileged pod it does not select; from expiry the
+/// privileged pod is denied again.
+async fn an_exception_of_one_control_holds_the_others(cp: &ControlPlane, engine: &str) {
+    let client = cp.client().expect("client");
+    let ns = crate::kyverno::namespace(cp, "exc-ctl").await;
+    let si = intent(
+        &client,
+        "escapeToHost",
+        "Block",
+        json!({"psaLevel": ["baseline"]}),
+    )
+    .await;
+    let selecting = Selecting {
+        labels: json!({"app": "web"}),
+        allow_sensitive: None,
+        shadow: false,
+    };
+    let csib = bind_cluster(&client, ns.name(), &si, &selecting).await;
+    let excepted = json!({"app": "web", "tier": "legacy"});
+    let held = json!({"app": "web"});
+    let judged = async || {
+        (
+            dry_run_pod(&client, ns.name(), excepted.clone(), HostPid::No).await,
+            dry_run_pod(&client, ns.name(), excepted.clone(), HostPid::Yes).await,
+            dry_run_pod(&client, ns.name(), held.clone(), HostPid::No).await,
+        )
+    };
+    eventually(
+        &format!("{engine}: the bound pods denied"),
+        CONVERGE,
+        async |seen| {
+            let results = judged().await;
+            *seen = format!("{results:?}");
+            (results.0.is_err() && results.1.is_err() && results.2.is_err()).then_some(())
+        },
+    )
+    .await;
+
+    let exceptions = Api::<SecurityIntentException>::namespaced(client.clone(), ns.name());
+    let (name, expires_at) = except_controls(
+        &exceptions,
+        json!({"kind": "ClusterSecurityIntentBinding", "name": csib}),
+        &si,
+        json!({"tier": "legacy"}),
+        &["Privileged Containers"],
+    )
+    .await;
+    let (_, host_pid, other) = eventually(
+        &format!("{engine}: the excepted privileged pod admitted"),
+        CONVERGE,
+        async |seen| {
+            let results = judged().await;
+            let state = active(&exceptions, &name).await;
+            *seen = format!("{results:?}, Active: {state:?}");
+            (results.0.is_ok() && state == Some(("True".into(), "Active".into())))
+                .then_some(results)
+        },
+    )
+    .await;
+    assert!(
+        Timestamp::now() < expires_at,
+        "{engine}: the exception took its whole 20 s to be honoured"
+    );
+    let host_pid = host_pid.expect_err("the excepted workload sharing the host's PID namespace");
+    eprintln!("{engine}: the excepted workload with hostPID denied: {host_pid}");
+    assert!(
+        host_pid.to_lowercase().contains("host"),
+        "{engine}: denied for its host namespace: {host_pid}"
+    );
+    other.expect_err("a privileged pod the exception does not select");
+    // Judged again, not only once: the hostPID pod stays denied while the privileged one is in.
+    let again = judged().await;
+    assert!(
+        again.0.is_ok() && again.1.is_err() && again.2.is_err(),
+        "{engine}: {again:?}"
+    );
+
+    let wait = Duration::try_from(expires_at.duration_since(Timestamp::now())).unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    let denial = eventually(
+        &format!("{engine}: the excepted privileged pod denied after expiry"),
+        CONVERGE,
+        async |seen| {
+            let admitted = privileged_pod(&client, ns.name(), excepted.clone()).await;
+            *seen = format!("{admitted:?}");
+            admitted.err().map(|denied| (Timestamp::now(), denied))
+        },
+    )
+    .await;
+    let lag = Duration::try_from(denial.0.duration_since(expires_at)).unwrap_or_default();
+    eprintln!(
+        "{engine}: the privileged pod denied {lag:?} after expiresAt: {}",
+        denial.1
+    );
+    unbind_cluster(&client, &csib).await;
+}
+
+#[tokio::test]
+async fn kyverno_lets_an_exception_of_one_control_out_of_that_control_only() {
+    let cp = crate::kyverno::cluster(KyvernoApi::Legacy);
+    an_exception_of_one_control_holds_the_others(cp, "kyverno").await;
+}
+
+#[tokio::test]
+async fn kyverno_in_cel_kinds_lets_an_exception_of_one_control_out_of_that_control_only() {
+    let cp = crate::kyverno::cluster(KyvernoApi::Cel);
+    an_exception_of_one_control_holds_the_others(cp, "kyverno (CEL)").await;
+}
+
+#[tokio::test]
+async fn the_admission_engine_lets_an_exception_of_one_control_out_of_that_control_only() {
+    let cp = crate::admission::cluster();
+    an_exception_of_one_control_holds_the_others(cp, "admission").await;
 }
 
 #[tokio::test]
