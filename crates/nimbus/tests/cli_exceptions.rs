@@ -290,3 +290,57 @@ fn bad_clocks_and_exceptions_the_crd_refuses_are_rejected() {
         );
     }
 }
+
+/// An exception of some Pod Security controls: `translate` writes Kyverno's PolicyException
+/// with their `podSecurity` exclusions (and no exclusion of the whole rule) until expiry, and
+/// `validate` and `translate` refuse a list the CRD refuses.
+#[test]
+fn an_exception_of_some_controls_excludes_only_those_and_bad_lists_are_refused() {
+    let scoped = |controls: &str| {
+        manifests(BINDING, "SecurityIntentBinding").replace(
+            "  reason: the vendor's",
+            &format!("  podSecurityControls: {controls}\n  reason: the vendor's"),
+        )
+    };
+    let input = scoped(r#"["Privileged Containers", "Host Ports"]"#);
+    let (before, _) = translated(&["--engines", "kyverno", "--now", BEFORE_EXPIRY], &input);
+    let exceptions = of_kind(&before, "PolicyException");
+    assert_eq!(exceptions.len(), 1, "{before:#?}");
+    assert_eq!(
+        exceptions[0]["spec"]["podSecurity"],
+        serde_json::json!([
+            {"controlName": "Privileged Containers", "images": ["*"]},
+            {"controlName": "Host Ports", "images": ["*"]},
+        ]),
+        "{:#}",
+        exceptions[0]
+    );
+    let (after, _) = translated(&["--engines", "kyverno", "--now", AFTER_EXPIRY], &input);
+    assert!(of_kind(&after, "PolicyException").is_empty());
+
+    let out = nimbus(
+        &["validate", "-f", "in.yaml", "--now", BEFORE_EXPIRY],
+        &input,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Active=True"), "{}", stdout(&out));
+
+    for (controls, refusal) in [
+        ("[]", "spec.podSecurityControls must not be empty"),
+        (
+            r#"["Host Ports", "Host Ports"]"#,
+            "spec.podSecurityControls names a control twice",
+        ),
+        (r#"["Privileged"]"#, "Privileged"),
+    ] {
+        for command in ["validate", "translate"] {
+            let out = nimbus(&[command, "-f", "in.yaml"], &scoped(controls));
+            assert_eq!(out.status.code(), Some(1), "{command} {controls}");
+            assert!(
+                stderr(&out).contains(refusal),
+                "{command} {controls}: {}",
+                stderr(&out)
+            );
+        }
+    }
+}

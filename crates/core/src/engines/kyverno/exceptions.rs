@@ -17,12 +17,12 @@ use crate::engines::{
     excepted_cel, metadata, native_name, object, selector_cel, selector_json,
 };
 use crate::exceptions::Excepted;
-use nimbus_api::PodSecurityControl as Control;
-use std::collections::BTreeSet;
 use crate::names::MAX_NAME_LEN;
 use kube::ResourceExt;
 use kube::core::DynamicObject;
+use nimbus_api::PodSecurityControl as Control;
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 /// The annotation carrying the SecurityIntentException a PolicyException stands for.
 pub(super) const EXCEPTION: &str = "exceptions.security.nimbus.com/exception";
@@ -81,7 +81,7 @@ fn pod_security(controls: BTreeSet<Control>) -> Vec<Value> {
             let name = control.name();
             let pod = json!({"controlName": name});
             let containers = json!({"controlName": name, "images": every_container});
-            match level_of(control) {
+            match scope_of(control) {
                 Scope::Pod => vec![pod],
                 Scope::Containers => vec![containers],
                 Scope::Both => vec![pod, containers],
@@ -98,7 +98,7 @@ enum Scope {
     Both,
 }
 
-fn level_of(control: Control) -> Scope {
+fn scope_of(control: Control) -> Scope {
     match control {
         Control::HostNamespaces
         | Control::HostPathVolumes
