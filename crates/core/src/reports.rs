@@ -214,7 +214,7 @@ fn properties(intent: &IntentCoverage) -> BTreeMap<String, String> {
         let exceptions: Vec<String> = intent
             .exceptions
             .iter()
-            .map(|e| format!("{} (until {})", e.name, e.expires_at.0))
+            .map(|e| format!("{} {} (until {})", e.kind, e.name, e.expires_at.0))
             .collect();
         properties.insert("exceptions".to_owned(), exceptions.join(", "));
     }
