@@ -250,7 +250,7 @@ pub fn exception_approval_policy() -> [Value; 4] {
     let may = |verb: &str| {
         format!(
             "authorizer.group({}).resource(request.resource.resource)\
-             .namespace(request.namespace).name(variables.name).check({}).allowed()",
+             .namespace(variables.scope).name(variables.name).check({}).allowed()",
             literal(EXCEPTION_GROUP),
             literal(verb)
         )
@@ -261,7 +261,8 @@ pub fn exception_approval_policy() -> [Value; 4] {
         "variables": [
             {"name": "name", "expression": "has(object.metadata.name) ? object.metadata.name : ''"},
             // Cluster exceptions have no namespace.
-            {"name": "where", "expression": "request.namespace == '' ? '' : ' in ' + request.namespace"},
+            {"name": "scope", "expression": "has(request.namespace) ? request.namespace : ''"},
+            {"name": "where", "expression": "variables.scope == '' ? '' : ' in ' + variables.scope"},
             {"name": "approvedBy", "expression": annotation("object", &approved)},
             {"name": "requestedBy", "expression": annotation("object", &literal(REQUESTED_BY_ANNOTATION))},
             {"name": "approving", "expression": format!(
@@ -485,7 +486,7 @@ mod tests {
             "variables.approvedBy == request.userInfo.username",
             "variables.requestedBy != request.userInfo.username",
             "authorizer.group('exceptions.security.nimbus.com').resource(request.resource.resource)\
-             .namespace(request.namespace).name(variables.name).check('approve').allowed()",
+             .namespace(variables.scope).name(variables.name).check('approve').allowed()",
             "check('update').allowed()",
         ] {
             assert!(checks.contains(check), "{check} in {checks}");
