@@ -1,7 +1,8 @@
 //! `exceptions.security.nimbus.com/v1alpha1`: ours, not Nimbus's. A SecurityIntentException
 //! lets workloads of its namespace out of some intents of one binding, for a reason and until a
-//! time. Writing one is a permission of its own, apart from writing bindings: whoever may bind
-//! intents in a namespace must not be able to undo a cluster binding there.
+//! time; a ClusterSecurityIntentException lets workloads of several namespaces, named, out of a
+//! cluster binding's. Writing one is a permission of its own, apart from writing bindings:
+//! whoever may bind intents in a namespace must not be able to undo a cluster binding there.
 
 use crate::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
@@ -220,4 +221,74 @@ pub struct SecurityIntentExceptionStatus {
     /// Who approved it: its `exceptions.security.nimbus.com/approved-by` annotation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<String>,
+}
+
+/// Lets workloads of the namespaces it names out of intents of one cluster binding until
+/// `expiresAt`: one exception where a SecurityIntentException per namespace would be needed.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[kube(
+    group = "exceptions.security.nimbus.com",
+    version = "v1alpha1",
+    kind = "ClusterSecurityIntentException",
+    plural = "clustersecurityintentexceptions",
+    shortname = "csiex",
+    status = "SecurityIntentExceptionStatus",
+    doc = "ClusterSecurityIntentException lets the workloads it selects in the namespaces it names out of some intents of one cluster binding, for a reason, until it expires",
+    printcolumn(name = "Binding", type_ = "string", json_path = ".spec.binding.name"),
+    printcolumn(name = "Namespaces", type_ = "string", json_path = ".spec.namespaces"),
+    printcolumn(name = "Expires", type_ = "date", json_path = ".spec.expiresAt"),
+    printcolumn(
+        name = "Active",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Active\")].status"
+    ),
+    printcolumn(
+        name = "Requested-By",
+        type_ = "string",
+        json_path = ".status.requestedBy"
+    ),
+    printcolumn(
+        name = "Approved-By",
+        type_ = "string",
+        json_path = ".status.approvedBy"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".spec.reason",
+        priority = 1
+    )
+)]
+#[x_kube(validation = Rule::new("self.binding.kind == 'ClusterSecurityIntentBinding'").message("a ClusterSecurityIntentException lets workloads out of a ClusterSecurityIntentBinding; a SecurityIntentBinding's exceptions are SecurityIntentExceptions in its namespace"))]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSecurityIntentExceptionSpec {
+    /// The cluster binding whose intents it lets the workloads out of (kind
+    /// `ClusterSecurityIntentBinding`).
+    pub binding: ExceptedBinding,
+    /// Names of SecurityIntents the binding binds; at least one. The workloads stay held to
+    /// the binding's other intents.
+    #[schemars(length(min = 1))]
+    pub intents: Vec<String>,
+    /// The namespaces, by name, whose workloads it lets out; at least one. By name and not by
+    /// label: whoever may label a namespace must not be able to bring it under an exception.
+    #[schemars(length(min = 1))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub namespaces: Vec<String>,
+    /// Which workloads of those namespaces, by their own labels (a pod's, or a workload
+    /// controller's); empty selects every workload of the namespaces.
+    #[serde(default)]
+    pub selector: LabelSelector,
+    /// Why, for whoever reviews it.
+    #[schemars(length(min = 1))]
+    pub reason: String,
+    /// When it ends: from then on every engine enforces the intents on the workloads again.
+    /// At most the operator's `--exception-max-duration` after the exception's creation.
+    pub expires_at: Time,
+    /// Pod Security Standards controls, by the standard's names: when set, the workloads are let
+    /// out of only these controls of escapeToHost and stay held to every other control of its
+    /// level. Unset: out of the whole intents. Only for escapeToHost: an exception that sets it
+    /// and names another bound intent is not honoured (`ControlsNotApplicable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1), extend("x-kubernetes-list-type" = "set"))]
+    pub pod_security_controls: Option<Vec<PodSecurityControl>>,
 }

@@ -206,11 +206,21 @@ pub struct IntentCoverage {
     pub exceptions: Vec<ExceptionCoverage>,
 }
 
-/// A SecurityIntentException in force that lets a workload out of an intent.
+/// What an [`ExceptionCoverage`] written before its `kind` was told stands for.
+fn namespaced_exception() -> String {
+    "SecurityIntentException".to_owned()
+}
+
+/// A SecurityIntentException or ClusterSecurityIntentException in force that lets a workload
+/// out of an intent.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExceptionCoverage {
-    /// The exception (in the workload's namespace).
+    /// `SecurityIntentException` (in the workload's namespace) or
+    /// `ClusterSecurityIntentException`.
+    #[serde(default = "namespaced_exception")]
+    pub kind: String,
+    /// The exception's name.
     pub name: String,
     /// Why it was granted.
     pub reason: String,

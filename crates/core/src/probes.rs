@@ -151,10 +151,7 @@ pub fn plan(target: &Target, namespaces: &[String], protected: &ProtectedNamespa
             match probe_pod(selector, &key) {
                 Some(pod) if let Some(e) = excepting(&pod) => planned.not_probed.push((
                     key,
-                    format!(
-                        "SecurityIntentException {} lets the probe object out of the intent",
-                        e.name
-                    ),
+                    format!("{} lets the probe object out of the intent", e.describe()),
                 )),
                 Some(pod) => planned.probes.push(Probe {
                     key,

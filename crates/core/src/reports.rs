@@ -215,9 +215,10 @@ fn properties(intent: &IntentCoverage) -> BTreeMap<String, String> {
             .exceptions
             .iter()
             .map(|e| match e.controls.is_empty() {
-                true => format!("{} (until {})", e.name, e.expires_at.0),
+                true => format!("{} {} (until {})", e.kind, e.name, e.expires_at.0),
                 false => format!(
-                    "{} (until {}; controls: {})",
+                    "{} {} (until {}; controls: {})",
+                    e.kind,
                     e.name,
                     e.expires_at.0,
                     e.controls.join(", ")

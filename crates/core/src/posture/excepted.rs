@@ -80,11 +80,14 @@ pub(super) fn except(
         rule.reasons.push(Reason {
             reason: EXCEPTED.to_owned(),
             message: format!(
-                "SecurityIntentException {} lets {excepted} of {selected} pods out{of} until {}: {}",
-                e.name, e.expires_at, e.reason
+                "{} lets {excepted} of {selected} pods out{of} until {}: {}",
+                e.describe(),
+                e.expires_at,
+                e.reason
             ),
         });
         rule.exceptions.push(ExceptionCoverage {
+            kind: e.kind.to_string(),
             name: e.name.clone(),
             reason: e.reason.clone(),
             expires_at: Time(e.expires_at),
@@ -105,6 +108,7 @@ mod tests {
     #[test]
     fn an_exception_lets_a_workload_out_only_as_far_as_it_reaches() {
         let exception = Excepted {
+            kind: Default::default(),
             name: "vendor-agent".into(),
             namespace: "shop".into(),
             selector: Default::default(),
@@ -249,6 +253,7 @@ mod tests {
                 serde_json::from_value(serde_json::json!({"matchLabels": {"tier": tier}}))
                     .expect("selector");
             let e = Excepted {
+                kind: Default::default(),
                 name: name.into(),
                 namespace: "shop".into(),
                 selector: selector.clone(),

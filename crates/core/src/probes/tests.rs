@@ -438,6 +438,7 @@ fn an_admitted_probe_stalls_the_policy() {
     // An exception in force that would let the probe out: a probe admitted then proves
     // nothing, so none is sent. One elsewhere, or for another intent, changes nothing.
     let exception = |namespace: &str, intent: &str| crate::exceptions::Excepted {
+        kind: Default::default(),
         name: "vendor-agent".into(),
         namespace: namespace.into(),
         selector: LabelSelector::default(),

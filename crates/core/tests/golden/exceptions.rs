@@ -11,12 +11,13 @@ use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
     EngineSet, Environment, KyvernoApi, PolicyInput, Preference, Translation, translate,
 };
-use nimbus_core::exceptions::Excepted;
+use nimbus_core::exceptions::{Excepted, ExceptionKind};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
 fn legacy_exception() -> Excepted {
     Excepted {
+        kind: Default::default(),
         name: "vendor-agent".into(),
         namespace: NS.into(),
         selector: LabelSelector {
@@ -78,7 +79,7 @@ fn kyverno_lets_the_excepted_workloads_out_of_its_legacy_cluster_policy() {
             "namespace": NS,
             "annotations": {
                 MANAGED_BY: "nimbus-kyverno",
-                "exceptions.security.nimbus.com/exception": "vendor-agent",
+                "exceptions.security.nimbus.com/exception": "SecurityIntentException vendor-agent",
             },
             "labels": {MANAGED_BY: "nimbus-kyverno"},
             "ownerReferences": [cwnp_owner()],
@@ -99,6 +100,46 @@ fn kyverno_lets_the_excepted_workloads_out_of_its_legacy_cluster_policy() {
         },
     });
     assert_objects(&kinds_of(&t, "PolicyException"), &[want]);
+}
+
+#[test]
+fn a_cluster_exception_never_takes_the_name_of_a_namespace_exception_of_the_same_name() {
+    let namespaced = legacy_exception();
+    let cluster = Excepted {
+        kind: ExceptionKind::Cluster,
+        ..legacy_exception()
+    };
+    let t = translated(
+        KyvernoApi::Legacy,
+        Engine::Kyverno,
+        vec![namespaced, cluster],
+    );
+    let got = kinds_of(&t, "PolicyException");
+    let named: Vec<(&str, &str)> = got
+        .iter()
+        .map(|o| {
+            let meta = &o["metadata"];
+            let annotation = &meta["annotations"]["exceptions.security.nimbus.com/exception"];
+            (
+                meta["name"].as_str().unwrap_or_default(),
+                annotation.as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (
+                "web-csib-escapetohost-vendor-agent",
+                "SecurityIntentException vendor-agent"
+            ),
+            (
+                "web-csib-escapetohost-vendor-agent-3a489e2c4f",
+                "ClusterSecurityIntentException vendor-agent"
+            ),
+        ]
+    );
+    assert_eq!(got[0]["spec"], got[1]["spec"], "the same exception, twice");
 }
 
 #[test]
@@ -184,6 +225,7 @@ fn an_engine_that_does_not_honour_an_exception_says_it_still_enforces() {
 /// An exception to dnsManipulation for the pods labelled `labels`.
 fn network_exception(labels: &[(&str, &str)]) -> Excepted {
     Excepted {
+        kind: Default::default(),
         name: "vendor-agent".into(),
         selector: LabelSelector {
             match_labels: Some(

@@ -442,6 +442,123 @@ async fn the_admission_engine_honours_an_exception_until_it_expires() {
     an_exception_holds_until_it_expires(cp, "admission", Scanned::No).await;
 }
 
+/// A ClusterSecurityIntentException lets out the workloads of the namespaces it names, and
+/// only those, until it expires: escapeToHost (baseline) bound by a cluster binding to
+/// `app: web` in three namespaces and enforced by kube-apiserver's admission policies; the
+/// exception names two of them. The excepted privileged pod is admitted in those two and
+/// denied in the third; after expiry it is denied in all three.
+#[tokio::test]
+async fn a_cluster_exception_lets_out_the_namespaces_it_names_until_it_expires() {
+    use nimbus_api::{ClusterSecurityIntentBinding, ClusterSecurityIntentException};
+    let cp = crate::admission::cluster();
+    let client = cp.client().expect("client");
+    let (a, b, c) = (
+        crate::admission::namespace(cp, "cexc-a").await,
+        crate::admission::namespace(cp, "cexc-b").await,
+        crate::admission::namespace(cp, "cexc-c").await,
+    );
+    let si = intent(
+        &client,
+        "escapeToHost",
+        "Block",
+        json!({"psaLevel": ["baseline"]}),
+    )
+    .await;
+    let csib = unique("eff");
+    let bindings = Api::<ClusterSecurityIntentBinding>::all(client.clone());
+    let binding = json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+        "metadata": {"name": csib},
+        "spec": {"intents": [{"name": si}],
+                 "selector": {"nsSelector": {"matchNames": [a.name(), b.name(), c.name()]},
+                              "workloadSelector": {"matchLabels": {"app": "web"}}}}
+    });
+    apply(&bindings, &csib, &binding).await;
+    crate::ready(&bindings, &csib, false).await;
+    let excepted = json!({"app": "web", "tier": "legacy"});
+    let admitted_in = async |labels: &serde_json::Value| {
+        let mut admitted = Vec::new();
+        for ns in [&a, &b, &c] {
+            if privileged_pod(&client, ns.name(), labels.clone())
+                .await
+                .is_ok()
+            {
+                admitted.push(ns.name().to_owned());
+            }
+        }
+        admitted
+    };
+    eventually("the bound pods denied everywhere", CONVERGE, async |seen| {
+        let admitted = admitted_in(&excepted).await;
+        *seen = format!("admitted in {admitted:?}");
+        admitted.is_empty().then_some(())
+    })
+    .await;
+
+    let name = unique("vendor");
+    let expires_at = Timestamp::now()
+        .round(Unit::Second)
+        .expect("rounded")
+        .checked_add(LASTS)
+        .expect("expiry");
+    let exceptions = Api::<ClusterSecurityIntentException>::all(client.clone());
+    let exception = json!({
+        "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+        "kind": "ClusterSecurityIntentException",
+        "metadata": {"name": name},
+        "spec": {
+            "binding": {"kind": "ClusterSecurityIntentBinding", "name": csib},
+            "intents": [si],
+            "namespaces": [a.name(), b.name()],
+            "selector": {"matchLabels": {"tier": "legacy"}},
+            "reason": "the vendor's agents until their 2.4 release",
+            "expiresAt": expires_at.to_string(),
+        }
+    });
+    apply(&exceptions, &name, &exception).await;
+    let active = async || {
+        let e = exceptions.get_opt(&name).await.ok()??;
+        let c = e
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Active")?;
+        Some((c.status, c.reason))
+    };
+    let named = vec![a.name().to_owned(), b.name().to_owned()];
+    eventually(
+        "the excepted pod admitted where named",
+        CONVERGE,
+        async |seen| {
+            let admitted = admitted_in(&excepted).await;
+            let state = active().await;
+            *seen = format!("admitted in {admitted:?}, Active: {state:?}");
+            (admitted == named && state == Some(("True".into(), "Active".into()))).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        Timestamp::now() < expires_at,
+        "the exception took its whole 20 s to be honoured"
+    );
+    assert_eq!(
+        admitted_in(&json!({"app": "web"})).await,
+        Vec::<String>::new(),
+        "a pod the exception does not select is still denied everywhere"
+    );
+
+    let wait = Duration::try_from(expires_at.duration_since(Timestamp::now())).unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    eventually("denied everywhere after expiry", CONVERGE, async |seen| {
+        let admitted = admitted_in(&excepted).await;
+        let state = active().await;
+        *seen = format!("admitted in {admitted:?}, Active: {state:?}");
+        (admitted.is_empty() && state == Some(("False".into(), "Expired".into()))).then_some(())
+    })
+    .await;
+    unbind_cluster(&client, &csib).await;
+}
+
 /// Whether each of `pods` (name, labels) in `ns` may reach an external address on 443/TCP,
 /// by kube-network-policies' engine over the NetworkPolicies the API server holds there. (Not
 /// cyclonus's matcher: it takes `NotIn` to fail on a pod without the key, where Kubernetes'

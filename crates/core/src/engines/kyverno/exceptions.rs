@@ -171,13 +171,13 @@ fn exception(
     kind: &'static NativeKind,
     spec: Value,
 ) -> (&'static NativeKind, DynamicObject) {
-    let name = native_name(policy, &format!("{}-{}", rule.key, e.name), MAX_NAME_LEN);
+    let name = native_name(policy, &format!("{}-{}", rule.key, e.key()), MAX_NAME_LEN);
     let meta = metadata(
         policy,
         Engine::Kyverno,
         name,
         Some(e.namespace.clone()),
-        &[(EXCEPTION, &e.name)],
+        &[(EXCEPTION, &e.describe())],
     );
     object(kind, meta, json!({ "spec": spec }))
 }
