@@ -221,12 +221,30 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
     .await;
 
     // Before expiry: the excepted pod is admitted, the other still denied, and the exception
-    // says it is honoured.
+    // says it is honoured. Where the engine's scan judges running pods, the excepted pod is
+    // created for real, to run on after expiry: the first creation admitted is that pod (not a
+    // dry run followed by a creation, which a busy machine may push past the expiry).
+    let agent: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "agent", "labels": excepted},
+        "spec": {"containers": [crate::kyverno::container(json!({"privileged": true}))]},
+    }))
+    .expect("pod");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns.name());
+    let admit = async || match scanned {
+        Scanned::No => privileged_pod(&client, ns.name(), excepted.clone()).await,
+        Scanned::Yes => match pods.create(&PostParams::default(), &agent).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(kube::Error::Api(e)) => Err(e.message),
+            Err(e) => panic!("creating the excepted pod: {e}"),
+        },
+    };
     eventually(
         &format!("{engine}: the excepted pod admitted"),
         CONVERGE,
         async |seen| {
-            let admitted = privileged_pod(&client, ns.name(), excepted.clone()).await;
+            let admitted = admit().await;
             let state = active(&exceptions, &name).await;
             *seen = format!("{admitted:?}, Active: {state:?}");
             (admitted.is_ok() && state == Some(("True".into(), "Active".into()))).then_some(())
@@ -240,18 +258,6 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
     privileged_pod(&client, ns.name(), held.clone())
         .await
         .expect_err("a pod the exception does not select is still denied");
-    if scanned == Scanned::Yes {
-        let agent: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "agent", "labels": excepted},
-            "spec": {"containers": [crate::kyverno::container(json!({"privileged": true}))]},
-        }))
-        .expect("pod");
-        Api::<Pod>::namespaced(client.clone(), ns.name())
-            .create(&PostParams::default(), &agent)
-            .await
-            .expect("the excepted privileged pod, created while the exception holds");
-    }
 
     // At expiry: denied again, the exception says why it is no longer honoured.
     let wait = Duration::try_from(expires_at.duration_since(Timestamp::now())).unwrap_or_default();
