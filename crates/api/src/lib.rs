@@ -32,7 +32,8 @@ pub use binding::{
     SecurityIntentBindingSpec, SecurityIntentBindingStatus, WorkloadScope, mode,
 };
 pub use exception::{
-    APPROVED_BY_ANNOTATION, EXCEPTION_GROUP, ExceptedBinding, REQUESTED_BY_ANNOTATION,
+    APPROVED_BY_ANNOTATION, ClusterSecurityIntentException, ClusterSecurityIntentExceptionSpec,
+    EXCEPTION_GROUP, ExceptedBinding, PodSecurityControl, REQUESTED_BY_ANNOTATION,
     SecurityIntentException, SecurityIntentExceptionSpec, SecurityIntentExceptionStatus,
 };
 pub use intent::{
@@ -76,6 +77,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         NimbusPolicy::crd(),
         ClusterNimbusPolicy::crd(),
         SecurityIntentException::crd(),
+        ClusterSecurityIntentException::crd(),
     ]
 }
 

@@ -206,11 +206,21 @@ pub struct IntentCoverage {
     pub exceptions: Vec<ExceptionCoverage>,
 }
 
-/// A SecurityIntentException in force that lets a workload out of an intent.
+/// What an [`ExceptionCoverage`] written before its `kind` was told stands for.
+fn namespaced_exception() -> String {
+    "SecurityIntentException".to_owned()
+}
+
+/// A SecurityIntentException or ClusterSecurityIntentException in force that lets a workload
+/// out of an intent.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExceptionCoverage {
-    /// The exception (in the workload's namespace).
+    /// `SecurityIntentException` (in the workload's namespace) or
+    /// `ClusterSecurityIntentException`.
+    #[serde(default = "namespaced_exception")]
+    pub kind: String,
+    /// The exception's name.
     pub name: String,
     /// Why it was granted.
     pub reason: String,
@@ -222,6 +232,10 @@ pub struct ExceptionCoverage {
     /// Who approved it (its `exceptions.security.nimbus.com/approved-by` annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<String>,
+    /// The Pod Security controls it lets the workload out of (its `podSecurityControls`): the
+    /// workload stays held to the intent's other controls. Empty: the whole intent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controls: Vec<String>,
 }
 
 /// How well one workload is protected, by which intents, enforced by which engines.

@@ -249,8 +249,8 @@ pub fn exception_approval_policy() -> [Value; 4] {
     };
     let may = |verb: &str| {
         format!(
-            "authorizer.group({}).resource('securityintentexceptions')\
-             .namespace(object.metadata.namespace).name(variables.name).check({}).allowed()",
+            "authorizer.group({}).resource(request.resource.resource)\
+             .namespace(variables.scope).name(variables.name).check({}).allowed()",
             literal(EXCEPTION_GROUP),
             literal(verb)
         )
@@ -260,6 +260,9 @@ pub fn exception_approval_policy() -> [Value; 4] {
         "matchConstraints": exception_writes(),
         "variables": [
             {"name": "name", "expression": "has(object.metadata.name) ? object.metadata.name : ''"},
+            // Cluster exceptions have no namespace.
+            {"name": "scope", "expression": "has(request.namespace) ? request.namespace : ''"},
+            {"name": "where", "expression": "variables.scope == '' ? '' : ' in ' + variables.scope"},
             {"name": "approvedBy", "expression": annotation("object", &approved)},
             {"name": "requestedBy", "expression": annotation("object", &literal(REQUESTED_BY_ANNOTATION))},
             {"name": "approving", "expression": format!(
@@ -281,12 +284,12 @@ pub fn exception_approval_policy() -> [Value; 4] {
             },
             {
                 "expression": format!("!variables.approving || {}", may(APPROVE_VERB)),
-                "messageExpression": format!("request.userInfo.username + ' may not approve SecurityIntentExceptions in ' + object.metadata.namespace + ' (the verb {APPROVE_VERB} on securityintentexceptions.{EXCEPTION_GROUP})'"),
+                "messageExpression": format!("request.userInfo.username + ' may not approve ' + request.resource.resource + variables.where + ' (the verb {APPROVE_VERB} on ' + request.resource.resource + '.{EXCEPTION_GROUP})'"),
                 "reason": "Forbidden",
             },
             {
                 "expression": format!("request.operation != 'UPDATE' || object.spec == oldObject.spec || {}", may("update")),
-                "messageExpression": "request.userInfo.username + ' may not update SecurityIntentExceptions in ' + object.metadata.namespace + ': approving lets one set the approval, not change the spec'",
+                "messageExpression": "request.userInfo.username + ' may not update ' + request.resource.resource + variables.where + ': approving lets one set the approval, not change the spec'",
                 "reason": "Forbidden",
             },
         ],
@@ -329,7 +332,7 @@ fn exception_writes() -> Value {
         "apiGroups": [EXCEPTION_GROUP],
         "apiVersions": [VERSION],
         "operations": ["CREATE", "UPDATE"],
-        "resources": ["securityintentexceptions"],
+        "resources": ["securityintentexceptions", "clustersecurityintentexceptions"],
     }]})
 }
 
@@ -453,7 +456,13 @@ mod tests {
             rules["apiGroups"],
             json!(["exceptions.security.nimbus.com"])
         );
-        assert_eq!(rules["resources"], json!(["securityintentexceptions"]));
+        assert_eq!(
+            rules["resources"],
+            json!([
+                "securityintentexceptions",
+                "clustersecurityintentexceptions"
+            ])
+        );
         assert_eq!(policy["spec"]["failurePolicy"], "Fail");
         assert_eq!(binding["spec"]["policyName"], REQUESTER_POLICY_NAME);
     }
@@ -476,8 +485,8 @@ mod tests {
         for check in [
             "variables.approvedBy == request.userInfo.username",
             "variables.requestedBy != request.userInfo.username",
-            "authorizer.group('exceptions.security.nimbus.com').resource('securityintentexceptions')\
-             .namespace(object.metadata.namespace).name(variables.name).check('approve').allowed()",
+            "authorizer.group('exceptions.security.nimbus.com').resource(request.resource.resource)\
+             .namespace(variables.scope).name(variables.name).check('approve').allowed()",
             "check('update').allowed()",
         ] {
             assert!(checks.contains(check), "{check} in {checks}");
@@ -486,7 +495,10 @@ mod tests {
             assert_eq!(policy["spec"]["failurePolicy"], "Fail");
             assert_eq!(
                 policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
-                json!(["securityintentexceptions"])
+                json!([
+                    "securityintentexceptions",
+                    "clustersecurityintentexceptions"
+                ])
             );
         }
         assert_eq!(mutating_binding["spec"]["policyName"], APPROVAL_POLICY_NAME);

@@ -2,13 +2,15 @@
 //! force a policy's translation honours. Pure: the clock is an argument, so the operator, the
 //! CLI and the tests decide alike given the same time.
 
+use crate::intents::id::ESCAPE_TO_HOST;
 use crate::status::condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 use kube::ResourceExt;
 use nimbus_api::{
-    APPROVED_BY_ANNOTATION, ClusterSecurityIntentBinding, MatchIntent, REQUESTED_BY_ANNOTATION,
+    APPROVED_BY_ANNOTATION, ClusterSecurityIntentBinding, ClusterSecurityIntentException,
+    ExceptedBinding, MatchIntent, PodSecurityControl, REQUESTED_BY_ANNOTATION,
     SecurityIntentBinding, SecurityIntentException, SecurityIntentExceptionStatus,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,6 +41,10 @@ pub mod reason {
     pub const INTENT_NOT_BOUND: &str = "IntentNotBound";
     /// The operator honours only approved exceptions, and nobody has approved it.
     pub const NOT_APPROVED: &str = "NotApproved";
+    /// It names Pod Security controls and an intent the binding binds that has none: the
+    /// controls scope escapeToHost alone, and letting the workloads out of the other intent
+    /// wholly is more than it says.
+    pub const CONTROLS_NOT_APPLICABLE: &str = "ControlsNotApplicable";
 }
 
 /// Whether the operator honours an exception nobody has approved (`--exception-approval`).
@@ -105,11 +111,16 @@ pub struct Signatures {
 }
 
 impl Signatures {
-    pub fn of(exception: &SecurityIntentException) -> Self {
+    pub fn of<'a>(exception: impl Into<Exception<'a>>) -> Self {
+        let exception = exception.into();
         let annotation = |key: &str| {
             exception
-                .annotations()
-                .get(key)
+                .meta()
+                .annotations
+                .iter()
+                .flatten()
+                .find(|(k, _)| *k == key)
+                .map(|(_, user)| user)
                 .filter(|user| !user.is_empty())
                 .cloned()
         };
@@ -133,12 +144,16 @@ pub struct BindingRef {
 impl BindingRef {
     /// The binding `exception` names: a SecurityIntentBinding in its own namespace, or a
     /// cluster binding.
-    pub fn of(exception: &SecurityIntentException) -> Self {
-        let cluster = exception.spec.binding.kind == ClusterSecurityIntentBinding::kind(&());
+    pub fn of<'a>(exception: impl Into<Exception<'a>>) -> Self {
+        let exception = exception.into();
+        let binding = exception.binding();
+        let cluster = binding.kind == ClusterSecurityIntentBinding::kind(&());
         Self {
-            kind: exception.spec.binding.kind.clone(),
-            name: exception.spec.binding.name.clone(),
-            namespace: (!cluster).then(|| exception.namespace().unwrap_or_default()),
+            kind: binding.kind.clone(),
+            name: binding.name.clone(),
+            namespace: (!cluster)
+                .then(|| exception.meta().namespace.clone())
+                .flatten(),
         }
     }
 
@@ -159,9 +174,149 @@ impl BindingRef {
     }
 }
 
-/// An exception in force, as translations read it.
+/// The two kinds of exception: one namespace's, or several named namespaces' (a cluster
+/// binding's only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ExceptionKind {
+    #[default]
+    Namespaced,
+    Cluster,
+}
+
+impl fmt::Display for ExceptionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&match self {
+            ExceptionKind::Namespaced => SecurityIntentException::kind(&()),
+            ExceptionKind::Cluster => ClusterSecurityIntentException::kind(&()),
+        })
+    }
+}
+
+/// An exception of either kind, as the decisions here read it.
+#[derive(Debug, Clone, Copy)]
+pub enum Exception<'a> {
+    Namespaced(&'a SecurityIntentException),
+    Cluster(&'a ClusterSecurityIntentException),
+}
+
+impl<'a> From<&'a SecurityIntentException> for Exception<'a> {
+    fn from(e: &'a SecurityIntentException) -> Self {
+        Exception::Namespaced(e)
+    }
+}
+
+impl<'a> From<&'a ClusterSecurityIntentException> for Exception<'a> {
+    fn from(e: &'a ClusterSecurityIntentException) -> Self {
+        Exception::Cluster(e)
+    }
+}
+
+impl<'a> From<&'a std::sync::Arc<SecurityIntentException>> for Exception<'a> {
+    fn from(e: &'a std::sync::Arc<SecurityIntentException>) -> Self {
+        Exception::Namespaced(e)
+    }
+}
+
+impl<'a> From<&'a std::sync::Arc<ClusterSecurityIntentException>> for Exception<'a> {
+    fn from(e: &'a std::sync::Arc<ClusterSecurityIntentException>) -> Self {
+        Exception::Cluster(e)
+    }
+}
+
+impl<'a> Exception<'a> {
+    pub fn kind(&self) -> ExceptionKind {
+        match self {
+            Exception::Namespaced(_) => ExceptionKind::Namespaced,
+            Exception::Cluster(_) => ExceptionKind::Cluster,
+        }
+    }
+
+    pub fn meta(&self) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Exception::Namespaced(e) => &e.metadata,
+            Exception::Cluster(e) => &e.metadata,
+        }
+    }
+
+    pub fn name(&self) -> String {
+        self.meta().name.clone().unwrap_or_default()
+    }
+
+    /// How `kubectl` and messages name it: `Kind namespace/name` or `Kind name`.
+    pub fn describe(&self) -> String {
+        match self {
+            Exception::Namespaced(e) => format!(
+                "{} {}/{}",
+                self.kind(),
+                e.namespace().unwrap_or_default(),
+                e.name_any()
+            ),
+            Exception::Cluster(e) => format!("{} {}", self.kind(), e.name_any()),
+        }
+    }
+
+    pub fn binding(&self) -> &'a ExceptedBinding {
+        match self {
+            Exception::Namespaced(e) => &e.spec.binding,
+            Exception::Cluster(e) => &e.spec.binding,
+        }
+    }
+
+    pub fn intents(&self) -> &'a [String] {
+        match self {
+            Exception::Namespaced(e) => &e.spec.intents,
+            Exception::Cluster(e) => &e.spec.intents,
+        }
+    }
+
+    pub fn selector(&self) -> &'a LabelSelector {
+        match self {
+            Exception::Namespaced(e) => &e.spec.selector,
+            Exception::Cluster(e) => &e.spec.selector,
+        }
+    }
+
+    pub fn reason(&self) -> &'a str {
+        match self {
+            Exception::Namespaced(e) => &e.spec.reason,
+            Exception::Cluster(e) => &e.spec.reason,
+        }
+    }
+
+    /// When it ends.
+    pub fn expires_at(&self) -> Timestamp {
+        match self {
+            Exception::Namespaced(e) => e.spec.expires_at.0,
+            Exception::Cluster(e) => e.spec.expires_at.0,
+        }
+    }
+
+    /// The Pod Security controls it narrows escapeToHost to, when it names any.
+    pub fn pod_security_controls(&self) -> Option<&'a [PodSecurityControl]> {
+        match self {
+            Exception::Namespaced(e) => e.spec.pod_security_controls.as_deref(),
+            Exception::Cluster(e) => e.spec.pod_security_controls.as_deref(),
+        }
+    }
+
+    /// The namespaces whose workloads it lets out: its own, or those it names.
+    pub fn namespaces(&self) -> Vec<String> {
+        match self {
+            Exception::Namespaced(e) => vec![e.namespace().unwrap_or_default()],
+            Exception::Cluster(e) => {
+                let unique: BTreeSet<&String> = e.spec.namespaces.iter().collect();
+                unique.into_iter().cloned().collect()
+            }
+        }
+    }
+}
+
+/// An exception in force in one namespace, as translations read it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Excepted {
+    /// Which kind of exception it is (a cluster exception is in force in each namespace it
+    /// names).
+    pub kind: ExceptionKind,
     pub name: String,
     /// Where its workloads are (the exception's namespace).
     pub namespace: String,
@@ -173,13 +328,54 @@ pub struct Excepted {
     pub expires_at: Timestamp,
     /// Who asked for it and who approved it, when it says.
     pub signatures: Signatures,
+    /// The Pod Security controls (of escapeToHost) it lets them out of; `None`: the whole
+    /// intents.
+    pub controls: Option<BTreeSet<PodSecurityControl>>,
+}
+
+impl Excepted {
+    /// Whether it lets its workloads out of a check of `control` (`None`: a check no control
+    /// name covers, which only an exception of the whole intent lets them out of).
+    pub fn lets_out_of(&self, control: Option<PodSecurityControl>) -> bool {
+        match &self.controls {
+            None => true,
+            Some(controls) => control.is_some_and(|c| controls.contains(&c)),
+        }
+    }
+
+    /// The names of the controls it lets them out of, for messages: empty for the whole
+    /// intents.
+    pub fn control_names(&self) -> Vec<&'static str> {
+        self.controls.iter().flatten().map(|c| c.name()).collect()
+    }
+}
+
+impl Excepted {
+    /// How messages about its namespace's workloads name the exception it stands for.
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.kind, self.name)
+    }
+
+    /// What an engine's object standing for it in its namespace is named after: its name, and
+    /// for a cluster exception a digest of its kind and name too, so that it never takes the
+    /// name of a SecurityIntentException of that namespace.
+    pub fn key(&self) -> String {
+        match self.kind {
+            ExceptionKind::Namespaced => self.name.clone(),
+            ExceptionKind::Cluster => {
+                let digest = crate::names::digest(&format!("{}/{}", self.kind, self.name));
+                format!("{}-{digest}", self.name)
+            }
+        }
+    }
 }
 
 /// Where an exception stands at a given time.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Standing {
-    /// In force until `expires_at`.
-    Active(Excepted),
+    /// In force until `expires_at`, in each namespace it lets workloads of out (one for a
+    /// SecurityIntentException).
+    Active(Vec<Excepted>),
     /// Not in force: a [`reason`] and a sentence.
     Inactive {
         reason: &'static str,
@@ -191,7 +387,7 @@ impl Standing {
     /// When it changes by itself: an active exception's expiry.
     pub fn changes_at(&self) -> Option<Timestamp> {
         match self {
-            Standing::Active(e) => Some(e.expires_at),
+            Standing::Active(each) => each.iter().map(|e| e.expires_at).min(),
             Standing::Inactive { .. } => None,
         }
     }
@@ -202,20 +398,25 @@ impl Standing {
 /// last from its creation and whether it must be approved. An exception that would be in force
 /// but for its approval is `NotApproved`: the reasons before it say what to fix before anyone
 /// approves it.
-pub fn standing(
-    exception: &SecurityIntentException,
+pub fn standing<'a>(
+    exception: impl Into<Exception<'a>>,
     bound: Option<&BTreeMap<String, String>>,
     now: Timestamp,
     rules: Rules,
 ) -> Standing {
+    let exception = exception.into();
     let max = rules.max_duration;
     let inactive = |reason, message: String| Standing::Inactive { reason, message };
-    let spec = &exception.spec;
-    let expires_at = spec.expires_at.0;
+    let binding = exception.binding();
+    let expires_at = exception.expires_at();
     if expires_at <= now {
         return inactive(reason::EXPIRED, format!("expired at {expires_at}"));
     }
-    let created = exception.creation_timestamp().map_or(now, |t| t.0);
+    let created = exception
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .map_or(now, |t| t.0);
     if expires_at.duration_since(created) > max {
         return inactive(
             reason::TOO_LONG,
@@ -228,11 +429,11 @@ pub fn standing(
     let Some(bound) = bound else {
         return inactive(
             reason::BINDING_NOT_FOUND,
-            format!("{} {} not found", spec.binding.kind, spec.binding.name),
+            format!("{} {} not found", binding.kind, binding.name),
         );
     };
-    let intents: BTreeSet<String> = spec
-        .intents
+    let intents: BTreeSet<String> = exception
+        .intents()
         .iter()
         .filter_map(|name| bound.get(name).cloned())
         .collect();
@@ -241,9 +442,24 @@ pub fn standing(
             reason::INTENT_NOT_BOUND,
             format!(
                 "{} {} binds none of {}",
-                spec.binding.kind,
-                spec.binding.name,
-                spec.intents.join(", ")
+                binding.kind,
+                binding.name,
+                exception.intents().join(", ")
+            ),
+        );
+    }
+    let controls: Option<BTreeSet<PodSecurityControl>> = exception
+        .pod_security_controls()
+        .map(|c| c.iter().copied().collect());
+    if controls.is_some()
+        && let Some(other) = intents.iter().find(|id| *id != ESCAPE_TO_HOST)
+    {
+        return inactive(
+            reason::CONTROLS_NOT_APPLICABLE,
+            format!(
+                "podSecurityControls scope only {ESCAPE_TO_HOST}, and {} {} binds {other}: \
+                 let the workloads out of it by an exception of its own",
+                binding.kind, binding.name
             ),
         );
     }
@@ -261,32 +477,39 @@ pub fn standing(
             ),
         );
     }
-    Standing::Active(Excepted {
-        name: exception.name_any(),
-        namespace: exception.namespace().unwrap_or_default(),
-        selector: spec.selector.clone(),
-        intents,
-        reason: spec.reason.clone(),
-        expires_at,
-        signatures,
-    })
+    let each = exception
+        .namespaces()
+        .into_iter()
+        .map(|namespace| Excepted {
+            kind: exception.kind(),
+            name: exception.name(),
+            namespace,
+            selector: exception.selector().clone(),
+            intents: intents.clone(),
+            reason: exception.reason().to_owned(),
+            expires_at,
+            signatures: signatures.clone(),
+            controls: controls.clone(),
+        });
+    Standing::Active(each.collect())
 }
 
 /// The status of `exception`, standing as `standing`: its `Active` condition, and who asked for
 /// and approved it.
-pub fn status(
-    exception: &SecurityIntentException,
+pub fn status<'a>(
+    exception: impl Into<Exception<'a>>,
     standing: &Standing,
 ) -> SecurityIntentExceptionStatus {
+    let exception = exception.into();
     let (active, reason, message) = match standing {
-        Standing::Active(e) => (
+        Standing::Active(_) => (
             "True",
             reason::ACTIVE,
-            format!("honoured until {}", e.expires_at),
+            format!("honoured until {}", exception.expires_at()),
         ),
         Standing::Inactive { reason, message } => ("False", *reason, message.clone()),
     };
-    let generation = exception.metadata.generation;
+    let generation = exception.meta().generation;
     let Signatures {
         requested_by,
         approved_by,
@@ -329,17 +552,18 @@ pub fn bound_intents(
 /// cluster binding's policy there), and when that next changes by itself (the first of their
 /// expiries). `exceptions`: every exception known; `bound`: the intents `binding` binds
 /// ([`bound_intents`]; `None`: no such binding), asked only when an exception names it.
-pub fn in_force<'a>(
-    exceptions: impl IntoIterator<Item = &'a SecurityIntentException>,
+pub fn in_force<'a, E: Into<Exception<'a>>>(
+    exceptions: impl IntoIterator<Item = E>,
     binding: &BindingRef,
     bound: impl FnOnce() -> Option<BTreeMap<String, String>>,
     namespace: Option<&str>,
     now: Timestamp,
     rules: Rules,
 ) -> (Vec<Excepted>, Option<Timestamp>) {
-    let naming: Vec<&SecurityIntentException> = exceptions
+    let naming: Vec<Exception> = exceptions
         .into_iter()
-        .filter(|e| BindingRef::of(e) == *binding)
+        .map(Into::into)
+        .filter(|e| BindingRef::of(*e) == *binding)
         .collect();
     if naming.is_empty() {
         return (Vec::new(), None);
@@ -347,9 +571,9 @@ pub fn in_force<'a>(
     let bound = bound();
     let active: Vec<Excepted> = naming
         .into_iter()
-        .filter_map(|e| match standing(e, bound.as_ref(), now, rules) {
-            Standing::Active(excepted) => Some(excepted),
-            Standing::Inactive { .. } => None,
+        .flat_map(|e| match standing(e, bound.as_ref(), now, rules) {
+            Standing::Active(each) => each,
+            Standing::Inactive { .. } => Vec::new(),
         })
         .collect();
     let in_force = for_policy(&active, namespace);
@@ -379,6 +603,7 @@ mod tests {
                 selector: LabelSelector::default(),
                 reason: "vendor agent needs host access until 2.4".into(),
                 expires_at: Time(at(expires)),
+                pod_security_controls: None,
             },
         );
         e.metadata.namespace = Some("shop".into());
@@ -552,8 +777,8 @@ mod tests {
             let signatures = Signatures::of(&e);
             assert_eq!(status.requested_by, signatures.requested_by, "{case}");
             assert_eq!(status.approved_by, signatures.approved_by, "{case}");
-            if let Standing::Active(excepted) = &got {
-                assert_eq!(excepted.signatures, signatures, "{case}");
+            if let Standing::Active(each) = &got {
+                assert_eq!(each[0].signatures, signatures, "{case}");
             }
         }
         let unapproved = signed(Some("alice"), None);
@@ -582,6 +807,81 @@ mod tests {
     }
 
     #[test]
+    fn an_exception_of_pod_security_controls_scopes_escape_to_host_alone() {
+        use PodSecurityControl::{HostNamespaces, PrivilegedContainers};
+        let bound = BTreeMap::from([
+            ("escape".to_owned(), "escapeToHost".to_owned()),
+            ("dns".to_owned(), "dnsManipulation".to_owned()),
+        ]);
+        let scoped = |intents: &[&str], controls: Option<Vec<PodSecurityControl>>| {
+            let mut e = exception(0, 100, intents);
+            e.spec.pod_security_controls = controls;
+            standing(&e, Some(&bound), at(1), Rules::default())
+        };
+        // (case, intents, controls, reason, controls in force)
+        let cases = [
+            (
+                "the whole intents",
+                &["escape", "dns"][..],
+                None,
+                reason::ACTIVE,
+                None,
+            ),
+            (
+                "one control of escapeToHost",
+                &["escape"],
+                Some(vec![PrivilegedContainers]),
+                reason::ACTIVE,
+                Some(vec![PrivilegedContainers]),
+            ),
+            (
+                "two, in any order",
+                &["escape"],
+                Some(vec![PrivilegedContainers, HostNamespaces]),
+                reason::ACTIVE,
+                Some(vec![HostNamespaces, PrivilegedContainers]),
+            ),
+            (
+                "controls, and an intent that has none",
+                &["escape", "dns"],
+                Some(vec![PrivilegedContainers]),
+                reason::CONTROLS_NOT_APPLICABLE,
+                None,
+            ),
+            (
+                "controls, and an intent not bound: ignored as ever",
+                &["escape", "gone"],
+                Some(vec![PrivilegedContainers]),
+                reason::ACTIVE,
+                Some(vec![PrivilegedContainers]),
+            ),
+        ];
+        for (case, intents, controls, want, in_force) in cases {
+            let got = scoped(intents, controls);
+            let e = exception(0, 100, intents);
+            assert_eq!(
+                status(&e, &got).conditions[0].reason,
+                want,
+                "{case}: {got:?}"
+            );
+            if let Standing::Active(active) = &got {
+                let in_force = in_force.map(|c| c.into_iter().collect::<BTreeSet<_>>());
+                assert_eq!(active[0].controls, in_force, "{case}");
+            }
+        }
+        // A cluster exception narrows escapeToHost alike, in each namespace it names.
+        let mut cluster = cluster_exception(&["shop", "web"]);
+        cluster.spec.pod_security_controls = Some(vec![PrivilegedContainers]);
+        let Standing::Active(each) = standing(&cluster, Some(&bound), at(1), Rules::default())
+        else {
+            panic!("a cluster exception of one control is not honoured")
+        };
+        let controls: Vec<_> = each.iter().map(|e| e.controls.clone()).collect();
+        let one = Some(BTreeSet::from([PrivilegedContainers]));
+        assert_eq!(controls, vec![one.clone(), one]);
+    }
+
+    #[test]
     fn approval_reads_and_prints_as_the_flag_says() {
         for approval in [Approval::Optional, Approval::Required] {
             assert_eq!(
@@ -597,9 +897,13 @@ mod tests {
     fn an_active_exception_names_the_bound_intent_ids_and_changes_at_expiry() {
         let e = exception(0, 100, &["escape", "other"]);
         let got = standing(&e, Some(&bound()), at(1), Rules::default());
-        let Standing::Active(active) = &got else {
+        let Standing::Active(each) = &got else {
             panic!("not active: {got:?}")
         };
+        let [active] = each.as_slice() else {
+            panic!("active in {} namespaces", each.len())
+        };
+        assert_eq!(active.kind, ExceptionKind::Namespaced);
         assert_eq!(active.intents, BTreeSet::from(["escapeToHost".to_owned()]));
         assert_eq!(active.namespace, "shop");
         assert_eq!(got.changes_at(), Some(at(100)));
@@ -607,7 +911,7 @@ mod tests {
 
     #[test]
     fn a_cluster_binding_policy_in_a_namespace_honours_only_that_namespace_exceptions() {
-        let Standing::Active(shop) = standing(
+        let Standing::Active(each) = standing(
             &exception(0, 100, &["escape"]),
             Some(&bound()),
             at(1),
@@ -615,12 +919,92 @@ mod tests {
         ) else {
             panic!("not active")
         };
+        let shop = each[0].clone();
         let mut web = shop.clone();
         web.namespace = "web".into();
         let all = [shop.clone(), web.clone()];
         assert_eq!(for_policy(&all, None), all.to_vec());
         assert_eq!(for_policy(&all, Some("web")), vec![web]);
         assert_eq!(for_policy(&all, Some("other")), vec![]);
+    }
+
+    fn cluster_exception(namespaces: &[&str]) -> ClusterSecurityIntentException {
+        let e = exception(0, 100, &["escape"]);
+        let mut cluster = ClusterSecurityIntentException::new(
+            "fleet-agent",
+            nimbus_api::ClusterSecurityIntentExceptionSpec {
+                binding: e.spec.binding,
+                intents: e.spec.intents,
+                namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
+                selector: e.spec.selector,
+                reason: e.spec.reason,
+                expires_at: e.spec.expires_at,
+                pod_security_controls: e.spec.pod_security_controls,
+            },
+        );
+        cluster.metadata.creation_timestamp = e.metadata.creation_timestamp;
+        cluster
+    }
+
+    #[test]
+    fn a_cluster_exception_is_in_force_in_each_namespace_it_names_and_only_there() {
+        let cluster = cluster_exception(&["shop", "web", "shop"]);
+        assert_eq!(BindingRef::of(&cluster), BindingRef::cluster("no-escape"));
+        let got = standing(&cluster, Some(&bound()), at(1), Rules::default());
+        let Standing::Active(each) = &got else {
+            panic!("not active: {got:?}")
+        };
+        let names: Vec<String> = each.iter().map(Excepted::describe).collect();
+        assert_eq!(
+            names,
+            [
+                "ClusterSecurityIntentException fleet-agent",
+                "ClusterSecurityIntentException fleet-agent"
+            ]
+        );
+        let namespaces: Vec<&str> = each.iter().map(|e| e.namespace.as_str()).collect();
+        assert_eq!(namespaces, ["shop", "web"], "each named namespace, once");
+        assert_eq!(got.changes_at(), Some(at(100)));
+        assert_eq!(status(&cluster, &got).conditions[0].reason, reason::ACTIVE);
+        // Beside a SecurityIntentException of the same name in one of its namespaces: both in
+        // force there, told apart by their kinds.
+        let namespaced = exception(0, 100, &["escape"]);
+        let exceptions: [Exception; 2] = [(&cluster).into(), (&namespaced).into()];
+        let binding = BindingRef::cluster("no-escape");
+        let in_ns = |ns: Option<&str>| {
+            let (got, _) = in_force(
+                exceptions,
+                &binding,
+                || Some(bound()),
+                ns,
+                at(1),
+                Rules::default(),
+            );
+            got.iter()
+                .map(|e| format!("{}@{}", e.describe(), e.namespace))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            in_ns(Some("shop")),
+            [
+                "ClusterSecurityIntentException fleet-agent@shop",
+                "SecurityIntentException legacy@shop"
+            ]
+        );
+        assert_eq!(
+            in_ns(Some("web")),
+            ["ClusterSecurityIntentException fleet-agent@web"]
+        );
+        assert_eq!(in_ns(Some("other")), Vec::<String>::new());
+        let (expired, _) = in_force(
+            [&cluster],
+            &binding,
+            || Some(bound()),
+            None,
+            at(100),
+            Rules::default(),
+        );
+        assert_eq!(expired, vec![], "expired everywhere at once");
     }
 
     #[test]

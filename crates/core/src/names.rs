@@ -43,8 +43,7 @@ pub fn fit(name: &str, max: usize) -> String {
     if name.len() <= max {
         return name.to_owned();
     }
-    let digest = Sha256::digest(name.as_bytes());
-    let hash: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    let hash = digest(name);
     let keep = max.saturating_sub(hash.len() + 1);
     // Names are ASCII (DNS), but never split a multi-byte char if someone passes one.
     let mut cut = keep.min(name.len());
@@ -53,6 +52,15 @@ pub fn fit(name: &str, max: usize) -> String {
     }
     let prefix = name[..cut].trim_end_matches(['-', '.']);
     format!("{prefix}-{hash}")
+}
+
+/// 10 hex digits of `text`'s SHA-256: short, and distinct for distinct texts in practice.
+pub fn digest(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .take(5)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -380,9 +380,9 @@ pub fn workload_posture<'p>(
         let labels: Vec<&BTreeMap<String, String>> = selected.iter().map(|p| &p.labels).collect();
         for rule in &policy.rules {
             let mut rule = rule.clone();
-            let (exceptions, excepted) =
+            let (exceptions, excepted, wholly) =
                 excepted::excepting(&policy.exceptions, &rule.id, &workload.namespace, &labels);
-            excepted::except(&mut rule, &exceptions, excepted, selected.len());
+            excepted::except(&mut rule, &exceptions, excepted, wholly, selected.len());
             let selected = selected.len();
             if selected < total {
                 if rule.verdict == Verdict::Protected {

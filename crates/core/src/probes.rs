@@ -12,8 +12,8 @@ use crate::intents::id;
 use crate::namespaces::{self, ProtectedNamespaces};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::core::{Selector, SelectorExt};
-use nimbus_api::condition;
 use nimbus_api::posture::{LiveState, Liveness};
+use nimbus_api::{PodSecurityControl, condition};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -140,18 +140,18 @@ pub fn plan(target: &Target, namespaces: &[String], protected: &ProtectedNamespa
                 let labels: BTreeMap<String, String> =
                     serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap_or_default();
                 exceptions.iter().find(|e| {
+                    // The probe is a privileged pod: an exception of other controls still
+                    // has it denied, so probing still proves the rest enforced.
                     e.namespace == target
                         && e.intents.contains(&rule.id)
+                        && e.lets_out_of(Some(PodSecurityControl::PrivilegedContainers))
                         && Selector::try_from(e.selector.clone()).is_ok_and(|s| s.matches(&labels))
                 })
             };
             match probe_pod(selector, &key) {
                 Some(pod) if let Some(e) = excepting(&pod) => planned.not_probed.push((
                     key,
-                    format!(
-                        "SecurityIntentException {} lets the probe object out of the intent",
-                        e.name
-                    ),
+                    format!("{} lets the probe object out of the intent", e.describe()),
                 )),
                 Some(pod) => planned.probes.push(Probe {
                     key,

@@ -214,7 +214,16 @@ fn properties(intent: &IntentCoverage) -> BTreeMap<String, String> {
         let exceptions: Vec<String> = intent
             .exceptions
             .iter()
-            .map(|e| format!("{} (until {})", e.name, e.expires_at.0))
+            .map(|e| match e.controls.is_empty() {
+                true => format!("{} {} (until {})", e.kind, e.name, e.expires_at.0),
+                false => format!(
+                    "{} {} (until {}; controls: {})",
+                    e.kind,
+                    e.name,
+                    e.expires_at.0,
+                    e.controls.join(", ")
+                ),
+            })
             .collect();
         properties.insert("exceptions".to_owned(), exceptions.join(", "));
     }

@@ -298,3 +298,117 @@ fn bad_clocks_and_exceptions_the_crd_refuses_are_rejected() {
         );
     }
 }
+
+/// A ClusterSecurityIntentException in `shop` and `web` from the cluster binding `no-escape`.
+const CLUSTER_EXCEPTION: &str = r#"
+apiVersion: exceptions.security.nimbus.com/v1alpha1
+kind: ClusterSecurityIntentException
+metadata: {name: vendor-agents, creationTimestamp: "2026-11-11T00:00:00Z"}
+spec:
+  binding: {kind: ClusterSecurityIntentBinding, name: no-escape}
+  intents: [escape]
+  namespaces: [shop, web]
+  selector: {matchLabels: {tier: legacy}}
+  reason: the vendor's agents need a privileged container until their 2.4 release
+  expiresAt: "2026-12-01T00:00:00Z"
+"#;
+
+/// A cluster exception lets the workloads of the namespaces it names out, and only there: one
+/// PolicyException in each of them until it expires, and `validate` says where it stands.
+#[test]
+fn a_cluster_exception_is_honoured_in_each_namespace_it_names_until_expiry() {
+    let input = format!("{INTENT}---{CLUSTER_BINDING}---{CLUSTER_EXCEPTION}");
+    let kyverno = ["--engines", "kyverno", "--namespaces", "shop,web,other"];
+    let namespaces = |items: &[serde_json::Value]| -> Vec<String> {
+        of_kind(items, "PolicyException")
+            .iter()
+            .map(|e| {
+                e["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    };
+    let (before, _) = translated(&[&kyverno[..], &["--now", BEFORE_EXPIRY]].concat(), &input);
+    assert_eq!(namespaces(&before), ["shop", "web"], "{before:#?}");
+    let (after, _) = translated(&[&kyverno[..], &["--now", AFTER_EXPIRY]].concat(), &input);
+    assert_eq!(namespaces(&after), Vec::<String>::new(), "{after:#?}");
+
+    let out = nimbus(
+        &["validate", "-f", "in.yaml", "--now", BEFORE_EXPIRY],
+        &input,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "ClusterSecurityIntentException vendor-agents: Active=True (Active: honoured until {EXPIRES_AT})"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let out = nimbus(
+        &["validate", "-f", "in.yaml", "--now", AFTER_EXPIRY],
+        &input,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("ClusterSecurityIntentException vendor-agents: not honoured at"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// An exception of some Pod Security controls: `translate` writes Kyverno's PolicyException
+/// with their `podSecurity` exclusions (and no exclusion of the whole rule) until expiry, and
+/// `validate` and `translate` refuse a list the CRD refuses.
+#[test]
+fn an_exception_of_some_controls_excludes_only_those_and_bad_lists_are_refused() {
+    let scoped = |controls: &str| {
+        manifests(BINDING, "SecurityIntentBinding").replace(
+            "  reason: the vendor's",
+            &format!("  podSecurityControls: {controls}\n  reason: the vendor's"),
+        )
+    };
+    let input = scoped(r#"["Privileged Containers", "Host Ports"]"#);
+    let (before, _) = translated(&["--engines", "kyverno", "--now", BEFORE_EXPIRY], &input);
+    let exceptions = of_kind(&before, "PolicyException");
+    assert_eq!(exceptions.len(), 1, "{before:#?}");
+    assert_eq!(
+        exceptions[0]["spec"]["podSecurity"],
+        serde_json::json!([
+            {"controlName": "Privileged Containers", "images": ["*"]},
+            {"controlName": "Host Ports", "images": ["*"]},
+        ]),
+        "{:#}",
+        exceptions[0]
+    );
+    let (after, _) = translated(&["--engines", "kyverno", "--now", AFTER_EXPIRY], &input);
+    assert!(of_kind(&after, "PolicyException").is_empty());
+
+    let out = nimbus(
+        &["validate", "-f", "in.yaml", "--now", BEFORE_EXPIRY],
+        &input,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Active=True"), "{}", stdout(&out));
+
+    for (controls, refusal) in [
+        ("[]", "spec.podSecurityControls must not be empty"),
+        (
+            r#"["Host Ports", "Host Ports"]"#,
+            "spec.podSecurityControls names a control twice",
+        ),
+        (r#"["Privileged"]"#, "Privileged"),
+    ] {
+        for command in ["validate", "translate"] {
+            let out = nimbus(&[command, "-f", "in.yaml"], &scoped(controls));
+            assert_eq!(out.status.code(), Some(1), "{command} {controls}");
+            assert!(
+                stderr(&out).contains(refusal),
+                "{command} {controls}: {}",
+                stderr(&out)
+            );
+        }
+    }
+}

@@ -124,6 +124,7 @@ fn crds_print_every_kind_with_its_short_name_and_scope() {
             expect("NimbusPolicy", "np", "Namespaced"),
             expect("ClusterNimbusPolicy", "cwnp", "Cluster"),
             expect("SecurityIntentException", "siex", "Namespaced"),
+            expect("ClusterSecurityIntentException", "csiex", "Cluster"),
         ]
     );
 }

@@ -15,7 +15,7 @@ use k8s_openapi::api::authorization::v1::{
     SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use nimbus_api::{
@@ -1721,4 +1721,180 @@ async fn an_exception_is_honoured_once_someone_else_who_may_approve_it_does() {
 
     delete(&csibs, &platform).await;
     delete(&intents, &hardening).await;
+}
+
+/// ClusterSecurityIntentExceptions, as [`may`] names a resource.
+const CLUSTER_EXCEPTIONS: &str = "exceptions.security.nimbus.com:clustersecurityintentexceptions";
+
+/// Binds the ClusterRole `role` to `user` cluster-wide (a ClusterRoleBinding named after both)
+/// and waits until the authorizer lets them `verb` ClusterSecurityIntentExceptions; returns the
+/// binding's name.
+async fn bind_cluster_wide(role: &str, user: &str, verb: &str) -> String {
+    let name = format!("{user}-{role}");
+    let crbs: Api<ClusterRoleBinding> = Api::all(admin());
+    apply(&crbs, &name, &cluster_role_binding(&name, role, user)).await;
+    eventually(
+        &format!("{user} may {verb} ClusterSecurityIntentExceptions"),
+        CONVERGE,
+        async |_| {
+            may(user, verb, CLUSTER_EXCEPTIONS, None, None)
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+    name
+}
+
+/// The `Active` condition of the cluster exception `name`, with its status's `requestedBy`
+/// and `approvedBy` (as [`exception_standing`]).
+async fn cluster_exception_standing(name: &str) -> (Value, Value, Value, Value) {
+    let api: Api<nimbus_api::ClusterSecurityIntentException> = Api::all(admin());
+    let exception =
+        serde_json::to_value(get(&api, name).await.expect("the exception")).expect("json");
+    let status = &exception["status"];
+    let active = status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Active").cloned())
+        .unwrap_or(Value::Null);
+    (
+        active["status"].clone(),
+        active["reason"].clone(),
+        status["requestedBy"].clone(),
+        status["approvedBy"].clone(),
+    )
+}
+
+/// 14. Excepting workloads of several namespaces at once is for whoever holds the
+///     exception-author role cluster-wide. A tenant holding the exception-author and
+///     exception-approver roles in their namespace can neither create a
+///     ClusterSecurityIntentException (even one naming only their namespace) nor approve one.
+///     A holder of the exception-author role through a ClusterRoleBinding creates one: the
+///     requester policy stamps their name, and, approval being required, it stands
+///     `NotApproved` until a cluster-wide approver approves it in their own name; then it stands
+///     `Active`, naming both. A cluster-wide exception author who is no approver cannot approve
+///     it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_exception_takes_the_exception_roles_cluster_wide() {
+    use nimbus_api::APPROVED_BY_ANNOTATION as APPROVED_BY;
+    let ns = namespace("sec-cluster-exc").await;
+    let (author, approver) = (
+        format!("{}-exception-author", common::RELEASE),
+        format!("{}-exception-approver", common::RELEASE),
+    );
+    let (tenant, dave, erin, frank) = (
+        unique("tenant"),
+        unique("dave"),
+        unique("erin"),
+        unique("frank"),
+    );
+    bind_in(ns.name(), &author, &tenant, "create").await;
+    bind_in(ns.name(), &approver, &tenant, "approve").await;
+    let granted = [
+        bind_cluster_wide(&author, &dave, "create").await,
+        bind_cluster_wide(&approver, &erin, "approve").await,
+        bind_cluster_wide(&author, &frank, "patch").await,
+    ];
+
+    let (platform, hardening) = (unique("platform"), unique("hardening"));
+    let intents: Api<SecurityIntent> = Api::all(admin());
+    apply(
+        &intents,
+        &hardening,
+        &common::intent(&hardening, "dnsManipulation", "Block"),
+    )
+    .await;
+    let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
+    apply(
+        &csibs,
+        &platform,
+        &cluster_binding(&platform, &[&hardening], &[ns.name()], None),
+    )
+    .await;
+    let name = unique("dns-agents");
+    let request: nimbus_api::ClusterSecurityIntentException = serde_json::from_value(json!({
+        "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+        "kind": "ClusterSecurityIntentException",
+        "metadata": {"name": name},
+        "spec": {
+            "binding": {"kind": "ClusterSecurityIntentBinding", "name": platform},
+            "intents": [hardening],
+            "namespaces": [ns.name()],
+            "reason": "the agents resolve through their own server until 2.4",
+            "expiresAt": (k8s_openapi::jiff::Timestamp::now()
+                + k8s_openapi::jiff::SignedDuration::from_hours(24)).to_string(),
+        },
+    }))
+    .expect("a cluster exception");
+    let as_tenant = impersonating(&tenant, &[]);
+    let refused = Api::<nimbus_api::ClusterSecurityIntentException>::all(as_tenant.clone())
+        .create(&PostParams::default(), &request)
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 403),
+        "a namespace's exception author creating a cluster exception: {refused:?}"
+    );
+    let as_dave = impersonating(&dave, &[]);
+    Api::<nimbus_api::ClusterSecurityIntentException>::all(as_dave)
+        .create(&PostParams::default(), &request)
+        .await
+        .expect("a cluster-wide exception author may create cluster exceptions");
+    let stands = async |want: (Value, Value, Value, Value)| {
+        eventually(
+            &format!("{name} to stand as {want:?} (the last seen is printed)"),
+            CONVERGE,
+            async |seen| {
+                let got = cluster_exception_standing(&name).await;
+                *seen = format!("{got:?}");
+                (got == want).then_some(())
+            },
+        )
+        .await;
+    };
+    stands((
+        json!("False"),
+        json!("NotApproved"),
+        json!(dave),
+        Value::Null,
+    ))
+    .await;
+
+    let approve = async |client: Client, user: &str| {
+        Api::<nimbus_api::ClusterSecurityIntentException>::all(client)
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {APPROVED_BY: user}}})),
+            )
+            .await
+    };
+    // The tenant's approver role holds in their namespace only: RBAC refuses.
+    let why = refused_because(
+        "a namespace's approver approving a cluster exception",
+        approve(as_tenant, &tenant).await,
+    );
+    assert!(why.contains("cannot patch"), "{why}");
+    // A cluster-wide exception author may patch it, but not approve it: the approval policy
+    // asks the authorizer for `approve` on the cluster-scoped resource.
+    let why = refused_because(
+        "a cluster-wide exception author approving",
+        approve(impersonating(&frank, &[]), &frank).await,
+    );
+    assert!(
+        why.contains("may not approve clustersecurityintentexceptions (the verb approve"),
+        "{why}"
+    );
+    approve(impersonating(&erin, &[]), &erin)
+        .await
+        .expect("a cluster-wide approver approves a cluster exception");
+    stands((json!("True"), json!("Active"), json!(dave), json!(erin))).await;
+
+    let exceptions: Api<nimbus_api::ClusterSecurityIntentException> = Api::all(admin());
+    delete(&exceptions, &name).await;
+    delete(&csibs, &platform).await;
+    delete(&intents, &hardening).await;
+    let crbs: Api<ClusterRoleBinding> = Api::all(admin());
+    for binding in granted {
+        delete(&crbs, &binding).await;
+    }
 }

@@ -61,8 +61,32 @@ pub struct Context {
 /// The exceptions and how long one may last.
 pub struct Exceptions {
     pub store: Store<nimbus_api::SecurityIntentException>,
+    pub cluster_store: Store<nimbus_api::ClusterSecurityIntentException>,
     /// `--exception-max-duration` and `--exception-approval`.
     pub rules: nimbus_core::exceptions::Rules,
+}
+
+impl Exceptions {
+    /// Every exception cached now, of both kinds.
+    pub fn known(&self) -> Known {
+        Known {
+            namespaced: self.store.state(),
+            cluster: self.cluster_store.state(),
+        }
+    }
+}
+
+/// The exceptions cached at one time ([`Exceptions::known`]).
+pub struct Known {
+    namespaced: Vec<std::sync::Arc<nimbus_api::SecurityIntentException>>,
+    cluster: Vec<std::sync::Arc<nimbus_api::ClusterSecurityIntentException>>,
+}
+
+impl Known {
+    pub fn iter(&self) -> impl Iterator<Item = nimbus_core::exceptions::Exception<'_>> {
+        let namespaced = self.namespaced.iter().map(Into::into);
+        namespaced.chain(self.cluster.iter().map(Into::into))
+    }
 }
 
 /// An object's current streak of failed reconciles.

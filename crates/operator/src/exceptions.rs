@@ -7,15 +7,17 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, MatchIntent, NimbusPolicy,
-    SecurityIntentBinding, SecurityIntentException,
+    SecurityIntentBinding,
 };
-use nimbus_core::exceptions::{self, BindingRef, Excepted, Standing};
+use nimbus_core::exceptions::{self, BindingRef, Excepted, Exception, Standing};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 impl Context {
     /// Where `exception` stands at `now`, given its binding and the intents it binds.
-    pub fn standing(&self, exception: &SecurityIntentException, now: Timestamp) -> Standing {
+    pub fn standing<'a>(&self, exception: impl Into<Exception<'a>>, now: Timestamp) -> Standing {
+        let exception = exception.into();
         let bound = self.bound_intents(&BindingRef::of(exception));
         exceptions::standing(exception, bound.as_ref(), now, self.exceptions.rules)
     }
@@ -32,9 +34,8 @@ impl Context {
         let Some(binding) = binding else {
             return (Vec::new(), None);
         };
-        let known = self.exceptions.store.state();
         exceptions::in_force(
-            known.iter().map(|e| &**e),
+            self.exceptions.known().iter(),
             binding,
             || self.bound_intents(binding),
             namespace,
@@ -78,25 +79,29 @@ pub fn until(at: Timestamp, now: Timestamp) -> Duration {
 }
 
 /// The NimbusPolicies `exception` concerns: its SecurityIntentBinding's, or its cluster
-/// binding's in the exception's namespace.
-pub fn policies_of(
+/// binding's in each namespace whose workloads it lets out.
+pub fn policies_of<'a>(
     policies: &Store<NimbusPolicy>,
-    exception: &SecurityIntentException,
+    exception: impl Into<Exception<'a>>,
 ) -> Vec<ObjectRef<NimbusPolicy>> {
+    let exception = exception.into();
     let binding = BindingRef::of(exception);
-    let namespace = exception.namespace();
+    let namespaces = exception.namespaces();
     policies
         .state()
         .iter()
-        .filter(|p| p.namespace() == namespace && controlled_by(p.owner_references(), &binding))
+        .filter(|p| {
+            p.namespace().is_some_and(|ns| namespaces.contains(&ns))
+                && controlled_by(p.owner_references(), &binding)
+        })
         .map(|p| ObjectRef::from_obj(&**p))
         .collect()
 }
 
 /// The ClusterNimbusPolicy `exception` concerns: its cluster binding's.
-pub fn cluster_policies_of(
+pub fn cluster_policies_of<'a>(
     policies: &Store<ClusterNimbusPolicy>,
-    exception: &SecurityIntentException,
+    exception: impl Into<Exception<'a>>,
 ) -> Vec<ObjectRef<ClusterNimbusPolicy>> {
     let binding = BindingRef::of(exception);
     policies
@@ -108,14 +113,15 @@ pub fn cluster_policies_of(
 }
 
 /// The exceptions in `store` naming `binding`.
-pub fn naming(
-    store: &Store<SecurityIntentException>,
-    binding: &BindingRef,
-) -> Vec<ObjectRef<SecurityIntentException>> {
+pub fn naming<K>(store: &Store<K>, binding: &BindingRef) -> Vec<ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    for<'a> &'a Arc<K>: Into<Exception<'a>>,
+{
     store
         .state()
         .iter()
-        .filter(|e| BindingRef::of(e) == *binding)
+        .filter(|e| BindingRef::of(*e) == *binding)
         .map(|e| ObjectRef::from_obj(&**e))
         .collect()
 }

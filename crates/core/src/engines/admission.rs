@@ -24,6 +24,7 @@ use super::{
     VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, excepted, excepted_cel,
     metadata, namespace_selector, native_name, object, selector_json,
 };
+use crate::exceptions::Excepted;
 use crate::intents::{id, param, param_value};
 use crate::names::MAX_NAME_LEN;
 use kube::core::DynamicObject;
@@ -96,8 +97,19 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
             let Some(checked) = pss::Level::parse(&level) else {
                 return rule.untranslated(Engine::Admission);
             };
+            // Exceptions of the whole intent leave the workloads unjudged (`not-excepted`
+            // below); those of some controls pass them in those controls' validations only.
+            let (whole, scoped): (Vec<&Excepted>, Vec<&Excepted>) = excepted(policy, rule)
+                .into_iter()
+                .partition(|e| e.controls.is_none());
             let validations: Vec<Value> = pss::checks(checked, POD)
                 .into_iter()
+                .map(|c| {
+                    let letting_out: Vec<&Excepted> = (scoped.iter().copied())
+                        .filter(|e| e.lets_out_of(c.control))
+                        .collect();
+                    c.unless(excepted_cel(&letting_out).as_deref())
+                })
                 .map(|c| {
                     json!({
                         "expression": c.expression,
@@ -114,7 +126,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 vec![json!({"name": "pod-spec-written", "expression": POD_SPEC_WRITTEN})];
             // The workloads exceptions in force let out are not judged; when one expires the
             // condition goes, and they are judged again.
-            if let Some(excepted) = excepted_cel(&excepted(policy, rule)) {
+            if let Some(excepted) = excepted_cel(&whole) {
                 conditions
                     .push(json!({"name": "not-excepted", "expression": format!("!({excepted})")}));
             }

@@ -169,7 +169,7 @@ fn subjects_of(policy: &PolicyInput, rule: &Rule, env: &Environment) -> (Vec<Val
     if let Some(subjects) = subjects(&namespaces, &policy.selector, &excepted) {
         return (subjects, None);
     }
-    let names: Vec<&str> = excepted.iter().map(|e| e.name.as_str()).collect();
+    let names: Vec<String> = excepted.iter().map(|e| e.describe()).collect();
     let warning = Problem {
         blocking: false,
         ..rule.problem(
@@ -396,6 +396,7 @@ mod tests {
 
     fn exception(name: &str, namespace: &str, selector: Value) -> Excepted {
         Excepted {
+            kind: Default::default(),
             name: name.into(),
             namespace: namespace.into(),
             selector: serde_json::from_value(selector).expect("a selector"),
@@ -403,6 +404,7 @@ mod tests {
             reason: "until 2.4".into(),
             expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             signatures: Default::default(),
+            controls: None,
         }
     }
 

@@ -252,6 +252,9 @@ struct Leaving<'e> {
     /// Exceptions it could leave out, but only with more than [`MAX_SELECTORS`] policies per
     /// body.
     too_many: Vec<&'e Excepted>,
+    /// Exceptions of some Pod Security controls only: KubeArmor checks none of them by name,
+    /// and the workloads stay held to the rest of the intent, so it leaves nothing out.
+    of_controls: Vec<&'e Excepted>,
 }
 
 /// KubeArmor's selectors for the pods labelled `labels` but those `excepted` let out, as far
@@ -262,8 +265,10 @@ struct Leaving<'e> {
 /// requirements, which [`excluding`] turns into `NotIn` ones, one label at a time. `In` is
 /// never written: KubeArmor ignores the `NotIn` values that follow an `In`.
 fn leaving_out<'e>(labels: &BTreeMap<String, String>, excepted: &[&'e Excepted]) -> Leaving<'e> {
-    let (negatable, unnegatable): (Vec<&Excepted>, Vec<&Excepted>) = excepted
-        .iter()
+    let (of_controls, whole): (Vec<&Excepted>, Vec<&Excepted>) =
+        excepted.iter().partition(|e| e.controls.is_some());
+    let (negatable, unnegatable): (Vec<&Excepted>, Vec<&Excepted>) = whole
+        .into_iter()
         .partition(|e| (e.selector.match_expressions.iter().flatten()).all(|r| r.operator == "In"));
     let binding = LabelSelector {
         match_labels: Some(labels.clone()),
@@ -279,6 +284,7 @@ fn leaving_out<'e>(labels: &BTreeMap<String, String>, excepted: &[&'e Excepted])
         selectors: selectors.iter().map(kubearmor_selector).collect(),
         unnegatable,
         too_many,
+        of_controls,
     }
 }
 
@@ -307,7 +313,7 @@ impl Leaving<'_> {
     /// A non-blocking `ExceptionNotHonoured` for each kind of exception left enforced.
     fn warnings(&self, rule: &Rule) -> Vec<Problem> {
         let names = |e: &[&Excepted]| {
-            let names: Vec<&str> = e.iter().map(|e| e.name.as_str()).collect();
+            let names: Vec<String> = e.iter().map(|e| e.describe()).collect();
             names.join(", ")
         };
         let id = &rule.spec.id;
@@ -327,6 +333,14 @@ impl Leaving<'_> {
                  pods they let out would take more than {MAX_SELECTORS} KubeArmorPolicies, so \
                  it still enforces the intent on their workloads; narrow or merge the exceptions",
                 names(&self.too_many)
+            ));
+        }
+        if !self.of_controls.is_empty() {
+            out.push(format!(
+                "kubearmor does not honour exceptions to intent `{id}` of some Pod Security \
+                 controls ({}): it checks none of them by name, so it still enforces the intent \
+                 on their workloads",
+                names(&self.of_controls)
             ));
         }
         out.into_iter()
@@ -373,6 +387,7 @@ mod tests {
 
     fn exception(name: &str, selector: Value) -> Excepted {
         Excepted {
+            kind: Default::default(),
             name: name.into(),
             namespace: "shop".into(),
             selector: serde_json::from_value(selector).expect("a selector"),
@@ -380,6 +395,7 @@ mod tests {
             reason: "until 2.4".into(),
             expires_at: Timestamp::UNIX_EPOCH,
             signatures: Default::default(),
+            controls: None,
         }
     }
 
@@ -401,6 +417,7 @@ mod tests {
             selectors: Vec<Value>,
             unnegatable: &'static [&'static str],
             too_many: &'static [&'static str],
+            of_controls: &'static [&'static str],
         }
         let web = json!({"matchLabels": {"app": "web"}});
         let cases = [
@@ -410,6 +427,7 @@ mod tests {
                 selectors: vec![web.clone()],
                 unnegatable: &[],
                 too_many: &[],
+                of_controls: &[],
             },
             Case {
                 case: "one label",
@@ -417,6 +435,7 @@ mod tests {
                 selectors: vec![web_not(&["tier=legacy"])],
                 unnegatable: &[],
                 too_many: &[],
+                of_controls: &[],
             },
             Case {
                 case: "two labels: not (a and b) is not a, or not b",
@@ -427,6 +446,7 @@ mod tests {
                 selectors: vec![web_not(&["team=vendor"]), web_not(&["tier=legacy"])],
                 unnegatable: &[],
                 too_many: &[],
+                of_controls: &[],
             },
             Case {
                 case: "In: none of its values",
@@ -438,6 +458,7 @@ mod tests {
                 selectors: vec![web_not(&["tier=legacy", "tier=old"])],
                 unnegatable: &[],
                 too_many: &[],
+                of_controls: &[],
             },
             Case {
                 case: "two exceptions of one label each: neither label",
@@ -448,6 +469,7 @@ mod tests {
                 selectors: vec![web_not(&["tier=legacy", "team=vendor"])],
                 unnegatable: &[],
                 too_many: &[],
+                of_controls: &[],
             },
             Case {
                 case: "every pod of the namespace: no policy",
@@ -455,6 +477,7 @@ mod tests {
                 selectors: vec![],
                 unnegatable: &[],
                 too_many: &[],
+                of_controls: &[],
             },
             Case {
                 case: "Exists, DoesNotExist and NotIn cannot be negated; the others still are",
@@ -478,6 +501,7 @@ mod tests {
                 selectors: vec![web_not(&["team=vendor"])],
                 unnegatable: &["exists", "absent", "not-in"],
                 too_many: &[],
+                of_controls: &[],
             },
             Case {
                 case: "5 × 5 selectors: beyond the bound, every selected pod stays enforced",
@@ -490,6 +514,23 @@ mod tests {
                 selectors: vec![web.clone()],
                 unnegatable: &["exists"],
                 too_many: &["e", "f"],
+                of_controls: &[],
+            },
+            Case {
+                case: "some Pod Security controls only: nothing left out",
+                exceptions: vec![
+                    Excepted {
+                        controls: Some(BTreeSet::from([
+                            nimbus_api::PodSecurityControl::PrivilegedContainers,
+                        ])),
+                        ..exception("privileged", json!({"matchLabels": {"tier": "legacy"}}))
+                    },
+                    exception("labels", json!({"matchLabels": {"team": "vendor"}})),
+                ],
+                selectors: vec![web_not(&["team=vendor"])],
+                unnegatable: &[],
+                too_many: &[],
+                of_controls: &["privileged"],
             },
         ];
         let labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
@@ -500,6 +541,7 @@ mod tests {
             assert_eq!(got.selectors, c.selectors, "{}", c.case);
             assert_eq!(names(&got.unnegatable), c.unnegatable, "{}", c.case);
             assert_eq!(names(&got.too_many), c.too_many, "{}", c.case);
+            assert_eq!(names(&got.of_controls), c.of_controls, "{}", c.case);
         }
     }
 

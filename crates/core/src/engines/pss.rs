@@ -12,6 +12,9 @@
 //! Absent fields take the value the API server would default or the check reads them as
 //! (`orValue`).
 
+use nimbus_api::PodSecurityControl as Control;
+use std::collections::BTreeSet;
+
 /// A Pod Security Standards level, as the `psaLevel` parameter names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
@@ -29,9 +32,14 @@ impl Level {
     }
 }
 
-/// One check: a CEL expression true of a compliant pod, and what a violating pod is told.
+/// One check: the control it belongs to, a CEL expression true of a compliant pod, and what a
+/// violating pod is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Check {
+    /// The Pod Security Standards control, as an exception names it: `None` for Host Probes /
+    /// Lifecycle Hooks, which Kyverno's control names leave out, so that an exception cannot
+    /// let a workload out of it in one engine and not in another.
+    pub control: Option<Control>,
     pub expression: String,
     pub message: &'static str,
 }
@@ -56,6 +64,28 @@ pub fn checks(level: Level, pod: Pod) -> Vec<Check> {
         checks.extend(restricted(pod));
     }
     checks
+}
+
+/// The controls `level`'s checks belong to: those an exception can let a workload out of at
+/// that level (restricted's own mean nothing at baseline).
+pub fn controls(level: Level) -> BTreeSet<Control> {
+    checks(level, OBJECT)
+        .into_iter()
+        .filter_map(|c| c.control)
+        .collect()
+}
+
+impl Check {
+    /// This check, passed by whatever `letting_out` (CEL) holds of, when anything does.
+    pub fn unless(self, letting_out: Option<&str>) -> Check {
+        match letting_out {
+            Some(out) => Check {
+                expression: format!("({out}) || ({})", self.expression),
+                ..self
+            },
+            None => self,
+        }
+    }
 }
 
 const BASELINE_CAPABILITIES: &[&str] = &[
@@ -120,6 +150,7 @@ fn baseline_host_access(pod: Pod) -> Vec<Check> {
     let every_container = |check: &str| every_container(spec, check);
     vec![
         check(
+            Some(Control::HostProcess),
             format!(
                 "!{context}.?windowsOptions.?hostProcess.orValue(false) && {}",
                 every_container("!c.?securityContext.?windowsOptions.?hostProcess.orValue(false)")
@@ -128,6 +159,7 @@ fn baseline_host_access(pod: Pod) -> Vec<Check> {
              must be unset or false.",
         ),
         check(
+            Some(Control::HostNamespaces),
             format!(
                 "!{spec}.?hostNetwork.orValue(false) && !{spec}.?hostPID.orValue(false) \
                  && !{spec}.?hostIPC.orValue(false)"
@@ -136,11 +168,13 @@ fn baseline_host_access(pod: Pod) -> Vec<Check> {
              spec.hostIPC must be unset or false.",
         ),
         check(
+            Some(Control::PrivilegedContainers),
             every_container("!c.?securityContext.?privileged.orValue(false)"),
             "Privileged containers are disallowed: securityContext.privileged must be unset or \
              false.",
         ),
         check(
+            Some(Control::Capabilities),
             every_container(&format!(
                 "c.?securityContext.?capabilities.?add.orValue([]).all(cap, cap in {})",
                 list(BASELINE_CAPABILITIES)
@@ -151,10 +185,12 @@ fn baseline_host_access(pod: Pod) -> Vec<Check> {
              SYS_CHROOT.",
         ),
         check(
+            Some(Control::HostPathVolumes),
             format!("{spec}.?volumes.orValue([]).all(v, !has(v.hostPath))"),
             "HostPath volumes are disallowed: spec.volumes[*].hostPath must be unset.",
         ),
         check(
+            Some(Control::HostPorts),
             every_container("c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0)"),
             "Host ports are disallowed: ports[*].hostPort must be unset or 0.",
         ),
@@ -181,6 +217,7 @@ fn baseline_confinement(pod: Pod) -> Vec<Check> {
         .join(" && ");
     vec![
         check(
+            Some(Control::AppArmor),
             format!(
                 "{context}.?appArmorProfile.?type.orValue('RuntimeDefault') in \
                  ['RuntimeDefault', 'Localhost'] && {} && \
@@ -197,6 +234,7 @@ fn baseline_confinement(pod: Pod) -> Vec<Check> {
              RuntimeDefault or Localhost.",
         ),
         check(
+            Some(Control::SeLinux),
             format!(
                 "{} && {}",
                 selinux(&context),
@@ -206,6 +244,7 @@ fn baseline_confinement(pod: Pod) -> Vec<Check> {
              container_init_t, container_kvm_t or container_engine_t, is disallowed.",
         ),
         check(
+            Some(Control::ProcMountType),
             // Since 1.35, any value in a user namespace.
             format!(
                 "{} || ({})",
@@ -215,6 +254,7 @@ fn baseline_confinement(pod: Pod) -> Vec<Check> {
             "Unmasking /proc is disallowed: securityContext.procMount must be unset or Default.",
         ),
         check(
+            Some(Control::Seccomp),
             format!(
                 "{context}.?seccompProfile.?type.orValue('') != 'Unconfined' && {}",
                 every_container(
@@ -224,6 +264,7 @@ fn baseline_confinement(pod: Pod) -> Vec<Check> {
             "Seccomp profile Unconfined is disallowed.",
         ),
         check(
+            Some(Control::Sysctls),
             format!(
                 "{context}.?sysctls.orValue([]).all(s, s.name in {})",
                 list(SAFE_SYSCTLS)
@@ -231,6 +272,7 @@ fn baseline_confinement(pod: Pod) -> Vec<Check> {
             "Setting sysctls outside the safe set is disallowed.",
         ),
         check(
+            None,
             every_container(&probes),
             "Probes and lifecycle hooks may not name a host: their httpGet.host and \
              tcpSocket.host must be unset.",
@@ -251,6 +293,7 @@ fn restricted(pod: Pod) -> Vec<Check> {
         .collect();
     vec![
         check(
+            Some(Control::VolumeTypes),
             format!(
                 "{spec}.?volumes.orValue([]).all(v, {})",
                 volumes.join(" || ")
@@ -259,6 +302,7 @@ fn restricted(pod: Pod) -> Vec<Check> {
              persistentVolumeClaim, projected and secret volumes are allowed.",
         ),
         check(
+            Some(Control::PrivilegeEscalation),
             linux(&every_container(
                 "c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false",
             )),
@@ -266,6 +310,7 @@ fn restricted(pod: Pod) -> Vec<Check> {
              be false.",
         ),
         check(
+            Some(Control::RunningAsNonRoot),
             // Since 1.35, any value in a user namespace (as runAsUser below). A pod that sets
             // false fails even where every container sets true, as PodSecurity judges it.
             format!(
@@ -280,6 +325,7 @@ fn restricted(pod: Pod) -> Vec<Check> {
              pod or on every container).",
         ),
         check(
+            Some(Control::RunningAsNonRootUser),
             format!(
                 "{} || ({context}.?runAsUser.orValue(1) != 0 && {})",
                 in_user_namespace(spec),
@@ -288,11 +334,13 @@ fn restricted(pod: Pod) -> Vec<Check> {
             "Running as root (runAsUser 0) is disallowed.",
         ),
         check(
+            Some(Control::ProcMountType),
             // Since 1.35: baseline's check, without its user-namespace relaxation.
             default_proc_mount(spec),
             "Unmasking /proc is disallowed: securityContext.procMount must be unset or Default.",
         ),
         check(
+            Some(Control::Seccomp),
             linux(&every_container(&format!(
                 "c.?securityContext.?seccompProfile.?type.orValue(\
                  {context}.?seccompProfile.?type.orValue('')) in ['RuntimeDefault', 'Localhost']"
@@ -301,6 +349,7 @@ fn restricted(pod: Pod) -> Vec<Check> {
              Localhost (on the pod or on every container).",
         ),
         check(
+            Some(Control::Capabilities),
             linux(&every_container(
                 "'ALL' in c.?securityContext.?capabilities.?drop.orValue([]) && \
                  c.?securityContext.?capabilities.?add.orValue([]).all(cap, \
@@ -311,8 +360,9 @@ fn restricted(pod: Pod) -> Vec<Check> {
     ]
 }
 
-fn check(expression: String, message: &'static str) -> Check {
+fn check(control: Option<Control>, expression: String, message: &'static str) -> Check {
     Check {
+        control,
         expression,
         message,
     }
@@ -384,6 +434,46 @@ mod tests {
             assert!(!e.contains('"'), "{e}");
             assert_eq!(e.matches('\'').count() % 2, 0, "{e}");
         }
+    }
+
+    #[test]
+    fn every_control_but_the_probes_has_its_checks_and_restricted_adds_its_own() {
+        let baseline = controls(Level::Baseline);
+        let restricted = controls(Level::Restricted);
+        assert_eq!(restricted, Control::ALL.into_iter().collect());
+        let only_restricted = [
+            Control::VolumeTypes,
+            Control::PrivilegeEscalation,
+            Control::RunningAsNonRoot,
+            Control::RunningAsNonRootUser,
+        ];
+        assert_eq!(
+            restricted
+                .difference(&baseline)
+                .copied()
+                .collect::<Vec<_>>(),
+            only_restricted
+        );
+        let unnamed: Vec<&str> = checks(Level::Restricted, OBJECT)
+            .iter()
+            .filter(|c| c.control.is_none())
+            .map(|c| c.message)
+            .collect();
+        assert_eq!(unnamed.len(), 1, "{unnamed:?}");
+        assert!(unnamed[0].starts_with("Probes and lifecycle hooks"));
+    }
+
+    #[test]
+    fn a_check_is_passed_by_what_lets_out_of_it() {
+        let check = checks(Level::Baseline, OBJECT).remove(2);
+        assert_eq!(check.control, Some(Control::PrivilegedContainers));
+        assert_eq!(check.clone().unless(None), check);
+        let excepted = check.clone().unless(Some("x == 1"));
+        assert_eq!(
+            excepted.expression,
+            format!("(x == 1) || ({})", check.expression)
+        );
+        assert_eq!(excepted.message, check.message);
     }
 
     #[test]

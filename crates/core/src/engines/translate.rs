@@ -110,9 +110,9 @@ fn not_honoured(
     engine: Engine,
     writes: bool,
 ) -> Option<Problem> {
-    let names: Vec<&str> = excepted(policy, rule)
+    let names: Vec<String> = excepted(policy, rule)
         .iter()
-        .map(|e| e.name.as_str())
+        .map(|e| e.describe())
         .collect();
     if !writes
         || names.is_empty()

@@ -88,6 +88,7 @@ mod tests {
 
     fn exception(selector: serde_json::Value) -> Excepted {
         Excepted {
+            kind: Default::default(),
             name: "e".into(),
             namespace: "ns".into(),
             selector: serde_json::from_value(selector).expect("a selector"),
@@ -95,6 +96,7 @@ mod tests {
             reason: String::new(),
             expires_at: Timestamp::UNIX_EPOCH,
             signatures: Default::default(),
+            controls: None,
         }
     }
 

@@ -10,14 +10,15 @@ use std::collections::BTreeMap;
 /// The reason an intent carries on a workload a SecurityIntentException in force lets out.
 pub const EXCEPTED: &str = "Excepted";
 
-/// The exceptions in force that let the pods labelled `pods` (of `namespace`) out of `intent`,
-/// and how many of the pods they let out.
+/// The exceptions in force that let the pods labelled `pods` (of `namespace`) out of `intent`
+/// or some of its Pod Security controls, how many of the pods they let out, and how many of
+/// those out of the whole intent.
 pub(super) fn excepting<'a>(
     exceptions: &'a [(Excepted, Option<Selector>)],
     intent: &str,
     namespace: &str,
     pods: &[&BTreeMap<String, String>],
-) -> (Vec<&'a Excepted>, usize) {
+) -> (Vec<&'a Excepted>, usize, usize) {
     let applying: Vec<&(Excepted, Option<Selector>)> = exceptions
         .iter()
         .filter(|(e, _)| e.namespace == namespace && e.intents.contains(intent))
@@ -29,21 +30,28 @@ pub(super) fn excepting<'a>(
         .iter()
         .filter(|p| applying.iter().any(|(_, s)| lets_out(p, s)))
         .count();
+    let wholly = pods
+        .iter()
+        .filter(|p| (applying.iter()).any(|(e, s)| e.controls.is_none() && lets_out(p, s)))
+        .count();
     let used = applying
         .into_iter()
         .filter(|(_, s)| pods.iter().any(|p| lets_out(p, s)))
         .map(|(e, _)| e)
         .collect();
-    (used, excepted)
+    (used, excepted, wholly)
 }
 
 /// Lets `rule` (on a workload) out by `exceptions`, which let `excepted` of its `selected` pods
-/// out: `Excepted` when they let out every one and every engine honours them, at most
-/// `Partial` otherwise (an engine that does not honour them still enforces the intent).
+/// out, `wholly` of them out of the whole intent: `Excepted` when they let out every one wholly
+/// and every engine honours them, at most `Partial` otherwise (an engine that does not honour
+/// them still enforces the intent; an exception of some Pod Security controls leaves the pods
+/// held to the others, so the intent is enforced on them, but not all of it).
 pub(super) fn except(
     rule: &mut IntentCoverage,
     exceptions: &[&Excepted],
     excepted: usize,
+    wholly: usize,
     selected: usize,
 ) {
     if excepted == 0 {
@@ -53,7 +61,7 @@ pub(super) fn except(
         .reasons
         .iter()
         .any(|r| r.reason == condition::REASON_EXCEPTION_NOT_HONOURED);
-    rule.verdict = if excepted == selected && !still_enforced {
+    rule.verdict = if wholly == selected && !still_enforced {
         Verdict::Excepted
     } else if rule.verdict == Verdict::Protected {
         Verdict::Partial
@@ -61,19 +69,31 @@ pub(super) fn except(
         rule.verdict
     };
     for e in exceptions {
+        let controls = e.control_names();
+        let of = match controls.is_empty() {
+            true => String::new(),
+            false => format!(
+                " of the Pod Security controls {} (held to the others)",
+                controls.join(", ")
+            ),
+        };
         rule.reasons.push(Reason {
             reason: EXCEPTED.to_owned(),
             message: format!(
-                "SecurityIntentException {} lets {excepted} of {selected} pods out until {}: {}",
-                e.name, e.expires_at, e.reason
+                "{} lets {excepted} of {selected} pods out{of} until {}: {}",
+                e.describe(),
+                e.expires_at,
+                e.reason
             ),
         });
         rule.exceptions.push(ExceptionCoverage {
+            kind: e.kind.to_string(),
             name: e.name.clone(),
             reason: e.reason.clone(),
             expires_at: Time(e.expires_at),
             requested_by: e.signatures.requested_by.clone(),
             approved_by: e.signatures.approved_by.clone(),
+            controls: controls.into_iter().map(str::to_owned).collect(),
         });
     }
 }
@@ -81,12 +101,14 @@ pub(super) fn except(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nimbus_api::PodSecurityControl;
     use nimbus_api::posture::Reference;
     use std::collections::BTreeSet;
 
     #[test]
     fn an_exception_lets_a_workload_out_only_as_far_as_it_reaches() {
         let exception = Excepted {
+            kind: Default::default(),
             name: "vendor-agent".into(),
             namespace: "shop".into(),
             selector: Default::default(),
@@ -97,6 +119,7 @@ mod tests {
                 requested_by: Some("alice".into()),
                 approved_by: Some("bob".into()),
             },
+            controls: None,
         };
         let honoured = IntentCoverage {
             intent: None,
@@ -123,29 +146,77 @@ mod tests {
             reason: condition::REASON_EXCEPTION_NOT_HONOURED.into(),
             message: "kubearmor does not honour exceptions".into(),
         });
-        // (case, intent before, pods excepted, pods selected, verdict after)
+        let scoped = Excepted {
+            controls: Some(BTreeSet::from([PodSecurityControl::PrivilegedContainers])),
+            ..exception.clone()
+        };
+        // (case, intent before, exception, pods excepted, pods selected, verdict after)
         let cases = [
             (
                 "every pod, every engine",
                 &honoured,
+                &exception,
                 2,
                 2,
                 Verdict::Excepted,
             ),
-            ("some pods", &honoured, 1, 2, Verdict::Partial),
+            ("some pods", &honoured, &exception, 1, 2, Verdict::Partial),
             (
                 "an engine still enforces",
                 &not_honoured,
+                &exception,
                 2,
                 2,
                 Verdict::Partial,
             ),
-            ("no pod", &honoured, 0, 2, Verdict::Protected),
+            ("no pod", &honoured, &exception, 0, 2, Verdict::Protected),
+            (
+                "every pod, out of one control: held to the others",
+                &honoured,
+                &scoped,
+                2,
+                2,
+                Verdict::Partial,
+            ),
+            (
+                "out of one control, an engine still enforces",
+                &not_honoured,
+                &scoped,
+                2,
+                2,
+                Verdict::Partial,
+            ),
+            (
+                "out of one control, no pod",
+                &honoured,
+                &scoped,
+                0,
+                2,
+                Verdict::Protected,
+            ),
         ];
-        for (case, before, excepted, selected, want) in cases {
+        for (case, before, exception, excepted, selected, want) in cases {
             let mut rule = before.clone();
-            except(&mut rule, &[&exception], excepted, selected);
+            let wholly = if exception.controls.is_none() {
+                excepted
+            } else {
+                0
+            };
+            except(&mut rule, &[exception], excepted, wholly, selected);
             assert_eq!(rule.verdict, want, "{case}");
+            let controls: Vec<&str> = exception.control_names();
+            for coverage in &rule.exceptions {
+                assert_eq!(coverage.controls, controls, "{case}");
+            }
+            if excepted > 0 && !controls.is_empty() {
+                assert!(
+                    (rule.reasons.iter()).any(|r| r
+                        .message
+                        .contains("out of the Pod Security controls Privileged Containers")),
+                    "{case}: {:?}",
+                    rule.reasons
+                );
+            }
             let named = rule
                 .exceptions
                 .iter()
@@ -170,6 +241,61 @@ mod tests {
             assert_eq!(
                 rule.reasons.iter().any(|r| r.reason == EXCEPTED),
                 excepted > 0,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn pods_let_out_of_some_controls_are_not_let_out_wholly() {
+        let exception = |name: &str, tier: &str, controls: Option<PodSecurityControl>| {
+            let selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+                serde_json::from_value(serde_json::json!({"matchLabels": {"tier": tier}}))
+                    .expect("selector");
+            let e = Excepted {
+                kind: Default::default(),
+                name: name.into(),
+                namespace: "shop".into(),
+                selector: selector.clone(),
+                intents: BTreeSet::from(["escapeToHost".to_owned()]),
+                reason: "until 2.4".into(),
+                expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                signatures: Default::default(),
+                controls: controls.map(|c| BTreeSet::from([c])),
+            };
+            (e, Selector::try_from(selector).ok())
+        };
+        let exceptions = [
+            exception("whole", "legacy", None),
+            exception(
+                "privileged",
+                "agent",
+                Some(PodSecurityControl::PrivilegedContainers),
+            ),
+        ];
+        let pod = |tier: &str| BTreeMap::from([("tier".to_owned(), tier.to_owned())]);
+        let (legacy, agent, web) = (pod("legacy"), pod("agent"), pod("web"));
+        type Labels = BTreeMap<String, String>;
+        type Case<'a> = (&'a str, Vec<&'a Labels>, &'a [&'a str], usize, usize);
+        // (case, pods, exceptions used, let out, let out wholly)
+        let cases: [Case; 4] = [
+            ("wholly", vec![&legacy], &["whole"], 1, 1),
+            ("out of one control", vec![&agent], &["privileged"], 1, 0),
+            (
+                "both",
+                vec![&legacy, &agent, &web],
+                &["whole", "privileged"],
+                2,
+                1,
+            ),
+            ("neither", vec![&web], &[], 0, 0),
+        ];
+        for (case, pods, used, excepted, wholly) in cases {
+            let got = excepting(&exceptions, "escapeToHost", "shop", &pods);
+            let names: Vec<&str> = got.0.iter().map(|e| e.name.as_str()).collect();
+            assert_eq!(
+                (names.as_slice(), got.1, got.2),
+                (used, excepted, wholly),
                 "{case}"
             );
         }

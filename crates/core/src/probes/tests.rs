@@ -438,6 +438,7 @@ fn an_admitted_probe_stalls_the_policy() {
     // An exception in force that would let the probe out: a probe admitted then proves
     // nothing, so none is sent. One elsewhere, or for another intent, changes nothing.
     let exception = |namespace: &str, intent: &str| crate::exceptions::Excepted {
+        kind: Default::default(),
         name: "vendor-agent".into(),
         namespace: namespace.into(),
         selector: LabelSelector::default(),
@@ -445,11 +446,21 @@ fn an_admitted_probe_stalls_the_policy() {
         reason: "until 2.4".into(),
         expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         signatures: Default::default(),
+        controls: None,
     };
+    let of_controls = |controls: &[nimbus_api::PodSecurityControl]| crate::exceptions::Excepted {
+        controls: Some(controls.iter().copied().collect()),
+        ..exception("shop", "escapeToHost")
+    };
+    use nimbus_api::PodSecurityControl::{HostNamespaces, PrivilegedContainers};
     for (excepted, probed) in [
         (exception("shop", "escapeToHost"), false),
         (exception("web", "escapeToHost"), true),
         (exception("shop", "dnsManipulation"), true),
+        // The probe is privileged: out of that control it would be admitted; out of another,
+        // still denied.
+        (of_controls(&[PrivilegedContainers]), false),
+        (of_controls(&[HostNamespaces]), true),
     ] {
         let planned = plan(
             &Target {

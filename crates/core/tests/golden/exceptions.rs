@@ -6,16 +6,18 @@
 use crate::builders::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
+use nimbus_api::PodSecurityControl;
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
     EngineSet, Environment, KyvernoApi, PolicyInput, Preference, Translation, translate,
 };
-use nimbus_core::exceptions::Excepted;
+use nimbus_core::exceptions::{Excepted, ExceptionKind};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
 fn legacy_exception() -> Excepted {
     Excepted {
+        kind: Default::default(),
         name: "vendor-agent".into(),
         namespace: NS.into(),
         selector: LabelSelector {
@@ -26,6 +28,7 @@ fn legacy_exception() -> Excepted {
         reason: "until the vendor's 2.4 release".into(),
         expires_at: Timestamp::from_second(1_800_000_000).unwrap(),
         signatures: Default::default(),
+        controls: None,
     }
 }
 
@@ -76,7 +79,7 @@ fn kyverno_lets_the_excepted_workloads_out_of_its_legacy_cluster_policy() {
             "namespace": NS,
             "annotations": {
                 MANAGED_BY: "nimbus-kyverno",
-                "exceptions.security.nimbus.com/exception": "vendor-agent",
+                "exceptions.security.nimbus.com/exception": "SecurityIntentException vendor-agent",
             },
             "labels": {MANAGED_BY: "nimbus-kyverno"},
             "ownerReferences": [cwnp_owner()],
@@ -97,6 +100,46 @@ fn kyverno_lets_the_excepted_workloads_out_of_its_legacy_cluster_policy() {
         },
     });
     assert_objects(&kinds_of(&t, "PolicyException"), &[want]);
+}
+
+#[test]
+fn a_cluster_exception_never_takes_the_name_of_a_namespace_exception_of_the_same_name() {
+    let namespaced = legacy_exception();
+    let cluster = Excepted {
+        kind: ExceptionKind::Cluster,
+        ..legacy_exception()
+    };
+    let t = translated(
+        KyvernoApi::Legacy,
+        Engine::Kyverno,
+        vec![namespaced, cluster],
+    );
+    let got = kinds_of(&t, "PolicyException");
+    let named: Vec<(&str, &str)> = got
+        .iter()
+        .map(|o| {
+            let meta = &o["metadata"];
+            let annotation = &meta["annotations"]["exceptions.security.nimbus.com/exception"];
+            (
+                meta["name"].as_str().unwrap_or_default(),
+                annotation.as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (
+                "web-csib-escapetohost-vendor-agent",
+                "SecurityIntentException vendor-agent"
+            ),
+            (
+                "web-csib-escapetohost-vendor-agent-3a489e2c4f",
+                "ClusterSecurityIntentException vendor-agent"
+            ),
+        ]
+    );
+    assert_eq!(got[0]["spec"], got[1]["spec"], "the same exception, twice");
 }
 
 #[test]
@@ -183,6 +226,7 @@ fn an_engine_that_does_not_honour_an_exception_says_it_still_enforces() {
 /// An exception to dnsManipulation for the pods labelled `labels`.
 fn network_exception(labels: &[(&str, &str)]) -> Excepted {
     Excepted {
+        kind: Default::default(),
         name: "vendor-agent".into(),
         selector: LabelSelector {
             match_labels: Some(
@@ -261,4 +305,152 @@ fn network_policies_leave_the_excepted_pods_out_one_label_at_a_time() {
         netpol_problems(&too_many),
         vec![("ExceptionNotHonoured", false)]
     );
+}
+
+/// [`legacy_exception`], out of only `controls` of escapeToHost.
+fn controls_exception(controls: &[PodSecurityControl]) -> Excepted {
+    Excepted {
+        controls: Some(controls.iter().copied().collect()),
+        ..legacy_exception()
+    }
+}
+
+#[test]
+fn kyverno_legacy_lets_the_excepted_workloads_out_of_only_the_controls_named() {
+    let exception = |controls: &[PodSecurityControl]| {
+        let t = translated(
+            KyvernoApi::Legacy,
+            Engine::Kyverno,
+            vec![controls_exception(controls)],
+        );
+        kinds_of(&t, "PolicyException")
+    };
+    // A container-level control needs `images` (Kyverno refuses it without), a pod-level one
+    // refuses them, one of both levels takes an entry for each.
+    let got = exception(&[
+        PodSecurityControl::PrivilegedContainers,
+        PodSecurityControl::HostNamespaces,
+        PodSecurityControl::Seccomp,
+    ]);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(
+        got[0]["spec"]["podSecurity"],
+        json!([
+            {"controlName": "Host Namespaces"},
+            {"controlName": "Privileged Containers", "images": ["*"]},
+            {"controlName": "Seccomp"},
+            {"controlName": "Seccomp", "images": ["*"]},
+        ])
+    );
+    let whole = exception(&[PodSecurityControl::PrivilegedContainers]);
+    let mut without = whole[0].clone();
+    without["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("podSecurity");
+    assert_eq!(
+        without,
+        kinds_of(
+            &translated(
+                KyvernoApi::Legacy,
+                Engine::Kyverno,
+                vec![legacy_exception()]
+            ),
+            "PolicyException"
+        )[0],
+        "the same PolicyException as the whole intent's, but for podSecurity"
+    );
+    // Baseline checks no restricted control: nothing to let the workloads out of.
+    assert_eq!(
+        exception(&[PodSecurityControl::VolumeTypes]),
+        Vec::<Value>::new()
+    );
+}
+
+#[test]
+fn kyverno_cel_lets_the_excepted_workloads_out_of_only_the_validations_of_the_controls_named() {
+    let t = translated(
+        KyvernoApi::Cel,
+        Engine::Kyverno,
+        vec![controls_exception(&[
+            PodSecurityControl::PrivilegedContainers,
+        ])],
+    );
+    let exceptions = kinds_of(&t, "PolicyException");
+    assert_eq!(exceptions.len(), 1, "{exceptions:#?}");
+    assert_eq!(
+        exceptions[0]["spec"]["allowedValues"],
+        json!(["Privileged Containers"])
+    );
+    let unexcepted = translated(KyvernoApi::Cel, Engine::Kyverno, vec![]);
+    let policies = kinds_of(&t, "ValidatingPolicy");
+    let before = kinds_of(&unexcepted, "ValidatingPolicy");
+    assert_eq!(policies.len(), 2);
+    for (policy, before) in policies.iter().zip(&before) {
+        let validations = policy["spec"]["validations"]
+            .as_array()
+            .expect("validations");
+        let before = before["spec"]["validations"]
+            .as_array()
+            .expect("validations");
+        for (i, (got, was)) in validations.iter().zip(before).enumerate() {
+            let was_expression = was["expression"].as_str().expect("expression");
+            if got["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Privileged"))
+            {
+                assert_eq!(
+                    got["expression"],
+                    format!(
+                        "('Privileged Containers' in exceptions.allowedValues) || ({was_expression})"
+                    ),
+                    "validation {i}"
+                );
+            } else {
+                assert_eq!(got, was, "validation {i}: untouched");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_admission_engine_lets_the_excepted_workloads_out_of_only_the_validations_of_the_controls_named()
+ {
+    let run = |exceptions| {
+        let t = translated(KyvernoApi::Legacy, Engine::Admission, exceptions);
+        kinds_of(&t, "ValidatingAdmissionPolicy")[0]["spec"].clone()
+    };
+    let got = run(vec![controls_exception(&[
+        PodSecurityControl::PrivilegedContainers,
+    ])]);
+    let before = run(vec![]);
+    assert_eq!(
+        got["matchConditions"], before["matchConditions"],
+        "the excepted workloads are judged"
+    );
+    let excepted = "(object.metadata.?namespace.orValue('') == \"shop\" && \
+        object.metadata.?labels.orValue({})[?\"tier\"] == optional.of(\"legacy\"))";
+    let validations = got["validations"].as_array().expect("validations");
+    let before = before["validations"].as_array().expect("validations");
+    let mut changed = 0;
+    for (got, was) in validations.iter().zip(before) {
+        if got == was {
+            continue;
+        }
+        changed += 1;
+        assert!(
+            got["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Privileged containers")),
+            "{got}"
+        );
+        assert_eq!(
+            got["expression"],
+            format!(
+                "({excepted}) || ({})",
+                was["expression"].as_str().expect("expression")
+            )
+        );
+    }
+    assert_eq!(changed, 1);
 }

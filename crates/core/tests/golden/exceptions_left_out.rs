@@ -6,17 +6,19 @@
 use crate::builders::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
+use nimbus_api::PodSecurityControl;
 use nimbus_core::catalog::Engine;
 use nimbus_core::engines::{
     EngineSet, Environment, PolicyInput, Preference, Translation, translate,
 };
-use nimbus_core::exceptions::Excepted;
+use nimbus_core::exceptions::{Excepted, ExceptionKind};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
 /// Exception `name` in `namespace` to `intent`, for the pods `selector` selects.
 fn exception(name: &str, namespace: &str, intent: &str, selector: Value) -> Excepted {
     Excepted {
+        kind: Default::default(),
         name: name.into(),
         namespace: namespace.into(),
         selector: serde_json::from_value::<LabelSelector>(selector).unwrap(),
@@ -24,6 +26,7 @@ fn exception(name: &str, namespace: &str, intent: &str, selector: Value) -> Exce
         reason: "until the vendor's 2.4 release".into(),
         expires_at: Timestamp::from_second(1_800_000_000).unwrap(),
         signatures: Default::default(),
+        controls: None,
     }
 }
 
@@ -118,9 +121,28 @@ fn kubearmor_keeps_enforcing_what_its_selector_cannot_leave_out_and_says_so() {
     let message = &t.problems[0].message;
     assert!(
         message.starts_with("kubearmor does not honour exceptions to intent `escapeToHost`")
-            && message.contains("(vendor-agent)")
+            && message.contains("(SecurityIntentException vendor-agent)")
             && message.contains("Exists"),
         "{message}"
+    );
+
+    // An exception of some Pod Security controls only: KubeArmor checks none by name, and
+    // the workloads stay held to the rest of the intent.
+    let privileged = Excepted {
+        controls: Some(BTreeSet::from([PodSecurityControl::PrivilegedContainers])),
+        ..exception("privileged", NS, "escapeToHost", two_labels())
+    };
+    let t = kubearmor(vec![privileged]);
+    assert_eq!(of(&t, Engine::KubeArmor), plain);
+    let kubearmor_said: Vec<(&str, bool)> = (t.problems.iter())
+        .filter(|p| p.message.starts_with("kubearmor"))
+        .map(|p| (p.reason, p.blocking))
+        .collect();
+    assert_eq!(
+        kubearmor_said,
+        [("ExceptionNotHonoured", false)],
+        "{:#?}",
+        t.problems
     );
 }
 
@@ -229,6 +251,37 @@ fn cluster_network_policies_leave_the_excepted_pods_out_of_their_namespace_at_on
             }}),
         ]
     );
+    // A ClusterSecurityIntentException naming two namespaces is in force in each: the
+    // namespaces of neither, then each of them, one label at a time.
+    let cluster = |namespace: &str| Excepted {
+        kind: ExceptionKind::Cluster,
+        ..exception("vendor-agents", namespace, "dnsManipulation", two_labels())
+    };
+    let t = cluster_network(vec![cluster(NS), cluster("billing")]);
+    no_problems(&t);
+    let both = of(&t, Engine::ClusterNetworkPolicy);
+    assert_eq!(both.len(), 5, "{both:#?}");
+    let rest = &both[4]["spec"]["subject"]["pods"]["namespaceSelector"]["matchExpressions"][1];
+    assert_eq!(
+        rest,
+        &json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["billing", NS]})
+    );
+    let in_namespace: Vec<&Value> = both[..4]
+        .iter()
+        .map(
+            |p| &p["spec"]["subject"]["pods"]["namespaceSelector"]["matchExpressions"][1]["values"],
+        )
+        .collect();
+    assert_eq!(
+        in_namespace,
+        [
+            &json!(["billing"]),
+            &json!(["billing"]),
+            &json!([NS]),
+            &json!([NS])
+        ]
+    );
+
     // Otherwise the unexcepted policy, priority included.
     for p in &split {
         let mut p = p.clone();

@@ -5,9 +5,9 @@
 use super::manifests::{Loaded, Manifest, Origin};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use nimbus_api::{MatchIntent, SecurityIntentException};
+use nimbus_api::{ClusterSecurityIntentException, MatchIntent, SecurityIntentException};
 use nimbus_core::engines::PolicyInput;
-use nimbus_core::exceptions::{self, BindingRef, Excepted, Rules, Standing};
+use nimbus_core::exceptions::{self, BindingRef, Excepted, Exception, Rules, Standing};
 use std::collections::BTreeMap;
 
 /// The clock and the limit exceptions are judged by.
@@ -31,6 +31,7 @@ impl ClockArgs {
 /// The manifests' exceptions and what they name, as the operator's caches would hold them.
 pub(super) struct Exceptions<'a> {
     exceptions: Vec<(&'a Origin, SecurityIntentException)>,
+    cluster_exceptions: Vec<(&'a Origin, &'a ClusterSecurityIntentException)>,
     /// What each binding among the manifests binds (its `spec.intents`).
     bindings: BTreeMap<BindingRef, &'a [MatchIntent]>,
     /// The intent ID of each SecurityIntent among the manifests, by its name.
@@ -46,6 +47,7 @@ impl<'a> Exceptions<'a> {
         let in_namespace = |ns: Option<String>| ns.unwrap_or_else(|| namespace.to_owned());
         let mut out = Self {
             exceptions: Vec::new(),
+            cluster_exceptions: Vec::new(),
             bindings: BTreeMap::new(),
             intent_ids: BTreeMap::new(),
             now: clock.now(),
@@ -70,6 +72,7 @@ impl<'a> Exceptions<'a> {
                     e.metadata.namespace = Some(in_namespace(e.namespace()));
                     out.exceptions.push((origin, e));
                 }
+                Manifest::ClusterException(e) => out.cluster_exceptions.push((origin, e)),
             }
         }
         out
@@ -82,7 +85,7 @@ impl<'a> Exceptions<'a> {
             return Vec::new();
         };
         let (in_force, _changes_at) = exceptions::in_force(
-            self.exceptions.iter().map(|(_, e)| e),
+            self.all().map(|(_, e)| e),
             binding,
             || self.bound_intents(binding),
             input.namespace.as_deref(),
@@ -96,15 +99,11 @@ impl<'a> Exceptions<'a> {
     /// (<reason>: <message>)`), and the problems: every exception engines would not honour.
     pub(super) fn standings(&self) -> (Vec<String>, Vec<String>) {
         let (mut lines, mut problems) = (Vec::new(), Vec::new());
-        for (origin, exception) in &self.exceptions {
+        for (origin, exception) in self.all() {
             let bound = self.bound_intents(&BindingRef::of(exception));
             let standing = exceptions::standing(exception, bound.as_ref(), self.now, self.rules);
             let status = exceptions::status(exception, &standing);
-            let what = format!(
-                "SecurityIntentException {}/{}",
-                exception.namespace().unwrap_or_default(),
-                exception.name_any()
-            );
+            let what = exception.describe();
             for c in &status.conditions {
                 lines.push(format!(
                     "{what}: {}={} ({}: {})",
@@ -119,6 +118,16 @@ impl<'a> Exceptions<'a> {
             }
         }
         (lines, problems)
+    }
+
+    /// Every exception of the manifests, of both kinds.
+    fn all(&self) -> impl Iterator<Item = (&Origin, Exception<'_>)> {
+        let namespaced = self.exceptions.iter().map(|(o, e)| (*o, e.into()));
+        let cluster = self
+            .cluster_exceptions
+            .iter()
+            .map(|(o, e)| (*o, (*e).into()));
+        namespaced.chain(cluster)
     }
 
     /// The SecurityIntents `binding` binds, by name, with their intent IDs; `None` when the

@@ -4,9 +4,10 @@
 use anyhow::Context as _;
 use kube::{Resource, ResourceExt};
 use nimbus_api::{
-    ClusterSecurityIntentBinding, GROUP, SecurityIntent, SecurityIntentBinding,
-    SecurityIntentException, VERSION,
+    ClusterSecurityIntentBinding, ClusterSecurityIntentException, GROUP, SecurityIntent,
+    SecurityIntentBinding, SecurityIntentException, VERSION,
 };
+use nimbus_core::exceptions::Exception;
 use nimbus_core::validation;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -56,6 +57,7 @@ pub(super) enum Manifest {
     Binding(SecurityIntentBinding),
     ClusterBinding(ClusterSecurityIntentBinding),
     Exception(SecurityIntentException),
+    ClusterException(ClusterSecurityIntentException),
 }
 
 impl Manifest {
@@ -68,6 +70,9 @@ impl Manifest {
                 format!("ClusterSecurityIntentBinding {}", b.name_any())
             }
             Manifest::Exception(e) => format!("SecurityIntentException {}", e.name_any()),
+            Manifest::ClusterException(e) => {
+                format!("ClusterSecurityIntentException {}", e.name_any())
+            }
         }
     }
 
@@ -81,6 +86,7 @@ impl Manifest {
             Manifest::Binding(b) => (&b.metadata, true),
             Manifest::ClusterBinding(b) => (&b.metadata, false),
             Manifest::Exception(e) => (&e.metadata, true),
+            Manifest::ClusterException(e) => (&e.metadata, false),
         };
         let mut out = validation::object_name(meta.name.as_deref(), "metadata.name");
         if let (true, Some(ns)) = (namespaced, &meta.namespace) {
@@ -101,36 +107,62 @@ impl Manifest {
                 ACTIONS.join(" or ")
             ));
         }
-        if let Manifest::Exception(e) = self {
-            out.extend(exception_problems(e));
+        match self {
+            Manifest::Exception(e) => out.extend(exception_problems(e.into())),
+            Manifest::ClusterException(e) => out.extend(exception_problems(e.into())),
+            _ => {}
         }
         out
     }
 }
 
-/// What the exception CRD's schema refuses beyond what parsing checked.
-fn exception_problems(exception: &SecurityIntentException) -> Vec<String> {
-    let spec = &exception.spec;
-    let bindings = [
-        SecurityIntentBinding::kind(&()),
-        ClusterSecurityIntentBinding::kind(&()),
-    ];
+/// What the exception CRDs' schemas refuse beyond what parsing checked.
+fn exception_problems(exception: Exception) -> Vec<String> {
+    let binding = exception.binding();
+    let bindings = match exception {
+        Exception::Namespaced(_) => vec![
+            SecurityIntentBinding::kind(&()),
+            ClusterSecurityIntentBinding::kind(&()),
+        ],
+        Exception::Cluster(_) => vec![ClusterSecurityIntentBinding::kind(&())],
+    };
     let mut out = Vec::new();
-    if !bindings.contains(&spec.binding.kind.as_str().into()) {
+    if !bindings.contains(&binding.kind.as_str().into()) {
         out.push(format!(
             "spec.binding.kind `{}` must be {} (the CRD refuses anything else)",
-            spec.binding.kind,
+            binding.kind,
             bindings.join(" or ")
         ));
     }
+    let namespaces = match exception {
+        Exception::Namespaced(_) => None,
+        Exception::Cluster(e) => Some(&e.spec.namespaces),
+    };
     let required = [
-        ("spec.binding.name", spec.binding.name.is_empty()),
-        ("spec.intents", spec.intents.is_empty()),
-        ("spec.reason", spec.reason.is_empty()),
+        ("spec.binding.name", binding.name.is_empty()),
+        ("spec.intents", exception.intents().is_empty()),
+        ("spec.namespaces", namespaces.is_some_and(Vec::is_empty)),
+        ("spec.reason", exception.reason().is_empty()),
     ];
     for (field, empty) in required {
         if empty {
             out.push(format!("{field} must not be empty (the CRD refuses it)"));
+        }
+    }
+    // Unknown control names fail parsing; an empty list or a repeated name, the CRD's
+    // `minItems` and list type `set`.
+    if let Some(controls) = exception.pod_security_controls() {
+        let distinct: std::collections::BTreeSet<_> = controls.iter().collect();
+        if controls.is_empty() {
+            out.push(
+                "spec.podSecurityControls must not be empty; leave it out to except the whole \
+                 intents (the CRD refuses it)"
+                    .to_owned(),
+            );
+        } else if distinct.len() < controls.len() {
+            out.push(
+                "spec.podSecurityControls names a control twice (the CRD refuses it)".to_owned(),
+            );
         }
     }
     out
@@ -330,12 +362,15 @@ fn manifest(value: Value) -> Result<Manifest, String> {
             "SecurityIntentException" => serde_json::from_value(value)
                 .map(Manifest::Exception)
                 .map_err(typed),
+            "ClusterSecurityIntentException" => serde_json::from_value(value)
+                .map(Manifest::ClusterException)
+                .map_err(typed),
             other => Err(format!("unknown kind `{other}` in {exceptions}")),
         };
     }
     if api_version != format!("{GROUP}/{VERSION}") {
         return Err(format!(
-            "unknown kind `{kind}` of `{api_version}` (expected SecurityIntent, SecurityIntentBinding or ClusterSecurityIntentBinding of {GROUP}/{VERSION}, or SecurityIntentException of {exceptions})"
+            "unknown kind `{kind}` of `{api_version}` (expected SecurityIntent, SecurityIntentBinding or ClusterSecurityIntentBinding of {GROUP}/{VERSION}, or SecurityIntentException or ClusterSecurityIntentException of {exceptions})"
         ));
     }
     match kind.as_str() {

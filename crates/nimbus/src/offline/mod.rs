@@ -141,7 +141,7 @@ fn semantic_problems(loaded: &Loaded, sandbox_roles: &BTreeSet<String>) -> Vec<S
                 continue;
             }
             // Where an exception stands is judged at a time: see `Exceptions::standings`.
-            Manifest::Exception(_) => continue,
+            Manifest::Exception(_) | Manifest::ClusterException(_) => continue,
             Manifest::Binding(b) => {
                 if let Err(e) = compile_binding(&b.spec, |_| None::<SecurityIntent>) {
                     out.push(format!("{origin}: {what}: {e}"));
@@ -209,7 +209,9 @@ fn opt_in_problems(loaded: &Loaded) -> Vec<String> {
     let mut out = Vec::new();
     for (origin, manifest) in &loaded.manifests {
         let (what, refs, annotations) = match manifest {
-            Manifest::Intent(_) | Manifest::Exception(_) => continue,
+            Manifest::Intent(_) | Manifest::Exception(_) | Manifest::ClusterException(_) => {
+                continue;
+            }
             Manifest::Binding(b) => (
                 format!("SecurityIntentBinding {}", b.name_any()),
                 &b.spec.intents,
@@ -284,7 +286,7 @@ fn readiness(loaded: &Loaded) -> Vec<String> {
     let mut out = Vec::new();
     for (_, manifest) in &loaded.manifests {
         match manifest {
-            Manifest::Intent(_) | Manifest::Exception(_) => {}
+            Manifest::Intent(_) | Manifest::Exception(_) | Manifest::ClusterException(_) => {}
             Manifest::Binding(b) => {
                 let mut b = b.clone();
                 b.metadata.namespace.get_or_insert_with(|| "default".into());
@@ -463,7 +465,7 @@ fn translate_all(
         };
     for (_, manifest) in &loaded.manifests {
         match manifest {
-            Manifest::Intent(_) | Manifest::Exception(_) => {}
+            Manifest::Intent(_) | Manifest::Exception(_) | Manifest::ClusterException(_) => {}
             Manifest::Binding(b) => {
                 let mut b = b.clone();
                 b.metadata

@@ -4,7 +4,9 @@
 //! policies (a match condition the operator writes). An exception expiring 20 s into the test
 //! lets a privileged pod in before, and not after; a pod it does not select is denied
 //! throughout. The privileged pod admitted while it held runs on: Kyverno's reports controller
-//! reports it once the exception has expired, and so does our report.
+//! reports it once the exception has expired, and so does our report. An exception of one Pod
+//! Security control lets the privileged pod in, and not the same pod sharing the host's PID
+//! namespace.
 
 use crate::common::{CONVERGE, apply, unique};
 use crate::{Selecting, bind_cluster, intent, unbind_cluster};
@@ -30,10 +32,33 @@ async fn privileged_pod(
     ns: &str,
     labels: serde_json::Value,
 ) -> Result<(), String> {
+    dry_run_pod(client, ns, labels, HostPid::No).await
+}
+
+/// Whether the pod [`dry_run_pod`] creates shares the host's PID namespace.
+#[derive(Clone, Copy, Debug)]
+enum HostPid {
+    Yes,
+    No,
+}
+
+/// As [`privileged_pod`], the pod also sharing the host's PID namespace when `host_pid` says:
+/// another control of the Pod Security Standards (Host Namespaces) than its privileged
+/// container's (Privileged Containers).
+async fn dry_run_pod(
+    client: &Client,
+    ns: &str,
+    labels: serde_json::Value,
+    host_pid: HostPid,
+) -> Result<(), String> {
+    let mut spec = json!({"containers": [crate::kyverno::container(json!({"privileged": true}))]});
+    if matches!(host_pid, HostPid::Yes) {
+        spec["hostPID"] = true.into();
+    }
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"generateName": "exc-", "labels": labels},
-        "spec": {"containers": [crate::kyverno::container(json!({"privileged": true}))]},
+        "spec": spec,
     }))
     .expect("pod");
     let dry_run = PostParams {
@@ -58,6 +83,17 @@ async fn except(
     intent: &str,
     labels: serde_json::Value,
 ) -> (String, Timestamp) {
+    except_controls(api, binding, intent, labels, &[]).await
+}
+
+/// As [`except`], out of only the Pod Security `controls` when it names any.
+async fn except_controls(
+    api: &Api<SecurityIntentException>,
+    binding: serde_json::Value,
+    intent: &str,
+    labels: serde_json::Value,
+    controls: &[&str],
+) -> (String, Timestamp) {
     let name = unique("vendor");
     let expires_at = Timestamp::now()
         .round(Unit::Second)
@@ -75,6 +111,10 @@ async fn except(
             "expiresAt": expires_at.to_string(),
         }
     });
+    let mut exception = exception;
+    if !controls.is_empty() {
+        exception["spec"]["podSecurityControls"] = json!(controls);
+    }
     apply(api, &name, &exception).await;
     (name, expires_at)
 }
@@ -181,12 +221,30 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
     .await;
 
     // Before expiry: the excepted pod is admitted, the other still denied, and the exception
-    // says it is honoured.
+    // says it is honoured. Where the engine's scan judges running pods, the excepted pod is
+    // created for real, to run on after expiry: the first creation admitted is that pod (not a
+    // dry run followed by a creation, which a busy machine may push past the expiry).
+    let agent: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "agent", "labels": excepted},
+        "spec": {"containers": [crate::kyverno::container(json!({"privileged": true}))]},
+    }))
+    .expect("pod");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns.name());
+    let admit = async || match scanned {
+        Scanned::No => privileged_pod(&client, ns.name(), excepted.clone()).await,
+        Scanned::Yes => match pods.create(&PostParams::default(), &agent).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(kube::Error::Api(e)) => Err(e.message),
+            Err(e) => panic!("creating the excepted pod: {e}"),
+        },
+    };
     eventually(
         &format!("{engine}: the excepted pod admitted"),
         CONVERGE,
         async |seen| {
-            let admitted = privileged_pod(&client, ns.name(), excepted.clone()).await;
+            let admitted = admit().await;
             let state = active(&exceptions, &name).await;
             *seen = format!("{admitted:?}, Active: {state:?}");
             (admitted.is_ok() && state == Some(("True".into(), "Active".into()))).then_some(())
@@ -200,18 +258,6 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
     privileged_pod(&client, ns.name(), held.clone())
         .await
         .expect_err("a pod the exception does not select is still denied");
-    if scanned == Scanned::Yes {
-        let agent: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "agent", "labels": excepted},
-            "spec": {"containers": [crate::kyverno::container(json!({"privileged": true}))]},
-        }))
-        .expect("pod");
-        Api::<Pod>::namespaced(client.clone(), ns.name())
-            .create(&PostParams::default(), &agent)
-            .await
-            .expect("the excepted privileged pod, created while the exception holds");
-    }
 
     // At expiry: denied again, the exception says why it is no longer honoured.
     let wait = Duration::try_from(expires_at.duration_since(Timestamp::now())).unwrap_or_default();
@@ -265,6 +311,125 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
     unbind_cluster(&client, &csib).await;
 }
 
+/// escapeToHost (baseline) bound by a cluster binding to `app: web`, enforced with `engine`, and
+/// an exception for the pods labelled `tier: legacy` out of only Privileged Containers,
+/// expiring 20 s after it is created. While it holds, the excepted workload's privileged pod is
+/// admitted, but the same pod sharing the host's PID namespace (Host Namespaces, a control it
+/// does not name) is denied, and so is a privileged pod it does not select; from expiry the
+/// privileged pod is denied again.
+async fn an_exception_of_one_control_holds_the_others(cp: &ControlPlane, engine: &str) {
+    let client = cp.client().expect("client");
+    let ns = crate::kyverno::namespace(cp, "exc-ctl").await;
+    let si = intent(
+        &client,
+        "escapeToHost",
+        "Block",
+        json!({"psaLevel": ["baseline"]}),
+    )
+    .await;
+    let selecting = Selecting {
+        labels: json!({"app": "web"}),
+        allow_sensitive: None,
+        shadow: false,
+    };
+    let csib = bind_cluster(&client, ns.name(), &si, &selecting).await;
+    let excepted = json!({"app": "web", "tier": "legacy"});
+    let held = json!({"app": "web"});
+    let judged = async || {
+        (
+            dry_run_pod(&client, ns.name(), excepted.clone(), HostPid::No).await,
+            dry_run_pod(&client, ns.name(), excepted.clone(), HostPid::Yes).await,
+            dry_run_pod(&client, ns.name(), held.clone(), HostPid::No).await,
+        )
+    };
+    eventually(
+        &format!("{engine}: the bound pods denied"),
+        CONVERGE,
+        async |seen| {
+            let results = judged().await;
+            *seen = format!("{results:?}");
+            (results.0.is_err() && results.1.is_err() && results.2.is_err()).then_some(())
+        },
+    )
+    .await;
+
+    let exceptions = Api::<SecurityIntentException>::namespaced(client.clone(), ns.name());
+    let (name, expires_at) = except_controls(
+        &exceptions,
+        json!({"kind": "ClusterSecurityIntentBinding", "name": csib}),
+        &si,
+        json!({"tier": "legacy"}),
+        &["Privileged Containers"],
+    )
+    .await;
+    let (_, host_pid, other) = eventually(
+        &format!("{engine}: the excepted privileged pod admitted"),
+        CONVERGE,
+        async |seen| {
+            let results = judged().await;
+            let state = active(&exceptions, &name).await;
+            *seen = format!("{results:?}, Active: {state:?}");
+            (results.0.is_ok() && state == Some(("True".into(), "Active".into())))
+                .then_some(results)
+        },
+    )
+    .await;
+    assert!(
+        Timestamp::now() < expires_at,
+        "{engine}: the exception took its whole 20 s to be honoured"
+    );
+    let host_pid = host_pid.expect_err("the excepted workload sharing the host's PID namespace");
+    eprintln!("{engine}: the excepted workload with hostPID denied: {host_pid}");
+    assert!(
+        host_pid.to_lowercase().contains("host"),
+        "{engine}: denied for its host namespace: {host_pid}"
+    );
+    other.expect_err("a privileged pod the exception does not select");
+    // Judged again, not only once: the hostPID pod stays denied while the privileged one is in.
+    let again = judged().await;
+    assert!(
+        again.0.is_ok() && again.1.is_err() && again.2.is_err(),
+        "{engine}: {again:?}"
+    );
+
+    let wait = Duration::try_from(expires_at.duration_since(Timestamp::now())).unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    let denial = eventually(
+        &format!("{engine}: the excepted privileged pod denied after expiry"),
+        CONVERGE,
+        async |seen| {
+            let admitted = privileged_pod(&client, ns.name(), excepted.clone()).await;
+            *seen = format!("{admitted:?}");
+            admitted.err().map(|denied| (Timestamp::now(), denied))
+        },
+    )
+    .await;
+    let lag = Duration::try_from(denial.0.duration_since(expires_at)).unwrap_or_default();
+    eprintln!(
+        "{engine}: the privileged pod denied {lag:?} after expiresAt: {}",
+        denial.1
+    );
+    unbind_cluster(&client, &csib).await;
+}
+
+#[tokio::test]
+async fn kyverno_lets_an_exception_of_one_control_out_of_that_control_only() {
+    let cp = crate::kyverno::cluster(KyvernoApi::Legacy);
+    an_exception_of_one_control_holds_the_others(cp, "kyverno").await;
+}
+
+#[tokio::test]
+async fn kyverno_in_cel_kinds_lets_an_exception_of_one_control_out_of_that_control_only() {
+    let cp = crate::kyverno::cluster(KyvernoApi::Cel);
+    an_exception_of_one_control_holds_the_others(cp, "kyverno (CEL)").await;
+}
+
+#[tokio::test]
+async fn the_admission_engine_lets_an_exception_of_one_control_out_of_that_control_only() {
+    let cp = crate::admission::cluster();
+    an_exception_of_one_control_holds_the_others(cp, "admission").await;
+}
+
 #[tokio::test]
 async fn kyverno_honours_an_exception_until_it_expires() {
     let cp = crate::kyverno::cluster(KyvernoApi::Legacy);
@@ -281,6 +446,123 @@ async fn kyverno_in_cel_kinds_honours_an_exception_until_it_expires() {
 async fn the_admission_engine_honours_an_exception_until_it_expires() {
     let cp = crate::admission::cluster();
     an_exception_holds_until_it_expires(cp, "admission", Scanned::No).await;
+}
+
+/// A ClusterSecurityIntentException lets out the workloads of the namespaces it names, and
+/// only those, until it expires: escapeToHost (baseline) bound by a cluster binding to
+/// `app: web` in three namespaces and enforced by kube-apiserver's admission policies; the
+/// exception names two of them. The excepted privileged pod is admitted in those two and
+/// denied in the third; after expiry it is denied in all three.
+#[tokio::test]
+async fn a_cluster_exception_lets_out_the_namespaces_it_names_until_it_expires() {
+    use nimbus_api::{ClusterSecurityIntentBinding, ClusterSecurityIntentException};
+    let cp = crate::admission::cluster();
+    let client = cp.client().expect("client");
+    let (a, b, c) = (
+        crate::admission::namespace(cp, "cexc-a").await,
+        crate::admission::namespace(cp, "cexc-b").await,
+        crate::admission::namespace(cp, "cexc-c").await,
+    );
+    let si = intent(
+        &client,
+        "escapeToHost",
+        "Block",
+        json!({"psaLevel": ["baseline"]}),
+    )
+    .await;
+    let csib = unique("eff");
+    let bindings = Api::<ClusterSecurityIntentBinding>::all(client.clone());
+    let binding = json!({
+        "apiVersion": "intent.security.nimbus.com/v1alpha1", "kind": "ClusterSecurityIntentBinding",
+        "metadata": {"name": csib},
+        "spec": {"intents": [{"name": si}],
+                 "selector": {"nsSelector": {"matchNames": [a.name(), b.name(), c.name()]},
+                              "workloadSelector": {"matchLabels": {"app": "web"}}}}
+    });
+    apply(&bindings, &csib, &binding).await;
+    crate::ready(&bindings, &csib, false).await;
+    let excepted = json!({"app": "web", "tier": "legacy"});
+    let admitted_in = async |labels: &serde_json::Value| {
+        let mut admitted = Vec::new();
+        for ns in [&a, &b, &c] {
+            if privileged_pod(&client, ns.name(), labels.clone())
+                .await
+                .is_ok()
+            {
+                admitted.push(ns.name().to_owned());
+            }
+        }
+        admitted
+    };
+    eventually("the bound pods denied everywhere", CONVERGE, async |seen| {
+        let admitted = admitted_in(&excepted).await;
+        *seen = format!("admitted in {admitted:?}");
+        admitted.is_empty().then_some(())
+    })
+    .await;
+
+    let name = unique("vendor");
+    let expires_at = Timestamp::now()
+        .round(Unit::Second)
+        .expect("rounded")
+        .checked_add(LASTS)
+        .expect("expiry");
+    let exceptions = Api::<ClusterSecurityIntentException>::all(client.clone());
+    let exception = json!({
+        "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+        "kind": "ClusterSecurityIntentException",
+        "metadata": {"name": name},
+        "spec": {
+            "binding": {"kind": "ClusterSecurityIntentBinding", "name": csib},
+            "intents": [si],
+            "namespaces": [a.name(), b.name()],
+            "selector": {"matchLabels": {"tier": "legacy"}},
+            "reason": "the vendor's agents until their 2.4 release",
+            "expiresAt": expires_at.to_string(),
+        }
+    });
+    apply(&exceptions, &name, &exception).await;
+    let active = async || {
+        let e = exceptions.get_opt(&name).await.ok()??;
+        let c = e
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Active")?;
+        Some((c.status, c.reason))
+    };
+    let named = vec![a.name().to_owned(), b.name().to_owned()];
+    eventually(
+        "the excepted pod admitted where named",
+        CONVERGE,
+        async |seen| {
+            let admitted = admitted_in(&excepted).await;
+            let state = active().await;
+            *seen = format!("admitted in {admitted:?}, Active: {state:?}");
+            (admitted == named && state == Some(("True".into(), "Active".into()))).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        Timestamp::now() < expires_at,
+        "the exception took its whole 20 s to be honoured"
+    );
+    assert_eq!(
+        admitted_in(&json!({"app": "web"})).await,
+        Vec::<String>::new(),
+        "a pod the exception does not select is still denied everywhere"
+    );
+
+    let wait = Duration::try_from(expires_at.duration_since(Timestamp::now())).unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    eventually("denied everywhere after expiry", CONVERGE, async |seen| {
+        let admitted = admitted_in(&excepted).await;
+        let state = active().await;
+        *seen = format!("admitted in {admitted:?}, Active: {state:?}");
+        (admitted.is_empty() && state == Some(("False".into(), "Expired".into()))).then_some(())
+    })
+    .await;
+    unbind_cluster(&client, &csib).await;
 }
 
 /// Whether each of `pods` (name, labels) in `ns` may reach an external address on 443/TCP,

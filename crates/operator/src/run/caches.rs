@@ -13,8 +13,8 @@ use futures::{FutureExt, future};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client, Resource};
 use nimbus_api::{
-    ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent,
-    SecurityIntentBinding, SecurityIntentException,
+    ClusterNimbusPolicy, ClusterSecurityIntentBinding, ClusterSecurityIntentException,
+    NimbusPolicy, SecurityIntent, SecurityIntentBinding, SecurityIntentException,
 };
 use nimbus_core::engines::NativeKind;
 use std::collections::BTreeMap;
@@ -33,6 +33,7 @@ pub(super) struct Caches {
     pub(super) cluster_policies: Cache<ClusterNimbusPolicy>,
     pub(super) namespaces: Cache<Namespace>,
     pub(super) exceptions: Cache<SecurityIntentException>,
+    pub(super) cluster_exceptions: Cache<ClusterSecurityIntentException>,
     /// The kinds the enabled engines write: our objects, with an index by controller.
     pub(super) natives: Vec<(&'static NativeKind, Cache<NativeObject>, natives::Owned)>,
     /// Cluster facts the enabled engines read.
@@ -63,6 +64,7 @@ impl Caches {
             cluster_policies: cluster_wide(client, metrics, main_resource_fields_only),
             namespaces: cluster_wide(client, metrics, without_managed_fields),
             exceptions: cluster_wide(client, metrics, without_managed_fields),
+            cluster_exceptions: cluster_wide(client, metrics, without_managed_fields),
             natives: native_kinds
                 .iter()
                 .map(|(kind, namespace)| {
@@ -93,6 +95,7 @@ impl Caches {
             posture::signal(self.cluster_policies.subscribe()),
             posture::signal(self.namespaces.subscribe()),
             posture::signal(self.exceptions.subscribe()),
+            posture::signal(self.cluster_exceptions.subscribe()),
             posture::signal(WatchStream::from_changes(served.clone())),
         ];
         inputs.extend(
@@ -118,6 +121,7 @@ impl Caches {
             self.cluster_policies.synced().boxed(),
             self.namespaces.synced().boxed(),
             self.exceptions.synced().boxed(),
+            self.cluster_exceptions.synced().boxed(),
         ];
         listed.extend(self.facts.listed());
         let mut discovered = availability.discovered.clone();
@@ -159,6 +163,7 @@ impl Caches {
             self.cluster_policies.driver(),
             self.namespaces.driver(),
             self.exceptions.driver(),
+            self.cluster_exceptions.driver(),
             availability,
         ];
         drivers.extend(self.facts.drivers());

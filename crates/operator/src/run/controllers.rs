@@ -160,11 +160,14 @@ pub(super) fn cluster_binding_controller(
 }
 
 pub(super) fn policy_controller(ctx: &Arc<Context>, caches: &mut Caches, t: &Triggers) -> Driver {
-    let policies = ctx.policies.clone();
+    let (policies, for_cluster) = (ctx.policies.clone(), ctx.policies.clone());
     let controller = Controller::for_stream(caches.policies.subscribe(), ctx.policies.clone())
         // An exception to its binding comes, changes or goes.
         .watches_stream(caches.exceptions.subscribe(), move |e| {
             exceptions::policies_of(&policies, &e)
+        })
+        .watches_stream(caches.cluster_exceptions.subscribe(), move |e| {
+            exceptions::policies_of(&for_cluster, &e)
         });
     let controller = translating(controller, ctx, caches, t, |obj| {
         owner::<NimbusPolicy, _>(&obj, obj.namespace().as_deref())
@@ -185,13 +188,16 @@ pub(super) fn cluster_policy_controller(
     caches: &mut Caches,
     t: &Triggers,
 ) -> Driver {
-    let policies = ctx.cluster_policies.clone();
+    let (policies, for_cluster) = (ctx.cluster_policies.clone(), ctx.cluster_policies.clone());
     let controller = Controller::for_stream(
         caches.cluster_policies.subscribe(),
         ctx.cluster_policies.clone(),
     )
     .watches_stream(caches.exceptions.subscribe(), move |e| {
         exceptions::cluster_policies_of(&policies, &e)
+    })
+    .watches_stream(caches.cluster_exceptions.subscribe(), move |e| {
+        exceptions::cluster_policies_of(&for_cluster, &e)
     });
     let mut controller = translating(controller, ctx, caches, t, |obj| {
         owner::<ClusterNimbusPolicy, _>(&obj, None)
@@ -217,49 +223,76 @@ pub(super) fn exception_controller(
     caches: &mut Caches,
     t: &Triggers,
 ) -> Driver {
-    // Where an exception stands depends on its binding and the intents that binds.
-    let (by_binding, by_cluster_binding, by_intent) = (
-        ctx.exceptions.store.clone(),
-        ctx.exceptions.store.clone(),
-        ctx.exceptions.store.clone(),
+    let store = ctx.exceptions.store.clone();
+    let controller = Controller::for_stream(caches.exceptions.subscribe(), store.clone());
+    let controller = standing_on_bindings(controller, &store, caches, t).run(
+        gated("exception", store, exception::reconcile),
+        error_policy,
+        ctx.clone(),
     );
-    let controller =
-        Controller::for_stream(caches.exceptions.subscribe(), ctx.exceptions.store.clone())
-            .watches_stream(
-                caches.bindings.subscribe(),
-                move |b: SecurityIntentBinding| {
-                    exceptions::naming(
-                        &by_binding,
-                        &BindingRef::namespaced(&b.name_any(), &b.namespace().unwrap_or_default()),
-                    )
-                },
-            )
-            .watches_stream(
-                caches.cluster_bindings.subscribe(),
-                move |b: ClusterSecurityIntentBinding| {
-                    exceptions::naming(&by_cluster_binding, &BindingRef::cluster(&b.name_any()))
-                },
-            )
-            .watches_stream(caches.intents.subscribe(), move |_: SecurityIntent| {
-                by_intent
-                    .state()
-                    .iter()
-                    .map(|e| ObjectRef::from_obj(&**e))
-                    .collect::<Vec<_>>()
-            })
-            .reconcile_all_on(t.leadership_gained())
-            .graceful_shutdown_on(t.stopped())
-            .with_config(t.controller_config())
-            .run(
-                gated(
-                    "exception",
-                    ctx.exceptions.store.clone(),
-                    exception::reconcile,
-                ),
-                error_policy,
-                ctx.clone(),
-            );
     drain(controller)
+}
+
+pub(super) fn cluster_exception_controller(
+    ctx: &Arc<Context>,
+    caches: &mut Caches,
+    t: &Triggers,
+) -> Driver {
+    let store = ctx.exceptions.cluster_store.clone();
+    let controller = Controller::for_stream(caches.cluster_exceptions.subscribe(), store.clone());
+    let controller = standing_on_bindings(controller, &store, caches, t).run(
+        gated("cluster_exception", store, exception::reconcile_cluster),
+        error_policy,
+        ctx.clone(),
+    );
+    drain(controller)
+}
+
+/// An exception controller's triggers: where an exception stands depends on its binding and
+/// the intents that binds.
+fn standing_on_bindings<K>(
+    controller: Controller<K>,
+    store: &Store<K>,
+    caches: &mut Caches,
+    t: &Triggers,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    for<'a> &'a Arc<K>: Into<nimbus_core::exceptions::Exception<'a>>,
+{
+    let (by_binding, by_cluster_binding, by_intent) = (store.clone(), store.clone(), store.clone());
+    controller
+        .watches_stream(
+            caches.bindings.subscribe(),
+            move |b: SecurityIntentBinding| {
+                exceptions::naming(
+                    &by_binding,
+                    &BindingRef::namespaced(&b.name_any(), &b.namespace().unwrap_or_default()),
+                )
+            },
+        )
+        .watches_stream(
+            caches.cluster_bindings.subscribe(),
+            move |b: ClusterSecurityIntentBinding| {
+                exceptions::naming(&by_cluster_binding, &BindingRef::cluster(&b.name_any()))
+            },
+        )
+        .watches_stream(caches.intents.subscribe(), move |_: SecurityIntent| {
+            by_intent
+                .state()
+                .iter()
+                .map(|e| ObjectRef::from_obj(&**e))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_all_on(t.leadership_gained())
+        .graceful_shutdown_on(t.stopped())
+        .with_config(t.controller_config())
 }
 
 /// A policy controller's triggers: a change to a native object reconciles the policy owning it

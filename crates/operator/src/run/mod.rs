@@ -10,8 +10,8 @@ pub use config::{Config, DEFAULT_RECONCILE_CONCURRENCY};
 
 use caches::Caches;
 use controllers::{
-    Triggers, binding_controller, cluster_binding_controller, cluster_policy_controller,
-    exception_controller, intent_controller, policy_controller,
+    Triggers, binding_controller, cluster_binding_controller, cluster_exception_controller,
+    cluster_policy_controller, exception_controller, intent_controller, policy_controller,
 };
 
 use crate::availability::{self, Served};
@@ -62,6 +62,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         policy_controller(&ctx, &mut caches, &triggers),
         cluster_policy_controller(&ctx, &mut caches, &triggers),
         exception_controller(&ctx, &mut caches, &triggers),
+        cluster_exception_controller(&ctx, &mut caches, &triggers),
     ]);
     // Every replica serves the posture API, leader or not: it only reads the caches.
     let posture = match &config.posture {
@@ -271,6 +272,7 @@ fn context(
         namespaces: caches.namespaces.store.clone(),
         exceptions: crate::context::Exceptions {
             store: caches.exceptions.store.clone(),
+            cluster_store: caches.cluster_exceptions.store.clone(),
             rules: nimbus_core::exceptions::Rules {
                 max_duration: config.exception_max_duration,
                 approval: config.exception_approval,

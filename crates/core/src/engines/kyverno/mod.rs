@@ -38,10 +38,13 @@ use super::{
     KYVERNO_VALIDATING_POLICY, NAMESPACED, NativeKind, Output, PolicyInput, Rule, excepted,
     selector_cel, selector_json,
 };
+use crate::exceptions::Excepted;
 use crate::intents::{id, param, param_value};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
+use nimbus_api::PodSecurityControl as Control;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
+use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 const POD: &str = "v1/Pod";
@@ -137,6 +140,8 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 "generate": no_generate(),
             });
             let built = build(policy, rule, rule.key, vec![body], Extra::Background);
+            // A level Kyverno knows and we do not (`privileged`) checks nothing to except.
+            let checked = Level::parse(&level).map(pss::controls).unwrap_or_default();
             let excepting = exceptions::legacy(
                 policy,
                 rule,
@@ -144,6 +149,7 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
                 &built.1,
                 "pod-security-standard",
                 PODS_AND_CONTROLLERS,
+                &checked,
             );
             std::iter::once(built).chain(excepting).collect()
         }
@@ -316,10 +322,8 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
             let Some(level) = Level::parse(&level) else {
                 return rule.untranslated(Engine::Kyverno);
             };
-            let validations: Vec<Value> = pss::checks(level, pss::OBJECT)
-                .into_iter()
-                .map(|c| json!({"expression": c.expression, "message": c.message}))
-                .collect();
+            let excepted = excepted(policy, rule);
+            let validations = cel_validations(level, &excepted);
             let action = match failure_action(&rule.spec.rule.action) {
                 "Enforce" => "Deny",
                 _ => "Audit",
@@ -356,8 +360,9 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
             let excepting = exceptions::cel(
                 policy,
                 rule,
-                &excepted(policy, rule),
+                &excepted,
                 &[&pods.1, &ephemeral.1],
+                &pss::controls(level),
             );
             [pods, ephemeral].into_iter().chain(excepting).collect()
         }
@@ -413,6 +418,27 @@ fn translate_cel(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output
         _ => return rule.untranslated(Engine::Kyverno),
     };
     Ok(policies.into())
+}
+
+/// escapeToHost's validations at `level`. The controls an exception in force (`excepted`) lets
+/// its workloads out of pass what a PolicyException names them for; the others read nothing of
+/// exceptions, so the policy is as before while none names a control.
+fn cel_validations(level: Level, excepted: &[&Excepted]) -> Vec<Value> {
+    let named: BTreeSet<Control> = excepted
+        .iter()
+        .flat_map(|e| e.controls.iter().flatten().copied())
+        .collect();
+    pss::checks(level, pss::OBJECT)
+        .into_iter()
+        .map(|c| {
+            let allowed = c
+                .control
+                .filter(|c| named.contains(c))
+                .map(exceptions::allowed);
+            c.unless(allowed.as_deref())
+        })
+        .map(|c| json!({"expression": c.expression, "message": c.message}))
+        .collect()
 }
 
 /// `matchConstraints` on creating and updating `resource` (of API `group`, v1): in the policy's

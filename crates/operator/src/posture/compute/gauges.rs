@@ -2,7 +2,6 @@
 
 use crate::context::Context;
 use crate::metrics::{ExceptionLabels, ReadyLabels, VerdictLabels};
-use kube::ResourceExt;
 use nimbus_api::posture::{Verdict, WorkloadPosture};
 use nimbus_api::{NimbusPolicyStatus, condition};
 use std::collections::BTreeMap;
@@ -62,17 +61,23 @@ pub(super) fn export_counts<'w>(
             .get_or_create(&ReadyLabels { ready })
             .set(count);
     }
+    export_exception_expiries(ctx);
+}
+
+/// Sets when each exception expires.
+fn export_exception_expiries(ctx: &Context) {
+    let metrics = &ctx.metrics;
     // Those deleted go with their series.
     metrics.exception_expiry.clear();
-    for exception in ctx.exceptions.store.state() {
+    for exception in ctx.exceptions.known().iter() {
+        // A ClusterSecurityIntentException's namespace is empty.
         let labels = ExceptionLabels {
-            exception_namespace: exception.namespace().unwrap_or_default(),
-            exception: exception.name_any(),
+            exception_namespace: exception.meta().namespace.clone().unwrap_or_default(),
+            exception: exception.name(),
         };
-        let expires_at = exception.spec.expires_at.0.as_second();
         metrics
             .exception_expiry
             .get_or_create(&labels)
-            .set(expires_at);
+            .set(exception.expires_at().as_second());
     }
 }
