@@ -1800,7 +1800,7 @@ async fn an_exception_shows_on_the_workloads_it_lets_out_until_it_expires() {
         *seen = format!("{result}");
         result["properties"]["exceptions"]
             .as_str()?
-            .starts_with("vendor-agent (until ")
+            .starts_with("SecurityIntentException vendor-agent (until ")
             .then_some(())
     })
     .await;
