@@ -1540,7 +1540,11 @@ async fn an_exception_names_who_asked_for_it_and_nobody_can_rewrite_that() {
 /// The `Active` condition of the exception `name` of `namespace`, with its status's
 /// `requestedBy` and `approvedBy`: `(status, reason, requestedBy, approvedBy)`.
 async fn exception_standing(namespace: &str, name: &str) -> (Value, Value, Value, Value) {
-    let exception = exception_json(namespace, name).await;
+    standing_of(&exception_json(namespace, name).await)
+}
+
+/// An exception's `Active` condition, with its status's `requestedBy` and `approvedBy`.
+fn standing_of(exception: &Value) -> (Value, Value, Value, Value) {
     let status = &exception["status"];
     let active = status["conditions"]
         .as_array()
@@ -1567,6 +1571,25 @@ async fn exception_stands(namespace: &str, name: &str, want: (Value, Value, Valu
         },
     )
     .await;
+}
+
+/// A dnsManipulation SecurityIntent bound by an administrator's cluster binding to
+/// `namespace`: `(binding, intent)` names.
+async fn hardened(namespace: &str) -> (String, String) {
+    let (platform, hardening) = (unique("platform"), unique("hardening"));
+    apply(
+        &Api::<SecurityIntent>::all(admin()),
+        &hardening,
+        &common::intent(&hardening, "dnsManipulation", "Block"),
+    )
+    .await;
+    apply(
+        &Api::<ClusterSecurityIntentBinding>::all(admin()),
+        &platform,
+        &cluster_binding(&platform, &[&hardening], &[namespace], None),
+    )
+    .await;
+    (platform, hardening)
 }
 
 /// Why the API server refused `result`, which it must have refused at admission.
@@ -1600,21 +1623,9 @@ async fn an_exception_is_honoured_once_someone_else_who_may_approve_it_does() {
     bind_in(ns.name(), &approver, &bob, "approve").await;
     bind_in(ns.name(), &author, &carol, "create").await;
 
-    let (platform, hardening) = (unique("platform"), unique("hardening"));
+    let (platform, hardening) = hardened(ns.name()).await;
     let intents: Api<SecurityIntent> = Api::all(admin());
-    apply(
-        &intents,
-        &hardening,
-        &common::intent(&hardening, "dnsManipulation", "Block"),
-    )
-    .await;
     let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
-    apply(
-        &csibs,
-        &platform,
-        &cluster_binding(&platform, &[&hardening], &[ns.name()], None),
-    )
-    .await;
     let exception = unique("dns-agent");
     let request: nimbus_api::SecurityIntentException = serde_json::from_value(json!({
         "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
@@ -1750,19 +1761,8 @@ async fn bind_cluster_wide(role: &str, user: &str, verb: &str) -> String {
 /// and `approvedBy` (as [`exception_standing`]).
 async fn cluster_exception_standing(name: &str) -> (Value, Value, Value, Value) {
     let api: Api<nimbus_api::ClusterSecurityIntentException> = Api::all(admin());
-    let exception =
-        serde_json::to_value(get(&api, name).await.expect("the exception")).expect("json");
-    let status = &exception["status"];
-    let active = status["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Active").cloned())
-        .unwrap_or(Value::Null);
-    (
-        active["status"].clone(),
-        active["reason"].clone(),
-        status["requestedBy"].clone(),
-        status["approvedBy"].clone(),
-    )
+    let exception = get(&api, name).await.expect("the exception");
+    standing_of(&serde_json::to_value(exception).expect("json"))
 }
 
 /// 14. Excepting workloads of several namespaces at once is for whoever holds the
@@ -1796,21 +1796,9 @@ async fn a_cluster_exception_takes_the_exception_roles_cluster_wide() {
         bind_cluster_wide(&author, &frank, "patch").await,
     ];
 
-    let (platform, hardening) = (unique("platform"), unique("hardening"));
+    let (platform, hardening) = hardened(ns.name()).await;
     let intents: Api<SecurityIntent> = Api::all(admin());
-    apply(
-        &intents,
-        &hardening,
-        &common::intent(&hardening, "dnsManipulation", "Block"),
-    )
-    .await;
     let csibs: Api<ClusterSecurityIntentBinding> = Api::all(admin());
-    apply(
-        &csibs,
-        &platform,
-        &cluster_binding(&platform, &[&hardening], &[ns.name()], None),
-    )
-    .await;
     let name = unique("dns-agents");
     let request: nimbus_api::ClusterSecurityIntentException = serde_json::from_value(json!({
         "apiVersion": "exceptions.security.nimbus.com/v1alpha1",

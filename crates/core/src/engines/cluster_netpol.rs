@@ -163,7 +163,11 @@ fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
 /// The subjects of `rule`'s policies ([`subjects`]). Beyond the bound nothing is left out: the
 /// binding's subject alone, so that the intent stays enforced on every selected pod rather than
 /// on none, and a warning saying so.
-fn subjects_of(policy: &PolicyInput, rule: &Rule, env: &Environment) -> (Vec<Value>, Option<Problem>) {
+fn subjects_of(
+    policy: &PolicyInput,
+    rule: &Rule,
+    env: &Environment,
+) -> (Vec<Value>, Option<Problem>) {
     let namespaces = namespace_selector(policy, env);
     let excepted = excepted(policy, rule);
     if let Some(subjects) = subjects(&namespaces, &policy.selector, &excepted) {
@@ -200,10 +204,17 @@ fn subjects_of(policy: &PolicyInput, rule: &Rule, env: &Environment) -> (Vec<Val
 /// which of several policies of one priority that match a connection applies ("the
 /// implementation can apply any of the matching policies to the connection",
 /// `ClusterNetworkPolicySpec.priority`, v0.3.0); any of these gives the same verdict.
-fn subjects(namespaces: &Value, pods: &LabelSelector, excepted: &[&Excepted]) -> Option<Vec<Value>> {
+fn subjects(
+    namespaces: &Value,
+    pods: &LabelSelector,
+    excepted: &[&Excepted],
+) -> Option<Vec<Value>> {
     let mut by_namespace: BTreeMap<&str, Vec<&Excepted>> = BTreeMap::new();
     for e in excepted {
-        by_namespace.entry(e.namespace.as_str()).or_default().push(e);
+        by_namespace
+            .entry(e.namespace.as_str())
+            .or_default()
+            .push(e);
     }
     if by_namespace.is_empty() {
         return Some(vec![subject(namespaces.clone(), pods)]);
@@ -212,7 +223,10 @@ fn subjects(namespaces: &Value, pods: &LabelSelector, excepted: &[&Excepted]) ->
     let mut out = vec![subject(with_names(namespaces, "NotIn", &names), pods)];
     for (namespace, exceptions) in &by_namespace {
         for selector in excluding(pods, exceptions)? {
-            out.push(subject(with_names(namespaces, "In", &[namespace]), &selector));
+            out.push(subject(
+                with_names(namespaces, "In", &[namespace]),
+                &selector,
+            ));
             if out.len() > MAX_SELECTORS {
                 return None;
             }
@@ -445,15 +459,27 @@ mod tests {
             ("none", vec![], 1),
             (
                 "one label in shop",
-                vec![exception("e", "shop", json!({"matchLabels": {"tier": "a"}}))],
+                vec![exception(
+                    "e",
+                    "shop",
+                    json!({"matchLabels": {"tier": "a"}}),
+                )],
                 2,
             ),
             (
                 "two labels in shop, one in web",
                 vec![
-                    exception("e", "shop", json!({"matchLabels": {"tier": "a", "app": "a"}})),
-                    exception("f", "web", json!({"matchExpressions": [
-                        {"key": "tier", "operator": "Exists"}]})),
+                    exception(
+                        "e",
+                        "shop",
+                        json!({"matchLabels": {"tier": "a", "app": "a"}}),
+                    ),
+                    exception(
+                        "f",
+                        "web",
+                        json!({"matchExpressions": [
+                        {"key": "tier", "operator": "Exists"}]}),
+                    ),
                 ],
                 4,
             ),
@@ -472,9 +498,11 @@ mod tests {
             assert_eq!(subjects.len(), count, "{case}: {subjects:#?}");
             for (ns, labels) in &universe {
                 let ns_labels = BTreeMap::from([(NAMESPACE_NAME_LABEL.to_owned(), ns.to_string())]);
-                let bound = ["shop", "web"].contains(ns) && labels.get("app").map(String::as_str) == Some("a");
+                let bound = ["shop", "web"].contains(ns)
+                    && labels.get("app").map(String::as_str) == Some("a");
                 let excepted = exceptions.iter().any(|e| {
-                    e.namespace == *ns && matches(&serde_json::to_value(&e.selector).expect("json"), labels)
+                    e.namespace == *ns
+                        && matches(&serde_json::to_value(&e.selector).expect("json"), labels)
                 });
                 let got = subjects.iter().any(|s| {
                     matches(&s["pods"]["namespaceSelector"], &ns_labels)
@@ -484,9 +512,15 @@ mod tests {
             }
         }
         let wide = json!({"matchLabels": {"a": "1", "b": "1", "c": "1", "d": "1"}});
-        let (e, f) = (exception("e", "shop", wide.clone()), exception("f", "web", wide));
+        let (e, f) = (
+            exception("e", "shop", wide.clone()),
+            exception("f", "web", wide),
+        );
         // 1 + 4 + 4 = 9 fit; 1 + 16 + 4 = 21 do not.
-        assert_eq!(subjects(&namespaces, &pods, &[&e, &f]).map(|s| s.len()), Some(9));
+        assert_eq!(
+            subjects(&namespaces, &pods, &[&e, &f]).map(|s| s.len()),
+            Some(9)
+        );
         assert_eq!(subjects(&namespaces, &pods, &[&e, &e, &f]), None);
     }
 
@@ -503,7 +537,10 @@ mod tests {
         let mut input = PolicyInput::cluster(&cnp, "uid");
         let plain = translate(&input, &Environment::default(), &cnp_first());
         let wide = json!({"matchLabels": {"a": "1", "b": "1", "c": "1", "d": "1", "e": "1"}});
-        input.exceptions = vec![exception("e", "shop", wide.clone()), exception("f", "shop", wide)];
+        input.exceptions = vec![
+            exception("e", "shop", wide.clone()),
+            exception("f", "shop", wide),
+        ];
         let t = translate(&input, &Environment::default(), &cnp_first());
         let objects = |t: &crate::engines::Translation| -> Vec<Value> {
             (t.objects.iter())

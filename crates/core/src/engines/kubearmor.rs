@@ -508,8 +508,11 @@ mod tests {
                 exceptions: vec![
                     exception("e", json!({ "matchLabels": wide })),
                     exception("f", json!({ "matchLabels": wide })),
-                    exception("exists", json!({"matchExpressions": [
-                        {"key": "tier", "operator": "Exists"}]})),
+                    exception(
+                        "exists",
+                        json!({"matchExpressions": [
+                        {"key": "tier", "operator": "Exists"}]}),
+                    ),
                 ],
                 selectors: vec![web.clone()],
                 unnegatable: &["exists"],
@@ -554,6 +557,9 @@ mod tests {
             vec![json!({"matchExpressions": [
                 {"key": "label", "operator": "NotIn", "values": ["tier=legacy"]}]})]
         );
-        assert_eq!(leaving_out(&BTreeMap::new(), &[]).selectors, vec![json!({})]);
+        assert_eq!(
+            leaving_out(&BTreeMap::new(), &[]).selectors,
+            vec![json!({})]
+        );
     }
 }

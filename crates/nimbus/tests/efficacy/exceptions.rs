@@ -173,15 +173,14 @@ enum Scanned {
     No,
 }
 
-/// escapeToHost (baseline) bound by a cluster binding to `app: web` in a namespace of `cp`,
-/// whose operator enforces it with `engine`; an exception for the pods labelled
-/// `tier: legacy` expires 20 s after it is created. Prints the lag from `expiresAt` to the
-/// first denial of the excepted pod. Where the engine's background scan judges running pods
-/// (`scanned`), a privileged pod created while the exception held runs on after it, and our
-/// report fails it, from the scan.
-async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, scanned: Scanned) {
+/// escapeToHost (baseline) bound by a cluster binding to `app: web` in a new namespace
+/// (`prefix`) of `cp`: a client, the namespace, and the intent's and binding's names.
+async fn escape_bound(
+    cp: &ControlPlane,
+    prefix: &str,
+) -> (Client, nimbus_testenv::TestNamespace, String, String) {
     let client = cp.client().expect("client");
-    let ns = crate::kyverno::namespace(cp, "exc").await;
+    let ns = crate::kyverno::namespace(cp, prefix).await;
     let si = intent(
         &client,
         "escapeToHost",
@@ -195,6 +194,17 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
         shadow: false,
     };
     let csib = bind_cluster(&client, ns.name(), &si, &selecting).await;
+    (client, ns, si, csib)
+}
+
+/// escapeToHost (baseline) bound by a cluster binding to `app: web` in a namespace of `cp`,
+/// whose operator enforces it with `engine`; an exception for the pods labelled
+/// `tier: legacy` expires 20 s after it is created. Prints the lag from `expiresAt` to the
+/// first denial of the excepted pod. Where the engine's background scan judges running pods
+/// (`scanned`), a privileged pod created while the exception held runs on after it, and our
+/// report fails it, from the scan.
+async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, scanned: Scanned) {
+    let (client, ns, si, csib) = escape_bound(cp, "exc").await;
     let excepted = json!({"app": "web", "tier": "legacy"});
     let held = json!({"app": "web"});
     eventually(
@@ -318,21 +328,7 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
 /// does not name) is denied, and so is a privileged pod it does not select; from expiry the
 /// privileged pod is denied again.
 async fn an_exception_of_one_control_holds_the_others(cp: &ControlPlane, engine: &str) {
-    let client = cp.client().expect("client");
-    let ns = crate::kyverno::namespace(cp, "exc-ctl").await;
-    let si = intent(
-        &client,
-        "escapeToHost",
-        "Block",
-        json!({"psaLevel": ["baseline"]}),
-    )
-    .await;
-    let selecting = Selecting {
-        labels: json!({"app": "web"}),
-        allow_sensitive: None,
-        shadow: false,
-    };
-    let csib = bind_cluster(&client, ns.name(), &si, &selecting).await;
+    let (client, ns, si, csib) = escape_bound(cp, "exc-ctl").await;
     let excepted = json!({"app": "web", "tier": "legacy"});
     let held = json!({"app": "web"});
     let judged = async || {

@@ -151,7 +151,10 @@ pub(super) fn cel(
                 "expiresAt": e.expires_at.to_string(),
             });
             if let Some(controls) = &e.controls {
-                let names: Vec<&str> = (controls & checked).into_iter().map(Control::name).collect();
+                let names: Vec<&str> = (controls & checked)
+                    .into_iter()
+                    .map(Control::name)
+                    .collect();
                 // Kyverno takes an exception without `allowedValues` (or images) for a whole
                 // one: one of controls the level does not check is not written at all.
                 if names.is_empty() {
@@ -159,7 +162,13 @@ pub(super) fn cel(
                 }
                 spec["allowedValues"] = json!(names);
             }
-            Some(exception(policy, rule, e, &KYVERNO_CEL_POLICY_EXCEPTION, spec))
+            Some(exception(
+                policy,
+                rule,
+                e,
+                &KYVERNO_CEL_POLICY_EXCEPTION,
+                spec,
+            ))
         })
         .collect()
 }

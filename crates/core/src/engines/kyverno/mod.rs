@@ -44,8 +44,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
 use nimbus_api::PodSecurityControl as Control;
 use nimbus_api::{GROUP, NimbusPolicy, VERSION, WORKLOAD_ALL_NAMESPACES};
-use std::collections::BTreeSet;
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 const POD: &str = "v1/Pod";
 const DEPLOYMENT: &str = "apps/v1/Deployment";
