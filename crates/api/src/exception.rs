@@ -32,6 +32,64 @@ pub struct ExceptedBinding {
     pub name: String,
 }
 
+/// The kinds of workload an exception names: the controllers the posture groups pods under,
+/// and a bare pod.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, schemars::JsonSchema,
+)]
+pub enum WorkloadKind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    Job,
+    CronJob,
+    /// A pod no controller owns.
+    Pod,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 6] = [
+        WorkloadKind::Deployment,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::DaemonSet,
+        WorkloadKind::Job,
+        WorkloadKind::CronJob,
+        WorkloadKind::Pod,
+    ];
+
+    /// Its `kind`, as objects and owner references spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "Deployment",
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::DaemonSet => "DaemonSet",
+            WorkloadKind::Job => "Job",
+            WorkloadKind::CronJob => "CronJob",
+            WorkloadKind::Pod => "Pod",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A workload an exception names: a workload controller of the exception's namespaces (and
+/// the pods it makes), or a bare pod.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, schemars::JsonSchema,
+)]
+pub struct ExceptedWorkload {
+    /// `Deployment`, `StatefulSet`, `DaemonSet`, `Job`, `CronJob` or `Pod` (a pod no
+    /// controller owns).
+    pub kind: WorkloadKind,
+    /// Its name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
 /// Lets workloads of its namespace out of intents of one binding until `expiresAt`.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
@@ -79,6 +137,14 @@ pub struct SecurityIntentExceptionSpec {
     /// workload controller's); empty selects every workload of the namespace.
     #[serde(default)]
     pub selector: LabelSelector,
+    /// Which workloads, by kind and name, of those `selector` selects; empty (the default)
+    /// names every one it selects. A workload is let out when the selector selects it and,
+    /// where this names workloads, it is one of them. Engines that cannot tell the named
+    /// workloads from others with the same labels (NetworkPolicy, ClusterNetworkPolicy,
+    /// KubeArmor, Kyverno's legacy kinds) keep enforcing on them, and say so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub workloads: Vec<ExceptedWorkload>,
     /// Why, for whoever reviews it.
     #[schemars(length(min = 1))]
     pub reason: String,
@@ -278,6 +344,14 @@ pub struct ClusterSecurityIntentExceptionSpec {
     /// controller's); empty selects every workload of the namespaces.
     #[serde(default)]
     pub selector: LabelSelector,
+    /// Which workloads, by kind and name, of those `selector` selects; empty (the default)
+    /// names every one it selects. A workload is let out when the selector selects it and,
+    /// where this names workloads, it is one of them. Engines that cannot tell the named
+    /// workloads from others with the same labels (NetworkPolicy, ClusterNetworkPolicy,
+    /// KubeArmor, Kyverno's legacy kinds) keep enforcing on them, and say so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub workloads: Vec<ExceptedWorkload>,
     /// Why, for whoever reviews it.
     #[schemars(length(min = 1))]
     pub reason: String,

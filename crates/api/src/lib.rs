@@ -33,8 +33,9 @@ pub use binding::{
 };
 pub use exception::{
     APPROVED_BY_ANNOTATION, ClusterSecurityIntentException, ClusterSecurityIntentExceptionSpec,
-    EXCEPTION_GROUP, ExceptedBinding, PodSecurityControl, REQUESTED_BY_ANNOTATION,
-    SecurityIntentException, SecurityIntentExceptionSpec, SecurityIntentExceptionStatus,
+    EXCEPTION_GROUP, ExceptedBinding, ExceptedWorkload, PodSecurityControl,
+    REQUESTED_BY_ANNOTATION, SecurityIntentException, SecurityIntentExceptionSpec,
+    SecurityIntentExceptionStatus, WorkloadKind,
 };
 pub use intent::{
     Intent, LAST_WRITTEN_BY_ANNOTATION, SecurityIntent, SecurityIntentSpec, SecurityIntentStatus,

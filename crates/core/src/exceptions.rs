@@ -10,7 +10,7 @@ use kube::Resource;
 use kube::ResourceExt;
 use nimbus_api::{
     APPROVED_BY_ANNOTATION, ClusterSecurityIntentBinding, ClusterSecurityIntentException,
-    ExceptedBinding, MatchIntent, PodSecurityControl, REQUESTED_BY_ANNOTATION,
+    ExceptedBinding, ExceptedWorkload, MatchIntent, PodSecurityControl, REQUESTED_BY_ANNOTATION,
     SecurityIntentBinding, SecurityIntentException, SecurityIntentExceptionStatus,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,6 +18,7 @@ use std::fmt;
 use std::str::FromStr;
 
 mod selectors;
+pub mod workloads;
 pub use selectors::{MAX_SELECTORS, excluding};
 
 /// How long an exception may last unless the operator is configured otherwise
@@ -276,6 +277,14 @@ impl<'a> Exception<'a> {
         }
     }
 
+    /// The workloads it names; empty: every workload its selector selects.
+    pub fn workloads(&self) -> &'a [ExceptedWorkload] {
+        match self {
+            Exception::Namespaced(e) => &e.spec.workloads,
+            Exception::Cluster(e) => &e.spec.workloads,
+        }
+    }
+
     pub fn reason(&self) -> &'a str {
         match self {
             Exception::Namespaced(e) => &e.spec.reason,
@@ -322,6 +331,9 @@ pub struct Excepted {
     pub namespace: String,
     /// Which of them, by their own labels.
     pub selector: LabelSelector,
+    /// Of those, the ones it names by kind and name; empty: every one the selector selects
+    /// ([`workloads::names`]).
+    pub workloads: Vec<ExceptedWorkload>,
     /// IDs of the intents it lets them out of.
     pub intents: BTreeSet<String>,
     pub reason: String,
@@ -485,6 +497,7 @@ pub fn standing<'a>(
             name: exception.name(),
             namespace,
             selector: exception.selector().clone(),
+            workloads: exception.workloads().to_vec(),
             intents: intents.clone(),
             reason: exception.reason().to_owned(),
             expires_at,
@@ -601,6 +614,7 @@ mod tests {
                 },
                 intents: intents.iter().map(|i| (*i).to_owned()).collect(),
                 selector: LabelSelector::default(),
+                workloads: Vec::new(),
                 reason: "vendor agent needs host access until 2.4".into(),
                 expires_at: Time(at(expires)),
                 pod_security_controls: None,
@@ -937,6 +951,7 @@ mod tests {
                 intents: e.spec.intents,
                 namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
                 selector: e.spec.selector,
+                workloads: e.spec.workloads,
                 reason: e.spec.reason,
                 expires_at: e.spec.expires_at,
                 pod_security_controls: e.spec.pod_security_controls,

@@ -381,7 +381,7 @@ pub fn workload_posture<'p>(
         for rule in &policy.rules {
             let mut rule = rule.clone();
             let (exceptions, excepted, wholly) =
-                excepted::excepting(&policy.exceptions, &rule.id, &workload.namespace, &labels);
+                excepted::excepting(&policy.exceptions, &rule.id, workload, &labels);
             excepted::except(&mut rule, &exceptions, excepted, wholly, selected.len());
             let selected = selected.len();
             if selected < total {

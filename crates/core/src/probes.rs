@@ -7,7 +7,7 @@
 //! means for status and posture; the operator sends the requests.
 
 use crate::engines::{Engine, Problem, Translation};
-use crate::exceptions::Excepted;
+use crate::exceptions::{Excepted, workloads};
 use crate::intents::id;
 use crate::namespaces::{self, ProtectedNamespaces};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
@@ -139,6 +139,9 @@ pub fn plan(target: &Target, namespaces: &[String], protected: &ProtectedNamespa
             let excepting = |pod: &Value| {
                 let labels: BTreeMap<String, String> =
                     serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap_or_default();
+                // The probe is a bare pod named by the API server (`generateName`): an exception
+                // naming workloads cannot name it, and does not let it out, so it is sent.
+                let name = pod["metadata"]["name"].as_str().unwrap_or_default();
                 exceptions.iter().find(|e| {
                     // The probe is a privileged pod: an exception of other controls still
                     // has it denied, so probing still proves the rest enforced.
@@ -146,6 +149,7 @@ pub fn plan(target: &Target, namespaces: &[String], protected: &ProtectedNamespa
                         && e.intents.contains(&rule.id)
                         && e.lets_out_of(Some(PodSecurityControl::PrivilegedContainers))
                         && Selector::try_from(e.selector.clone()).is_ok_and(|s| s.matches(&labels))
+                        && workloads::names(e, "Pod", name)
                 })
             };
             match probe_pod(selector, &key) {

@@ -412,3 +412,99 @@ fn an_exception_of_some_controls_excludes_only_those_and_bad_lists_are_refused()
         }
     }
 }
+
+/// An exception naming workloads (`spec.workloads`): the admission engine's and Kyverno's CEL
+/// exceptions name them and what they make; Kyverno's legacy kinds, which cannot name a pod by
+/// its workload, write no PolicyException for it and `translate` says they still enforce; a
+/// kind the CRD does not list, or an empty name, is refused.
+#[test]
+fn an_exception_naming_workloads_is_honoured_only_by_engines_that_can_name_them() {
+    let named = |kind: &str, name: &str, binding: &str, binding_kind: &str| {
+        let e = exception(binding_kind).replace(
+            "  reason:",
+            &format!("  workloads: [{{kind: {kind}, name: \"{name}\"}}]\n  reason:"),
+        );
+        format!("{INTENT}---{binding}---{e}")
+    };
+    let input = named(
+        "Deployment",
+        "agent",
+        CLUSTER_BINDING,
+        "ClusterSecurityIntentBinding",
+    );
+    let admission = [
+        "--engines",
+        "admission",
+        "--namespaces",
+        "shop",
+        "--now",
+        BEFORE_EXPIRY,
+    ];
+    let (items, warnings) = translated(&admission, &input);
+    let condition = of_kind(&items, "ValidatingAdmissionPolicy")[0]["spec"]["matchConditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["name"] == "not-excepted")
+        .map(|c| c["expression"].as_str().unwrap_or_default().to_owned())
+        .expect("a not-excepted condition");
+    for part in [
+        "object.kind == 'Deployment' && object.metadata.?name.orValue('') == \"agent\"",
+        "o.kind == 'ReplicaSet' && o.name.matches(\"^agent-[a-z0-9]+$\")",
+    ] {
+        assert!(condition.contains(part), "{part} in {condition}");
+    }
+    assert!(!warnings.contains("does not honour"), "{warnings}");
+
+    let cel = [
+        "--engines",
+        "kyverno",
+        "--kyverno-kinds",
+        "cel",
+        "--now",
+        BEFORE_EXPIRY,
+    ];
+    let (items, _) = translated(&cel, &input);
+    let exceptions = of_kind(&items, "PolicyException");
+    assert_eq!(exceptions.len(), 1, "{items:#?}");
+    assert!(
+        exceptions[0]
+            .to_string()
+            .contains("object.kind == 'Deployment'"),
+        "{:#}",
+        exceptions[0]
+    );
+
+    let legacy = ["--engines", "kyverno", "--now", BEFORE_EXPIRY];
+    let (items, warnings) = translated(&legacy, &input);
+    assert!(of_kind(&items, "PolicyException").is_empty(), "{items:#?}");
+    assert!(
+        warnings.contains(
+            "kyverno selects workloads by labels only and cannot leave out only the workloads \
+             an exception names"
+        ),
+        "{warnings}"
+    );
+
+    for (kind, name, refused) in [
+        ("ReplicaSet", "agent", "ReplicaSet"),
+        ("Pod", "", "spec.workloads[].name"),
+    ] {
+        let input = named(kind, name, CLUSTER_BINDING, "ClusterSecurityIntentBinding");
+        let out = nimbus(
+            &["validate", "-f", "in.yaml", "--now", BEFORE_EXPIRY],
+            &input,
+        );
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "{kind} {name:?}: {}",
+            stdout(&out)
+        );
+        assert!(
+            stderr(&out).contains(refused),
+            "{kind} {name:?}: {}",
+            stderr(&out)
+        );
+    }
+}

@@ -230,8 +230,20 @@ pub(super) fn excepted<'p>(policy: &'p PolicyInput, rule: &Rule) -> Vec<&'p Exce
         .collect()
 }
 
-/// CEL true for an object `excepted` lets out: in an exception's namespace and selected by
-/// it. `None` when there is no exception.
+/// Of the exceptions in force for `rule`'s intent, those an engine selecting pods by labels
+/// only can leave out: not those naming workloads, whose siblings with the same labels it
+/// cannot tell apart (it keeps enforcing on them; `translate` says so).
+pub(super) fn by_labels<'p>(policy: &'p PolicyInput, rule: &Rule) -> Vec<&'p Excepted> {
+    use crate::exceptions::workloads::{Reach, honoured};
+    excepted(policy, rule)
+        .into_iter()
+        .filter(|e| honoured(Reach::Labels, e))
+        .collect()
+}
+
+/// CEL true for an object `excepted` lets out: in an exception's namespace, selected by it,
+/// and, where it names workloads, one of them or made by one
+/// ([`crate::exceptions::workloads::cel`]). `None` when there is no exception.
 pub(super) fn excepted_cel(excepted: &[&Excepted]) -> Option<String> {
     let literal = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let each: Vec<String> = excepted
@@ -241,10 +253,15 @@ pub(super) fn excepted_cel(excepted: &[&Excepted]) -> Option<String> {
                 "object.metadata.?namespace.orValue('') == {}",
                 literal(&e.namespace)
             );
-            match selector_cel(&e.selector) {
-                Some(selected) => format!("({namespace} && {selected})"),
-                None => format!("({namespace})"),
-            }
+            let terms: Vec<String> = [
+                Some(namespace),
+                selector_cel(&e.selector),
+                crate::exceptions::workloads::cel(&e.workloads),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            format!("({})", terms.join(" && "))
         })
         .collect();
     (!each.is_empty()).then(|| each.join(" || "))

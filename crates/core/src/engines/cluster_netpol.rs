@@ -14,7 +14,7 @@
 use super::admin_priorities::BANDS;
 use super::{
     AuditForm, CLUSTER, CLUSTER_NETWORK_POLICY, Emitted, Enforces, Engine, EngineSpec, Environment,
-    Fact, NAMESPACE_NAME_LABEL, Output, PolicyInput, Problem, Rule, excepted, metadata,
+    Fact, NAMESPACE_NAME_LABEL, Output, PolicyInput, Problem, Rule, by_labels, metadata,
     namespace_selector, nth_name, object, selector_json,
 };
 use crate::exceptions::{Excepted, MAX_SELECTORS, excluding};
@@ -169,7 +169,8 @@ fn subjects_of(
     env: &Environment,
 ) -> (Vec<Value>, Option<Problem>) {
     let namespaces = namespace_selector(policy, env);
-    let excepted = excepted(policy, rule);
+    // Not the exceptions naming workloads: see `by_labels`.
+    let excepted = by_labels(policy, rule);
     if let Some(subjects) = subjects(&namespaces, &policy.selector, &excepted) {
         return (subjects, None);
     }
@@ -414,6 +415,7 @@ mod tests {
             name: name.into(),
             namespace: namespace.into(),
             selector: serde_json::from_value(selector).expect("a selector"),
+            workloads: Vec::new(),
             intents: BTreeSet::from([id::DNS_MANIPULATION.to_owned()]),
             reason: "until 2.4".into(),
             expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,

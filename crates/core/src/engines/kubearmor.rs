@@ -5,7 +5,7 @@
 use super::Engine;
 use super::{
     AUDIT, AuditForm, Emitted, Enforces, EngineSpec, Environment, KUBEARMOR_POLICY, NAMESPACED,
-    Output, PolicyInput, Problem, Rule, excepted, labels_only, metadata, nth_name, object,
+    Output, PolicyInput, Problem, Rule, by_labels, labels_only, metadata, nth_name, object,
 };
 use crate::exceptions::{Excepted, MAX_SELECTORS, excluding};
 use crate::intents::id;
@@ -196,7 +196,8 @@ fn translate(policy: &PolicyInput, rule: &Rule, _: &Environment) -> Output {
         )],
         _ => return rule.untranslated(Engine::KubeArmor),
     };
-    let leaving = leaving_out(&labels, &excepted(policy, rule));
+    // Not the exceptions naming workloads: see `by_labels`.
+    let leaving = leaving_out(&labels, &by_labels(policy, rule));
     let warnings = leaving.warnings(rule);
     let objects = bodies
         .iter()
@@ -391,6 +392,7 @@ mod tests {
             name: name.into(),
             namespace: "shop".into(),
             selector: serde_json::from_value(selector).expect("a selector"),
+            workloads: Vec::new(),
             intents: BTreeSet::from([id::ESCAPE_TO_HOST.to_owned()]),
             reason: "until 2.4".into(),
             expires_at: Timestamp::UNIX_EPOCH,

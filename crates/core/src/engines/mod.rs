@@ -38,8 +38,8 @@ pub use translation::{
 };
 // What engine modules build their translations with.
 use build::{
-    Emitted, NAMESPACE_NAME_LABEL, Output, Rule, excepted, excepted_cel, labels_only, metadata,
-    namespace_selector, native_name, nth_name, object, selector_cel, selector_json,
+    Emitted, NAMESPACE_NAME_LABEL, Output, Rule, by_labels, excepted, excepted_cel, labels_only,
+    metadata, namespace_selector, native_name, nth_name, object, selector_cel, selector_json,
 };
 use spec::{BINDING_OR_CLUSTER, CLUSTER, CLUSTER_BINDING_NAMESPACES, NAMESPACED};
 

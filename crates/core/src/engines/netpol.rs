@@ -3,7 +3,7 @@
 use super::Engine;
 use super::{
     AuditForm, Enforces, EngineSpec, Environment, Fact, NAMESPACED, NETWORK_POLICY, Output,
-    PolicyInput, Rule, excepted, metadata, nth_name, object, selector_json,
+    PolicyInput, Rule, by_labels, metadata, nth_name, object, selector_json,
 };
 use crate::exceptions::{MAX_SELECTORS, excluding};
 use crate::intents::id;
@@ -51,7 +51,8 @@ pub(super) const SPEC: EngineSpec = EngineSpec {
 /// place). NetworkPolicies add up, so identical rules over those selectors restrict exactly
 /// the pods selected and not excepted.
 fn translate(policy: &PolicyInput, rule: &Rule, env: &Environment) -> Output {
-    let excepted = excepted(policy, rule);
+    // Not those naming workloads: see `by_labels`.
+    let excepted = by_labels(policy, rule);
     let Some(selectors) = excluding(&policy.selector, &excepted) else {
         return Err(rule.problem(
             condition::REASON_EXCEPTION_NOT_HONOURED,

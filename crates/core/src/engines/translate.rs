@@ -5,8 +5,10 @@
 use super::build::{Emitted, Output, Rule, excepted};
 use super::checks::{check_rule, sensitive_problem};
 use super::engine_set::EngineSet;
+use super::kyverno::KyvernoApi;
 use super::translation::{Environment, Generated, PolicyInput, Problem, Translation};
 use super::{AUDIT, AuditForm, EXCEPTION_KINDS, Engine, NativeKind};
+use crate::exceptions::workloads::{self, Reach};
 use crate::intents::{self};
 use crate::names::rule_keys;
 use nimbus_api::condition;
@@ -61,6 +63,7 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
                         policy,
                         &rule,
                         engine,
+                        reach(engine, env),
                         !emitted.objects.is_empty(),
                     ));
                     out.problems.extend(emitted.warnings);
@@ -102,38 +105,59 @@ pub fn translate(policy: &PolicyInput, env: &Environment, engines: &EngineSet) -
     out
 }
 
+/// How `engine` picks out the workloads it leaves out: the admission engine and Kyverno's CEL
+/// kinds judge the admitted object, its name and owners ([`crate::exceptions::workloads::cel`]);
+/// the others select pods by labels only (Kyverno's legacy `PolicyException` names resources,
+/// but not a pod by the workload that made it).
+fn reach(engine: Engine, env: &Environment) -> Reach {
+    match engine {
+        Engine::Admission => Reach::Names,
+        Engine::Kyverno if env.kyverno == KyvernoApi::Cel => Reach::Names,
+        _ => Reach::Labels,
+    }
+}
+
 /// A warning when exceptions in force name `rule`'s intent and `engine`, which enforces it
-/// (`writes`), does not leave their workloads out.
+/// (`writes`), does not leave their workloads out: it honours no exception to the intent, or,
+/// reaching workloads by labels only, not those naming workloads (it leaves them out of
+/// nothing rather than let out every workload with the same labels).
 fn not_honoured(
     policy: &PolicyInput,
     rule: &Rule,
     engine: Engine,
+    reach: Reach,
     writes: bool,
 ) -> Option<Problem> {
+    let honours_intent = engine
+        .spec()
+        .honours_exceptions
+        .contains(&rule.spec.id.as_str());
     let names: Vec<String> = excepted(policy, rule)
-        .iter()
+        .into_iter()
+        .filter(|e| !honours_intent || !workloads::honoured(reach, e))
         .map(|e| e.describe())
         .collect();
-    if !writes
-        || names.is_empty()
-        || engine
-            .spec()
-            .honours_exceptions
-            .contains(&rule.spec.id.as_str())
-    {
+    if !writes || names.is_empty() {
         return None;
     }
+    let message = if honours_intent {
+        format!(
+            "{engine} selects workloads by labels only and cannot leave out only the workloads \
+             an exception names: it still enforces intent `{}` on the workloads {} let out",
+            rule.spec.id,
+            names.join(", ")
+        )
+    } else {
+        format!(
+            "{engine} does not honour exceptions to intent `{}`: it still enforces it on the \
+             workloads {} let out",
+            rule.spec.id,
+            names.join(", ")
+        )
+    };
     Some(Problem {
         blocking: false,
-        ..rule.problem(
-            condition::REASON_EXCEPTION_NOT_HONOURED,
-            format!(
-                "{engine} does not honour exceptions to intent `{}`: it still enforces it on the \
-                 workloads {} let out",
-                rule.spec.id,
-                names.join(", ")
-            ),
-        )
+        ..rule.problem(condition::REASON_EXCEPTION_NOT_HONOURED, message)
     })
 }
 
@@ -175,5 +199,30 @@ fn served(mut emitted: Emitted, engine: Engine, rule: &Rule, engines: &EngineSet
             ),
         )),
         None => Ok(emitted),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_engines_judging_the_admitted_object_reach_workloads_by_name() {
+        let env = |kyverno| Environment {
+            kyverno,
+            ..Environment::default()
+        };
+        // (engine, Kyverno API, reach)
+        let cases = [
+            (Engine::Admission, KyvernoApi::Legacy, Reach::Names),
+            (Engine::Kyverno, KyvernoApi::Cel, Reach::Names),
+            (Engine::Kyverno, KyvernoApi::Legacy, Reach::Labels),
+            (Engine::NetworkPolicy, KyvernoApi::Cel, Reach::Labels),
+            (Engine::ClusterNetworkPolicy, KyvernoApi::Cel, Reach::Labels),
+            (Engine::KubeArmor, KyvernoApi::Cel, Reach::Labels),
+        ];
+        for (engine, api, want) in cases {
+            assert_eq!(reach(engine, &env(api)), want, "{engine} with {api:?}");
+        }
     }
 }

@@ -14,10 +14,15 @@ pub const MAX_SELECTORS: usize = 16;
 /// Selectors whose union selects what `selector` selects except the pods `excepted` let out
 /// (`excepted` are in force in the selector's namespace): `selector` alone when there is no
 /// exception, none when an exception lets out every pod, `None` when it takes more than
-/// [`MAX_SELECTORS`].
+/// [`MAX_SELECTORS`]. An exception naming workloads is not left out: labels cannot tell the
+/// named workloads from their siblings with the same labels, so those stay selected (the
+/// translation says the engine does not honour it).
 pub fn excluding(selector: &LabelSelector, excepted: &[&Excepted]) -> Option<Vec<LabelSelector>> {
     let mut selectors = vec![selector.clone()];
-    for exception in excepted {
+    let by_labels = excepted
+        .iter()
+        .filter(|e| super::workloads::honoured(super::workloads::Reach::Labels, e));
+    for exception in by_labels {
         // Not selected by the exception: one of its requirements fails.
         let negations = negated(&exception.selector);
         selectors = selectors
@@ -92,6 +97,7 @@ mod tests {
             name: "e".into(),
             namespace: "ns".into(),
             selector: serde_json::from_value(selector).expect("a selector"),
+            workloads: Vec::new(),
             intents: BTreeSet::new(),
             reason: String::new(),
             expires_at: Timestamp::UNIX_EPOCH,
@@ -154,6 +160,23 @@ mod tests {
                 assert_eq!(got, expected, "{pod:?} with {:?}", excepted);
             }
         }
+    }
+
+    #[test]
+    fn an_exception_naming_workloads_leaves_no_pod_out_by_labels() {
+        let binding = LabelSelector::default();
+        let mut named = exception(serde_json::json!({"matchLabels": {"app": "agent"}}));
+        named.workloads = vec![nimbus_api::ExceptedWorkload {
+            kind: nimbus_api::WorkloadKind::Deployment,
+            name: "agent".into(),
+        }];
+        // Its sibling with the same labels stays selected, so the named one does too.
+        assert_eq!(excluding(&binding, &[&named]), Some(vec![binding.clone()]));
+        let by_labels = exception(serde_json::json!({"matchLabels": {"app": "agent"}}));
+        assert_eq!(
+            excluding(&binding, &[&named, &by_labels]),
+            excluding(&binding, &[&by_labels])
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What the SecurityIntentExceptions in force make of a workload's intents.
 
-use crate::exceptions::Excepted;
+use super::workloads::Workload;
+use crate::exceptions::{Excepted, workloads};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::{Selector, SelectorExt};
 use nimbus_api::condition;
@@ -10,18 +11,22 @@ use std::collections::BTreeMap;
 /// The reason an intent carries on a workload a SecurityIntentException in force lets out.
 pub const EXCEPTED: &str = "Excepted";
 
-/// The exceptions in force that let the pods labelled `pods` (of `namespace`) out of `intent`
+/// The exceptions in force that let the pods labelled `pods` of `workload` out of `intent`
 /// or some of its Pod Security controls, how many of the pods they let out, and how many of
-/// those out of the whole intent.
+/// those out of the whole intent. An exception naming workloads lets out only theirs.
 pub(super) fn excepting<'a>(
     exceptions: &'a [(Excepted, Option<Selector>)],
     intent: &str,
-    namespace: &str,
+    workload: &Workload,
     pods: &[&BTreeMap<String, String>],
 ) -> (Vec<&'a Excepted>, usize, usize) {
     let applying: Vec<&(Excepted, Option<Selector>)> = exceptions
         .iter()
-        .filter(|(e, _)| e.namespace == namespace && e.intents.contains(intent))
+        .filter(|(e, _)| {
+            e.namespace == workload.namespace
+                && e.intents.contains(intent)
+                && workloads::names(e, &workload.kind, &workload.name)
+        })
         .collect();
     let lets_out = |labels: &BTreeMap<String, String>, selector: &Option<Selector>| {
         selector.as_ref().is_some_and(|s| s.matches(labels))
@@ -102,6 +107,69 @@ pub(super) fn except(
 mod tests {
     use super::*;
     use nimbus_api::PodSecurityControl;
+
+    #[test]
+    fn an_exception_naming_workloads_lets_out_only_their_pods() {
+        let mut named = Excepted {
+            kind: Default::default(),
+            name: "vendor-agent".into(),
+            namespace: "shop".into(),
+            selector: Default::default(),
+            workloads: vec![nimbus_api::ExceptedWorkload {
+                kind: nimbus_api::WorkloadKind::Deployment,
+                name: "agent".into(),
+            }],
+            intents: std::collections::BTreeSet::from(["escapeToHost".to_owned()]),
+            reason: "until 2.4".into(),
+            expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            signatures: Default::default(),
+            controls: None,
+        };
+        let selector = |e: &Excepted| Selector::try_from(e.selector.clone()).ok();
+        let workload = |kind: &str, name: &str, namespace: &str| Workload {
+            namespace: namespace.into(),
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: None,
+            created: None,
+            pods: Vec::new(),
+        };
+        let labels = BTreeMap::from([("app".to_owned(), "agent".to_owned())]);
+        // (case, workload, pods let out)
+        let cases = [
+            (
+                "the named deployment",
+                workload("Deployment", "agent", "shop"),
+                1,
+            ),
+            (
+                "its sibling, same labels",
+                workload("Deployment", "agent-canary", "shop"),
+                0,
+            ),
+            (
+                "same name, other kind",
+                workload("StatefulSet", "agent", "shop"),
+                0,
+            ),
+            (
+                "same name, other namespace",
+                workload("Deployment", "agent", "web"),
+                0,
+            ),
+        ];
+        let exceptions = [(named.clone(), selector(&named))];
+        for (case, w, want) in &cases {
+            let (used, excepted, _) = excepting(&exceptions, "escapeToHost", w, &[&labels]);
+            assert_eq!((used.len(), excepted), (*want, *want), "{case}");
+        }
+        // Named, but the selector does not select it: not let out.
+        named.selector.match_labels = Some(BTreeMap::from([("app".into(), "other".into())]));
+        let exceptions = [(named.clone(), selector(&named))];
+        let (_, excepted, _) = excepting(&exceptions, "escapeToHost", &cases[0].1, &[&labels]);
+        assert_eq!(excepted, 0, "selected and named, both");
+    }
     use nimbus_api::posture::Reference;
     use std::collections::BTreeSet;
 
@@ -112,6 +180,7 @@ mod tests {
             name: "vendor-agent".into(),
             namespace: "shop".into(),
             selector: Default::default(),
+            workloads: Vec::new(),
             intents: BTreeSet::from(["escapeToHost".to_owned()]),
             reason: "until 2.4".into(),
             expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -257,6 +326,7 @@ mod tests {
                 name: name.into(),
                 namespace: "shop".into(),
                 selector: selector.clone(),
+                workloads: Vec::new(),
                 intents: BTreeSet::from(["escapeToHost".to_owned()]),
                 reason: "until 2.4".into(),
                 expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -290,8 +360,17 @@ mod tests {
             ),
             ("neither", vec![&web], &[], 0, 0),
         ];
+        let workload = Workload {
+            namespace: "shop".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: None,
+            created: None,
+            pods: Vec::new(),
+        };
         for (case, pods, used, excepted, wholly) in cases {
-            let got = excepting(&exceptions, "escapeToHost", "shop", &pods);
+            let got = excepting(&exceptions, "escapeToHost", &workload, &pods);
             let names: Vec<&str> = got.0.iter().map(|e| e.name.as_str()).collect();
             assert_eq!(
                 (names.as_slice(), got.1, got.2),

@@ -442,6 +442,7 @@ fn an_admitted_probe_stalls_the_policy() {
         name: "vendor-agent".into(),
         namespace: namespace.into(),
         selector: LabelSelector::default(),
+        workloads: Vec::new(),
         intents: [intent.to_owned()].into(),
         reason: "until 2.4".into(),
         expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -461,6 +462,17 @@ fn an_admitted_probe_stalls_the_policy() {
         // still denied.
         (of_controls(&[PrivilegedContainers]), false),
         (of_controls(&[HostNamespaces]), true),
+        // Naming workloads: a probe (a bare pod the API server names) is none of them.
+        (
+            crate::exceptions::Excepted {
+                workloads: vec![nimbus_api::ExceptedWorkload {
+                    kind: nimbus_api::WorkloadKind::Pod,
+                    name: "nimbus-probe-".into(),
+                }],
+                ..exception("shop", "escapeToHost")
+            },
+            true,
+        ),
     ] {
         let planned = plan(
             &Target {

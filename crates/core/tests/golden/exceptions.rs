@@ -15,7 +15,9 @@ use nimbus_core::exceptions::{Excepted, ExceptionKind};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
-fn legacy_exception() -> Excepted {
+mod named;
+
+pub(crate) fn legacy_exception() -> Excepted {
     Excepted {
         kind: Default::default(),
         name: "vendor-agent".into(),
@@ -24,6 +26,7 @@ fn legacy_exception() -> Excepted {
             match_labels: Some(BTreeMap::from([("tier".into(), "legacy".into())])),
             ..LabelSelector::default()
         },
+        workloads: Vec::new(),
         intents: BTreeSet::from(["escapeToHost".into()]),
         reason: "until the vendor's 2.4 release".into(),
         expires_at: Timestamp::from_second(1_800_000_000).unwrap(),
@@ -34,7 +37,11 @@ fn legacy_exception() -> Excepted {
 
 /// escapeToHost (baseline) and dnsManipulation bound by the cluster binding to `app: web` in
 /// `shop`, translated with the exception in force, preferring `preferred`.
-fn translated(api: KyvernoApi, preferred: Engine, exceptions: Vec<Excepted>) -> Translation {
+pub(crate) fn translated(
+    api: KyvernoApi,
+    preferred: Engine,
+    exceptions: Vec<Excepted>,
+) -> Translation {
     let cwnp = cwnp(
         json!({"matchNames": [NS]}),
         selector(),
@@ -56,7 +63,7 @@ fn translated(api: KyvernoApi, preferred: Engine, exceptions: Vec<Excepted>) -> 
     translate(&input, &env, &engines)
 }
 
-fn kinds_of(t: &Translation, kind: &str) -> Vec<Value> {
+pub(crate) fn kinds_of(t: &Translation, kind: &str) -> Vec<Value> {
     of(t, Engine::Kyverno)
         .into_iter()
         .chain(of(t, Engine::Admission))
@@ -224,7 +231,7 @@ fn an_engine_that_does_not_honour_an_exception_says_it_still_enforces() {
 }
 
 /// An exception to dnsManipulation for the pods labelled `labels`.
-fn network_exception(labels: &[(&str, &str)]) -> Excepted {
+pub(crate) fn network_exception(labels: &[(&str, &str)]) -> Excepted {
     Excepted {
         kind: Default::default(),
         name: "vendor-agent".into(),

@@ -22,6 +22,7 @@ fn exception(name: &str, namespace: &str, intent: &str, selector: Value) -> Exce
         name: name.into(),
         namespace: namespace.into(),
         selector: serde_json::from_value::<LabelSelector>(selector).unwrap(),
+        workloads: Vec::new(),
         intents: BTreeSet::from([intent.to_owned()]),
         reason: "until the vendor's 2.4 release".into(),
         expires_at: Timestamp::from_second(1_800_000_000).unwrap(),

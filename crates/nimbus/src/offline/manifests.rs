@@ -143,6 +143,10 @@ fn exception_problems(exception: Exception) -> Vec<String> {
         ("spec.intents", exception.intents().is_empty()),
         ("spec.namespaces", namespaces.is_some_and(Vec::is_empty)),
         ("spec.reason", exception.reason().is_empty()),
+        (
+            "spec.workloads[].name",
+            exception.workloads().iter().any(|w| w.name.is_empty()),
+        ),
     ];
     for (field, empty) in required {
         if empty {

@@ -22,6 +22,8 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+mod named;
+
 /// How long the exception lasts from its creation.
 const LASTS: SignedDuration = SignedDuration::from_secs(20);
 

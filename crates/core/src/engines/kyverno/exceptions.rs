@@ -17,6 +17,7 @@ use crate::engines::{
     excepted_cel, metadata, native_name, object, selector_cel, selector_json,
 };
 use crate::exceptions::Excepted;
+use crate::exceptions::workloads::{self, Reach};
 use crate::names::MAX_NAME_LEN;
 use kube::ResourceExt;
 use kube::core::DynamicObject;
@@ -44,8 +45,13 @@ pub(super) fn legacy(
         Some(ns) => format!("{ns}/{}", excepting.name_any()),
         None => excepting.name_any(),
     };
+    // A legacy PolicyException names resources, but not a pod by the workload that made it (its
+    // `conditions` hold for the whole exception, and a pod's name is its ReplicaSet's plus a
+    // suffix): one naming workloads is left out, so the policy still enforces on them, and the
+    // translation says so rather than let out every workload with the same labels.
     excepted
         .iter()
+        .filter(|e| workloads::honoured(Reach::Labels, e))
         .filter_map(|e| {
             let mut resources = json!({"kinds": kinds, "namespaces": [e.namespace]});
             if selector_cel(&e.selector).is_some() {
