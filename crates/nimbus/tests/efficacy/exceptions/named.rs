@@ -221,6 +221,45 @@ async fn the_admission_engine_lets_out_only_the_named_workload() {
     only_the_named_workload_is_let_out(crate::admission::cluster(), "admission").await;
 }
 
+/// The CRD lists the kinds a workload may be named by, and refuses an empty name.
+#[tokio::test]
+async fn the_api_server_refuses_a_workload_kind_or_name_the_crd_does_not_list() {
+    let cp = crate::admission::cluster();
+    let client = cp.client().expect("client");
+    let ns = crate::admission::namespace(cp, "exn-crd").await;
+    let path = format!(
+        "/apis/exceptions.security.nimbus.com/v1alpha1/namespaces/{}/securityintentexceptions",
+        ns.name()
+    );
+    let exception = |workload: serde_json::Value| {
+        json!({
+            "apiVersion": "exceptions.security.nimbus.com/v1alpha1",
+            "kind": "SecurityIntentException",
+            "metadata": {"name": unique("crd")},
+            "spec": {
+                "binding": {"kind": "SecurityIntentBinding", "name": "any"},
+                "intents": ["any"],
+                "workloads": [workload],
+                "reason": "a test",
+                "expiresAt": "2030-01-01T00:00:00Z",
+            }
+        })
+    };
+    // (workload, admitted)
+    let cases = [
+        (json!({"kind": "Deployment", "name": "agent"}), true),
+        (json!({"kind": "CronJob", "name": "nightly"}), true),
+        (json!({"kind": "ReplicaSet", "name": "agent-5d8f7"}), false),
+        (json!({"kind": "Deployment", "name": ""}), false),
+        (json!({"kind": "Deployment"}), false),
+    ];
+    for (workload, admitted) in cases {
+        let answer =
+            crate::admission::dry_run(&client, "POST", &path, &exception(workload.clone())).await;
+        assert_eq!(answer.allowed, admitted, "{workload}: {}", answer.body);
+    }
+}
+
 #[tokio::test]
 async fn kyverno_in_cel_kinds_lets_out_only_the_named_workload() {
     only_the_named_workload_is_let_out(crate::kyverno::cluster(KyvernoApi::Cel), "kyverno (CEL)")
