@@ -63,17 +63,27 @@ async fn dry_run_pod(
         "spec": spec,
     }))
     .expect("pod");
+    admitted(&Api::<Pod>::namespaced(client.clone(), ns), &pod).await
+}
+
+/// `Ok` when the API server admits `object` into `api` (dry run: nothing is stored), `Err` with
+/// its refusal otherwise.
+async fn admitted<K>(api: &Api<K>, object: &K) -> Result<(), String>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
     let dry_run = PostParams {
         dry_run: true,
         ..Default::default()
     };
-    match Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&dry_run, &pod)
-        .await
-    {
+    match api.create(&dry_run, object).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) => Err(e.message),
-        Err(e) => panic!("creating a pod in {ns}: {e}"),
+        Err(e) => panic!("creating a {}: {e}", K::kind(&())),
     }
 }
 

@@ -6,9 +6,9 @@
 //! is a pod claiming a ReplicaSet of the sibling or no owner at all. Kyverno's legacy kinds
 //! cannot name a pod by its workload: there the named Deployment stays refused.
 
-use super::{active, privileged_pod};
+use super::{active, admitted, privileged_pod};
 use crate::common::{CONVERGE, apply, unique};
-use crate::{Selecting, bind_cluster, intent, unbind_cluster};
+use crate::unbind_cluster;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp, Unit};
@@ -38,18 +38,11 @@ fn deployment(name: &str) -> Deployment {
 
 /// `Ok` when the API server admits Deployment `name` (dry run), `Err` with its refusal.
 async fn deployment_admitted(client: &Client, ns: &str, name: &str) -> Result<(), String> {
-    let dry_run = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    match Api::<Deployment>::namespaced(client.clone(), ns)
-        .create(&dry_run, &deployment(name))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) => Err(e.message),
-        Err(e) => panic!("creating Deployment {name} in {ns}: {e}"),
-    }
+    admitted(
+        &Api::<Deployment>::namespaced(client.clone(), ns),
+        &deployment(name),
+    )
+    .await
 }
 
 /// `Ok` when the API server admits a privileged pod labelled `app: web` whose controller is the
@@ -68,18 +61,7 @@ async fn pod_of(client: &Client, ns: &str, replica_set: &str) -> Result<(), Stri
         "spec": {"containers": [crate::kyverno::container(json!({"privileged": true}))]},
     }))
     .expect("pod");
-    let dry_run = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    match Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&dry_run, &pod)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) => Err(e.message),
-        Err(e) => panic!("creating a pod of {replica_set} in {ns}: {e}"),
-    }
+    admitted(&Api::<Pod>::namespaced(client.clone(), ns), &pod).await
 }
 
 /// Binds escapeToHost to `app: web` in a namespace of `cp`, waits until Deployment `agent` is
@@ -89,21 +71,7 @@ async fn named_exception(
     cp: &ControlPlane,
     engine: &str,
 ) -> (Client, nimbus_testenv::TestNamespace, String, String) {
-    let client = cp.client().expect("client");
-    let ns = crate::kyverno::namespace(cp, "exn").await;
-    let si = intent(
-        &client,
-        "escapeToHost",
-        "Block",
-        json!({"psaLevel": ["baseline"]}),
-    )
-    .await;
-    let selecting = Selecting {
-        labels: json!({"app": "web"}),
-        allow_sensitive: None,
-        shadow: false,
-    };
-    let csib = bind_cluster(&client, ns.name(), &si, &selecting).await;
+    let (client, ns, si, csib) = super::escape_bound(cp, "exn").await;
     eventually(
         &format!("{engine}: the privileged Deployment refused"),
         CONVERGE,
