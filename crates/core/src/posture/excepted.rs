@@ -75,12 +75,13 @@ pub(super) fn except(
     };
     for e in exceptions {
         let controls = e.control_names();
-        let of = match controls.is_empty() {
-            true => String::new(),
-            false => format!(
+        let of = if controls.is_empty() {
+            String::new()
+        } else {
+            format!(
                 " of the Pod Security controls {} (held to the others)",
                 controls.join(", ")
-            ),
+            )
         };
         rule.reasons.push(Reason {
             reason: EXCEPTED.to_owned(),
@@ -107,6 +108,8 @@ pub(super) fn except(
 mod tests {
     use super::*;
     use nimbus_api::PodSecurityControl;
+    use nimbus_api::posture::Reference;
+    use std::collections::BTreeSet;
 
     #[test]
     fn an_exception_naming_workloads_lets_out_only_their_pods() {
@@ -170,8 +173,6 @@ mod tests {
         let (_, excepted, _) = excepting(&exceptions, "escapeToHost", &cases[0].1, &[&labels]);
         assert_eq!(excepted, 0, "selected and named, both");
     }
-    use nimbus_api::posture::Reference;
-    use std::collections::BTreeSet;
 
     #[test]
     fn an_exception_lets_a_workload_out_only_as_far_as_it_reaches() {
