@@ -8,8 +8,8 @@ use nimbus_core::compliance::coverage::{NOT_ENFORCEMENT, PROOFS};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Each efficacy source file's text: `tests/efficacy/<engine>.rs`, or `tests/<engine>.rs` for
-/// an engine whose efficacy test needs a control plane of its own.
+/// Each efficacy source file's text: `tests/efficacy/<engine>.rs` and its submodules, or
+/// `tests/<engine>.rs` for an engine whose efficacy test needs a control plane of its own.
 fn efficacy_sources() -> BTreeMap<String, String> {
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     let dir = tests.join("efficacy");
@@ -17,9 +17,22 @@ fn efficacy_sources() -> BTreeMap<String, String> {
         .into_iter()
         .map(|e| tests.join(format!("{}.rs", e.name())))
         .filter(|p| p.exists());
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("entry").path())
+    // A module's submodules (`exceptions/named.rs`) are sources too.
+    let read = |dir: &Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|entry| entry.expect("entry").path())
+            .collect()
+    };
+    read(&dir)
+        .into_iter()
+        .flat_map(|path| {
+            if path.is_dir() {
+                read(&path)
+            } else {
+                vec![path]
+            }
+        })
         .chain(own_binaries)
         .map(|path| {
             let text = std::fs::read_to_string(&path).expect("efficacy source");
