@@ -151,13 +151,19 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ),
         (
             "exceptions.security.nimbus.com",
-            &["securityintentexceptions"],
+            &[
+                "securityintentexceptions",
+                "clustersecurityintentexceptions",
+            ],
             READ,
             &[],
         ),
         (
             "exceptions.security.nimbus.com",
-            &["securityintentexceptions/status"],
+            &[
+                "securityintentexceptions/status",
+                "clustersecurityintentexceptions/status",
+            ],
             STATUS,
             &[],
         ),
