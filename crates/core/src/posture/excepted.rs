@@ -111,6 +111,19 @@ mod tests {
     use nimbus_api::posture::Reference;
     use std::collections::BTreeSet;
 
+    /// A workload of `kind` and `name` in `namespace`, without pods (the tests pass their labels).
+    fn workload(kind: &str, name: &str, namespace: &str) -> Workload {
+        Workload {
+            namespace: namespace.into(),
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: None,
+            created: None,
+            pods: Vec::new(),
+        }
+    }
+
     #[test]
     fn an_exception_naming_workloads_lets_out_only_their_pods() {
         let mut named = Excepted {
@@ -129,15 +142,6 @@ mod tests {
             controls: None,
         };
         let selector = |e: &Excepted| Selector::try_from(e.selector.clone()).ok();
-        let workload = |kind: &str, name: &str, namespace: &str| Workload {
-            namespace: namespace.into(),
-            api_version: "apps/v1".into(),
-            kind: kind.into(),
-            name: name.into(),
-            uid: None,
-            created: None,
-            pods: Vec::new(),
-        };
         let labels = BTreeMap::from([("app".to_owned(), "agent".to_owned())]);
         // (case, workload, pods let out)
         let cases = [
@@ -361,15 +365,7 @@ mod tests {
             ),
             ("neither", vec![&web], &[], 0, 0),
         ];
-        let workload = Workload {
-            namespace: "shop".into(),
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            name: "web".into(),
-            uid: None,
-            created: None,
-            pods: Vec::new(),
-        };
+        let workload = workload("Deployment", "web", "shop");
         for (case, pods, used, excepted, wholly) in cases {
             let got = excepting(&exceptions, "escapeToHost", &workload, &pods);
             let names: Vec<&str> = got.0.iter().map(|e| e.name.as_str()).collect();
