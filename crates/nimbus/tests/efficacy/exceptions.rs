@@ -87,6 +87,24 @@ where
     }
 }
 
+/// `Ok` when the API server admits and stores `object` into `api` (or holds it already, from an
+/// earlier admitted try), `Err` with its refusal otherwise.
+async fn stored<K>(api: &Api<K>, object: &K) -> Result<(), String>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(kube::Error::Api(e)) => Err(e.message),
+        Err(e) => panic!("creating a {}: {e}", K::kind(&())),
+    }
+}
+
 /// Creates an exception in `api`'s namespace from `binding`'s intent `intent` for the pods
 /// labelled `labels`, expiring [`LASTS`] from now; returns its name and expiry.
 async fn except(
@@ -255,12 +273,7 @@ async fn an_exception_holds_until_it_expires(cp: &ControlPlane, engine: &str, sc
     let pods = Api::<Pod>::namespaced(client.clone(), ns.name());
     let admit = async || match scanned {
         Scanned::No => privileged_pod(&client, ns.name(), excepted.clone()).await,
-        Scanned::Yes => match pods.create(&PostParams::default(), &agent).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-            Err(kube::Error::Api(e)) => Err(e.message),
-            Err(e) => panic!("creating the excepted pod: {e}"),
-        },
+        Scanned::Yes => stored(&pods, &agent).await,
     };
     eventually(
         &format!("{engine}: the excepted pod admitted"),

@@ -6,7 +6,7 @@
 //! is a pod claiming a ReplicaSet of the sibling or no owner at all. Kyverno's legacy kinds
 //! cannot name a pod by its workload: there the named Deployment stays refused.
 
-use super::{active, admitted, privileged_pod};
+use super::{active, admitted, privileged_pod, stored};
 use crate::common::{CONVERGE, apply, unique};
 use crate::unbind_cluster;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -129,15 +129,9 @@ async fn only_the_named_workload_is_let_out(cp: &ControlPlane, engine: &str) {
         &format!("{engine}: the named Deployment admitted"),
         CONVERGE,
         async |seen| {
-            let created = deployments
-                .create(&PostParams::default(), &deployment("agent"))
-                .await;
-            *seen = format!("{:?}", created.as_ref().err());
-            match created {
-                Ok(_) => Some(()),
-                Err(kube::Error::Api(e)) if e.code == 409 => Some(()),
-                Err(_) => None,
-            }
+            let created = stored(&deployments, &deployment("agent")).await;
+            *seen = format!("{created:?}");
+            created.is_ok().then_some(())
         },
     )
     .await;
