@@ -109,24 +109,31 @@ pub struct PolicyPlan {
     pub external_entries: Vec<String>,
 }
 
-/// Whether a policy no binding generates is garbage the collector is about to delete: its
-/// controller reference names a binding that `binding_exists` no longer finds with that uid
-/// (deleted, or deleted and created again). Nothing is written for it, not even the status a
-/// [`Claim::NotBound`] policy reports: no one reads it, and the write races the deletion (a 404
-/// when it loses). A policy no binding controls, or whose binding stays, still reports.
-pub fn orphaned<K: Resource>(policy: &K, binding_exists: impl Fn(&OwnerReference) -> bool) -> bool {
+/// Whether a policy no binding generates is garbage the collector is about to delete: the
+/// operator wrote it (`manager`), and its controller reference names a binding that
+/// `binding_exists` no longer finds with that uid (deleted, or deleted and created again).
+/// Nothing is written for it, not even the status a [`Claim::NotBound`] policy reports: no one
+/// reads it, and the write races the deletion (a 404 when it loses). A policy someone else
+/// wrote claiming a binding that does not exist is not garbage of ours: it reports `NotBound`,
+/// so that its author learns it enforces nothing.
+pub fn orphaned<K: Resource>(
+    policy: &K,
+    manager: &str,
+    binding_exists: impl Fn(&OwnerReference) -> bool,
+) -> bool {
     let bindings = [
         SecurityIntentBinding::kind(&()),
         ClusterSecurityIntentBinding::kind(&()),
     ];
     let api_version = SecurityIntentBinding::api_version(&());
-    (policy.meta().owner_references.iter().flatten())
-        .find(|o| o.controller == Some(true))
-        .is_some_and(|o| {
-            o.api_version == api_version
-                && bindings.iter().any(|kind| o.kind == *kind)
-                && !binding_exists(o)
-        })
+    written_by(policy.meta(), manager)
+        && (policy.meta().owner_references.iter().flatten())
+            .find(|o| o.controller == Some(true))
+            .is_some_and(|o| {
+                o.api_version == api_version
+                    && bindings.iter().any(|kind| o.kind == *kind)
+                    && !binding_exists(o)
+            })
 }
 
 /// What a policy's status lists in `adapterPolicies`, where Nimbus's external adapters report

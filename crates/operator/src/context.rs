@@ -188,7 +188,7 @@ impl Context {
     /// [`nimbus_core::policy::orphaned`]).
     pub fn orphaned<P: Resource<DynamicType = ()>>(&self, policy: &P) -> bool {
         let namespace = policy.meta().namespace.clone().unwrap_or_default();
-        nimbus_core::policy::orphaned(policy, |owner| {
+        nimbus_core::policy::orphaned(policy, FIELD_MANAGER, |owner| {
             let uid = if owner.kind == SecurityIntentBinding::kind(&()) {
                 let key = ObjectRef::new(&owner.name).within(&namespace);
                 self.bindings.get(&key).and_then(|b| b.metadata.uid.clone())
