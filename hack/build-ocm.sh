@@ -4,8 +4,9 @@
 # from the release pinned in tools/ocm, for the fleet tests (tests/fleet.rs), into a cache
 # outside the repo keyed by that module's content, with the CRDs they need (`crds/`: Policy,
 # PlacementBinding, PolicySet and PolicyAutomation from the propagator, ManagedCluster,
-# Placement and PlacementDecision from its test fixtures). The config-policy-controller, pinned
-# beside them, is not built: the tests deliver intents and bindings as policy templates.
+# Placement and PlacementDecision from the open-cluster-management.io/api module it is built
+# with). The config-policy-controller, pinned beside them, is not built: the tests deliver
+# intents and bindings as policy templates.
 # A warm cache makes this a no-op; a cold build takes about 5 minutes of CPU: for
 # `GOCACHE=$(mktemp -d) bash hack/build-ocm.sh` with the modules already downloaded, 1,025 s
 # wall and 307 s of CPU (263 user, 44 system) on 2 cores that a Cargo release build kept busy
@@ -56,8 +57,10 @@ log "building Open Cluster Management $version: governance-policy-propagator, go
   open-cluster-management.io/governance-policy-framework-addon)
 
 propagator="$(dir governance-policy-propagator)"
+api="$(dir api)"
 install -m 644 "$propagator"/deploy/crds/policy.open-cluster-management.io_{policies,placementbindings,policysets,policyautomations}.yaml \
-  "$propagator"/test/crds/cluster.open-cluster-management.io_{managedclusters,placements_crd,placementdecisions_crd}.yaml \
+  "$api"/cluster/v1/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml \
+  "$api"/cluster/v1beta1/0000_0{2_clusters.open-cluster-management.io_placements,3_clusters.open-cluster-management.io_placementdecisions}.crd.yaml \
   "$cache.partial/crds/"
 
 rm -rf "$cache"

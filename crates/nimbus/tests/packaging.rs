@@ -177,6 +177,13 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ),
         ("", &["events"], EMIT, &[]),
         ("events.k8s.io", &["events"], EMIT, &[]),
+        // Open Cluster Management's Policy that delivered an intent or a binding (tests/fleet.rs).
+        (
+            "policy.open-cluster-management.io",
+            &["policies"],
+            &["get"],
+            &[],
+        ),
         ("networking.k8s.io", &["networkpolicies"], OWN, &[]),
         (
             "policy.networking.k8s.io",

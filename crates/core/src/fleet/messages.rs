@@ -4,6 +4,8 @@
 //! nothing new.
 
 use super::{Compliance, Observed, Selected, Verdict};
+use crate::posture::reason::NATIVE_POLICY_MISSING;
+use nimbus_api::condition;
 use nimbus_api::posture::{Reference, Verdict as Posture};
 use std::collections::BTreeSet;
 
@@ -13,49 +15,39 @@ const NAMED: usize = 5;
 /// A binding's verdict: `NonCompliant` when it is not `Ready` (stalled, an intent missing, an
 /// engine missing...) or a workload it selects is not protected by it (`Partial`,
 /// `Unprotected`); `Compliant` otherwise, saying which intents are only audited (shadow mode, an
-/// `Audit` action) or excepted: both are what the binding and its exceptions ask for. `None`
-/// while its status does not yet describe its current generation.
+/// `Audit` action) or excepted: both are what the binding and its exceptions ask for.
+///
+/// `None`, not known yet, while its status does not describe its current generation, and while
+/// its status and the posture are caught mid-change: the posture sees an engine come and go
+/// first, the binding's status follows once its policies are translated again. So a workload
+/// whose engine's objects are still being written (`NativePolicyMissing`, unless the binding
+/// says the writes fail) has no verdict yet, nor a binding waiting for an engine
+/// ([`AWAITED`]) whose every selected workload the posture already finds protected; while it
+/// waits and workloads are not protected, the posture's reasons speak for both.
 pub fn binding_verdict(
     binding: &Reference,
     observed: Observed,
     selected: &[Selected],
 ) -> Option<Verdict> {
     let ready = observed.ready()?;
+    let mut found = Found::of(selected);
+    let not_ready = (ready.status != "True").then_some(ready.reason.as_str());
+    if found.reasons.contains(NATIVE_POLICY_MISSING)
+        && not_ready != Some(condition::REASON_APPLY_FAILED)
+    {
+        return None;
+    }
+    let awaited = not_ready.is_some_and(|r| AWAITED.contains(&r)) && !selected.is_empty();
+    if awaited && found.not_protected.is_empty() {
+        return None;
+    }
     let subject = describe(binding);
-    let mut reasons = BTreeSet::new();
-    if ready.status != "True" {
-        reasons.insert(stall_marked(&ready.reason, observed.stalled()));
+    let mut reasons = std::mem::take(&mut found.reasons);
+    if let Some(reason) = not_ready.filter(|_| !awaited) {
+        reasons.insert(stall_marked(reason, observed.stalled()));
     }
-    let mut not_protected = Vec::new();
-    let mut kept = BTreeSet::new();
-    let mut audited = BTreeSet::new();
-    let mut excepted = BTreeSet::new();
-    for s in selected {
-        let verdict = s.verdict();
-        match verdict {
-            Posture::Protected | Posture::Audited | Posture::Excepted => {
-                kept.insert(verdict);
-            }
-            _ => {
-                let w = &s.workload;
-                let ns = w.metadata.namespace.as_deref().unwrap_or_default();
-                let (kind, name) = (&w.workload.kind, &w.workload.name);
-                not_protected.push(format!("{kind} {ns}/{name} ({})", verdict.as_str()));
-            }
-        }
-        for intent in &s.intents {
-            match intent.verdict {
-                Posture::Audited => audited.insert(intent.id.as_str()),
-                Posture::Excepted => excepted.insert(intent.id.as_str()),
-                Posture::Protected => false,
-                _ => {
-                    reasons.extend(intent.reasons.iter().map(|r| r.reason.clone()));
-                    false
-                }
-            };
-        }
-    }
-    if !reasons.is_empty() || !not_protected.is_empty() {
+    if !reasons.is_empty() || !found.not_protected.is_empty() {
+        let mut not_protected = std::mem::take(&mut found.not_protected);
         let mut message = subject;
         if !reasons.is_empty() {
             message.push_str(": ");
@@ -71,12 +63,74 @@ pub fn binding_verdict(
             message,
         });
     }
+    Some(Verdict {
+        compliance: Compliance::Compliant,
+        message: compliant(&subject, &found, observed.shadowed()),
+    })
+}
+
+/// The reasons a binding waits for an engine with (`Reconciling`), which the posture sees
+/// change before the binding's status does.
+const AWAITED: [&str; 2] = [
+    condition::REASON_ENGINE_NOT_INSTALLED,
+    condition::REASON_ENGINE_NOT_READY,
+];
+
+/// What the posture found of a binding's workloads.
+#[derive(Default)]
+struct Found<'p> {
+    /// `Kind namespace/name (verdict)` of each workload not protected.
+    not_protected: Vec<String>,
+    /// The reason codes of the intents not in force on them.
+    reasons: BTreeSet<String>,
+    /// The verdicts of the others: protected, audited, excepted.
+    kept: BTreeSet<Posture>,
+    /// The IDs of the intents audited, and excepted, somewhere.
+    audited: BTreeSet<&'p str>,
+    excepted: BTreeSet<&'p str>,
+}
+
+impl<'p> Found<'p> {
+    fn of(selected: &[Selected<'p>]) -> Self {
+        let mut found = Found::default();
+        for s in selected {
+            let verdict = s.verdict();
+            if matches!(
+                verdict,
+                Posture::Protected | Posture::Audited | Posture::Excepted
+            ) {
+                found.kept.insert(verdict);
+            } else {
+                let w = &s.workload;
+                let ns = w.metadata.namespace.as_deref().unwrap_or_default();
+                let (kind, name) = (&w.workload.kind, &w.workload.name);
+                (found.not_protected).push(format!("{kind} {ns}/{name} ({})", verdict.as_str()));
+            }
+            for intent in &s.intents {
+                match intent.verdict {
+                    Posture::Audited => {
+                        found.audited.insert(intent.id.as_str());
+                    }
+                    Posture::Excepted => {
+                        found.excepted.insert(intent.id.as_str());
+                    }
+                    Posture::Protected => {}
+                    _ => (found.reasons).extend(intent.reasons.iter().map(|r| r.reason.clone())),
+                }
+            }
+        }
+        found
+    }
+}
+
+/// A compliant binding's message: what its workloads are, and what is deliberately not
+/// enforced.
+fn compliant(subject: &str, found: &Found, shadowed: bool) -> String {
     let mut message = format!("{subject} is Ready; ");
-    if kept.is_empty() {
+    if found.kept.is_empty() {
         message.push_str("it selects no workload");
     } else {
-        let kept: Vec<&str> = kept
-            .iter()
+        let kept: Vec<&str> = (found.kept.iter())
             .map(|v| match v {
                 Posture::Protected => "protected",
                 Posture::Audited => "audited",
@@ -86,21 +140,18 @@ pub fn binding_verdict(
         message.push_str("every workload it selects is ");
         message.push_str(&kept.join(" or "));
     }
-    if !audited.is_empty() {
+    if !found.audited.is_empty() {
         message.push_str("; audited, not enforced: ");
-        message.push_str(&join(audited));
+        message.push_str(&join(&found.audited));
     }
-    if observed.shadowed() {
+    if shadowed {
         message.push_str(" (shadow mode)");
     }
-    if !excepted.is_empty() {
+    if !found.excepted.is_empty() {
         message.push_str("; excepted by SecurityIntentExceptions in force: ");
-        message.push_str(&join(excepted));
+        message.push_str(&join(&found.excepted));
     }
-    Some(Verdict {
-        compliance: Compliance::Compliant,
-        message,
-    })
+    message
 }
 
 /// A SecurityIntent's verdict: `Compliant` when it is `Ready` (its ID and parameters are the

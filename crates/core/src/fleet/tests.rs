@@ -204,6 +204,58 @@ fn a_binding_is_compliant_when_ready_and_every_workload_it_selects_is_protected(
             "NonCompliant; ClusterSecurityIntentBinding web: EngineNotInstalled; not protected: Deployment shop/web (Unprotected)",
         ),
         (
+            "repaired: the engine's objects still being written",
+            not_ready.clone(),
+            None,
+            vec![workload(
+                "web",
+                vec![intent(
+                    "dnsManipulation",
+                    &b,
+                    Unprotected,
+                    &["NativePolicyMissing"],
+                )],
+            )],
+            "none",
+        ),
+        (
+            "repaired: the objects written, the binding's status not yet",
+            not_ready.clone(),
+            None,
+            vec![protected("web")],
+            "none",
+        ),
+        (
+            "a native object deleted, being written again",
+            ok.clone(),
+            None,
+            vec![workload(
+                "web",
+                vec![intent(
+                    "dnsManipulation",
+                    &b,
+                    Partial,
+                    &["NativePolicyMissing"],
+                )],
+            )],
+            "none",
+        ),
+        (
+            "its writes refused",
+            ready("False", "ApplyFailed"),
+            None,
+            vec![workload(
+                "web",
+                vec![intent(
+                    "dnsManipulation",
+                    &b,
+                    Unprotected,
+                    &["NativePolicyMissing"],
+                )],
+            )],
+            "NonCompliant; ClusterSecurityIntentBinding web: ApplyFailed, NativePolicyMissing; not protected: Deployment shop/web (Unprotected)",
+        ),
+        (
             "an engine missing, nothing selected",
             not_ready.clone(),
             None,
@@ -289,14 +341,14 @@ fn a_message_names_at_most_five_workloads_and_no_healthy_counts() {
                 "dnsManipulation",
                 &b,
                 Posture::Unprotected,
-                &["NativePolicyMissing"],
+                &["UnsupportedSelector"],
             )],
         )
     };
     let workloads: Vec<_> = ["a", "b", "c", "d", "e", "f", "g"].map(gap).into();
     assert_eq!(
         verdict_of(&ready("True", "Ready"), None, &workloads),
-        "NonCompliant; ClusterSecurityIntentBinding web: NativePolicyMissing; not protected: \
+        "NonCompliant; ClusterSecurityIntentBinding web: UnsupportedSelector; not protected: \
          Deployment shop/a (Unprotected), Deployment shop/b (Unprotected), Deployment shop/c \
          (Unprotected), Deployment shop/d (Unprotected), Deployment shop/e (Unprotected) and 2 more"
     );
