@@ -200,7 +200,9 @@ async fn the_hub_sees_each_managed_clusters_compliance_change_once() {
     assert!(message.contains("EngineNotInstalled"), "{message}");
     assert!(message.contains("Deployment shop/web"), "{message}");
 
-    // Repaired: Compliant again.
+    // Repaired: Compliant again (once the deleted CRD is gone: until then it is terminating,
+    // and nothing of its kind can be created).
+    common::gone(&crds, &KUBEARMOR_CRD.name()).await;
     let repaired = Instant::now();
     install_engine_crd(&managed, KUBEARMOR_CRD).await;
     let (message, lag) = hub_shows(&fleet, "Compliant", repaired).await;
