@@ -20,7 +20,9 @@ fn intents_and_bindings_are_ocm_policy_templates() {
         .into_iter()
         .filter(|crd| {
             let labels = crd.metadata.labels.as_ref();
-            labels.and_then(|l| l.get(POLICY_TYPE_LABEL)).map(String::as_str)
+            labels
+                .and_then(|l| l.get(POLICY_TYPE_LABEL))
+                .map(String::as_str)
                 == Some(POLICY_TYPE_TEMPLATE)
         })
         .map(|crd| crd.spec.names.kind)

@@ -42,8 +42,9 @@ const INTENTS: [(&str, &str); 2] = [
 
 /// From a change on the managed cluster to the hub's Policy status: the operator's verdict
 /// settles for 2 s (nimbus_core::fleet::SETTLE), then the framework addon's status sync copies
-/// it to the hub. Measured on 2 shared cores: 2.5-4 s; the bound leaves room for a loaded
-/// machine.
+/// it to the hub and the propagator rolls it up. Measured on 2 shared cores: 2.2-2.5 s to
+/// NonCompliant, 5.4-10 s back to Compliant (the operator's watch of the re-created kind backs
+/// off); the bound leaves room for a loaded machine.
 const HUB_LAG: Duration = Duration::from_secs(60);
 /// From the Policy on the hub to what it delivers enforced on the managed cluster (the
 /// controllers starting, their caches listing, one resync of each).
@@ -102,19 +103,29 @@ fn state(message: &str) -> &str {
     message.split(';').next().unwrap_or_default()
 }
 
-/// Waits until the hub's replicated Policy is `compliance` for the binding (its latest
-/// message); returns that message and how long it took from `since`.
+/// Waits until the hub shows the cluster `compliance` for the binding: the latest message of
+/// its history in the replicated Policy, and the root Policy's roll-up for the cluster (what
+/// `kubectl get policy -A` lists); returns that message and how long it took from `since`.
 async fn hub_shows(fleet: &Fleet, compliance: &str, since: Instant) -> (String, Duration) {
-    let policies = fleet.hub_policies(CLUSTER);
+    let (replicated, roots) = (
+        fleet.hub_policies(CLUSTER),
+        fleet.hub_policies(ROOT_NAMESPACE),
+    );
     let message = eventually(
         &format!("the hub to show {BINDING} {compliance} on {CLUSTER}"),
         HUB_LAG,
         async |seen| {
-            let policy = policies.get_opt(REPLICATED).await.ok()??;
-            *seen = format!("{:?}", histories(&policy));
+            let policy = replicated.get_opt(REPLICATED).await.ok()??;
+            let root = roots.get_opt(ROOT_POLICY).await.ok()??;
+            let rolled_up = root.data["status"]["status"].as_array().cloned();
+            *seen = format!("{:?}; root: {rolled_up:?}", histories(&policy));
             let (_, history) = histories(&policy).into_iter().find(|(t, _)| t == BINDING)?;
             let latest = history.first()?;
-            (state(latest) == compliance).then(|| latest.clone())
+            let cluster = rolled_up?
+                .into_iter()
+                .find(|c| c["clustername"] == CLUSTER)?;
+            (state(latest) == compliance && cluster["compliant"] == compliance)
+                .then(|| latest.clone())
         },
     )
     .await;
@@ -168,25 +179,18 @@ async fn the_hub_sees_each_managed_clusters_compliance_change_once() {
     )
     .await;
 
-    // Compliant on the hub: every template of the Policy, and the root Policy's roll-up.
+    // Compliant on the hub, for the cluster and overall.
     let (message, took) = hub_shows(&fleet, "Compliant", started).await;
     println!("delivered and Compliant on the hub after {took:?}: {message}");
-    eventually(
-        "the root Policy Compliant for the cluster",
-        HUB_LAG,
-        async |seen| {
-            let root = fleet
-                .hub_policies(ROOT_NAMESPACE)
-                .get_opt(ROOT_POLICY)
-                .await
-                .ok()??;
-            *seen = format!("{}", root.data["status"]);
-            let per_cluster = root.data["status"]["status"].as_array()?;
-            let cluster = per_cluster.iter().find(|c| c["clustername"] == CLUSTER)?;
-            (cluster["compliant"] == "Compliant" && root.data["status"]["compliant"] == "Compliant")
-                .then_some(())
-        },
-    )
+    eventually("the root Policy Compliant overall", HUB_LAG, async |seen| {
+        let root = fleet
+            .hub_policies(ROOT_NAMESPACE)
+            .get_opt(ROOT_POLICY)
+            .await
+            .ok()??;
+        *seen = format!("{}", root.data["status"]);
+        (root.data["status"]["compliant"] == "Compliant").then_some(())
+    })
     .await;
 
     // An engine missing: NonCompliant on the hub, saying why.
@@ -209,32 +213,45 @@ async fn the_hub_sees_each_managed_clusters_compliance_change_once() {
     println!("KubeArmor's CRD back: Compliant on the hub after {lag:?}: {message}");
 
     // Exactly the transitions: one Event per change of verdict, on the managed cluster and in
-    // the hub's history; the intents, unaffected, once each.
-    let policy = fleet
-        .hub_policies(CLUSTER)
-        .get(REPLICATED)
-        .await
-        .expect("replicated Policy");
-    let histories = histories(&policy);
-    for (template, history) in &histories {
-        let states: Vec<&str> = history.iter().map(|m| state(m)).collect();
-        let expected: &[&str] = if template == BINDING {
-            &["Compliant", "NonCompliant", "Compliant"]
+    // the hub's history; the intents, unaffected, once each. Histories and Events only grow:
+    // one too many never matches.
+    let expected = |template: &str| -> Vec<&str> {
+        if template == BINDING {
+            vec!["Compliant", "NonCompliant", "Compliant"]
         } else {
-            &["Compliant"]
-        };
-        assert_eq!(
-            states, expected,
-            "{template}'s history on the hub: {history:#?}"
-        );
-    }
-    assert_eq!(histories.len(), INTENTS.len() + 1, "{histories:#?}");
+            vec!["Compliant"]
+        }
+    };
+    let replicated = fleet.hub_policies(CLUSTER);
+    eventually(
+        "the hub's histories to hold the transitions",
+        HUB_LAG,
+        async |seen| {
+            let histories = histories(&replicated.get_opt(REPLICATED).await.ok()??);
+            *seen = format!("{histories:#?}");
+            let states = |history: &[String]| -> Vec<String> {
+                history.iter().map(|m| state(m).to_owned()).collect()
+            };
+            (histories.len() == INTENTS.len() + 1
+                && (histories.iter()).all(|(t, history)| states(history) == expected(t)))
+            .then_some(())
+        },
+    )
+    .await;
     let events: Api<Event> = Api::namespaced(managed.clone(), CLUSTER);
-    let ours = events
-        .list(&ListParams::default().fields(&format!("reason=policy: {BINDING}")))
-        .await
-        .expect("events");
-    assert_eq!(ours.items.len(), 3, "{:#?}", ours.items);
+    let reason = ListParams::default().fields(&format!("reason=policy: {BINDING}"));
+    eventually(
+        "3 compliance Events on the managed cluster",
+        HUB_LAG,
+        async |seen| {
+            let messages: Vec<String> = (events.list(&reason).await.ok()?.items.into_iter())
+                .filter_map(|e| e.message)
+                .collect();
+            *seen = format!("{messages:#?}");
+            (messages.len() == 3).then_some(())
+        },
+    )
+    .await;
 }
 
 /// The workload the binding selects: a Deployment in `shop` (its pods are never scheduled:

@@ -101,6 +101,16 @@ fn verdict_of(
         .map_or_else(|| "none".to_owned(), |v| v.event_message())
 }
 
+/// (what, the binding's conditions, its mode, the workloads' postures, the event message or
+/// `none`).
+type Case<'a> = (
+    &'a str,
+    Vec<Condition>,
+    Option<&'a str>,
+    Vec<WorkloadPosture>,
+    &'a str,
+);
+
 #[test]
 fn a_binding_is_compliant_when_ready_and_every_workload_it_selects_is_protected() {
     use Posture::*;
@@ -113,13 +123,7 @@ fn a_binding_is_compliant_when_ready_and_every_workload_it_selects_is_protected(
         cond("Ready", "False", "UnsupportedIntent", "x", 2),
         cond("Stalled", "True", "UnsupportedIntent", "x", 2),
     ];
-    let cases: Vec<(
-        &str,
-        Vec<Condition>,
-        Option<&str>,
-        Vec<WorkloadPosture>,
-        &str,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         ("no status yet", vec![], None, vec![], "none"),
         (
             "a status of an older generation",
@@ -357,7 +361,11 @@ fn a_message_names_at_most_five_workloads_and_no_healthy_counts() {
         "h",
         vec![intent("dnsManipulation", &b, Posture::Protected, &[])],
     );
-    let one = verdict_of(&ready("True", "Ready"), None, &[protected.clone()]);
+    let one = verdict_of(
+        &ready("True", "Ready"),
+        None,
+        std::slice::from_ref(&protected),
+    );
     let two = verdict_of(
         &ready("True", "Ready"),
         None,

@@ -83,13 +83,14 @@ spec:
     spec: {containers: [{name: addon, image: registry.invalid/addon:1}]}
 ";
 
+/// Dropped in field order: the operator and the controllers stop before the control planes.
 pub struct Fleet {
-    pub hub: ControlPlane,
-    pub managed: ControlPlane,
-    _propagator: Child,
-    _addon: Child,
     /// Stops the operator when the test ends.
     _operator: OperatorGuard,
+    propagator: Child,
+    addon: Child,
+    pub hub: ControlPlane,
+    pub managed: ControlPlane,
 }
 
 struct OperatorGuard(CancellationToken);
@@ -145,11 +146,11 @@ impl Fleet {
         let operator = OperatorGuard(CancellationToken::new());
         run_operator(&managed, operator.0.clone());
         let fleet = Self {
+            _operator: operator,
+            propagator,
+            addon,
             hub,
             managed,
-            _propagator: propagator,
-            _addon: addon,
-            _operator: operator,
         };
         fleet.wait_ready().await;
         fleet
@@ -168,7 +169,7 @@ impl Fleet {
             "the OCM controllers to start",
             CONTROLLERS_START,
             async |seen| {
-                let (p, a) = (self._propagator.output(), self._addon.output());
+                let (p, a) = (self.propagator.output(), self.addon.output());
                 *seen = format!("propagator: {}\naddon: {}", tail(&p), tail(&a));
                 (p.contains("Starting workers") && a.contains("Starting workers")).then_some(())
             },
