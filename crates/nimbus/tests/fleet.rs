@@ -2,7 +2,8 @@
 //! hub sees their compliance as the operator there judges it. The real OCM controllers (v0.19.0,
 //! built from the modules pinned in tools/ocm by hack/build-ocm.sh) run as processes: the
 //! policy propagator on a hub control plane, the policy framework addon on a managed one, with
-//! our operator in-process on the managed one. No registration agent: the test writes the
+//! our operator in-process on the managed one, installed from the chart and calling with
+//! nothing but its ServiceAccount's token. No registration agent: the test writes the
 //! ManagedCluster, its namespace and the PlacementDecision itself.
 //!
 //! The story: a Policy on the hub carries two SecurityIntents and a ClusterSecurityIntentBinding
@@ -43,7 +44,7 @@ const INTENTS: [(&str, &str); 2] = [
 /// From a change on the managed cluster to the hub's Policy status: the operator's verdict
 /// settles for 2 s (nimbus_core::fleet::SETTLE), then the framework addon's status sync copies
 /// it to the hub and the propagator rolls it up. Measured on 2 shared cores: 2.2-2.5 s to
-/// NonCompliant, 5.4-10 s back to Compliant (the operator's watch of the re-created kind backs
+/// NonCompliant, 4.8-10 s back to Compliant (the operator's watch of the re-created kind backs
 /// off); the bound leaves room for a loaded machine.
 const HUB_LAG: Duration = Duration::from_secs(60);
 /// From the Policy on the hub to what it delivers enforced on the managed cluster (the
@@ -132,7 +133,7 @@ async fn hub_shows(fleet: &Fleet, compliance: &str, since: Instant) -> (String, 
     (message, since.elapsed())
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hub_sees_each_managed_clusters_compliance_change_once() {
     let fleet = Fleet::start().await;
     let hub = fleet.hub.client().expect("hub client");

@@ -1,8 +1,8 @@
 //! A hub and a managed control plane with Open Cluster Management's policy framework between
 //! them, and our operator on the managed one.
 
-use crate::common::built_by;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use crate::common::{self, built_by};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use nimbus_core::fleet::{POLICY_GROUP, POLICY_KIND, POLICY_VERSION};
 use nimbus_testenv::{Child, ControlPlane, Options, apply_yaml, eventually, free_port};
@@ -129,8 +129,7 @@ impl Fleet {
             ocm.join("crds/policy.open-cluster-management.io_policies.yaml"),
         )
         .expect("Policy CRD");
-        let nimbus = nimbus_api::crds_yaml().expect("Nimbus CRDs");
-        for yaml in [policy_crd.as_str(), &nimbus, MANAGED_SETUP] {
+        for yaml in [policy_crd.as_str(), MANAGED_SETUP] {
             apply_yaml(&managed_client, yaml)
                 .await
                 .expect("managed setup");
@@ -141,10 +140,12 @@ impl Fleet {
         )
         .await;
 
+        // Nimbus first, as on a cluster where it is installed before policies arrive: a template
+        // of a kind not served yet is a template error in the Policy's history.
+        let operator = OperatorGuard(CancellationToken::new());
+        run_operator(&managed, operator.0.clone()).await;
         let propagator = propagator(&ocm, &hub);
         let addon = addon(&ocm, &hub, &managed);
-        let operator = OperatorGuard(CancellationToken::new());
-        run_operator(&managed, operator.0.clone());
         let fleet = Self {
             _operator: operator,
             propagator,
@@ -270,40 +271,77 @@ fn addon(ocm: &Path, hub: &ControlPlane, managed: &ControlPlane) -> Child {
     .expect("starting the framework addon")
 }
 
-/// Our operator on `cp`, with the posture computed (it judges the workloads the verdicts read;
-/// its API is not registered with kube-apiserver, nothing reads it here), until `shutdown`.
-fn run_operator(cp: &ControlPlane, shutdown: CancellationToken) {
+/// Our operator on `cp` as the chart installs it, less the Deployment: the chart's CRDs (with
+/// their policy-template label), and the operator in this process, authenticated only by a
+/// token of the chart's ServiceAccount, so that its ClusterRole must grant every call the
+/// compliance reports make; with leader election, as the chart runs it, and the posture
+/// computed (the verdicts read it; its API is not registered, nothing reads it here). Runs
+/// until `shutdown`.
+async fn run_operator(cp: &ControlPlane, shutdown: CancellationToken) {
+    let admin = cp.client().expect("managed client");
+    let objects = common::install_chart_without_workload(&admin, &[]).await;
+    let deployment = common::rendered(&objects, "Deployment", common::RELEASE);
+    let (client, _) = common::service_account_client(cp, deployment).await;
+    let mut config = common::operator_config_from(deployment, "nimbus-fleet-test");
     let dir: PathBuf = cp.work_dir().to_owned();
     let cert = nimbus_testenv::serving_cert(&[]).expect("serving certificate");
     let (cert_file, key_file) = (dir.join("posture.crt"), dir.join("posture.key"));
     std::fs::write(&cert_file, &cert.cert_pem).expect("posture.crt");
     std::fs::write(&key_file, &cert.key_pem).expect("posture.key");
-    let posture = nimbus_operator::posture::Config {
+    config.posture = Some(nimbus_operator::posture::Config {
         addr: ([127, 0, 0, 1], free_port().expect("port")).into(),
         certificate: nimbus_operator::posture::ServingCertificate {
             cert_file,
             key_file,
         },
         reports: Default::default(),
-    };
+    });
     if let Ok(filter) = std::env::var("NIMBUS_TEST_LOG") {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
             .try_init();
     }
-    let config = cp.config().clone();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
-        runtime.block_on(async move {
-            let client = Client::try_from(config).expect("operator client");
-            let config = nimbus_operator::Config {
-                posture: Some(posture),
-                ..Default::default()
-            };
-            if let Err(e) = nimbus_operator::run(client, config, shutdown).await {
-                panic!("operator failed: {e}");
-            }
-        });
+    tokio::spawn(async move {
+        if let Err(e) = nimbus_operator::run(client, config, shutdown).await {
+            panic!("operator failed: {e}");
+        }
     });
+    admitted(&admin).await;
+}
+
+/// Waits until the API server admits the kinds OCM will deliver: the chart's admission policies
+/// on them answer `ServiceUnavailable` ("Resource kind … not found") until the API server has
+/// caught up with the new CRDs, which the framework addon would report as template errors.
+async fn admitted(admin: &Client) {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    // The templates the test delivers, all cluster-scoped.
+    let policy = crate::root_policy();
+    let templates = policy["spec"]["policy-templates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    eventually(
+        "the chart's admission to know the Nimbus kinds",
+        CONTROLLERS_START,
+        async |seen| {
+            for template in &templates {
+                let object: DynamicObject =
+                    serde_json::from_value(template["objectDefinition"].clone()).ok()?;
+                let types = object.types.clone()?;
+                let gvk = GroupVersionKind::try_from(&types).ok()?;
+                let api: Api<DynamicObject> =
+                    Api::all_with(admin.clone(), &ApiResource::from_gvk(&gvk));
+                if let Err(e) = api.create(&dry_run, &object).await {
+                    *seen = format!("{}: {e}", gvk.kind);
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
 }
