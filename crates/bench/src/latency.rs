@@ -1,11 +1,12 @@
 //! Scenario L: on a quiet, converged cluster, one binding at a time — the time from creating a
 //! SecurityIntentBinding (dnsManipulation) until both its native objects (a NetworkPolicy and a
-//! KubeArmorPolicy) exist, as a watch in the bench sees them. Its floor, once the operator
+//! KubeArmorPolicy) exist, as a watch in the bench sees them. Its floors, once the operator
 //! stopped: the time from sending the same two objects' creates, at once, until the watch sees
-//! both.
+//! both (natives-only); and from creating the binding, then its NimbusPolicy, then the two
+//! objects owned by it, until the watch sees both (compatible; the statuses are written after).
 
-use crate::floor;
 use crate::workload::INTENTS;
+use crate::{compatible, floor};
 use anyhow::{Context as _, bail};
 use futures::{StreamExt, future};
 use kube::api::{DynamicObject, PostParams};
@@ -21,18 +22,21 @@ use std::time::{Duration, Instant};
 
 /// How each sample's native objects come to be.
 #[derive(Clone, Copy)]
-pub enum Writer {
+pub enum Writer<'a> {
     /// The operator, from a binding the bench creates.
     Operator,
     /// The bench itself, writing the binding's native objects directly.
     Direct,
+    /// The bench itself, creating the binding and writing what a compatible operator must.
+    Compatible(&'a compatible::Writer),
 }
 
-impl Writer {
+impl Writer<'_> {
     fn namespace(self) -> &'static str {
         match self {
             Self::Operator => "bench-latency",
             Self::Direct => "bench-latency-floor",
+            Self::Compatible(_) => "bench-latency-compat",
         }
     }
 }
@@ -51,7 +55,7 @@ type Seen = Arc<Mutex<HashMap<(&'static str, String), Instant>>>;
 
 pub async fn measure(
     client: &Client,
-    writer: Writer,
+    writer: Writer<'_>,
     samples: usize,
     timeout: Duration,
 ) -> anyhow::Result<Latency> {
@@ -99,27 +103,11 @@ pub async fn measure(
             }
         }))?;
         let natives = match writer {
-            Writer::Operator => Vec::new(),
+            Writer::Operator | Writer::Compatible(_) => Vec::new(),
             Writer::Direct => floor::natives(&binding)?,
         };
         let started = Instant::now();
-        match writer {
-            Writer::Operator => {
-                bindings
-                    .create(&PostParams::default(), &binding)
-                    .await
-                    .with_context(|| format!("creating binding {name}"))?;
-            }
-            Writer::Direct => {
-                future::try_join_all(natives.iter().map(|(resource, object)| async move {
-                    Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource)
-                        .create(&PostParams::default(), object)
-                        .await
-                }))
-                .await
-                .with_context(|| format!("creating the native objects of binding {name}"))?;
-            }
-        }
+        send(client, writer, &bindings, &binding, &natives).await?;
         let native = format!("{name}-dnsmanipulation");
         let done = loop {
             let last = {
@@ -153,4 +141,41 @@ pub async fn measure(
         p99_ms: at(0.99),
         max_ms: at(1.0),
     })
+}
+
+/// Sends what `writer` writes for one sample: `binding`, or `natives` directly.
+async fn send(
+    client: &Client,
+    writer: Writer<'_>,
+    bindings: &Api<SecurityIntentBinding>,
+    binding: &SecurityIntentBinding,
+    natives: &[(kube::api::ApiResource, DynamicObject)],
+) -> anyhow::Result<()> {
+    let name = binding.name_any();
+    let ns = writer.namespace();
+    match writer {
+        Writer::Operator => {
+            bindings
+                .create(&PostParams::default(), binding)
+                .await
+                .with_context(|| format!("creating binding {name}"))?;
+        }
+        Writer::Compatible(compatible) => {
+            let created = bindings
+                .create(&PostParams::default(), binding)
+                .await
+                .with_context(|| format!("creating binding {name}"))?;
+            compatible.protect(&created).await?;
+        }
+        Writer::Direct => {
+            future::try_join_all(natives.iter().map(|(resource, object)| async move {
+                Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource)
+                    .create(&PostParams::default(), object)
+                    .await
+            }))
+            .await
+            .with_context(|| format!("creating the native objects of binding {name}"))?;
+        }
+    }
+    Ok(())
 }

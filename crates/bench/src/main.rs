@@ -1,10 +1,13 @@
-//! `nimbus-bench`: the operator against a real local control plane, in five scenarios.
+//! `nimbus-bench`: the operator against a real local control plane, in six scenarios.
 //!
 //! A, cold convergence: intents, N namespaces with M bindings each and one cluster binding are
 //! created; timed until every generated policy reports all its native policies. B, steady
 //! state: nothing changes for a while. C, churn: every binding's workload label changes once.
-//! D, narrowing: every binding drops one intent. L: single bindings, one at a time. Each beside
-//! its floor, the same writes made directly.
+//! D, narrowing: every binding drops one intent. E, removal: every binding is deleted (the
+//! garbage collector deletes what they generated; the operator has nothing to write). L: single
+//! bindings, one at a time. Each beside its floors: the same native objects and policies
+//! written directly (natives-only), and everything a Nimbus-compatible operator must write
+//! (compatible: owner references and statuses too; A, C and L).
 //! For each: wall time, the operator's API requests by verb (from kube-apiserver's
 //! `apiserver_request_total`, minus the bench's own requests), CPU time and memory of the
 //! operator process. Printed as a table and written as JSON (`target/bench-results.json`).
@@ -15,6 +18,8 @@
 #![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 mod args;
+mod compatible;
+mod compatible_floor;
 mod converge;
 mod floor;
 mod latency;
@@ -38,7 +43,7 @@ use operator::{build_operator, spawn_operator};
 use progress::step;
 use report::{CHURN, COLD, NARROWING, Results, mib};
 use requests::Own;
-use scenarios::{changes, cold_convergence, profile_of, steady_state};
+use scenarios::{changes, cold_convergence, profile_of, removal, steady_state};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use workload::{CREATED, NARROWED, Ops, Plan, RELABELLED};
@@ -118,7 +123,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cold_convergence(&mut meter, &plan, &args, &client, &mut operator).await?;
     let (steady, end) = steady_state(&mut meter, &args, &mut operator, end).await?;
     let mut scenarios = vec![cold, steady];
-    scenarios.extend(changes(&mut meter, &plan, &args, &mut operator, end).await?);
+    let (changed, end) = changes(&mut meter, &plan, &args, &mut operator, end).await?;
+    scenarios.extend(changed);
+    scenarios.push(removal(&mut meter, &plan, &args, &mut operator, end).await?);
 
     // L: one binding at a time, on the quiet converged cluster.
     step(format!(
@@ -352,6 +359,8 @@ async fn floors(
         written.push(report::FloorRun {
             scenario: name,
             writes: run.objects,
+            writes_by_verb: Default::default(),
+            others_gets: Vec::new(),
             wall_secs: run.wall.as_secs_f64(),
             api_cpu_secs: cpu,
         });
@@ -371,11 +380,49 @@ async fn floors(
         "F: L p50 {:.1} ms, p99 {:.1} ms",
         latency.p50_ms, latency.p99_ms
     ));
+    let compatible = compatible_floor(args, ops, plan, control_plane).await?;
     Ok(report::Floor {
         concurrency: args.floor_concurrency,
         runs: written,
         latency,
+        compatible,
     })
+}
+
+/// The compatible floor (see `compatible.rs`) in namespaces of its own, created and settled
+/// first; its cluster binding reaches them and the cluster's own namespaces, as the operator's
+/// did.
+async fn compatible_floor(
+    args: &Args,
+    ops: &Ops,
+    plan: &Plan,
+    control_plane: &[u32],
+) -> anyhow::Result<report::CompatibleFloor> {
+    let compat_plan = Plan::named(
+        "compat",
+        args.namespaces,
+        args.bindings,
+        usize::from(args.cluster_intents),
+    );
+    workload::create_namespaces(ops, &compat_plan).await?;
+    wait_namespaces_settled(ops, &compat_plan).await?;
+    let namespaces: Vec<String> = (compat_plan.namespaces.iter())
+        .chain(
+            plan.selected
+                .iter()
+                .filter(|n| !plan.namespaces.contains(n)),
+        )
+        .cloned()
+        .collect();
+    compatible_floor::measure(
+        args,
+        ops,
+        &compat_plan,
+        "compat-all-namespaces",
+        &namespaces,
+        control_plane,
+    )
+    .await
 }
 
 /// Waits until kube-controller-manager's garbage collector watches the just-installed kinds.

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub(crate) struct Mark {
     pub(crate) at: Instant,
     apiserver: Counts,
+    /// The apiserver's counts of requests answered outside 2xx.
+    failed: Counts,
     own: Counts,
     process: procfs::Sample,
     control_plane_cpu_ticks: u64,
@@ -45,10 +47,11 @@ impl Meter<'_> {
             self.peak_per_scenario = false;
         }
         let own = self.ops.own.snapshot();
-        let apiserver = requests::scrape(&self.ops.client, &self.ops.own).await?;
+        let (apiserver, failed) = requests::scrape(&self.ops.client, &self.ops.own).await?;
         Ok(Mark {
             at: Instant::now(),
             apiserver,
+            failed,
             own,
             process,
             control_plane_cpu_ticks,
@@ -67,6 +70,9 @@ impl Meter<'_> {
         let apiserver = end.apiserver.since(&start.apiserver);
         let own = end.own.since(&start.own);
         let requests = Attributed::of(&apiserver, &own, workload::operator_resource);
+        // The bench's own requests all succeed (it stops otherwise): these are others'.
+        let failed = end.failed.since(&start.failed);
+        let failed = failed.filter(|k| k.is_resource() && workload::operator_resource(k));
         Scenario {
             name,
             description,
@@ -75,6 +81,7 @@ impl Meter<'_> {
             policies_done,
             operator_requests: requests.operator,
             operator_requests_by_kind: requests.operator_by_kind,
+            failed_requests_by_kind: failed.breakdown(),
             bench_requests: requests.bench,
             background_requests: requests.background,
             background_requests_by_kind: requests.background_by_kind,

@@ -201,13 +201,28 @@ async fn metrics_text(client: &Client, own: &Own) -> anyhow::Result<String> {
         .context("GET /metrics from kube-apiserver")
 }
 
-/// Scrapes `apiserver_request_total` from the apiserver.
-pub async fn scrape(client: &Client, own: &Own) -> anyhow::Result<Counts> {
-    let counts = parse(&metrics_text(client, own).await?)?;
+/// Scrapes `apiserver_request_total` from the apiserver: every request, and those answered
+/// with a code outside 2xx (keyed with the code after the verb, e.g. `APPLY 404`).
+pub async fn scrape(client: &Client, own: &Own) -> anyhow::Result<(Counts, Counts)> {
+    let text = metrics_text(client, own).await?;
+    let counts = parse(&text)?;
     if counts.0.is_empty() {
         bail!("kube-apiserver's /metrics has no apiserver_request_total samples");
     }
-    Ok(counts)
+    Ok((counts, parse_failed(&text)?))
+}
+
+/// The `apiserver_request_total` samples of requests answered outside 2xx, the code after the
+/// verb.
+pub fn parse_failed(text: &str) -> anyhow::Result<Counts> {
+    let mut failed = Counts::default();
+    for (mut key, code, n) in samples(text, "apiserver_request_total")? {
+        if !code.starts_with('2') {
+            key.verb = format!("{} {code}", key.verb);
+            failed.add(key, n);
+        }
+    }
+    Ok(failed)
 }
 
 /// Long-running requests in progress right now (`apiserver_longrunning_requests`, i.e. open
@@ -224,8 +239,17 @@ pub fn parse(text: &str) -> anyhow::Result<Counts> {
 
 /// Parses the samples of one metric with verb/group/resource/subresource labels.
 fn parse_metric(text: &str, metric: &str) -> anyhow::Result<Counts> {
-    let prefix = format!("{metric}{{");
     let mut counts = Counts::default();
+    for (key, _, n) in samples(text, metric)? {
+        counts.add(key, n);
+    }
+    Ok(counts)
+}
+
+/// The samples of one metric: key, `code` label and value.
+fn samples(text: &str, metric: &str) -> anyhow::Result<Vec<(Key, String, u64)>> {
+    let prefix = format!("{metric}{{");
+    let mut out = Vec::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix(&prefix) else {
             continue;
@@ -241,17 +265,15 @@ fn parse_metric(text: &str, metric: &str) -> anyhow::Result<Counts> {
             .with_context(|| format!("malformed value in: {line}"))?;
         let labels = parse_labels(labels).with_context(|| format!("malformed labels: {line}"))?;
         let label = |name: &str| labels.get(name).map(String::as_str).unwrap_or_default();
-        counts.add(
-            Key::new(
-                label("verb"),
-                label("group"),
-                label("resource"),
-                label("subresource"),
-            ),
-            value as u64,
+        let key = Key::new(
+            label("verb"),
+            label("group"),
+            label("resource"),
+            label("subresource"),
         );
+        out.push((key, label("code").to_owned(), value as u64));
     }
-    Ok(counts)
+    Ok(out)
 }
 
 /// `a="x",b="y\"z"` → {a: x, b: y"z}.
@@ -301,6 +323,15 @@ apiserver_request_duration_seconds_count{verb="GET"} 9
         assert_eq!(counts.0.get(&list), Some(&4));
         assert_eq!(counts.0.get(&metrics_key()), Some(&2));
         assert_eq!(counts.total(), 13);
+        let failed = parse_failed(text)?;
+        let list_500 = Key::new(
+            "LIST 500",
+            "intent.security.nimbus.com",
+            "nimbuspolicies",
+            "",
+        );
+        assert_eq!(failed.0.get(&list_500), Some(&1));
+        assert_eq!(failed.total(), 1);
         assert_eq!(
             list.to_string(),
             "LIST nimbuspolicies.intent.security.nimbus.com"

@@ -6,7 +6,7 @@ use crate::meter::{Mark, Meter};
 use crate::operator::tail;
 use crate::profile;
 use crate::progress::step;
-use crate::report::{self, CHURN, COLD, NARROWING, STEADY, Scenario};
+use crate::report::{self, CHURN, COLD, NARROWING, REMOVAL, STEADY, Scenario};
 use crate::workload::{self, NARROWED, Plan, RELABELLED};
 use anyhow::{Context as _, bail};
 use nimbus_testenv::Child;
@@ -98,14 +98,14 @@ pub async fn steady_state(
     Ok((steady, end))
 }
 
-/// C: churn, then D: narrowing, from `previous` on.
+/// C: churn, then D: narrowing, from `previous` on; and the mark they end at.
 pub async fn changes(
     meter: &mut Meter<'_>,
     plan: &Plan,
     args: &Args,
     operator: &mut Child,
     previous: Mark,
-) -> anyhow::Result<Vec<Scenario>> {
+) -> anyhow::Result<(Vec<Scenario>, Mark)> {
     let mut scenarios = Vec::new();
     let mut end = previous;
     for (name, revision, change) in [
@@ -142,7 +142,68 @@ pub async fn changes(
             &end,
         ));
     }
-    Ok(scenarios)
+    Ok((scenarios, end))
+}
+
+/// E: removal. Every namespaced binding is deleted; the garbage collector deletes their
+/// policies and those policies' native objects, and the operator has nothing to write. Timed
+/// until no binding's policy is left, counted until `settle` after.
+pub async fn removal(
+    meter: &mut Meter<'_>,
+    plan: &Plan,
+    args: &Args,
+    operator: &mut Child,
+    previous: Mark,
+) -> anyhow::Result<Scenario> {
+    step(format!(
+        "{REMOVAL}: delete all {} bindings; until their policies are gone",
+        plan.bindings.len()
+    ));
+    let start = previous;
+    let began = Instant::now();
+    workload::delete_bindings(meter.ops, plan).await?;
+    loop {
+        let left = workload::binding_policies_left(meter.ops, plan).await?;
+        if left == 0 {
+            break;
+        }
+        if operator.has_exited() {
+            bail!(
+                "the operator exited; its log ends with:\n{}",
+                tail(&operator.output(), 40)
+            );
+        }
+        if began.elapsed() > args.timeout {
+            bail!(
+                "{left} policies of deleted bindings left after {:?}",
+                args.timeout
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let wall = began.elapsed();
+    step(format!(
+        "{REMOVAL}: policies gone after {:.2} s; settling {:?}",
+        wall.as_secs_f64(),
+        args.settle
+    ));
+    tokio::time::sleep(args.settle).await;
+    let end = meter.mark().await?;
+    Ok(meter.scenario(
+        REMOVAL,
+        format!(
+            "delete all {} SecurityIntentBindings (background); until the garbage collector \
+             deleted their policies (the native objects after, within the window). The \
+             collector reads each object before deleting it: its GET and DELETE per object \
+             count here as the operator's (not separable); the operator's own would be status \
+             writes and Events, and failures (see below)",
+            plan.bindings.len()
+        ),
+        wall,
+        None,
+        &start,
+        &end,
+    ))
 }
 
 /// Starts profiling kube-apiserver into `<--apiserver-profile>/<name>.pprof`, if asked to.

@@ -19,6 +19,9 @@ use std::fmt::Debug;
 
 /// Requests in flight while creating or updating many objects.
 const CONCURRENCY: usize = 8;
+/// The compatible floor's creates and changes of bindings, as many in flight as
+/// [`create_workload`] and [`change_bindings`] send (its chains start as each one returns).
+pub static BINDING_WRITES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENCY);
 
 /// The intents every namespaced binding references, in this order: (object name, intent ID).
 pub const INTENTS: [(&str, &str); 4] = [
@@ -143,6 +146,17 @@ impl Ops {
             .await
             .with_context(|| format!("watching {}", K::plural(&())))?;
         Ok(events.boxed())
+    }
+
+    pub async fn delete<K>(&self, api: &Api<K>, name: &str) -> anyhow::Result<()>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        self.own.record(key::<K>("DELETE"));
+        api.delete(name, &kube::api::DeleteParams::background())
+            .await
+            .with_context(|| format!("deleting {} {name}", K::kind(&())))
+            .map(drop)
     }
 
     pub async fn merge_patch<K>(
@@ -379,6 +393,34 @@ pub async fn change_bindings(ops: &Ops, plan: &Plan, revision: u32) -> anyhow::R
         .try_collect::<Vec<_>>()
         .await
         .map(drop)
+}
+
+/// Scenario E's writes: every namespaced binding deleted (in the background, as kubectl does).
+pub async fn delete_bindings(ops: &Ops, plan: &Plan) -> anyhow::Result<()> {
+    stream::iter(&plan.bindings)
+        .map(|b| async move {
+            let api: Api<SecurityIntentBinding> = Api::namespaced(ops.client.clone(), &b.namespace);
+            ops.delete(&api, &b.name).await
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .map(drop)
+}
+
+/// How many of the namespaced bindings' NimbusPolicies are left.
+pub async fn binding_policies_left(ops: &Ops, plan: &Plan) -> anyhow::Result<usize> {
+    let api: Api<NimbusPolicy> = Api::all(ops.client.clone());
+    let left = ops.list(&api, &ListParams::default()).await?;
+    Ok(left
+        .items
+        .iter()
+        .filter(|p| {
+            plan.bindings.iter().any(|b| {
+                p.namespace().as_deref() == Some(b.namespace.as_str()) && p.name_any() == b.name
+            })
+        })
+        .count())
 }
 
 #[cfg(test)]

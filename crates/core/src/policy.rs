@@ -10,7 +10,7 @@ use crate::engines::{
 use crate::intents::Origin;
 use crate::namespaces::ProtectedNamespaces;
 use crate::plan;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusPolicyStatus,
@@ -107,6 +107,26 @@ pub struct PolicyPlan {
     pub translation: Translation,
     /// The entries external adapters reported that stay listed in the status (they own them).
     pub external_entries: Vec<String>,
+}
+
+/// Whether a policy no binding generates is garbage the collector is about to delete: its
+/// controller reference names a binding that `binding_exists` no longer finds with that uid
+/// (deleted, or deleted and created again). Nothing is written for it, not even the status a
+/// [`Claim::NotBound`] policy reports: no one reads it, and the write races the deletion (a 404
+/// when it loses). A policy no binding controls, or whose binding stays, still reports.
+pub fn orphaned<K: Resource>(policy: &K, binding_exists: impl Fn(&OwnerReference) -> bool) -> bool {
+    let bindings = [
+        SecurityIntentBinding::kind(&()),
+        ClusterSecurityIntentBinding::kind(&()),
+    ];
+    let api_version = SecurityIntentBinding::api_version(&());
+    (policy.meta().owner_references.iter().flatten())
+        .find(|o| o.controller == Some(true))
+        .is_some_and(|o| {
+            o.api_version == api_version
+                && bindings.iter().any(|kind| o.kind == *kind)
+                && !binding_exists(o)
+        })
 }
 
 /// What a policy's status lists in `adapterPolicies`, where Nimbus's external adapters report

@@ -1,12 +1,17 @@
-//! With nothing changing, resyncs make no write requests (counted by the apiserver itself),
-//! with leader election on as the chart runs it (its lease timings), over four resync
-//! periods (`resync`, the operator's `--resync`, shortened from its 5-minute default so that
-//! the test sees several), the posture computing previews and policy reports; the lease
-//! renewals are counted apart.
+//! The operator's request budget, counted where it cannot be mistaken: cold, it reads from its
+//! caches only (no GET: the operator's own requests, counted on its client); with nothing
+//! changing, resyncs make no write requests (counted by the apiserver itself), with leader
+//! election on as the chart runs it (its lease timings), over four resync periods (`resync`,
+//! the operator's `--resync`, shortened from its 5-minute default so that the test sees
+//! several), the posture computing previews and policy reports; the lease renewals are counted
+//! apart; and when the bindings are removed, it writes nothing and no request of it fails (the
+//! garbage collector deletes what they generated: a status write there would find its object
+//! gone, a 404).
 //! Its own test binary, so no other test writes to the control plane meanwhile.
 
 mod common;
 
+use common::counted::{Sent, writes};
 use common::{CONVERGE, apply, create_intent, unique};
 use kube::Client;
 use kube::api::Api;
@@ -51,7 +56,7 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
     std::fs::write(dir.path().join("tls.crt"), &cert.cert_pem).expect("tls.crt");
     std::fs::write(dir.path().join("tls.key"), &cert.key_pem).expect("tls.key");
     // Leader election as the chart configures it (charts/nimbus/values.yaml).
-    common::run_operator(
+    let counted = common::run_counted_operator(
         cp,
         nimbus_operator::Config {
             resync: RESYNC,
@@ -142,6 +147,24 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
         reports.get_opt("nimbus-pod-web").await.ok()?.map(drop)
     })
     .await;
+    // Cold: everything the operator computed came from its caches. (Lease reads are the leader
+    // election's; discovery, of which engines are served, is not of a resource.)
+    let cold = counted.snapshot();
+    let reads = cold.matching(|r| r.verb == "GET" && r.is_resource() && r.resource != "leases");
+    assert!(
+        reads.is_empty(),
+        "GETs while converging cold:\n{}",
+        reads.join("\n")
+    );
+    // (The first election reads a lease that does not exist yet: a 404.)
+    let refused = cold.matching(|r| failed(r) && !ours_anyway(r));
+    assert!(
+        refused.is_empty(),
+        "failed requests while converging cold:\n{}",
+        refused.join("\n")
+    );
+    println!("cold: the operator's requests\n{cold}");
+
     // Let the reactions to our own writes settle, then count across several resyncs.
     tokio::time::sleep(RESYNC * 3).await;
     let (before, leases_before) = operator_writes(&client).await;
@@ -178,4 +201,83 @@ async fn resyncs_with_nothing_changed_make_no_writes() {
         "steady state over {:?} (4 resyncs), leader election on: 0 writes, {renewals} lease writes",
         RESYNC * 4
     );
+
+    // The bindings go; the garbage collector deletes their policies, then the policies' native
+    // objects, each deletion an event for the operator.
+    let all_policies: Api<nimbus_api::NimbusPolicy> = Api::all(client.clone());
+    let list = Default::default();
+    let owners: Vec<String> = (all_policies
+        .list(&list)
+        .await
+        .expect("policies")
+        .items
+        .iter())
+    .map(|p| p.metadata.uid.clone())
+    .chain(
+        cluster_policies
+            .list(&list)
+            .await
+            .expect("cluster policies")
+            .items
+            .iter()
+            .map(|p| p.metadata.uid.clone()),
+    )
+    .flatten()
+    .collect();
+    let before = counted.snapshot();
+    common::delete(&sibs, "b").await;
+    common::delete(&csibs, &name).await;
+    common::gone(&policies, "b").await;
+    common::gone(&cluster_policies, &name).await;
+    eventually(
+        "the policies' native objects gone",
+        CONVERGE,
+        async |seen| {
+            let left = owned_by(&client, &owners).await;
+            *seen = format!("{left:?}");
+            left.is_empty().then_some(())
+        },
+    )
+    .await;
+    // Reactions to the last deletions, and a resync or two.
+    tokio::time::sleep(RESYNC * 2).await;
+    let removal = counted.snapshot().since(&before);
+    println!("removal: the operator's requests\n{removal}");
+    // (The posture's policy reports follow the workloads' coverage, which did change.)
+    let reports = |r: &Sent| ["reports", "policyreports"].contains(&r.resource.as_str());
+    let unwanted =
+        removal.matching(|r| (failed(r) || writes(&r.verb)) && !ours_anyway(r) && !reports(r));
+    assert!(
+        unwanted.is_empty(),
+        "writes or failed requests while the bindings' objects were deleted:\n{}",
+        unwanted.join("\n")
+    );
+}
+
+/// A request the API server refused (or none answered).
+fn failed(r: &Sent) -> bool {
+    !(200..300).contains(&r.code)
+}
+
+/// The leader election's requests, made whatever happens.
+fn ours_anyway(r: &Sent) -> bool {
+    r.resource == "leases"
+}
+
+/// The native objects (of every served engine kind) controlled by one of `owners`.
+async fn owned_by(client: &Client, owners: &[String]) -> Vec<String> {
+    let mut left = Vec::new();
+    for kind in nimbus_core::engines::all_kinds() {
+        let api: Api<kube::api::DynamicObject> =
+            Api::all_with(client.clone(), &kind.api_resource());
+        // A kind not served has nothing.
+        let Ok(list) = api.list(&Default::default()).await else {
+            continue;
+        };
+        let owned = list.items.into_iter().filter(|o| {
+            (o.metadata.owner_references.iter().flatten()).any(|r| owners.contains(&r.uid))
+        });
+        left.extend(owned.map(|o| format!("{} {:?}", kind.kind, o.metadata.name)));
+    }
+    left
 }

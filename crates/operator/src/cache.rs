@@ -16,8 +16,13 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
+
+mod notes;
+
+pub use notes::{Creations, Deletions, Place, place};
 
 pub type Driver = BoxFuture<'static, ()>;
 
@@ -204,12 +209,12 @@ where
     synced: watch::Sender<bool>,
     dyntype: K::DynamicType,
     store: Store<K>,
-    /// A (re)list in progress: the store's contents before it, and what it returned so far.
-    /// A (re)list replaces the store only when it is complete (`InitDone`): until then
-    /// reconciles would read the previous contents. So what a list returns is handed to the
-    /// controllers at `InitDone`, together with what vanished since the previous list
+    /// A (re)list in progress: when it started, the store's contents before it, and what it
+    /// returned so far. A (re)list replaces the store only when it is complete (`InitDone`):
+    /// until then reconciles would read the previous contents. So what a list returns is handed
+    /// to the controllers at `InitDone`, together with what vanished since the previous list
     /// (deleted while the watch was down: no event will ever say so).
-    relist: Option<(Vec<Arc<K>>, Vec<K>)>,
+    relist: Option<(Instant, Vec<Arc<K>>, Vec<K>)>,
 }
 
 impl<K> Watched<K>
@@ -223,11 +228,13 @@ where
         let kind = &self.kind;
         match event {
             Ok(watcher::Event::Init) => {
-                self.relist = Some((self.store.state(), Vec::new()));
+                // (Before the list is requested: whatever this process wrote before now, the
+                // list shows.)
+                self.relist = Some((Instant::now(), self.store.state(), Vec::new()));
                 Vec::new()
             }
             Ok(watcher::Event::InitApply(obj)) => {
-                if let Some((_, listed)) = &mut self.relist {
+                if let Some((_, _, listed)) = &mut self.relist {
                     listed.push(obj);
                 }
                 Vec::new()
@@ -270,13 +277,21 @@ where
                 let _ = subscriber.send(());
             }
         }
-        let (before, mut listed) = self.relist.take().unwrap_or_default();
+        let (started, before, mut listed) = self
+            .relist
+            .take()
+            .unwrap_or_else(|| (Instant::now(), Vec::new(), Vec::new()));
         if let Some((key, index)) = &self.index {
             index.replace(listed.iter().map(|o| (place(o), key(o))));
         }
-        // What the list holds is shown; what it lacks is gone.
-        self.creations.clear();
-        self.deletions.clear();
+        // What this process wrote before the list started, the list shows: what it holds is
+        // there, what it lacks is gone. A write since may be missing from it (created after
+        // its snapshot) or still in it (deleted after): its watch event is still to come.
+        // Forgetting those would create the object again (a 409, then a GET) or delete it
+        // again (a 404).
+        self.creations.relisted(started, listed.iter().map(place));
+        self.deletions
+            .relisted(started, listed.iter().filter_map(|o| o.meta().uid.clone()));
         let seen: HashSet<ObjectRef<K>> = listed
             .iter()
             .map(|o| ObjectRef::from_obj_with(o, self.dyntype.clone()))
@@ -304,16 +319,6 @@ where
             }
         }
     }
-}
-
-/// Where an object is: its namespace and name.
-pub type Place = (Option<String>, String);
-
-pub fn place<K: Resource>(obj: &K) -> Place {
-    (
-        obj.meta().namespace.clone(),
-        obj.meta().name.clone().unwrap_or_default(),
-    )
 }
 
 /// The places of a cache's objects by one key of each, updated in the same step as the store
@@ -382,80 +387,6 @@ impl IndexMaps {
     }
 }
 
-/// Objects this process created that the store has not shown yet. A reconcile that runs
-/// between a create and the watch event reporting it (triggered by another of its writes,
-/// whose event came first) must not take the object's absence from the store for a deletion
-/// and create it again. An object is forgotten once any event about it is stored, or after a
-/// relist (whose result says whether it exists), so nothing stays here.
-#[derive(Clone, Default)]
-pub struct Creations(Arc<std::sync::Mutex<HashSet<Place>>>);
-
-impl Creations {
-    /// Notes that this process just created the object at `place`.
-    pub fn created(&self, place: Place) {
-        self.lock().insert(place);
-    }
-
-    /// Whether the object at `place` was created by this process and not yet shown.
-    pub fn pending(&self, place: &Place) -> bool {
-        self.lock().contains(place)
-    }
-
-    fn shown<K: Resource>(&self, obj: &K) {
-        let mut pending = self.lock();
-        if !pending.is_empty() {
-            pending.remove(&place(obj));
-        }
-    }
-
-    fn clear(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<Place>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// Objects this process deleted that the store still holds (by uid). A prune that runs between
-/// a delete and the watch event reporting it must not delete the object again: one churn
-/// issued 701-828 DELETEs for 660 objects. An object is forgotten once its deletion is stored,
-/// or after a relist (whose result says whether it still exists, then for another reason:
-/// deleted again if still unwanted).
-#[derive(Clone, Default)]
-pub struct Deletions(Arc<std::sync::Mutex<HashSet<String>>>);
-
-impl Deletions {
-    /// Notes that this process just deleted the object with `uid`.
-    pub fn deleted(&self, uid: &str) {
-        self.lock().insert(uid.to_owned());
-    }
-
-    /// Whether this process deleted the object with `uid` and its deletion is not shown yet.
-    pub fn pending(&self, uid: &str) -> bool {
-        self.lock().contains(uid)
-    }
-
-    fn gone<K: Resource>(&self, obj: &K) {
-        let mut pending = self.lock();
-        if let Some(uid) = obj.meta().uid.as_deref().filter(|_| !pending.is_empty()) {
-            pending.remove(uid);
-        }
-    }
-
-    fn clear(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
 /// `cache`, reporting the events waiting in its subscribers' channels on `metrics`.
 pub fn counted<K>(cache: Cache<K>, metrics: &Metrics) -> Cache<K>
 where
@@ -477,19 +408,6 @@ mod tests {
 
     fn at(name: &str) -> Place {
         (Some("ns".to_owned()), name.to_owned())
-    }
-
-    #[test]
-    fn a_deletion_is_pending_until_the_store_drops_the_object_or_relists() {
-        let deletions = Deletions::default();
-        deletions.deleted("u1");
-        deletions.deleted("u2");
-        let mut gone = k8s_openapi::api::core::v1::ConfigMap::default();
-        gone.metadata.uid = Some("u1".into());
-        deletions.gone(&gone);
-        assert!(!deletions.pending("u1") && deletions.pending("u2"));
-        deletions.clear();
-        assert!(!deletions.pending("u2"));
     }
 
     #[test]

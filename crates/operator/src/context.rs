@@ -5,8 +5,8 @@ use crate::metrics::Metrics;
 use crate::write::FIELD_MANAGER;
 use crate::write::natives::Natives;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::Client;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource};
 use nimbus_api::{
     ClusterNimbusPolicy, ClusterSecurityIntentBinding, NimbusPolicy, NimbusRule, SecurityIntent,
     SecurityIntentBinding,
@@ -185,6 +185,24 @@ impl Context {
             &self.protected_namespaces,
             FIELD_MANAGER,
         )
+    }
+
+    /// Whether `policy`'s controlling binding is gone from the caches, by uid (see
+    /// [`nimbus_core::policy::orphaned`]).
+    pub fn orphaned<P: Resource<DynamicType = ()>>(&self, policy: &P) -> bool {
+        let namespace = policy.meta().namespace.clone().unwrap_or_default();
+        nimbus_core::policy::orphaned(policy, |owner| {
+            let uid = if owner.kind == SecurityIntentBinding::kind(&()) {
+                let key = ObjectRef::new(&owner.name).within(&namespace);
+                self.bindings.get(&key).and_then(|b| b.metadata.uid.clone())
+            } else {
+                let key = ObjectRef::new(&owner.name);
+                self.cluster_bindings
+                    .get(&key)
+                    .and_then(|b| b.metadata.uid.clone())
+            };
+            uid.as_deref() == Some(owner.uid.as_str())
+        })
     }
 
     /// Whether `cnp` may be translated, from the caches (see [`Claim`]).

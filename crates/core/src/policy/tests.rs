@@ -406,3 +406,28 @@ fn a_network_engine_handed_over_waits_for_the_other_policies_of_its_binding() {
         );
     }
 }
+
+/// A policy whose controlling binding is gone is the garbage collector's: nothing is written
+/// for it. One a binding still controls, or that no binding controls, reports.
+#[test]
+fn a_policy_whose_binding_is_gone_is_orphaned() {
+    let np = policy(escape_to_host(), &[MANAGER], &[]);
+    let by_uid = |uid: &'static str| move |o: &OwnerReference| o.uid == uid;
+    assert!(!orphaned(&np, by_uid("binding-uid")), "its binding exists");
+    assert!(orphaned(&np, |_| false), "its binding is gone");
+    assert!(orphaned(&np, by_uid("a-new-binding-uid")), "re-created");
+    let mut unowned = np.clone();
+    unowned.metadata.owner_references = None;
+    assert!(!orphaned(&unowned, |_| false), "no binding controls it");
+    let mut other = np;
+    if let Some(owner) = other
+        .metadata
+        .owner_references
+        .as_mut()
+        .and_then(|o| o.first_mut())
+    {
+        owner.kind = "Deployment".into();
+        owner.api_version = "apps/v1".into();
+    }
+    assert!(!orphaned(&other, |_| false), "not a binding's");
+}

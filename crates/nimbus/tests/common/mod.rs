@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod cases;
+pub mod counted;
 pub mod fleet;
 pub mod generated;
 pub mod monitor;
@@ -95,11 +96,33 @@ pub fn operator(resync: Duration) -> &'static ControlPlane {
 /// Runs the operator against `cp` on a thread and runtime of its own, for the rest of the test
 /// process (a test's runtime ends with the test).
 pub fn run_operator(cp: &ControlPlane, operator: nimbus_operator::Config) {
+    run_operator_with(cp, operator, |config| {
+        Client::try_from(config).expect("operator client")
+    });
+}
+
+/// [`run_operator`], every request of the operator counted by verb, resource and response code
+/// (see [`counted`]).
+pub fn run_counted_operator(
+    cp: &ControlPlane,
+    operator: nimbus_operator::Config,
+) -> counted::Counted {
+    let counted = counted::Counted::default();
+    let counting = counted.clone();
+    run_operator_with(cp, operator, move |config| counting.client(config));
+    counted
+}
+
+fn run_operator_with(
+    cp: &ControlPlane,
+    operator: nimbus_operator::Config,
+    client: impl FnOnce(kube::Config) -> Client + Send + 'static,
+) {
     let config = cp.config().clone();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Runtime::new().expect("operator runtime");
         runtime.block_on(async move {
-            let client = Client::try_from(config).expect("operator client");
+            let client = client(config);
             if let Err(e) = nimbus_operator::run(client, operator, Default::default()).await {
                 panic!("operator failed: {e}");
             }

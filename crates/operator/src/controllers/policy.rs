@@ -35,6 +35,10 @@ pub async fn reconcile<P: Translated>(policy: Arc<P>, ctx: Arc<Context>) -> Resu
     match policy.claim(&ctx) {
         // The binding controller's write of the policy triggers this again.
         Claim::Restoring => Ok(Action::requeue(ctx.resync)),
+        // Its binding is gone: the garbage collector deletes it, and its native objects after
+        // it. Saying so in its status (and an Event) would tell no one, and the write races the
+        // deletion: a 404 when it loses.
+        Claim::NotBound if ctx.orphaned(&*policy) => Ok(Action::await_change()),
         claim => sync(&ctx, &*policy, policy.status(), claim).await?.action,
     }
 }

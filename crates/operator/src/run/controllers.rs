@@ -389,6 +389,13 @@ where
             if !*ctx.leading.borrow() {
                 return Ok(Action::await_change());
             }
+            // Being deleted (waiting for finalizers, or for its dependents in a foreground
+            // deletion): nothing written to it or for it would last, a policy re-created for a
+            // binding going would be deleted again, and a write racing the deletion finds the
+            // object gone (a 404).
+            if obj.meta().deletion_timestamp.is_some() {
+                return Ok(Action::await_change());
+            }
             // Looked at again later: the namespace cache may be behind (the namespace deleted
             // and created again), and no namespace event requeues a policy.
             if in_terminating_namespace(&ctx, &*obj) {

@@ -10,7 +10,10 @@
 //!
 //! Kyverno does not drop an expired exception from its background scans (kyverno#17473): the
 //! operator deletes each at its exception's `expiresAt`. The CEL kind carries `expiresAt` too,
-//! so that Kyverno's admission stops honouring it then even while the operator is down.
+//! but Kyverno 1.19.1 reads it only when it compiles a policy (`ListExceptions` in
+//! `pkg/cel/engine/exception.go`), not per request: the deletion is what ends it at expiry; the
+//! field keeps an expired exception out of the next compilation (a restart, a policy edit)
+//! should the operator be down then.
 
 use crate::engines::{
     Engine, KYVERNO_CEL_POLICY_EXCEPTION, KYVERNO_POLICY_EXCEPTION, NativeKind, PolicyInput, Rule,
