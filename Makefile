@@ -16,14 +16,14 @@
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools kyverno test-tools docs docs-reference crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle pss-oracle fuzz
+.PHONY: dev test control-plane tools kyverno ocm test-tools docs docs-reference crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle pss-oracle fuzz
 
 dev: control-plane
 	$(CARGO) run -- dev
 
 # `docs` builds the book; its links and anchors are checked by tests/docs_links.rs, and its
 # generated reference pages by tests/crds.rs, both in `cargo test`.
-test: control-plane tools kyverno test-tools docs
+test: control-plane tools kyverno ocm test-tools docs
 	$(CARGO) fmt --all -- --check
 	# cargo fmt skips modules a macro declares (the engines! registration): rustfmt checks them.
 	rustfmt --check --edition 2024 $$(find crates -name '*.rs')
@@ -73,6 +73,12 @@ docs-reference:
 # 5-30 min on 2 cores; warm: instant).
 kyverno:
 	bash hack/build-kyverno.sh
+
+# Open Cluster Management's policy propagator (hub) and framework addon (managed cluster) for
+# the fleet test (tests/fleet.rs), from the release pinned in tools/ocm, cached in
+# ~/.cache/nimbus-rs/ocm (cold: ~5 min of CPU; warm: instant).
+ocm:
+	bash hack/build-ocm.sh
 
 # The committed CRDs and admission policies (intent catalog, sensitive intents, intent author,
 # exception requester and approval), the Helm chart's copies (Helm reads

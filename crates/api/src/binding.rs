@@ -78,6 +78,9 @@ pub struct WorkloadScope {
     // of that name would take the name first and opt its namespace out of the cluster policy.
     validation = Rule::new("!self.metadata.name.startsWith('nimbus-ctlr-gen-')").message("names starting with nimbus-ctlr-gen- are reserved for the policies of ClusterSecurityIntentBindings"),
     status = "SecurityIntentBindingStatus",
+    // Open Cluster Management's policy framework delivers it as a policy template (the label
+    // on the CRD is what it checks; see docs/src/fleet.md).
+    label("policy.open-cluster-management.io/policy-type", "template"),
     doc = "SecurityIntentBinding is the Schema for the securityintentbindings API",
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
     // Whether it is in force (`Ready`), beside Nimbus's `Status`, which only says `Created`.
@@ -193,6 +196,8 @@ pub struct ClusterSelector {
     plural = "clustersecurityintentbindings",
     shortname = "csib",
     status = "ClusterSecurityIntentBindingStatus",
+    // Delivered as an Open Cluster Management policy template, as SecurityIntentBinding is.
+    label("policy.open-cluster-management.io/policy-type", "template"),
     doc = "ClusterSecurityIntentBinding is the Schema for the clustersecurityintentbindings API",
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
     // Whether it is in force (`Ready`), beside Nimbus's `Status`, which only says `Created`.

@@ -18,6 +18,8 @@ pub const LAST_WRITTEN_BY_ANNOTATION: &str = "intent.security.nimbus.com/last-wr
     plural = "securityintents",
     shortname = "si",
     status = "SecurityIntentStatus",
+    // Delivered as an Open Cluster Management policy template beside the bindings that bind it.
+    label("policy.open-cluster-management.io/policy-type", "template"),
     doc = "SecurityIntent is the Schema for the securityintents API",
     printcolumn(name = "ID", type_ = "string", json_path = ".spec.intent.id"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.intent.action"),

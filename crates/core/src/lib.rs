@@ -14,6 +14,7 @@ pub mod compile;
 pub mod compliance;
 pub mod engines;
 pub mod exceptions;
+pub mod fleet;
 pub mod intents;
 pub mod names;
 pub mod namespaces;

@@ -10,6 +10,33 @@ fn committed_crds_match_the_generated_ones() {
     );
 }
 
+/// Open Cluster Management's framework addon syncs a policy template only when its kind's CRD
+/// carries the policy-type label: what users write (intents and bindings) does, what the
+/// operator generates (policies) and exceptions (granted on the cluster) do not.
+#[test]
+fn intents_and_bindings_are_ocm_policy_templates() {
+    use nimbus_core::fleet::{POLICY_TYPE_LABEL, POLICY_TYPE_TEMPLATE};
+    let templates: Vec<String> = nimbus_api::crds()
+        .into_iter()
+        .filter(|crd| {
+            let labels = crd.metadata.labels.as_ref();
+            labels
+                .and_then(|l| l.get(POLICY_TYPE_LABEL))
+                .map(String::as_str)
+                == Some(POLICY_TYPE_TEMPLATE)
+        })
+        .map(|crd| crd.spec.names.kind)
+        .collect();
+    assert_eq!(
+        templates,
+        [
+            "SecurityIntent",
+            "SecurityIntentBinding",
+            "ClusterSecurityIntentBinding"
+        ]
+    );
+}
+
 /// The committed admission policies (and the chart's copies) are what the catalog generates.
 #[test]
 fn committed_admission_policies_match_the_catalog() {

@@ -177,6 +177,13 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ),
         ("", &["events"], EMIT, &[]),
         ("events.k8s.io", &["events"], EMIT, &[]),
+        // Open Cluster Management's Policy that delivered an intent or a binding (tests/fleet.rs).
+        (
+            "policy.open-cluster-management.io",
+            &["policies"],
+            &["get"],
+            &[],
+        ),
         ("networking.k8s.io", &["networkpolicies"], OWN, &[]),
         (
             "policy.networking.k8s.io",
@@ -519,11 +526,13 @@ fn chart_and_image_match_the_workspace() {
     );
 }
 
-/// The chart's CRDs are exactly the generated ones (files/crds.yaml cannot drift), and are
+/// The chart's CRDs are exactly the generated ones (files/crds.yaml cannot drift), keep the
+/// generated labels beside the chart's (Open Cluster Management's policy-type label), and are
 /// kept on uninstall.
 #[test]
 fn chart_crds_are_the_generated_ones() {
     let rendered = helm_template(&[]);
+    let mut labels = BTreeMap::new();
     let mut crds: Vec<CustomResourceDefinition> = find(&rendered, "CustomResourceDefinition")
         .into_iter()
         .map(|crd| {
@@ -535,12 +544,27 @@ fn chart_crds_are_the_generated_ones() {
             );
             let mut crd: CustomResourceDefinition =
                 serde_json::from_value(crd.clone()).expect("a CRD");
-            crd.metadata.labels = None;
+            labels.insert(crd.metadata.name.clone(), crd.metadata.labels.take());
             crd.metadata.annotations = None;
             crd
         })
         .collect();
     let mut generated = nimbus_api::crds();
+    for crd in &mut generated {
+        let chart = labels
+            .get(&crd.metadata.name)
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        for (key, value) in crd.metadata.labels.take().unwrap_or_default() {
+            assert_eq!(
+                chart.get(&key),
+                Some(&value),
+                "{:?}'s label {key}",
+                crd.metadata.name
+            );
+        }
+    }
     let by_name = |c: &CustomResourceDefinition| c.metadata.name.clone();
     crds.sort_by_key(by_name);
     generated.sort_by_key(by_name);

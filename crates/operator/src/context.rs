@@ -26,6 +26,9 @@ use tokio::sync::watch;
 pub struct Context {
     pub client: Client,
     pub events: crate::events::Events,
+    /// Who the operator's Events say reported them (the compliance Events on Open Cluster
+    /// Management's Policies too).
+    pub reporter: kube::runtime::events::Reporter,
     /// How often an unchanged object is re-checked for drift the watches could not see.
     pub resync: Duration,
     pub intents: Store<SecurityIntent>,

@@ -6,7 +6,7 @@
 
 use super::reports::OwnReports;
 use super::watches::{Watches, namespaces_of, signal};
-use super::{Postures, lock, previews};
+use super::{Postures, fleet, lock, previews};
 use crate::availability::{self, Served};
 use crate::cache::{Cache, Index};
 use crate::context::Context;
@@ -463,6 +463,8 @@ struct Writes {
     previews: BTreeMap<Reference, BindingPreview>,
     /// The policy reports of each namespace's workloads an intent selects.
     reports: BTreeMap<String, Arc<Vec<DesiredReport>>>,
+    /// What Open Cluster Management delivered, and its compliance.
+    compliance: Vec<fleet::Delivered>,
 }
 
 /// Recomputes what `dirty` says changed, from `memo` (the previous computation's) when it can.
@@ -546,7 +548,8 @@ fn store(ctx: &Context, postures: &Postures, memo: &Memo, computed: Computed) ->
     let workloads = workloads.iter().map(|w| &*w.object);
     export_counts(ctx, workloads.clone());
     Writes {
-        previews: preview::binding_previews(&memo.coverage, workloads),
+        previews: preview::binding_previews(&memo.coverage, workloads.clone()),
         reports: memo.reports.clone(),
+        compliance: fleet::verdicts(ctx, workloads),
     }
 }

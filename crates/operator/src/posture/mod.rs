@@ -4,6 +4,7 @@
 
 mod auth;
 mod compute;
+mod fleet;
 mod openapi;
 mod postures;
 mod previews;

@@ -134,17 +134,21 @@ async fn serve_probes(
 
 /// The Kubernetes Events queue, its writer running.
 fn start_events(client: &Client, config: &Config, metrics: &Metrics) -> Events {
-    let reporter = Reporter {
-        controller: config.reporter.clone(),
-        instance: config.instance.clone(),
-    };
     let (events, events_writer) = Events::start(
-        Recorder::new(client.clone(), reporter),
+        Recorder::new(client.clone(), reporter(config)),
         metrics.events_dropped.clone(),
         metrics.events_queued.clone(),
     );
     tokio::spawn(events_writer);
     events
+}
+
+/// Who the operator's Events say reported them.
+fn reporter(config: &Config) -> Reporter {
+    Reporter {
+        controller: config.reporter.clone(),
+        instance: config.instance.clone(),
+    }
 }
 
 /// The posture API: its computation started, its server ready to run. `inputs` adds the
@@ -261,6 +265,7 @@ fn context(
     Arc::new(Context {
         client: client.clone(),
         events,
+        reporter: reporter(config),
         resync: config.resync,
         intents: caches.intents.store.clone(),
         bindings: caches.bindings.store.clone(),

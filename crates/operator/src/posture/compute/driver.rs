@@ -45,10 +45,12 @@ pub async fn run(ctx: Arc<Context>, sources: Workloads, watches: Watches, postur
             tokio::time::sleep(DEBOUNCE).await;
         }
     };
+    let compliance = fleet::report(&ctx, computed.clone(), |w: &Writes| &w.compliance);
     tokio::select! {
         () = feed => {}
         () = compute => {}
         () = write(&ctx, &sources, computed) => {}
+        () = compliance => {}
         _ = futures::future::join_all(drivers) => {}
     }
 }

@@ -1,0 +1,553 @@
+use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use nimbus_api::posture::{Reason, WorkloadRef};
+use serde_json::json;
+
+fn reference(kind: &str, namespace: Option<&str>, name: &str) -> Reference {
+    Reference {
+        kind: kind.to_owned(),
+        namespace: namespace.map(str::to_owned),
+        name: name.to_owned(),
+    }
+}
+
+fn web() -> Reference {
+    reference("ClusterSecurityIntentBinding", None, "web")
+}
+
+fn cond(type_: &str, status: &str, reason: &str, message: &str, generation: i64) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: Some(generation),
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+    }
+}
+
+fn ready(status: &str, reason: &str) -> Vec<Condition> {
+    vec![cond("Ready", status, reason, "why", 2)]
+}
+
+fn observed<'a>(conditions: &'a [Condition], mode: Option<&'a str>) -> Observed<'a> {
+    Observed {
+        generation: Some(2),
+        conditions,
+        mode,
+    }
+}
+
+/// An intent of `binding` on a workload, with its verdict and reason codes.
+fn intent(id: &str, binding: &Reference, verdict: Posture, reasons: &[&str]) -> IntentCoverage {
+    IntentCoverage {
+        intent: Some(id.to_lowercase()),
+        id: id.to_owned(),
+        bundle: None,
+        action: "Block".to_owned(),
+        written_by: None,
+        written_at: None,
+        binding: Some(binding.clone()),
+        policy: reference("ClusterNimbusPolicy", None, &binding.name),
+        verdict,
+        engines: Vec::new(),
+        reasons: reasons
+            .iter()
+            .map(|r| Reason {
+                reason: (*r).to_owned(),
+                message: format!("{r} happened"),
+            })
+            .collect(),
+        tenant_proof: None,
+        liveness: None,
+        exceptions: Vec::new(),
+    }
+}
+
+fn workload(name: &str, intents: Vec<IntentCoverage>) -> WorkloadPosture {
+    WorkloadPosture {
+        api_version: "posture.security.nimbus.com/v1alpha1".to_owned(),
+        kind: "WorkloadPosture".to_owned(),
+        metadata: ObjectMeta {
+            name: Some(format!("deployment-{name}")),
+            namespace: Some("shop".to_owned()),
+            ..Default::default()
+        },
+        workload: WorkloadRef {
+            api_version: "apps/v1".to_owned(),
+            kind: "Deployment".to_owned(),
+            name: name.to_owned(),
+            pods: 2,
+        },
+        // Not read: the verdict under the binding is its intents'.
+        verdict: Posture::Unprotected,
+        intents,
+        reasons: Vec::new(),
+        preview: None,
+    }
+}
+
+fn verdict_of(
+    conditions: &[Condition],
+    mode: Option<&str>,
+    workloads: &[WorkloadPosture],
+) -> String {
+    let binding = web();
+    let bindings = BTreeSet::from([&binding]);
+    let grouped = by_binding(workloads, &bindings);
+    let selected = grouped.get(&binding).map(Vec::as_slice).unwrap_or_default();
+    binding_verdict(&binding, observed(conditions, mode), selected)
+        .map_or_else(|| "none".to_owned(), |v| v.event_message())
+}
+
+/// (what, the binding's conditions, its mode, the workloads' postures, the event message or
+/// `none`).
+type Case<'a> = (
+    &'a str,
+    Vec<Condition>,
+    Option<&'a str>,
+    Vec<WorkloadPosture>,
+    &'a str,
+);
+
+#[test]
+fn a_binding_is_compliant_when_ready_and_every_workload_it_selects_is_protected() {
+    use Posture::*;
+    let b = web();
+    let other = reference("SecurityIntentBinding", Some("shop"), "other");
+    let protected = |name| workload(name, vec![intent("dnsManipulation", &b, Protected, &[])]);
+    let ok = ready("True", "Ready");
+    let not_ready = ready("False", "EngineNotInstalled");
+    let stalled = [
+        cond("Ready", "False", "UnsupportedIntent", "x", 2),
+        cond("Stalled", "True", "UnsupportedIntent", "x", 2),
+    ];
+    let cases: Vec<Case> = vec![
+        ("no status yet", vec![], None, vec![], "none"),
+        (
+            "a status of an older generation",
+            vec![cond("Ready", "True", "Ready", "", 1)],
+            None,
+            vec![],
+            "none",
+        ),
+        (
+            "not known yet",
+            ready("Unknown", "Reconciling"),
+            None,
+            vec![],
+            "none",
+        ),
+        (
+            "ready, nothing selected",
+            ok.clone(),
+            None,
+            vec![],
+            "Compliant; ClusterSecurityIntentBinding web is Ready; it selects no workload",
+        ),
+        (
+            "ready, every workload protected",
+            ok.clone(),
+            None,
+            vec![protected("web"), protected("api")],
+            "Compliant; ClusterSecurityIntentBinding web is Ready; every workload it selects is protected",
+        ),
+        (
+            "another binding's gap is not this one's",
+            ok.clone(),
+            None,
+            vec![
+                protected("web"),
+                workload(
+                    "db",
+                    vec![intent(
+                        "escapeToHost",
+                        &other,
+                        Unprotected,
+                        &["EngineNotInstalled"],
+                    )],
+                ),
+            ],
+            "Compliant; ClusterSecurityIntentBinding web is Ready; every workload it selects is protected",
+        ),
+        (
+            "an engine missing: not ready, workloads unprotected",
+            not_ready.clone(),
+            None,
+            vec![
+                protected("api"),
+                workload(
+                    "web",
+                    vec![intent(
+                        "dnsManipulation",
+                        &b,
+                        Unprotected,
+                        &["EngineNotInstalled"],
+                    )],
+                ),
+            ],
+            "NonCompliant; ClusterSecurityIntentBinding web: EngineNotInstalled; not protected: Deployment shop/web (Unprotected)",
+        ),
+        (
+            "the same break, seen by the posture before the binding's status",
+            ok.clone(),
+            None,
+            vec![
+                protected("api"),
+                workload(
+                    "web",
+                    vec![intent(
+                        "dnsManipulation",
+                        &b,
+                        Unprotected,
+                        &["EngineNotInstalled"],
+                    )],
+                ),
+            ],
+            "NonCompliant; ClusterSecurityIntentBinding web: EngineNotInstalled; not protected: Deployment shop/web (Unprotected)",
+        ),
+        (
+            "repaired: the engine's objects still being written",
+            not_ready.clone(),
+            None,
+            vec![workload(
+                "web",
+                vec![intent(
+                    "dnsManipulation",
+                    &b,
+                    Unprotected,
+                    &["NativePolicyMissing"],
+                )],
+            )],
+            "none",
+        ),
+        (
+            "repaired: the objects written, the binding's status not yet",
+            not_ready.clone(),
+            None,
+            vec![protected("web")],
+            "none",
+        ),
+        (
+            "a native object deleted, being written again",
+            ok.clone(),
+            None,
+            vec![workload(
+                "web",
+                vec![intent(
+                    "dnsManipulation",
+                    &b,
+                    Partial,
+                    &["NativePolicyMissing"],
+                )],
+            )],
+            "none",
+        ),
+        (
+            "its writes refused",
+            ready("False", "ApplyFailed"),
+            None,
+            vec![workload(
+                "web",
+                vec![intent(
+                    "dnsManipulation",
+                    &b,
+                    Unprotected,
+                    &["NativePolicyMissing"],
+                )],
+            )],
+            "NonCompliant; ClusterSecurityIntentBinding web: ApplyFailed, NativePolicyMissing; not protected: Deployment shop/web (Unprotected)",
+        ),
+        (
+            "an engine missing, nothing selected",
+            not_ready.clone(),
+            None,
+            vec![],
+            "NonCompliant; ClusterSecurityIntentBinding web: EngineNotInstalled",
+        ),
+        (
+            "stalled",
+            stalled.to_vec(),
+            None,
+            vec![],
+            "NonCompliant; ClusterSecurityIntentBinding web: UnsupportedIntent (stalled)",
+        ),
+        (
+            "one intent of two in force: partial",
+            ok.clone(),
+            None,
+            vec![workload(
+                "web",
+                vec![
+                    intent("dnsManipulation", &b, Protected, &[]),
+                    intent("escapeToHost", &b, Unprotected, &["UnsupportedSelector"]),
+                ],
+            )],
+            "NonCompliant; ClusterSecurityIntentBinding web: UnsupportedSelector; not protected: Deployment shop/web (Partial)",
+        ),
+        (
+            "shadow mode: audited, compliant, and said",
+            ok.clone(),
+            Some("Shadow"),
+            vec![workload(
+                "web",
+                vec![intent("dnsManipulation", &b, Audited, &["Audited"])],
+            )],
+            "Compliant; ClusterSecurityIntentBinding web is Ready; every workload it selects is audited; audited, not enforced: dnsManipulation (shadow mode)",
+        ),
+        (
+            "an Audit action beside enforced intents",
+            ok.clone(),
+            None,
+            vec![
+                protected("api"),
+                workload(
+                    "web",
+                    vec![
+                        intent("dnsManipulation", &b, Protected, &[]),
+                        intent("escapeToHost", &b, Audited, &["Audited"]),
+                    ],
+                ),
+            ],
+            "Compliant; ClusterSecurityIntentBinding web is Ready; every workload it selects is protected; audited, not enforced: escapeToHost",
+        ),
+        (
+            "excepted by an exception in force",
+            ok.clone(),
+            None,
+            vec![
+                protected("api"),
+                workload(
+                    "web",
+                    vec![intent("escapeToHost", &b, Excepted, &["Excepted"])],
+                ),
+            ],
+            "Compliant; ClusterSecurityIntentBinding web is Ready; every workload it selects is protected or excepted; excepted by SecurityIntentExceptions in force: escapeToHost",
+        ),
+    ];
+    for (what, conditions, mode, workloads, expected) in cases {
+        assert_eq!(
+            verdict_of(&conditions, mode, &workloads),
+            expected,
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn a_message_names_at_most_five_workloads_and_no_healthy_counts() {
+    let b = web();
+    let gap = |name: &str| {
+        workload(
+            name,
+            vec![intent(
+                "dnsManipulation",
+                &b,
+                Posture::Unprotected,
+                &["UnsupportedSelector"],
+            )],
+        )
+    };
+    let workloads: Vec<_> = ["a", "b", "c", "d", "e", "f", "g"].map(gap).into();
+    assert_eq!(
+        verdict_of(&ready("True", "Ready"), None, &workloads),
+        "NonCompliant; ClusterSecurityIntentBinding web: UnsupportedSelector; not protected: \
+         Deployment shop/a (Unprotected), Deployment shop/b (Unprotected), Deployment shop/c \
+         (Unprotected), Deployment shop/d (Unprotected), Deployment shop/e (Unprotected) and 2 more"
+    );
+    // Another protected workload changes nothing: the verdict is the same.
+    let protected = workload(
+        "h",
+        vec![intent("dnsManipulation", &b, Posture::Protected, &[])],
+    );
+    let one = verdict_of(
+        &ready("True", "Ready"),
+        None,
+        std::slice::from_ref(&protected),
+    );
+    let two = verdict_of(
+        &ready("True", "Ready"),
+        None,
+        &[protected.clone(), protected],
+    );
+    assert_eq!(one, two);
+}
+
+#[test]
+fn an_intent_is_compliant_when_ready() {
+    let si = reference("SecurityIntent", None, "dns");
+    let cases = [
+        (
+            ready("True", "Ready"),
+            "Compliant; SecurityIntent dns (dnsManipulation) is Ready",
+        ),
+        (
+            vec![
+                cond(
+                    "Ready",
+                    "False",
+                    "UnsupportedIntent",
+                    "not in the catalog",
+                    2,
+                ),
+                cond(
+                    "Stalled",
+                    "True",
+                    "UnsupportedIntent",
+                    "not in the catalog",
+                    2,
+                ),
+            ],
+            "NonCompliant; SecurityIntent dns (dnsManipulation): UnsupportedIntent (stalled): not in the catalog",
+        ),
+        (ready("Unknown", "Reconciling"), "none"),
+    ];
+    for (conditions, expected) in cases {
+        let verdict = intent_verdict(&si, "dnsManipulation", observed(&conditions, None));
+        let got = verdict.map_or_else(|| "none".to_owned(), |v| v.event_message());
+        assert_eq!(got, expected);
+    }
+}
+
+#[test]
+fn the_delivering_policy_is_the_controller_or_the_labels() {
+    let owner = OwnerReference {
+        api_version: POLICY_API_VERSION.to_owned(),
+        kind: POLICY_KIND.to_owned(),
+        name: "policies.web".to_owned(),
+        uid: "u-1".to_owned(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    };
+    let labels = |pairs: &[(&str, &str)]| {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    };
+    let ocm_labels = labels(&[
+        (PARENT_POLICY_LABEL, "policies.web"),
+        (CLUSTER_NAMESPACE_LABEL, "cluster1"),
+    ]);
+    let namespaced = ObjectMeta {
+        namespace: Some("cluster1".to_owned()),
+        owner_references: Some(vec![owner.clone()]),
+        labels: ocm_labels.clone(),
+        ..Default::default()
+    };
+    let cluster_scoped = ObjectMeta {
+        labels: ocm_labels,
+        ..Default::default()
+    };
+    let other_owner = ObjectMeta {
+        namespace: Some("cluster1".to_owned()),
+        owner_references: Some(vec![OwnerReference {
+            kind: "Deployment".to_owned(),
+            api_version: "apps/v1".to_owned(),
+            ..owner
+        }]),
+        ..Default::default()
+    };
+    let half_labelled = ObjectMeta {
+        labels: labels(&[(PARENT_POLICY_LABEL, "policies.web")]),
+        ..Default::default()
+    };
+    let delivery_to = |ns: &str, uid: Option<&str>| Delivery {
+        namespace: ns.to_owned(),
+        name: "policies.web".to_owned(),
+        uid: uid.map(str::to_owned),
+    };
+    assert_eq!(
+        delivery(&namespaced),
+        Some(delivery_to("cluster1", Some("u-1")))
+    );
+    assert_eq!(
+        delivery(&cluster_scoped),
+        Some(delivery_to("cluster1", None))
+    );
+    assert_eq!(delivery(&other_owner), None);
+    assert_eq!(delivery(&half_labelled), None);
+    assert_eq!(delivery(&ObjectMeta::default()), None);
+}
+
+#[test]
+fn the_event_reason_names_the_template_as_the_status_sync_reads_it() {
+    assert_eq!(
+        event_reason(&reference("SecurityIntentBinding", Some("cluster1"), "web")),
+        "policy: cluster1/web"
+    );
+    assert_eq!(event_reason(&web()), "policy: web");
+}
+
+#[test]
+fn the_last_reported_message_is_the_templates_newest_history_entry() {
+    let status = json!({
+        "compliant": "NonCompliant",
+        "details": [
+            {"templateMeta": {"name": "dns"}, "history": [{"message": "Compliant; dns"}]},
+            {"templateMeta": {"name": "web"}, "history": [
+                {"message": "NonCompliant; newest ", "eventName": "p.2"},
+                {"message": "Compliant; older", "eventName": "p.1"},
+            ]},
+            {"templateMeta": {"name": "api"}},
+        ]
+    });
+    assert_eq!(
+        last_reported(&status, "web").as_deref(),
+        Some("NonCompliant; newest")
+    );
+    assert_eq!(last_reported(&status, "api"), None);
+    assert_eq!(last_reported(&status, "gone"), None);
+    assert_eq!(last_reported(&json!({}), "web"), None);
+}
+
+#[test]
+fn a_verdict_is_reported_once_when_it_has_held_for_the_settling_time() {
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_millis(s);
+    let settle = Duration::from_millis(2000);
+    let mut reporting = Reporting::new(Some("Compliant; a".to_owned()));
+    // (when, the verdict's message then, what is done): steps in order on one template.
+    let steps: [(u64, Option<&str>, Step); 11] = [
+        (0, Some("Compliant; a"), Step::Nothing),
+        // A break: waits to hold...
+        (100, Some("NonCompliant; b"), Step::At(at(2100))),
+        // ...and a step on the way starts it over.
+        (400, Some("NonCompliant; b c"), Step::At(at(2400))),
+        (900, Some("NonCompliant; b"), Step::At(at(2900))),
+        (2000, Some("NonCompliant; b"), Step::At(at(2900))),
+        (
+            2900,
+            Some("NonCompliant; b"),
+            Step::Report("NonCompliant; b".to_owned()),
+        ),
+        // Reported (see below): steady, nothing more.
+        (3000, Some("NonCompliant; b"), Step::Nothing),
+        (9000, Some("NonCompliant; b"), Step::Nothing),
+        // Unknown for a moment, then back as it was: nothing.
+        (9100, None, Step::Nothing),
+        (9200, Some("NonCompliant; b"), Step::Nothing),
+        // Flapping back to what was reported before it settles: nothing either.
+        (9300, Some("Compliant; a"), Step::At(at(11300))),
+    ];
+    for (when, desired, expected) in steps {
+        let step = reporting.step(desired, at(when), settle);
+        assert_eq!(step, expected, "at {when} ms");
+        if let Step::Report(message) = step {
+            reporting.reported(message);
+        }
+    }
+    assert_eq!(
+        reporting.step(Some("NonCompliant; b"), at(9400), settle),
+        Step::Nothing
+    );
+    // Nothing reported before: the first verdict is reported once it holds.
+    let mut fresh = Reporting::new(None);
+    assert_eq!(
+        fresh.step(Some("Compliant; a"), t0, Duration::ZERO),
+        Step::Report("Compliant; a".to_owned())
+    );
+}
