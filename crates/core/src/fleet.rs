@@ -10,7 +10,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nimbus_api::posture::{IntentCoverage, Reference, Verdict as Posture, WorkloadPosture};
-use nimbus_api::{Condition, condition, mode};
+use nimbus_api::{BindingPreview, Condition, condition, mode};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -134,6 +134,9 @@ pub struct Observed<'a> {
     pub conditions: &'a [Condition],
     /// A binding's `status.mode` (`Enforce`, `Shadow`, `Mixed`).
     pub mode: Option<&'a str>,
+    /// What enforcing a binding's audited intents would block, as the posture computation
+    /// previews it (what it writes to the binding's `status.preview`).
+    pub preview: Option<&'a BindingPreview>,
 }
 
 impl Observed<'_> {

@@ -5,7 +5,7 @@
 
 use super::{Compliance, Observed, Selected, Verdict};
 use crate::posture::reason::NATIVE_POLICY_MISSING;
-use nimbus_api::condition;
+use nimbus_api::{BindingPreview, condition};
 use nimbus_api::posture::{Reference, Verdict as Posture};
 use std::collections::BTreeSet;
 
@@ -65,7 +65,7 @@ pub fn binding_verdict(
     }
     Some(Verdict {
         compliance: Compliance::Compliant,
-        message: compliant(&subject, &found, observed.shadowed()),
+        message: compliant(&subject, &found, &observed),
     })
 }
 
@@ -125,7 +125,7 @@ impl<'p> Found<'p> {
 
 /// A compliant binding's message: what its workloads are, and what is deliberately not
 /// enforced.
-fn compliant(subject: &str, found: &Found, shadowed: bool) -> String {
+fn compliant(subject: &str, found: &Found, observed: &Observed) -> String {
     let mut message = format!("{subject} is Ready; ");
     if found.kept.is_empty() {
         message.push_str("it selects no workload");
@@ -144,14 +144,59 @@ fn compliant(subject: &str, found: &Found, shadowed: bool) -> String {
         message.push_str("; audited, not enforced: ");
         message.push_str(&join(&found.audited));
     }
-    if shadowed {
+    if observed.shadowed() {
         message.push_str(" (shadow mode)");
+    }
+    if let Some(preview) = observed.preview.filter(|_| !found.audited.is_empty()) {
+        message.push_str("; ");
+        message.push_str(&previewed(preview));
     }
     if !found.excepted.is_empty() {
         message.push_str("; excepted by SecurityIntentExceptions in force: ");
         message.push_str(&join(&found.excepted));
     }
     message
+}
+
+/// What enforcing the audited intents would block, so that the hub sees it of a canary
+/// cluster: `preview: enforcing would deny 1 connection of 1 workload (Pod shop/web: Egress to
+/// Service shop/db 5432/TCP); not previewed: DecidedAtRunTime`.
+fn previewed(preview: &BindingPreview) -> String {
+    let mut blocked = Vec::new();
+    if preview.connections > 0 {
+        blocked.push(format!(
+            "deny {} of {}",
+            counted(preview.connections, "connection"),
+            counted(preview.workloads, "workload")
+        ));
+    }
+    if preview.refused > 0 {
+        blocked.push(format!(
+            "refuse {} at admission",
+            counted(preview.refused, "workload")
+        ));
+    }
+    let mut message = if blocked.is_empty() {
+        "preview: enforcing would block nothing previewed".to_owned()
+    } else {
+        format!("preview: enforcing would {}", blocked.join(" and "))
+    };
+    if !preview.examples.is_empty() {
+        message.push_str(&format!(" ({})", join(&preview.examples)));
+    }
+    if !preview.not_previewed.is_empty() {
+        message.push_str("; not previewed: ");
+        message.push_str(&join(&preview.not_previewed));
+    }
+    message
+}
+
+fn counted(n: u32, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// A SecurityIntent's verdict: `Compliant` when it is `Ready` (its ID and parameters are the

@@ -36,6 +36,7 @@ fn observed<'a>(conditions: &'a [Condition], mode: Option<&'a str>) -> Observed<
         generation: Some(2),
         conditions,
         mode,
+        preview: None,
     }
 }
 
@@ -550,4 +551,63 @@ fn a_verdict_is_reported_once_when_it_has_held_for_the_settling_time() {
         fresh.step(Some("Compliant; a"), t0, Duration::ZERO),
         Step::Report("Compliant; a".to_owned())
     );
+}
+
+/// A binding with audited intents says what enforcing them would block, as previewed: what the
+/// hub sees of a canary cluster. An enforcing binding's message has no preview.
+#[test]
+fn an_audited_binding_says_what_enforcing_would_block() {
+    use Posture::{Audited, Protected};
+    let b = web();
+    let ok = ready("True", "Ready");
+    let bindings = BTreeSet::from([&b]);
+    let message = |mode: Option<&str>, verdict: Posture, preview: &BindingPreview| {
+        let workloads = [workload("web", vec![intent("dnsManipulation", &b, verdict, &[])])];
+        let grouped = by_binding(&workloads, &bindings);
+        let observed = Observed {
+            preview: Some(preview),
+            ..observed(&ok, mode)
+        };
+        binding_verdict(&b, observed, &grouped[&b]).map(|v| v.event_message())
+    };
+    let blocking = BindingPreview {
+        workloads: 1,
+        connections: 2,
+        refused: 1,
+        examples: vec![
+            "Pod shop/web: Egress to Service shop/db 5432/TCP".into(),
+            "Pod shop/web: refused by ClusterPolicy web rule pod-security".into(),
+        ],
+        not_previewed: vec!["DecidedAtRunTime".into()],
+    };
+    let cases = [
+        (
+            "shadow mode, blocking",
+            Some("Shadow"),
+            Audited,
+            &blocking,
+            "Compliant; ClusterSecurityIntentBinding web is Ready; every workload it selects is audited; audited, not enforced: dnsManipulation (shadow mode); preview: enforcing would deny 2 connections of 1 workload and refuse 1 workload at admission (Pod shop/web: Egress to Service shop/db 5432/TCP, Pod shop/web: refused by ClusterPolicy web rule pod-security); not previewed: DecidedAtRunTime",
+        ),
+        (
+            "shadow mode, nothing blocked",
+            Some("Shadow"),
+            Audited,
+            &BindingPreview::default(),
+            "Compliant; ClusterSecurityIntentBinding web is Ready; every workload it selects is audited; audited, not enforced: dnsManipulation (shadow mode); preview: enforcing would block nothing previewed",
+        ),
+        (
+            "enforcing: no preview",
+            None,
+            Protected,
+            &blocking,
+            "Compliant; ClusterSecurityIntentBinding web is Ready; every workload it selects is protected",
+        ),
+    ];
+    for (what, mode, verdict, preview, expected) in cases {
+        assert_eq!(
+            message(mode, verdict, preview).as_deref(),
+            Some(expected),
+            "{what}"
+        );
+    }
 }

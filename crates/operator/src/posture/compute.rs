@@ -547,9 +547,10 @@ fn store(ctx: &Context, postures: &Postures, memo: &Memo, computed: Computed) ->
     let (_, workloads) = postures.workloads.list();
     let workloads = workloads.iter().map(|w| &*w.object);
     export_counts(ctx, workloads.clone());
+    let previews = preview::binding_previews(&memo.coverage, workloads.clone());
     Writes {
-        previews: preview::binding_previews(&memo.coverage, workloads.clone()),
+        compliance: fleet::verdicts(ctx, workloads, &previews),
+        previews,
         reports: memo.reports.clone(),
-        compliance: fleet::verdicts(ctx, workloads),
     }
 }

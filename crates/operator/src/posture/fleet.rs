@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Resource, ResourceExt};
+use nimbus_api::BindingPreview;
 use nimbus_api::posture::{Reference, WorkloadPosture};
 use nimbus_core::fleet::{self, Compliance, Delivery, Observed, Reporting, Step, Verdict};
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,11 +47,12 @@ impl Delivered {
 }
 
 /// The SecurityIntents and bindings OCM delivered, with their verdicts from the caches and
-/// `postures` (the computation's). Costs nothing beyond a look at their labels when OCM
-/// delivered none.
+/// `postures` and `previews` (the computation's). Costs nothing beyond a look at their labels
+/// when OCM delivered none.
 pub fn verdicts<'p>(
     ctx: &Context,
     postures: impl IntoIterator<Item = &'p WorkloadPosture>,
+    previews: &BTreeMap<Reference, BindingPreview>,
 ) -> Vec<Delivered> {
     let mut delivered = Vec::new();
     for si in ctx.intents.state() {
@@ -91,7 +93,8 @@ pub fn verdicts<'p>(
     }
     let references: BTreeSet<&Reference> = bindings.iter().map(|b| &b.template).collect();
     let selected = fleet::by_binding(postures, &references);
-    for bound in &bindings {
+    for bound in &mut bindings {
+        bound.observed.preview = previews.get(&bound.template);
         let selected = (selected.get(&bound.template))
             .map(Vec::as_slice)
             .unwrap_or_default();
@@ -146,6 +149,7 @@ fn observed<'a>(
         generation: meta.generation,
         conditions: conditions.unwrap_or_default(),
         mode,
+        preview: None,
     }
 }
 
