@@ -296,7 +296,9 @@ fn which_policies_and_clusters_have_rows() {
     disabled["spec"]["disabled"] = json!(true);
     let mut not_ours = root("policies", "config-only", &[("east", "Compliant")]);
     not_ours["spec"]["policy-templates"] = json!([not_ours["spec"]["policy-templates"][1].clone()]);
-    let cases: Vec<(&str, Vec<Value>, Vec<Value>, Vec<&str>)> = vec![
+    // (case, roots, replicated, the rows' `<root> <cluster>`)
+    type Case = (&'static str, Vec<Value>, Vec<Value>, Vec<&'static str>);
+    let cases: Vec<Case> = vec![
         (
             "a cluster with a replicated Policy the root's status does not list yet has rows",
             vec![root("policies", "nimbus-shop", &[("east", "Compliant")])],
