@@ -15,10 +15,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 mod messages;
+pub mod rollup;
 #[cfg(test)]
 mod tests;
 
 pub use messages::{binding_verdict, intent_verdict};
+pub use rollup::{Row, Standing, rollup};
 
 /// The CRD label OCM's framework addon requires of a kind before it syncs templates of it.
 pub const POLICY_TYPE_LABEL: &str = "policy.open-cluster-management.io/policy-type";

@@ -79,14 +79,26 @@ fn cli_page(cli: clap::Command) -> String {
     );
     for (name, _) in visible {
         if let Some(command) = cli.find_subcommand_mut(&name) {
-            let _ = write!(
-                out,
-                "\n## nimbus {name}\n\n```text\n{}```\n",
-                command.render_long_help()
-            );
+            write_help(&mut out, &format!("nimbus {name}"), command);
         }
     }
     out
+}
+
+/// `command`'s long help under a heading `path`, then each of its visible subcommands' (`nimbus
+/// fleet status` under `nimbus fleet`).
+fn write_help(out: &mut String, path: &str, command: &mut clap::Command) {
+    let _ = write!(
+        out,
+        "\n## {path}\n\n```text\n{}```\n",
+        command.render_long_help()
+    );
+    for sub in command.get_subcommands_mut() {
+        if !sub.is_hide_set() && sub.get_name() != "help" {
+            let path = format!("{path} {}", sub.get_name());
+            write_help(out, &path, sub);
+        }
+    }
 }
 
 /// `command` and every subcommand with a fixed help width, and the names of environment

@@ -9,6 +9,7 @@
 mod dev;
 mod docs_reference;
 mod engine_args;
+mod fleet;
 mod generated;
 mod offline;
 mod report;
@@ -109,6 +110,10 @@ enum Command {
     /// Write the compliance coverage of the live cluster, from the posture API, as one
     /// self-contained HTML file or as OSCAL assessment results.
     Report(report::ReportArgs),
+    /// The compliance of the intents and bindings Open Cluster Management delivers, read from
+    /// its hub (the current kubeconfig).
+    #[command(subcommand)]
+    Fleet(fleet::FleetCommand),
 }
 
 #[derive(clap::Args)]
@@ -403,6 +408,7 @@ fn run_cli() -> anyhow::Result<bool> {
             Ok(true)
         }
         Command::Report(args) => block_on(None, async { report::run(&args).await.map(|()| true) }),
+        Command::Fleet(command) => block_on(None, fleet::run(&command)),
         Command::Run(args) => block_on(args.worker_threads.map(usize::from), async {
             let client = kube::Client::try_default()
                 .await

@@ -1,0 +1,204 @@
+//! `nimbus fleet`: the compliance of the intents and bindings Open Cluster Management (OCM)
+//! delivers, read from its hub. The roll-up itself is `nimbus_core::fleet::rollup`.
+
+use anyhow::Context as _;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::{Api, Client};
+use nimbus_core::fleet::rollup::{self, ROOT_POLICY_LABEL, Row, Standing};
+use nimbus_core::fleet::{POLICY_GROUP, POLICY_KIND, POLICY_VERSION};
+use serde_json::Value;
+
+#[derive(clap::Subcommand)]
+pub enum FleetCommand {
+    /// Each Nimbus template of the hub's Policies on each cluster: compliance, since when, why.
+    ///
+    /// One row per root Policy on the hub of the current kubeconfig, per cluster it is placed
+    /// on, per SecurityIntent, SecurityIntentBinding and ClusterSecurityIntentBinding among its
+    /// policy-templates (other templates are left out): the compliance the cluster last
+    /// reported (Compliant, NonCompliant, or Pending while nothing is reported), when, and its
+    /// message. The exit status is 0 whatever the compliance, unless --fail-on-noncompliant.
+    Status(StatusArgs),
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Output {
+    /// Columns POLICY, CLUSTER, TEMPLATE, COMPLIANCE, SINCE, MESSAGE.
+    Table,
+    /// A JSON array of rows.
+    Json,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Only the Policies of this namespace on the hub; every namespace when absent.
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
+    /// Only the Policy of this name.
+    #[arg(long)]
+    policy: Option<String>,
+    /// How to print the rows.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// Exit with status 1 when a row is NonCompliant (Pending rows do not count).
+    #[arg(long)]
+    fail_on_noncompliant: bool,
+}
+
+/// `nimbus fleet <command>`; `false` when `--fail-on-noncompliant` found a NonCompliant row.
+pub async fn run(command: &FleetCommand) -> anyhow::Result<bool> {
+    match command {
+        FleetCommand::Status(args) => status(args).await,
+    }
+}
+
+async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
+    let client = Client::try_default()
+        .await
+        .context("connecting to the hub (kubeconfig or in-cluster config)")?;
+    let (roots, replicated) = read_policies(client, args).await?;
+    let rows = rollup::rollup(&roots, &replicated);
+    match args.output {
+        Output::Table if rows.is_empty() => {
+            eprintln!("no Nimbus template of an OCM Policy is placed on any cluster");
+        }
+        Output::Table => print!("{}", table(&rows)),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).context("serializing the rows")?
+        ),
+    }
+    let noncompliant = rows.iter().any(|r| r.compliance == Standing::NonCompliant);
+    Ok(!(args.fail_on_noncompliant && noncompliant))
+}
+
+/// The root Policies `args` choose and the replicated Policies (every cluster namespace's, or
+/// only the chosen root's when `--namespace` and `--policy` name one), as JSON.
+async fn read_policies(
+    client: Client,
+    args: &StatusArgs,
+) -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
+    let gvk = GroupVersionKind::gvk(POLICY_GROUP, POLICY_VERSION, POLICY_KIND);
+    let resource = ApiResource::from_gvk(&gvk);
+    let roots_api: Api<DynamicObject> = match &args.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let not_replicated = ListParams::default().labels(&format!("!{ROOT_POLICY_LABEL}"));
+    let roots = list(&roots_api, &not_replicated).await?;
+    let roots: Vec<Value> = roots
+        .into_iter()
+        .filter(|p| {
+            args.policy.is_none() || p["metadata"]["name"].as_str() == args.policy.as_deref()
+        })
+        .collect();
+    let replicated = match (&args.namespace, &args.policy) {
+        (Some(ns), Some(name)) => format!("{ROOT_POLICY_LABEL}={ns}.{name}"),
+        _ => ROOT_POLICY_LABEL.to_owned(),
+    };
+    let replicated = if roots.is_empty() {
+        Vec::new()
+    } else {
+        let all: Api<DynamicObject> = Api::all_with(client, &resource);
+        list(&all, &ListParams::default().labels(&replicated)).await?
+    };
+    Ok((roots, replicated))
+}
+
+async fn list(api: &Api<DynamicObject>, params: &ListParams) -> anyhow::Result<Vec<Value>> {
+    let policies = api.list(params).await.with_context(|| {
+        format!(
+            "listing {POLICY_KIND}s ({POLICY_GROUP}/{POLICY_VERSION}; is this an Open Cluster \
+             Management hub?)"
+        )
+    })?;
+    policies
+        .items
+        .into_iter()
+        .map(|p| serde_json::to_value(p).context("reading a Policy as JSON"))
+        .collect()
+}
+
+/// The rows as a table, kubectl's way: a header, columns padded to their widest cell, the
+/// message last and unpadded; `-` where nothing was reported.
+fn table(rows: &[Row]) -> String {
+    let mut cells = vec![[
+        "POLICY".to_owned(),
+        "CLUSTER".to_owned(),
+        "TEMPLATE".to_owned(),
+        "COMPLIANCE".to_owned(),
+        "SINCE".to_owned(),
+        "MESSAGE".to_owned(),
+    ]];
+    cells.extend(rows.iter().map(|r| {
+        [
+            format!("{}/{}", r.policy_namespace, r.policy),
+            r.cluster.clone(),
+            format!("{}/{}", r.kind, r.name),
+            r.compliance.as_str().to_owned(),
+            r.since.clone().unwrap_or_else(|| "-".to_owned()),
+            r.message.clone(),
+        ]
+    }));
+    let width = |c: usize| {
+        cells
+            .iter()
+            .map(|r| r[c].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let widths = [width(0), width(1), width(2), width(3), width(4)];
+    let mut out = String::new();
+    for row in &cells {
+        let mut line = String::new();
+        for (cell, width) in row.iter().zip(widths) {
+            line.push_str(&format!("{cell:width$}   "));
+        }
+        line.push_str(&row[5]);
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_a_header_and_aligned_columns() {
+        let row = |cluster: &str, kind: &str, compliance, message: &str, since: Option<&str>| Row {
+            policy_namespace: "policies".into(),
+            policy: "nimbus-shop".into(),
+            cluster: cluster.into(),
+            kind: kind.into(),
+            name: "shop-hardening".into(),
+            compliance,
+            message: message.into(),
+            since: since.map(Into::into),
+        };
+        let rows = [
+            row(
+                "east",
+                "ClusterSecurityIntentBinding",
+                Standing::Compliant,
+                "ClusterSecurityIntentBinding shop-hardening is Ready",
+                Some("2026-11-29T10:00:03Z"),
+            ),
+            row(
+                "north-1",
+                "SecurityIntentBinding",
+                Standing::Pending,
+                rollup::NOT_REPLICATED,
+                None,
+            ),
+        ];
+        assert_eq!(
+            table(&rows),
+            "\
+POLICY                 CLUSTER   TEMPLATE                                      COMPLIANCE   SINCE                  MESSAGE
+policies/nimbus-shop   east      ClusterSecurityIntentBinding/shop-hardening   Compliant    2026-11-29T10:00:03Z   ClusterSecurityIntentBinding shop-hardening is Ready
+policies/nimbus-shop   north-1   SecurityIntentBinding/shop-hardening          Pending      -                      no replicated Policy for the cluster yet
+"
+        );
+    }
+}
