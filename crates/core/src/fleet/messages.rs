@@ -5,8 +5,8 @@
 
 use super::{Compliance, Observed, Selected, Verdict};
 use crate::posture::reason::NATIVE_POLICY_MISSING;
-use nimbus_api::{BindingPreview, condition};
 use nimbus_api::posture::{Reference, Verdict as Posture};
+use nimbus_api::{BindingPreview, condition};
 use std::collections::BTreeSet;
 
 /// Workloads named in a message, at most; the rest are counted.

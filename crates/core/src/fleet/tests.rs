@@ -562,7 +562,10 @@ fn an_audited_binding_says_what_enforcing_would_block() {
     let ok = ready("True", "Ready");
     let bindings = BTreeSet::from([&b]);
     let message = |mode: Option<&str>, verdict: Posture, preview: &BindingPreview| {
-        let workloads = [workload("web", vec![intent("dnsManipulation", &b, verdict, &[])])];
+        let workloads = [workload(
+            "web",
+            vec![intent("dnsManipulation", &b, verdict, &[])],
+        )];
         let grouped = by_binding(&workloads, &bindings);
         let observed = Observed {
             preview: Some(preview),

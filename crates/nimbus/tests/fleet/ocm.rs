@@ -12,62 +12,48 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The managed cluster's name, which is also its namespace on the hub and on itself.
-pub const CLUSTER: &str = "cluster1";
+/// The managed clusters and their rollout label on the hub (see examples/fleet/): the first a
+/// canary, the binding in shadow there; the second enforcing. Each name is also the cluster's
+/// namespace, on the hub and on itself.
+pub const CLUSTERS: [(&str, &str); 2] = [("cluster1", "shadow"), ("cluster2", "enforce")];
+/// The label carrying each cluster's mode, which the Policy's hub template copies into the
+/// binding.
+pub const ROLLOUT_LABEL: &str = "intent.security.nimbus.com/mode";
 /// Where the root Policy lives on the hub, and its name.
 pub const ROOT_NAMESPACE: &str = "policies";
 pub const ROOT_POLICY: &str = "nimbus-shop";
-/// The propagator's name for the Policy it replicates into the cluster namespace.
+/// The propagator's name for the Policy it replicates into each cluster namespace.
 pub const REPLICATED: &str = "policies.nimbus-shop";
+/// The example Policy and its Placement.
+pub const POLICY_YAML: &str = include_str!("../../../../examples/fleet/policy.yaml");
+const PLACEMENT_YAML: &str = include_str!("../../../../examples/fleet/placement.yaml");
+/// The Placement the example binds the Policy to.
+const PLACEMENT: &str = "nimbus-rollout";
 
 /// The controllers start slowly on two busy cores.
 const CONTROLLERS_START: Duration = Duration::from_secs(120);
 
-/// The hub's OCM objects besides the Policy: the root namespace, the managed cluster and its
-/// namespace, and the Placement with a PlacementBinding to it (the decision is written apart,
-/// its status being a subresource).
-const HUB_SETUP: &str = r"
-apiVersion: v1
-kind: Namespace
-metadata: {name: policies}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: cluster1}
----
-apiVersion: cluster.open-cluster-management.io/v1
-kind: ManagedCluster
-metadata: {name: cluster1}
-spec: {hubAcceptsClient: true}
----
-apiVersion: cluster.open-cluster-management.io/v1beta1
-kind: Placement
-metadata: {name: fleet, namespace: policies}
-spec: {}
----
-apiVersion: cluster.open-cluster-management.io/v1beta1
-kind: PlacementDecision
-metadata:
-  name: fleet-decision-1
-  namespace: policies
-  labels: {cluster.open-cluster-management.io/placement: fleet}
----
-apiVersion: policy.open-cluster-management.io/v1
-kind: PlacementBinding
-metadata: {name: nimbus-shop, namespace: policies}
-placementRef: {apiGroup: cluster.open-cluster-management.io, kind: Placement, name: fleet}
-subjects:
-  - {apiGroup: policy.open-cluster-management.io, kind: Policy, name: nimbus-shop}
-";
+/// The hub's OCM objects besides the example's: the root namespace, and each managed cluster
+/// with its namespace and rollout label.
+fn hub_setup() -> String {
+    let mut yaml = "apiVersion: v1\nkind: Namespace\nmetadata: {name: policies}\n".to_owned();
+    for (cluster, mode) in CLUSTERS {
+        yaml.push_str(&format!(
+            "---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {cluster}}}\n\
+             ---\napiVersion: cluster.open-cluster-management.io/v1\nkind: ManagedCluster\n\
+             metadata: {{name: {cluster}, labels: {{{ROLLOUT_LABEL}: {mode}}}}}\n\
+             spec: {{hubAcceptsClient: true}}\n"
+        ));
+    }
+    yaml.push_str("---\n");
+    yaml.push_str(PLACEMENT_YAML);
+    yaml
+}
 
-/// The managed cluster's: its cluster namespace, and the Deployment the framework addon checks
-/// for an uninstall annotation (without it, the addon believes it is being uninstalled and
-/// syncs nothing). No replicas: the addon runs here as a process.
+/// A managed cluster's: the Deployment the framework addon checks for an uninstall annotation
+/// (without it, the addon believes it is being uninstalled and syncs nothing), and the cluster
+/// namespace apart. No replicas: the addon runs here as a process.
 const MANAGED_SETUP: &str = r"
-apiVersion: v1
-kind: Namespace
-metadata: {name: cluster1}
----
 apiVersion: v1
 kind: Namespace
 metadata: {name: open-cluster-management-agent-addon}
@@ -83,14 +69,27 @@ spec:
     spec: {containers: [{name: addon, image: registry.invalid/addon:1}]}
 ";
 
-/// Dropped in field order: the operator and the controllers stop before the control planes.
+/// Dropped in field order: the managed clusters (each its operator and addon first), then the
+/// propagator before the hub.
 pub struct Fleet {
+    pub managed: Vec<Managed>,
+    propagator: Child,
+    pub hub: ControlPlane,
+}
+
+/// One managed cluster: our operator, OCM's framework addon, and the control plane.
+pub struct Managed {
+    pub name: &'static str,
     /// Stops the operator when the test ends.
     _operator: OperatorGuard,
-    propagator: Child,
     addon: Child,
-    pub hub: ControlPlane,
-    pub managed: ControlPlane,
+    pub cp: ControlPlane,
+}
+
+impl Managed {
+    pub fn client(&self) -> Client {
+        self.cp.client().expect("managed client")
+    }
 }
 
 struct OperatorGuard(CancellationToken);
@@ -102,17 +101,16 @@ impl Drop for OperatorGuard {
 }
 
 impl Fleet {
-    /// Both control planes, the OCM controllers and our operator, running.
+    /// The control planes, the OCM controllers and our operators, running.
     pub async fn start() -> Self {
         let ocm = built_by("hack/build-ocm.sh").unwrap_or_else(|e| panic!("OCM is needed: {e}"));
-        let (hub, managed) = tokio::join!(
+        let (hub, first, second) = tokio::join!(
+            ControlPlane::start(Options::default()),
             ControlPlane::start(Options::default()),
             ControlPlane::start(Options::default())
         );
-        let (hub, managed) = (hub.expect("hub"), managed.expect("managed cluster"));
+        let hub = hub.expect("hub");
         let hub_client = hub.client().expect("hub client");
-        let managed_client = managed.client().expect("managed client");
-
         for crd in std::fs::read_dir(ocm.join("crds"))
             .expect("OCM's CRDs")
             .flatten()
@@ -122,36 +120,41 @@ impl Fleet {
                 .await
                 .unwrap_or_else(|e| panic!("{}: {e}", crd.path().display()));
         }
-        apply_yaml(&hub_client, HUB_SETUP).await.expect("hub setup");
+        apply_yaml(&hub_client, &hub_setup())
+            .await
+            .expect("hub setup");
         decide(&hub_client).await;
 
         let policy_crd = std::fs::read_to_string(
             ocm.join("crds/policy.open-cluster-management.io_policies.yaml"),
         )
         .expect("Policy CRD");
-        for yaml in [policy_crd.as_str(), MANAGED_SETUP] {
-            apply_yaml(&managed_client, yaml)
-                .await
-                .expect("managed setup");
+        let mut managed = Vec::new();
+        for ((name, _), cp) in CLUSTERS.into_iter().zip([first, second]) {
+            let cp = cp.expect("managed cluster");
+            let client = cp.client().expect("managed client");
+            let namespace = format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}}}");
+            for yaml in [policy_crd.as_str(), MANAGED_SETUP, namespace.as_str()] {
+                apply_yaml(&client, yaml).await.expect("managed setup");
+            }
+            common::install_engine_crd(&client, nimbus_testenv::upstream::KUBEARMOR_POLICY).await;
+            // Nimbus first, as on a cluster where it is installed before policies arrive: a
+            // template of a kind not served yet is a template error in the Policy's history.
+            let operator = OperatorGuard(CancellationToken::new());
+            run_operator(&cp, operator.0.clone()).await;
+            let addon = addon(&ocm, name, &hub, &cp);
+            managed.push(Managed {
+                name,
+                _operator: operator,
+                addon,
+                cp,
+            });
         }
-        crate::common::install_engine_crd(
-            &managed_client,
-            nimbus_testenv::upstream::KUBEARMOR_POLICY,
-        )
-        .await;
-
-        // Nimbus first, as on a cluster where it is installed before policies arrive: a template
-        // of a kind not served yet is a template error in the Policy's history.
-        let operator = OperatorGuard(CancellationToken::new());
-        run_operator(&managed, operator.0.clone()).await;
         let propagator = propagator(&ocm, &hub);
-        let addon = addon(&ocm, &hub, &managed);
         let fleet = Self {
-            _operator: operator,
-            propagator,
-            addon,
-            hub,
             managed,
+            propagator,
+            hub,
         };
         fleet.wait_ready().await;
         fleet
@@ -163,16 +166,22 @@ impl Fleet {
         Api::namespaced_with(client, namespace, &policy_resource())
     }
 
-    /// Waits until both controllers' managers run their workers (what they log then); on a
+    /// Waits until the controllers' managers run their workers (what they log then); on a
     /// timeout, their last words say why not.
     async fn wait_ready(&self) {
         eventually(
             "the OCM controllers to start",
             CONTROLLERS_START,
             async |seen| {
-                let (p, a) = (self.propagator.output(), self.addon.output());
-                *seen = format!("propagator: {}\naddon: {}", tail(&p), tail(&a));
-                (p.contains("Starting workers") && a.contains("Starting workers")).then_some(())
+                let mut outputs = vec![("propagator", self.propagator.output())];
+                outputs.extend(self.managed.iter().map(|m| (m.name, m.addon.output())));
+                *seen = (outputs.iter())
+                    .map(|(who, out)| format!("{who}: {}", tail(out)))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                (outputs.iter())
+                    .all(|(_, out)| out.contains("Starting workers"))
+                    .then_some(())
             },
         )
         .await;
@@ -184,6 +193,11 @@ fn tail(output: &str) -> String {
     lines.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
+/// The example Policy, as JSON.
+pub fn root_policy() -> serde_json::Value {
+    serde_yaml_ng::from_str(POLICY_YAML).expect("examples/fleet/policy.yaml")
+}
+
 pub fn policy_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(
         POLICY_GROUP,
@@ -192,22 +206,40 @@ pub fn policy_resource() -> ApiResource {
     ))
 }
 
-/// The Placement's decision: the managed cluster, as OCM's placement controller would write it.
+/// The Placement's decision: every managed cluster (each carries the rollout label its
+/// predicate asks for), as OCM's placement controller would write it.
 async fn decide(hub: &Client) {
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "cluster.open-cluster-management.io",
         "v1beta1",
         "PlacementDecision",
     ));
-    let decisions: Api<DynamicObject> = Api::namespaced_with(hub.clone(), "policies", &resource);
+    let decisions: Api<DynamicObject> =
+        Api::namespaced_with(hub.clone(), ROOT_NAMESPACE, &resource);
+    let name = format!("{PLACEMENT}-decision-1");
+    let decision = json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "PlacementDecision",
+        "metadata": {"name": name, "labels": {"cluster.open-cluster-management.io/placement": PLACEMENT}}
+    });
+    decisions
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(decision).expect("decision"),
+        )
+        .await
+        .expect("the PlacementDecision");
+    let chosen: Vec<_> = CLUSTERS
+        .iter()
+        .map(|(cluster, _)| json!({"clusterName": cluster, "reason": "chosen by the test"}))
+        .collect();
     let status = json!({
         "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "PlacementDecision",
-        "metadata": {"name": "fleet-decision-1"},
-        "status": {"decisions": [{"clusterName": CLUSTER, "reason": "chosen by the test"}]}
+        "metadata": {"name": name},
+        "status": {"decisions": chosen}
     });
     decisions
         .patch_status(
-            "fleet-decision-1",
+            &name,
             &PatchParams::apply("test").force(),
             &Patch::Apply(status),
         )
@@ -242,10 +274,10 @@ fn propagator(ocm: &Path, hub: &ControlPlane) -> Child {
 
 /// The framework addon: spec, template and status sync between the hub's cluster namespace and
 /// the managed cluster's.
-fn addon(ocm: &Path, hub: &ControlPlane, managed: &ControlPlane) -> Child {
+fn addon(ocm: &Path, cluster: &str, hub: &ControlPlane, managed: &ControlPlane) -> Child {
     let (metrics, probes) = (free_port().expect("port"), free_port().expect("port"));
     let args = [
-        format!("--cluster-namespace={CLUSTER}"),
+        format!("--cluster-namespace={cluster}"),
         format!(
             "--hub-cluster-configfile={}",
             hub.kubeconfig_path().display()
@@ -318,8 +350,9 @@ async fn admitted(admin: &Client) {
         dry_run: true,
         ..Default::default()
     };
-    // The templates the test delivers, all cluster-scoped.
-    let policy = crate::root_policy();
+    // The templates the test delivers, all cluster-scoped; without the binding's label, whose
+    // value is a hub template until the propagator resolves it.
+    let policy = root_policy();
     let templates = policy["spec"]["policy-templates"]
         .as_array()
         .cloned()
@@ -329,8 +362,9 @@ async fn admitted(admin: &Client) {
         CONTROLLERS_START,
         async |seen| {
             for template in &templates {
-                let object: DynamicObject =
+                let mut object: DynamicObject =
                     serde_json::from_value(template["objectDefinition"].clone()).ok()?;
+                object.metadata.labels = None;
                 let types = object.types.clone()?;
                 let gvk = GroupVersionKind::try_from(&types).ok()?;
                 let api: Api<DynamicObject> =
