@@ -419,11 +419,11 @@ async fn summary(client: &kube::Client) -> anyhow::Result<String> {
 }
 
 /// Left-aligned columns separated by three spaces, as `kubectl get` prints them.
-fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
+            *width = (*width).max(cell.chars().count());
         }
     }
     let line = |cells: Vec<&str>| {

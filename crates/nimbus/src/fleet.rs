@@ -118,46 +118,30 @@ async fn list(api: &Api<DynamicObject>, params: &ListParams) -> anyhow::Result<V
         .collect()
 }
 
-/// The rows as a table, kubectl's way: a header, columns padded to their widest cell, the
-/// message last and unpadded; `-` where nothing was reported.
+/// The rows as a table, kubectl's way; `-` where nothing was reported.
 fn table(rows: &[Row]) -> String {
-    let mut cells = vec![[
-        "POLICY".to_owned(),
-        "CLUSTER".to_owned(),
-        "TEMPLATE".to_owned(),
-        "COMPLIANCE".to_owned(),
-        "SINCE".to_owned(),
-        "MESSAGE".to_owned(),
-    ]];
-    cells.extend(rows.iter().map(|r| {
-        [
-            format!("{}/{}", r.policy_namespace, r.policy),
-            r.cluster.clone(),
-            format!("{}/{}", r.kind, r.name),
-            r.compliance.as_str().to_owned(),
-            r.since.clone().unwrap_or_else(|| "-".to_owned()),
-            r.message.clone(),
-        ]
-    }));
-    let width = |c: usize| {
-        cells
-            .iter()
-            .map(|r| r[c].chars().count())
-            .max()
-            .unwrap_or(0)
-    };
-    let widths = [width(0), width(1), width(2), width(3), width(4)];
-    let mut out = String::new();
-    for row in &cells {
-        let mut line = String::new();
-        for (cell, width) in row.iter().zip(widths) {
-            line.push_str(&format!("{cell:width$}   "));
-        }
-        line.push_str(&row[5]);
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                format!("{}/{}", r.policy_namespace, r.policy),
+                r.cluster.clone(),
+                format!("{}/{}", r.kind, r.name),
+                r.compliance.as_str().to_owned(),
+                r.since.clone().unwrap_or_else(|| "-".to_owned()),
+                r.message.clone(),
+            ]
+        })
+        .collect();
+    let headers = [
+        "POLICY",
+        "CLUSTER",
+        "TEMPLATE",
+        "COMPLIANCE",
+        "SINCE",
+        "MESSAGE",
+    ];
+    crate::dev::table(&headers, &cells)
 }
 
 #[cfg(test)]

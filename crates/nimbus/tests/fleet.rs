@@ -15,13 +15,15 @@
 //! there on the hub within a bound measured and printed, the canary untouched; installed again:
 //! Compliant. The canary is promoted by relabelling its ManagedCluster: it enforces, the hub
 //! says so, and nothing of the enforcing cluster's binding or natives changes on the way. Each
-//! template's history on the hub holds exactly its transitions, and `nimbus fleet status`
-//! reads them back.
+//! template's history on the hub holds exactly its transitions; promtool fires the hub alert
+//! of examples/fleet/ on the propagator's own metric for the NonCompliant cluster alone; at
+//! steady state neither operator writes; `nimbus fleet status` reads the roll-up back.
 
 mod common;
 #[path = "fleet/ocm.rs"]
 mod ocm;
 
+use common::counted::writes;
 use common::{apply, install_engine_crd};
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -32,9 +34,9 @@ use nimbus_api::ClusterSecurityIntentBinding;
 use nimbus_core::engines::KUBEARMOR_POLICY;
 use nimbus_core::fleet::{CLUSTER_NAMESPACE_LABEL, PARENT_POLICY_LABEL};
 use nimbus_testenv::upstream::KUBEARMOR_POLICY as KUBEARMOR_CRD;
-use nimbus_testenv::{apply_yaml, eventually};
+use nimbus_testenv::{apply_yaml, eventually, http_get};
 use ocm::{CLUSTERS, Fleet, Managed, POLICY_YAML, REPLICATED, ROLLOUT_LABEL, ROOT_NAMESPACE};
-use ocm::{ROOT_POLICY, root_policy};
+use ocm::{HUB_ALERTS_YAML, RESYNC, ROOT_POLICY, root_policy};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -263,6 +265,7 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     .await;
     println!("KubeArmor's CRD deleted: NonCompliant on the hub after {lag:?}: {message}");
     assert!(message.contains("Pod shop/web"), "{message}");
+    hub_alert_fires_for(&fleet, enforcing.name).await;
 
     // Repaired: Compliant again (once the deleted CRD is gone: until then it is terminating,
     // and nothing of its kind can be created).
@@ -358,6 +361,24 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
         .await;
     }
 
+    // Steady state: with nothing changing, over two resync periods, neither operator writes
+    // anything (no Event, no status) but its lease renewals.
+    tokio::time::sleep(RESYNC).await;
+    let before: Vec<_> = (fleet.managed.iter())
+        .map(|m| m.requests.snapshot())
+        .collect();
+    tokio::time::sleep(RESYNC * 2).await;
+    for (cluster, before) in fleet.managed.iter().zip(before) {
+        let window = cluster.requests.snapshot().since(&before);
+        let written = window.matching(|r| writes(&r.verb) && r.resource != "leases");
+        assert!(
+            written.is_empty(),
+            "{}: writes at steady state:\n{}",
+            cluster.name,
+            written.join("\n")
+        );
+    }
+
     // The roll-up, as `nimbus fleet status` reads it from the hub.
     let rows = fleet_status(&fleet);
     let table: Vec<(String, String, String)> = rows
@@ -379,6 +400,84 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
             || r["message"].as_str().is_some_and(|m| m.contains(protected))),
         "{rows:#?}"
     );
+}
+
+/// The hub alert of examples/fleet/hub-alerts.yaml, judged by promtool on OCM's own metric as
+/// the propagator exports it now: it fires for `cluster` once the cluster's NonCompliant has
+/// held for the rule's 15 minutes, not before, and for no other cluster.
+async fn hub_alert_fires_for(fleet: &Fleet, cluster: &str) {
+    let port = fleet.propagator_metrics;
+    let labelled = format!("cluster_namespace=\"{cluster}\"");
+    let series = eventually(
+        "the propagator's metric to say NonCompliant",
+        HUB_LAG,
+        async |seen| {
+            let (_, body) = http_get(port, "/metrics").await?;
+            let series: Vec<(String, String)> = (body.lines())
+                .filter(|l| l.starts_with("policy_governance_info{"))
+                .filter_map(|l| l.rsplit_once(' '))
+                .map(|(s, v)| (s.to_owned(), v.to_owned()))
+                .collect();
+            *seen = format!("{series:?}");
+            (series.iter())
+                .any(|(s, v)| s.contains(&labelled) && v == "1")
+                .then_some(series)
+        },
+    )
+    .await;
+    let rule: Value =
+        serde_yaml_ng::from_str(HUB_ALERTS_YAML).expect("examples/fleet/hub-alerts.yaml");
+    let alert = &rule["spec"]["groups"][0]["rules"][0];
+    let labels = [
+        ("policy_namespace", ROOT_NAMESPACE),
+        ("policy", ROOT_POLICY),
+        ("cluster_namespace", cluster),
+    ];
+    // The annotations as Prometheus expands them for those labels.
+    let expand = |text: &Value| {
+        let mut text = text.as_str().unwrap_or_default().to_owned();
+        for (name, value) in labels {
+            text = text.replace(&format!("{{{{ $labels.{name} }}}}"), value);
+        }
+        text
+    };
+    let mut exp_labels: serde_json::Map<String, Value> = (labels.iter())
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    exp_labels.insert("severity".into(), alert["labels"]["severity"].clone());
+    let fired = json!([{
+        "exp_labels": exp_labels,
+        "exp_annotations": {
+            "summary": expand(&alert["annotations"]["summary"]),
+            "description": expand(&alert["annotations"]["description"]),
+        }
+    }]);
+    let name = alert["alert"].clone();
+    let tests = json!({
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": (series.iter())
+                .map(|(s, v)| json!({"series": s, "values": format!("{v}x30")}))
+                .collect::<Vec<_>>(),
+            "alert_rule_test": [
+                {"eval_time": "10m", "alertname": name, "exp_alerts": []},
+                {"eval_time": "20m", "alertname": name, "exp_alerts": fired},
+            ]
+        }]
+    });
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (rules, test) = (dir.path().join("rules.yaml"), dir.path().join("test.yaml"));
+    let yaml = |v: &Value| serde_yaml_ng::to_string(v).expect("YAML");
+    std::fs::write(&rules, yaml(&rule["spec"])).expect("writing the rules");
+    std::fs::write(&test, yaml(&tests)).expect("writing the rule test");
+    let path = |p: &std::path::Path| p.to_str().expect("UTF-8 path").to_owned();
+    let checked = common::run_tool("promtool", &["check", "rules", &path(&rules)]);
+    assert!(checked.contains("SUCCESS: 1 rules found"), "{checked}");
+    let tested = common::run_tool("promtool", &["test", "rules", &path(&test)]);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    println!("hub alert judged by promtool on the propagator's metric: {series:?}");
 }
 
 /// `nimbus fleet status -o json` against the hub.

@@ -677,11 +677,16 @@ pub fn entry_object<'a>(
 
 /// A client that authenticates only with `token` (no client certificate).
 pub fn token_client(admin: &kube::Config, token: &str) -> Client {
+    Client::try_from(token_config(admin, token)).expect("token client")
+}
+
+/// The configuration of [`token_client`].
+pub fn token_config(admin: &kube::Config, token: &str) -> kube::Config {
     let mut config = kube::Config::new(admin.cluster_url.clone());
     config.root_cert = admin.root_cert.clone();
     config.auth_info =
         serde_json::from_value(serde_json::json!({ "token": token })).expect("auth info");
-    Client::try_from(config).expect("token client")
+    config
 }
 
 /// What `helm install` of the chart (with the `--set` values `set`) creates, except the
@@ -715,6 +720,18 @@ pub async fn service_account_client(
     cp: &ControlPlane,
     deployment: &serde_json::Value,
 ) -> (Client, String) {
+    let (config, service_account) = service_account_config(cp, deployment).await;
+    (
+        Client::try_from(config).expect("token client"),
+        service_account,
+    )
+}
+
+/// The configuration of [`service_account_client`].
+pub async fn service_account_config(
+    cp: &ControlPlane,
+    deployment: &serde_json::Value,
+) -> (kube::Config, String) {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
     let admin = cp.client().expect("client");
@@ -736,7 +753,7 @@ pub async fn service_account_client(
         .and_then(|s| s.token)
         .expect("a token in the TokenRequest's status");
     (
-        token_client(cp.config(), &token),
+        token_config(cp.config(), &token),
         service_account.to_owned(),
     )
 }

@@ -1,6 +1,7 @@
 //! A hub and a managed control plane with Open Cluster Management's policy framework between
 //! them, and our operator on the managed one.
 
+use crate::common::counted::Counted;
 use crate::common::{self, built_by};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -27,8 +28,13 @@ pub const REPLICATED: &str = "policies.nimbus-shop";
 /// The example Policy and its Placement.
 pub const POLICY_YAML: &str = include_str!("../../../../examples/fleet/policy.yaml");
 const PLACEMENT_YAML: &str = include_str!("../../../../examples/fleet/placement.yaml");
+/// The hub's alert on OCM's compliance metric.
+pub const HUB_ALERTS_YAML: &str = include_str!("../../../../examples/fleet/hub-alerts.yaml");
 /// The Placement the example binds the Policy to.
 const PLACEMENT: &str = "nimbus-rollout";
+
+/// The operators' resync period, shortened from the chart's so that a test sees several.
+pub const RESYNC: Duration = Duration::from_secs(5);
 
 /// The controllers start slowly on two busy cores.
 const CONTROLLERS_START: Duration = Duration::from_secs(120);
@@ -74,12 +80,16 @@ spec:
 pub struct Fleet {
     pub managed: Vec<Managed>,
     propagator: Child,
+    /// The propagator's metrics port (plain HTTP on loopback).
+    pub propagator_metrics: u16,
     pub hub: ControlPlane,
 }
 
 /// One managed cluster: our operator, OCM's framework addon, and the control plane.
 pub struct Managed {
     pub name: &'static str,
+    /// Every request our operator sent, counted on its client.
+    pub requests: Counted,
     /// Stops the operator when the test ends.
     _operator: OperatorGuard,
     addon: Child,
@@ -141,19 +151,23 @@ impl Fleet {
             // Nimbus first, as on a cluster where it is installed before policies arrive: a
             // template of a kind not served yet is a template error in the Policy's history.
             let operator = OperatorGuard(CancellationToken::new());
-            run_operator(&cp, operator.0.clone()).await;
+            let requests = Counted::default();
+            run_operator(&cp, &requests, operator.0.clone()).await;
             let addon = addon(&ocm, name, &hub, &cp);
             managed.push(Managed {
                 name,
+                requests,
                 _operator: operator,
                 addon,
                 cp,
             });
         }
-        let propagator = propagator(&ocm, &hub);
+        let propagator_metrics = free_port().expect("port");
+        let propagator = propagator(&ocm, &hub, propagator_metrics);
         let fleet = Self {
             managed,
             propagator,
+            propagator_metrics,
             hub,
         };
         fleet.wait_ready().await;
@@ -247,9 +261,10 @@ async fn decide(hub: &Client) {
         .expect("the PlacementDecision's status");
 }
 
-/// The propagator on the hub, watching every namespace, without webhooks or leader election.
-fn propagator(ocm: &Path, hub: &ControlPlane) -> Child {
-    let (metrics, probes) = (free_port().expect("port"), free_port().expect("port"));
+/// The propagator on the hub, watching every namespace, without webhooks or leader election,
+/// exporting its compliance metric on `metrics`.
+fn propagator(ocm: &Path, hub: &ControlPlane, metrics: u16) -> Child {
+    let probes = free_port().expect("port");
     let args = [
         "--leader-elect=false".to_owned(),
         "--enable-webhooks=false".to_owned(),
@@ -260,7 +275,6 @@ fn propagator(ocm: &Path, hub: &ControlPlane) -> Child {
     let env = [
         ("KUBECONFIG", hub.kubeconfig_path().as_os_str()),
         ("WATCH_NAMESPACE", OsStr::new("")),
-        ("DISABLE_REPORT_METRICS", OsStr::new("true")),
     ];
     Child::spawn(
         "ocm-propagator",
@@ -307,14 +321,16 @@ fn addon(ocm: &Path, cluster: &str, hub: &ControlPlane, managed: &ControlPlane) 
 /// their policy-template label), and the operator in this process, authenticated only by a
 /// token of the chart's ServiceAccount, so that its ClusterRole must grant every call the
 /// compliance reports make; with leader election, as the chart runs it, and the posture
-/// computed (the verdicts read it; its API is not registered, nothing reads it here). Runs
-/// until `shutdown`.
-async fn run_operator(cp: &ControlPlane, shutdown: CancellationToken) {
+/// computed (the verdicts read it; its API is not registered, nothing reads it here); every
+/// request counted in `requests`. Runs until `shutdown`.
+async fn run_operator(cp: &ControlPlane, requests: &Counted, shutdown: CancellationToken) {
     let admin = cp.client().expect("managed client");
     let objects = common::install_chart_without_workload(&admin, &[]).await;
     let deployment = common::rendered(&objects, "Deployment", common::RELEASE);
-    let (client, _) = common::service_account_client(cp, deployment).await;
+    let (client, _) = common::service_account_config(cp, deployment).await;
+    let client = requests.client(client);
     let mut config = common::operator_config_from(deployment, "nimbus-fleet-test");
+    config.resync = RESYNC;
     let dir: PathBuf = cp.work_dir().to_owned();
     let cert = nimbus_testenv::serving_cert(&[]).expect("serving certificate");
     let (cert_file, key_file) = (dir.join("posture.crt"), dir.join("posture.key"));
