@@ -16,7 +16,9 @@
 //! Compliant. The canary is promoted by relabelling its ManagedCluster: it enforces, the hub
 //! says so, and nothing of the enforcing cluster's binding or natives changes on the way. Each
 //! template's history on the hub holds exactly its transitions; promtool fires the hub alert
-//! of examples/fleet/ on the propagator's own metric for the NonCompliant cluster alone; at
+//! of examples/fleet/ on the propagator's own metric for the NonCompliant cluster alone; the
+//! enforcing cluster's API server restarting mid-break, and the hub's mid-repair, lose no
+//! transition; at
 //! steady state neither operator writes; `nimbus fleet status` reads the roll-up back.
 
 mod common;
@@ -255,6 +257,10 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     crds.delete(&KUBEARMOR_CRD.name(), &DeleteParams::default())
         .await
         .expect("deleting KubeArmor's CRD");
+    // Its API server restarts before the new verdict is reported (it settles for 2 s): the
+    // operator reports the truth once the server is back.
+    (enforcing.cp.restart("kube-apiserver").await)
+        .expect("restarting the enforcing cluster's API server");
     let (message, lag) = hub_shows(
         &fleet,
         enforcing.name,
@@ -272,6 +278,9 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     common::gone(&crds, &KUBEARMOR_CRD.name()).await;
     let repaired = Instant::now();
     install_engine_crd(&enforcing.client(), KUBEARMOR_CRD).await;
+    // The hub's API server restarts on the way: the transition reaches it all the same, and
+    // the histories below hold it once.
+    (fleet.hub.restart("kube-apiserver").await).expect("restarting the hub's API server");
     let (message, lag) = hub_shows(&fleet, enforcing.name, "Compliant", protected, repaired).await;
     println!("KubeArmor's CRD back: Compliant on the hub after {lag:?}: {message}");
     natives(enforcing, "Block").await;
