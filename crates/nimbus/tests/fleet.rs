@@ -519,22 +519,7 @@ async fn workloads(client: &Client) {
             json!([{"name": "pg", "containerPort": 5432}]),
         ),
     ] {
-        apply(
-            &pods,
-            name,
-            &json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "labels": {"app": name}},
-                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1",
-                                             "ports": ports}]}}),
-        )
-        .await;
-        pods.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"podIP": ip, "podIPs": [{"ip": ip}]}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("setting the IP of {name}: {e}"));
+        common::pod_with_ip(&pods, name, ip, ports).await;
     }
     apply(
         &Api::<Service>::namespaced(client.clone(), SHOP),

@@ -771,22 +771,7 @@ async fn the_preview_lists_exactly_what_promotion_then_denies() {
             .iter()
             .map(|(n, p)| json!({"name": n, "containerPort": p}))
             .collect();
-        apply(
-            &api,
-            name,
-            &json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "labels": {"app": name}},
-                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1",
-                                             "ports": ports}]}}),
-        )
-        .await;
-        api.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"podIP": ip, "podIPs": [{"ip": ip}]}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("setting the IP of {name}: {e}"));
+        common::pod_with_ip(&api, name, ip, json!(ports)).await;
     }
     for (ns, name, app, port, target) in &services {
         apply(

@@ -494,6 +494,34 @@ fn judge_with<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{tool} JSON: {e}"))
 }
 
+/// A bare pod `name` labelled `app: <name>`, with `ports` (`[{name, containerPort}]`) and the
+/// IP `ip` written into its status as a kubelet would: for previews and network oracles, which
+/// take part only pods with an IP. Addresses are data only: nothing connects to them.
+pub async fn pod_with_ip(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    ip: &str,
+    ports: serde_json::Value,
+) {
+    use kube::api::{Patch, PatchParams};
+    apply(
+        pods,
+        name,
+        &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1",
+                                         "ports": ports}]}}),
+    )
+    .await;
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {"podIP": ip, "podIPs": [{"ip": ip}]}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("setting the IP of {name}: {e}"));
+}
+
 /// Runs a test tool (helm, kustomize, promtool…) in the workspace root and returns its stdout;
 /// fails the test with its output when it fails.
 pub fn run_tool(tool: &str, args: &[&str]) -> String {
