@@ -78,6 +78,44 @@ pub fn delivery(meta: &ObjectMeta) -> Option<Delivery> {
     })
 }
 
+/// The label that puts a binding in shadow mode, as a hub template: on each cluster, the value
+/// of the same label on that cluster's ManagedCluster (the canary rollout of
+/// docs/src/fleet.md).
+pub const MODE_FROM_CLUSTER: &str =
+    "{{hub index .ManagedClusterLabels \"intent.security.nimbus.com/mode\" hub}}";
+
+/// An OCM Policy `namespace/name` delivering `objects` (SecurityIntents and a binding) as its
+/// policy templates. Without `remediationAction`: the framework addon would copy it into each
+/// template's spec, and the Nimbus kinds have no such field. With `canary`, each binding takes
+/// its mode from the cluster's label ([`MODE_FROM_CLUSTER`]).
+pub fn policy(
+    namespace: &str,
+    name: &str,
+    objects: &[serde_json::Value],
+    canary: bool,
+) -> serde_json::Value {
+    let templates: Vec<serde_json::Value> = objects
+        .iter()
+        .map(|object| {
+            let mut object = object.clone();
+            if canary
+                && object["kind"]
+                    .as_str()
+                    .is_some_and(|k| k.ends_with("Binding"))
+            {
+                object["metadata"]["labels"][nimbus_api::MODE_LABEL] = MODE_FROM_CLUSTER.into();
+            }
+            serde_json::json!({"objectDefinition": object})
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": POLICY_API_VERSION,
+        "kind": POLICY_KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"disabled": false, "policy-templates": templates}
+    })
+}
+
 /// A template's compliance, as OCM spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compliance {

@@ -731,3 +731,67 @@ fn translated_cluster_network_policies_get_priorities_of_their_own() {
         .into()
     );
 }
+
+/// `nimbus bundle X --cluster … --ocm NS/NAME` prints one OCM Policy whose templates are
+/// exactly the bundle's objects, with `--canary` the binding's mode taken from the cluster's
+/// label (the hub template the fleet test delivers with OCM's own controllers); without a
+/// ClusterSecurityIntentBinding to carry (`--namespace`), it is refused.
+#[test]
+fn a_bundle_as_an_ocm_policy_carries_exactly_its_objects() {
+    let yaml = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = nimbus(args, &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_yaml_ng::Deserializer::from_slice(&out.stdout)
+            .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+            .collect()
+    };
+    let plain = yaml(&["bundle", "nsa-cisa", "--cluster", "shop"]);
+    for canary in [false, true] {
+        let mut args = vec![
+            "bundle",
+            "nsa-cisa",
+            "--cluster",
+            "shop",
+            "--ocm",
+            "policies/nsa",
+        ];
+        if canary {
+            args.push("--canary");
+        }
+        let policies = yaml(&args);
+        assert_eq!(policies.len(), 1, "{policies:#?}");
+        let policy = &policies[0];
+        assert_eq!(policy["kind"], "Policy");
+        assert_eq!(policy["apiVersion"], "policy.open-cluster-management.io/v1");
+        assert_eq!(policy["metadata"]["namespace"], "policies");
+        assert_eq!(policy["metadata"]["name"], "nsa");
+        assert!(
+            policy["spec"].get("remediationAction").is_none(),
+            "{policy:#?}"
+        );
+        let mut templates: Vec<serde_json::Value> = (policy["spec"]["policy-templates"]
+            .as_array()
+            .expect("policy-templates")
+            .iter())
+        .map(|t| t["objectDefinition"].clone())
+        .collect();
+        for template in &mut templates {
+            let labels = &mut template["metadata"]["labels"];
+            let mode = labels
+                .as_object_mut()
+                .and_then(|l| l.remove(nimbus_api::MODE_LABEL));
+            let binding = template["kind"] == "ClusterSecurityIntentBinding";
+            assert_eq!(
+                mode.as_ref().and_then(|m| m.as_str()),
+                (canary && binding).then_some(nimbus_core::fleet::MODE_FROM_CLUSTER),
+                "{template:#?}"
+            );
+        }
+        assert_eq!(templates, plain);
+    }
+    let refused = nimbus(
+        &["bundle", "nsa-cisa", "-n", "shop", "--ocm", "policies/nsa"],
+        &[],
+    );
+    assert_ne!(refused.status.code(), Some(0));
+}

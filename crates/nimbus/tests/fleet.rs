@@ -221,6 +221,15 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     // Delivered: the templates reach both clusters, labelled by the framework addon, the
     // binding in the mode of the cluster's rollout label; the canary audits, the other
     // enforces.
+    // The example's binding takes its mode as `nimbus bundle --ocm --canary` writes it.
+    let policy = root_policy();
+    let templates = policy["spec"]["policy-templates"].as_array().cloned();
+    let binding = (templates.unwrap_or_default().into_iter())
+        .find(|t| t["objectDefinition"]["kind"] == "ClusterSecurityIntentBinding")
+        .expect("the example's binding");
+    let mode = &binding["objectDefinition"]["metadata"]["labels"][ROLLOUT_LABEL];
+    assert_eq!(mode, nimbus_core::fleet::MODE_FROM_CLUSTER);
+
     let started = Instant::now();
     apply_yaml(&hub, POLICY_YAML)
         .await

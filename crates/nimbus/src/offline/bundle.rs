@@ -24,6 +24,26 @@ pub struct BundleArgs {
     /// action or a parameter's value differs, or it has a parameter the intent does not take).
     #[arg(long)]
     pub check: bool,
+    /// Print instead an Open Cluster Management Policy `NAMESPACE/NAME` for a hub, carrying
+    /// the bundle's SecurityIntents and ClusterSecurityIntentBinding as policy templates (with
+    /// --cluster: OCM creates a namespaced template in the cluster namespace only). Bind it to
+    /// a Placement to choose the clusters.
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_policy, requires = "cluster", conflicts_with_all = ["namespace", "check"])]
+    ocm: Option<(String, String)>,
+    /// With --ocm: each cluster's binding takes its mode from the label
+    /// `intent.security.nimbus.com/mode` of the cluster's ManagedCluster on the hub (`shadow`
+    /// on the canaries), an OCM hub template.
+    #[arg(long, requires = "ocm")]
+    canary: bool,
+}
+
+fn parse_policy(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("`{s}` is not NAMESPACE/NAME")),
+    }
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -40,6 +60,10 @@ pub fn bundle(args: &BundleArgs) -> anyhow::Result<String> {
     let mut out = format!("# Bundle {}: {}\n", b.name, b.summary);
     for (id, why) in &rendered.skipped {
         out.push_str(&format!("# {id} left out: {why}\n"));
+    }
+    if let Some((namespace, name)) = &args.ocm {
+        let policy = nimbus_core::fleet::policy(namespace, name, &rendered.objects, args.canary);
+        return Ok(out + &render(&[policy], Format::Yaml)?);
     }
     Ok(out + &render(&rendered.objects, Format::Yaml)?)
 }
