@@ -18,8 +18,11 @@ use futures::StreamExt;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use k8s_openapi::jiff::Timestamp;
 use nimbus_api::posture::GROUP;
-use response::{Form, accepts_gzip, document, gzipped, json_response, not_found, respond, status};
+use response::{
+    Form, accepts_gzip, document, gzipped, json_bytes, json_response, not_found, respond, status,
+};
 use rustls::ServerConfig;
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -376,16 +379,17 @@ where
     let key = (namespace.unwrap_or_default(), name.to_owned());
     match store.get(&key) {
         Some(stored) => match form {
-            Form::Table(include) => json_response(&table(
-                [&*stored.object],
-                json!({"resourceVersion": stored.object.metadata().resource_version}),
+            Form::Table(include) => json_bytes(table::<T>(
+                [stored.serialized.table_row()],
+                &json!({"resourceVersion": stored.object.metadata().resource_version}),
                 include,
                 true,
+                Timestamp::now(),
             )),
             Form::Json => respond(
                 StatusCode::OK,
                 "application/json",
-                stored.json.get().to_owned(),
+                stored.serialized.json.get().to_owned(),
             ),
         },
         None => not_found::<T>(name),
@@ -417,17 +421,18 @@ where
         list_meta["continue"] = json!(continue_token(&key_of(&*last.object)));
     }
     match form {
-        Form::Table(include) => json_response(&table(
-            page.iter().map(|o| &*o.object),
-            list_meta,
+        Form::Table(include) => json_bytes(table::<T>(
+            page.iter().map(|o| o.serialized.table_row()),
+            &list_meta,
             include,
             true,
+            Timestamp::now(),
         )),
         Form::Json => json_response(&List {
             api_version: openapi::group_version(),
             kind: format!("{}List", T::KIND),
             metadata: list_meta,
-            items: page.iter().map(|o| &*o.json).collect(),
+            items: page.iter().map(|o| &*o.serialized.json).collect(),
         }),
     }
 }

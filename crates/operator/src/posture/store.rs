@@ -6,6 +6,7 @@
 //! another replica (behind the same Service) is unknown here and answered with 410: the client
 //! relists rather than missing changes.
 
+use super::table::{Printed, Row};
 use nimbus_api::posture::PostureKind;
 use serde_json::value::RawValue;
 use std::collections::{BTreeMap, VecDeque};
@@ -56,33 +57,62 @@ impl Change {
     }
 }
 
-/// An object and its JSON, serialized once as it changes: a list of thousands of objects is
-/// then a concatenation, not thousands of serializations.
+/// An object and what it is served as, serialized once as it changes: a list of thousands of
+/// objects, as JSON or as a Table, is then a concatenation, not thousands of serializations.
 #[derive(Debug)]
 pub struct Stored<T> {
     pub object: Arc<T>,
-    pub json: Arc<RawValue>,
+    pub serialized: Arc<Serialized>,
 }
 
 impl<T> Clone for Stored<T> {
     fn clone(&self) -> Self {
         Self {
             object: self.object.clone(),
-            json: self.json.clone(),
+            serialized: self.serialized.clone(),
         }
     }
 }
 
-impl<T: serde::Serialize> Stored<T> {
+/// What an object is served as, serialized from it when it is stored: a changed object is
+/// stored anew, so nothing here outlives the version it was serialized from.
+#[derive(Debug)]
+pub struct Serialized {
+    /// Its JSON: a get, a list item, a watch event's object; and a Table row's object with
+    /// `includeObject=Object`.
+    pub json: Box<RawValue>,
+    /// Its Table row, all but the Age (which changes with the time).
+    pub row: Row,
+}
+
+impl Serialized {
+    fn of<T: Printed>(object: &T) -> Self {
+        let serialized =
+            serde_json::value::to_raw_value(object).and_then(|json| Ok((json, Row::of(object)?)));
+        match serialized {
+            Ok((json, row)) => Self { json, row },
+            Err(error) => {
+                // Our own types always serialize; should one not, its readers see `null`.
+                tracing::error!(%error, "serializing a posture object");
+                Self {
+                    json: RawValue::NULL.to_owned(),
+                    row: Row::unserializable(),
+                }
+            }
+        }
+    }
+
+    /// What a Table row is assembled from.
+    pub fn table_row(&self) -> (&Row, &RawValue) {
+        (&self.row, &self.json)
+    }
+}
+
+impl<T: Printed> Stored<T> {
     fn new(object: T) -> Self {
-        let json = serde_json::value::to_raw_value(&object).unwrap_or_else(|error| {
-            // Our own types always serialize; should one not, its readers see `null`.
-            tracing::error!(%error, "serializing a posture object");
-            RawValue::NULL.to_owned()
-        });
         Self {
+            serialized: Arc::new(Serialized::of(&object)),
             object: Arc::new(object),
-            json: Arc::from(json),
         }
     }
 }
@@ -143,7 +173,7 @@ pub struct Gone {
     pub version: u64,
 }
 
-impl<T: PostureKind + Clone + PartialEq + serde::Serialize + Send + Sync + 'static> Store<T> {
+impl<T: Printed + Clone + PartialEq + Send + Sync + 'static> Store<T> {
     pub fn new(clock: Clock) -> Self {
         let now = clock.now();
         Self {
@@ -332,7 +362,7 @@ mod tests {
         assert_eq!(modified.object.object.verdict, Verdict::Protected);
         // The JSON served is the object's, resourceVersion and all.
         let served: serde_json::Value =
-            serde_json::from_str(modified.object.json.get()).expect("stored JSON");
+            serde_json::from_str(modified.object.serialized.json.get()).expect("stored JSON");
         assert_eq!(
             served,
             serde_json::to_value(&*modified.object.object).expect("json")
@@ -397,6 +427,54 @@ mod tests {
                 (Change::Deleted, Some("b".to_owned()))
             ]
         );
+    }
+
+    /// A Table is assembled from the rows stored as each posture changed: it reads as the Table
+    /// serialized whole from the postures stored now, also after one of them changed (its new
+    /// row, not the one cached before).
+    #[test]
+    fn a_table_shows_each_posture_as_it_is_now() {
+        use super::super::table::{Include, table, uncached};
+        let store = Store::new(Clock::starting_now());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let tables = |store: &Store<NamespacePosture>, include| {
+            let (version, listed) = store.list();
+            let meta = serde_json::json!({"resourceVersion": version.to_string()});
+            let assembled = table::<NamespacePosture>(
+                listed.iter().map(|s| s.serialized.table_row()),
+                &meta,
+                include,
+                true,
+                now,
+            )
+            .expect("a Table");
+            let whole =
+                uncached::table(listed.iter().map(|s| &*s.object), meta, include, true, now);
+            (String::from_utf8(assembled).expect("UTF-8"), whole)
+        };
+        let includes = [Include::None, Include::Metadata, Include::Object];
+        store.replace([
+            posture("a", Verdict::Unprotected),
+            posture("b", Verdict::Protected),
+        ]);
+        for include in includes {
+            let (assembled, whole) = tables(&store, include);
+            assert_eq!(assembled, whole, "{include:?}");
+        }
+        store.replace([
+            posture("a", Verdict::Protected),
+            posture("b", Verdict::Protected),
+        ]);
+        for include in includes {
+            let (assembled, whole) = tables(&store, include);
+            assert_eq!(assembled, whole, "{include:?}, after a changed");
+            let rows: serde_json::Value = serde_json::from_str(&assembled).expect("JSON");
+            assert_eq!(rows["rows"][0]["cells"][0], "a");
+            assert_eq!(
+                rows["rows"][0]["cells"][1], "Protected",
+                "a's row: {assembled}"
+            );
+        }
     }
 
     #[test]

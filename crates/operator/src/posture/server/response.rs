@@ -70,7 +70,12 @@ pub(super) fn respond(
 }
 
 pub(super) fn json_response(value: &impl Serialize) -> Response<Body> {
-    match serde_json::to_vec(value) {
+    json_bytes(serde_json::to_vec(value))
+}
+
+/// A JSON body already serialized (or why it could not be).
+pub(super) fn json_bytes(body: serde_json::Result<Vec<u8>>) -> Response<Body> {
+    match body {
         Ok(bytes) => respond(StatusCode::OK, "application/json", bytes),
         Err(error) => status(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -7,9 +7,11 @@ use super::super::table::{Printed, table};
 use super::response::{Form, status_body};
 use bytes::Bytes;
 use http::StatusCode;
+use k8s_openapi::jiff::Timestamp;
 use nimbus_api::posture::PostureKind;
 use serde::Serialize;
 use serde_json::json;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 /// Sends `event` as this watch sees it (an object entering or leaving a selection is added
@@ -42,28 +44,32 @@ impl Encoder {
         change: Change,
         event: &Event<T>,
     ) -> Bytes {
-        /// A watch event: the object's stored JSON, or a Table row serialized as it goes.
+        /// A watch event as JSON: the object's stored JSON.
         #[derive(Serialize)]
-        struct Line<'a, O> {
+        struct Line<'a> {
             #[serde(rename = "type")]
             change: &'a str,
-            object: O,
+            object: &'a RawValue,
         }
         let change = change.as_str();
+        let serialized = &event.object.serialized;
         match self.form {
             Form::Json => line(&Line {
                 change,
-                object: &*event.object.json,
+                object: &serialized.json,
             }),
             Form::Table(include) => {
                 let headers = !std::mem::replace(&mut self.headers_sent, true);
-                let object = table(
-                    [&*event.object.object],
-                    json!({"resourceVersion": event.version.to_string()}),
-                    include,
-                    headers,
-                );
-                line(&Line { change, object })
+                table_line(
+                    change,
+                    table::<T>(
+                        [serialized.table_row()],
+                        &json!({"resourceVersion": event.version.to_string()}),
+                        include,
+                        headers,
+                        Timestamp::now(),
+                    ),
+                )
             }
         }
     }
@@ -78,6 +84,26 @@ impl Encoder {
             "kind": T::KIND,
             "metadata": metadata,
         }}))
+    }
+}
+
+/// A watch event of a Table assembled as bytes (see [`table`]), spliced in as its object.
+fn table_line(change: &str, table: serde_json::Result<Vec<u8>>) -> Bytes {
+    match table {
+        Ok(table) => {
+            let mut bytes = Vec::with_capacity(table.len() + 32);
+            bytes.extend_from_slice(br#"{"type":""#);
+            bytes.extend_from_slice(change.as_bytes());
+            bytes.extend_from_slice(br#"","object":"#);
+            bytes.extend_from_slice(&table);
+            bytes.extend_from_slice(b"}\n");
+            Bytes::from(bytes)
+        }
+        Err(error) => line(&json!({"type": "ERROR", "object": status_body(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            &format!("encoding a watch event: {error}"),
+        )})),
     }
 }
 
