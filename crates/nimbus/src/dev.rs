@@ -4,6 +4,7 @@
 //! environment, the intent-catalog admission policy), so an installed binary works from any
 //! directory.
 
+use crate::table::table;
 use anyhow::Context as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams};
@@ -418,32 +419,6 @@ async fn summary(client: &kube::Client) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Left-aligned columns separated by three spaces, as `kubectl get` prints them.
-pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:width$}"))
-            .collect();
-        padded.join("   ").trim_end().to_owned() + "\n"
-    };
-    let mut out = line(headers.to_vec());
-    if rows.is_empty() {
-        out += "(none)\n";
-    }
-    for row in rows {
-        out += &line(row.iter().map(String::as_str).collect());
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,18 +436,5 @@ mod tests {
         on_disk.sort();
         let embedded: Vec<String> = EXAMPLES.iter().map(|(n, _)| (*n).to_owned()).collect();
         assert_eq!(embedded, on_disk);
-    }
-
-    #[test]
-    fn tables_align_their_columns() {
-        let rows = vec![
-            vec!["a-long-name".to_owned(), "1".to_owned()],
-            vec!["b".to_owned(), "22".to_owned()],
-        ];
-        assert_eq!(
-            table(&["NAME", "N"], &rows),
-            "NAME          N\na-long-name   1\nb             22\n"
-        );
-        assert_eq!(table(&["NAME"], &[]), "NAME\n(none)\n");
     }
 }

@@ -141,7 +141,7 @@ fn table(rows: &[Row]) -> String {
         "SINCE",
         "MESSAGE",
     ];
-    crate::dev::table(&headers, &cells)
+    crate::table::table(&headers, &cells)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod generated;
 mod offline;
 mod report;
 mod shutdown;
+mod table;
 
 /// The fuzz tests' case generator, shared with the integration tests.
 #[cfg(test)]
