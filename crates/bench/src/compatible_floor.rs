@@ -61,21 +61,14 @@ pub async fn measure(
         // The garbage collector's and the watches' reactions pass before the next run.
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    step(format!(
-        "F: the compatible floor of L: {} bindings, one at a time",
-        args.latency_samples
-    ));
-    let latency = latency::measure(
+    let latency = latency::measure_floor(
         &ops.client,
         latency::Writer::Compatible(&writer),
         args.latency_samples,
         args.timeout,
+        "the compatible floor of L",
     )
     .await?;
-    step(format!(
-        "F: L p50 {:.1} ms, p99 {:.1} ms",
-        latency.p50_ms, latency.p99_ms
-    ));
     Ok(CompatibleFloor {
         concurrency: args.floor_concurrency,
         runs,

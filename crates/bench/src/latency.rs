@@ -53,6 +53,24 @@ pub struct Latency {
 /// When the watches first saw each `(kind, name)`.
 type Seen = Arc<Mutex<HashMap<(&'static str, String), Instant>>>;
 
+/// [`measure`] for a floor, saying what is measured (`what`, e.g. `the floor of L`) and the
+/// percentiles as the bench's progress.
+pub async fn measure_floor(
+    client: &Client,
+    writer: Writer<'_>,
+    samples: usize,
+    timeout: Duration,
+    what: &str,
+) -> anyhow::Result<Latency> {
+    crate::progress::step(format!("F: {what}: {samples} bindings, one at a time"));
+    let latency = measure(client, writer, samples, timeout).await?;
+    crate::progress::step(format!(
+        "F: L p50 {:.1} ms, p99 {:.1} ms",
+        latency.p50_ms, latency.p99_ms
+    ));
+    Ok(latency)
+}
+
 pub async fn measure(
     client: &Client,
     writer: Writer<'_>,

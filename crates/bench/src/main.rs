@@ -365,21 +365,14 @@ async fn floors(
             api_cpu_secs: cpu,
         });
     }
-    step(format!(
-        "F: the floor of L: {} bindings' native objects, one binding at a time",
-        args.latency_samples
-    ));
-    let latency = latency::measure(
+    let latency = latency::measure_floor(
         &ops.client,
         latency::Writer::Direct,
         args.latency_samples,
         args.timeout,
+        "the floor of L (the bindings' native objects)",
     )
     .await?;
-    step(format!(
-        "F: L p50 {:.1} ms, p99 {:.1} ms",
-        latency.p50_ms, latency.p99_ms
-    ));
     let compatible = compatible_floor(args, ops, plan, control_plane).await?;
     Ok(report::Floor {
         concurrency: args.floor_concurrency,
