@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 mod messages;
+pub mod report;
 pub mod rollup;
 #[cfg(test)]
 mod tests;

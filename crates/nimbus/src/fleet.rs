@@ -1,12 +1,15 @@
 //! `nimbus fleet`: the compliance of the intents and bindings Open Cluster Management (OCM)
-//! delivers, read from its hub. The roll-up itself is `nimbus_core::fleet::rollup`.
+//! delivers, read from its hub. The roll-up itself is `nimbus_core::fleet::rollup`, the HTML
+//! report `nimbus_core::fleet::report`.
 
 use anyhow::Context as _;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
+use nimbus_core::fleet::report::{self, Input};
 use nimbus_core::fleet::rollup::{self, ROOT_POLICY_LABEL, Row, Standing};
 use nimbus_core::fleet::{POLICY_GROUP, POLICY_KIND, POLICY_VERSION};
 use serde_json::Value;
+use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
 pub enum FleetCommand {
@@ -18,6 +21,14 @@ pub enum FleetCommand {
     /// reported (Compliant, NonCompliant, or Pending while nothing is reported), when, and its
     /// message. The exit status is 0 whatever the compliance, unless --fail-on-noncompliant.
     Status(StatusArgs),
+    /// The same for people: one self-contained HTML file covering every cluster.
+    ///
+    /// A summary (clusters; templates Compliant, NonCompliant, Pending), then per cluster each
+    /// Nimbus template's compliance, since when, its message and the compliance history the
+    /// hub keeps; ManagedClusters no chosen Policy places a Nimbus template on are listed
+    /// apart. Per-workload detail is not on the hub: `nimbus report` on each cluster. Inline
+    /// CSS and SVG: nothing is fetched when it is opened.
+    Report(ReportArgs),
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -28,14 +39,33 @@ pub enum Output {
     Json,
 }
 
+/// Which root Policies to read.
 #[derive(clap::Args)]
-pub struct StatusArgs {
+pub struct Selection {
     /// Only the Policies of this namespace on the hub; every namespace when absent.
     #[arg(long, short = 'n')]
     namespace: Option<String>,
     /// Only the Policy of this name.
     #[arg(long)]
     policy: Option<String>,
+}
+
+impl Selection {
+    /// What the report says it covers.
+    fn scope(&self) -> String {
+        match (&self.namespace, &self.policy) {
+            (None, None) => "every namespace of the hub".to_owned(),
+            (Some(ns), None) => format!("namespace {ns} of the hub"),
+            (None, Some(name)) => format!("Policies named {name}, every namespace of the hub"),
+            (Some(ns), Some(name)) => format!("Policy {ns}/{name}"),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    selection: Selection,
     /// How to print the rows.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     output: Output,
@@ -44,18 +74,31 @@ pub struct StatusArgs {
     fail_on_noncompliant: bool,
 }
 
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    selection: Selection,
+    /// Write here instead of standard output.
+    #[arg(long, short = 'o')]
+    output: Option<PathBuf>,
+}
+
 /// `nimbus fleet <command>`; `false` when `--fail-on-noncompliant` found a NonCompliant row.
 pub async fn run(command: &FleetCommand) -> anyhow::Result<bool> {
     match command {
         FleetCommand::Status(args) => status(args).await,
+        FleetCommand::Report(args) => report(args).await.map(|()| true),
     }
 }
 
-async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
-    let client = Client::try_default()
+async fn hub() -> anyhow::Result<Client> {
+    Client::try_default()
         .await
-        .context("connecting to the hub (kubeconfig or in-cluster config)")?;
-    let (roots, replicated) = read_policies(client, args).await?;
+        .context("connecting to the hub (kubeconfig or in-cluster config)")
+}
+
+async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
+    let (roots, replicated) = read_policies(hub().await?, &args.selection).await?;
     let rows = rollup::rollup(&roots, &replicated);
     match args.output {
         Output::Table if rows.is_empty() => {
@@ -71,11 +114,45 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
     Ok(!(args.fail_on_noncompliant && noncompliant))
 }
 
+async fn report(args: &ReportArgs) -> anyhow::Result<()> {
+    let client = hub().await?;
+    let (roots, replicated) = read_policies(client.clone(), &args.selection).await?;
+    let managed_clusters = managed_clusters(client).await?;
+    let entries = report::entries(&roots, &replicated);
+    let generated = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let html = report::html(&Input {
+        scope: &args.selection.scope(),
+        generated: &generated,
+        entries: &entries,
+        managed_clusters: &managed_clusters,
+    });
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => print!("{html}"),
+    }
+    Ok(())
+}
+
+/// The names of the hub's ManagedClusters.
+async fn managed_clusters(client: Client) -> anyhow::Result<Vec<String>> {
+    let gvk = GroupVersionKind::gvk("cluster.open-cluster-management.io", "v1", "ManagedCluster");
+    let api: Api<DynamicObject> = Api::all_with(client, &ApiResource::from_gvk(&gvk));
+    let clusters = (api.list_metadata(&ListParams::default()).await)
+        .context("listing ManagedClusters (cluster.open-cluster-management.io/v1)")?;
+    Ok(clusters
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect())
+}
+
 /// The root Policies `args` choose and the replicated Policies (every cluster namespace's, or
 /// only the chosen root's when `--namespace` and `--policy` name one), as JSON.
 async fn read_policies(
     client: Client,
-    args: &StatusArgs,
+    args: &Selection,
 ) -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
     let gvk = GroupVersionKind::gvk(POLICY_GROUP, POLICY_VERSION, POLICY_KIND);
     let resource = ApiResource::from_gvk(&gvk);

@@ -16,14 +16,19 @@
 //! Compliant. The canary is promoted by relabelling its ManagedCluster: it enforces, the hub
 //! says so, and nothing of the enforcing cluster's binding or natives changes on the way. Each
 //! template's history on the hub holds exactly its transitions; promtool fires the hub alert
-//! of examples/fleet/ on the propagator's own metric for the NonCompliant cluster alone; the
-//! enforcing cluster's API server restarting mid-break, and the hub's mid-repair, lose no
-//! transition; at
-//! steady state neither operator writes; `nimbus fleet status` reads the roll-up back.
+//! of examples/fleet/ on the propagator's own metric for the NonCompliant cluster alone, the
+//! example PolicySet rolls the Policy up, and `nimbus fleet report`, rendered by headless
+//! Chromium, shows each cluster what `nimbus fleet status` says; the enforcing cluster's API
+//! server restarting mid-break, and the hub's mid-repair, lose no transition; at steady state
+//! neither operator writes; `nimbus fleet status` reads the roll-up back.
 
 mod common;
 #[path = "fleet/ocm.rs"]
 mod ocm;
+#[path = "fleet/policyset.rs"]
+mod policyset;
+#[path = "fleet/report.rs"]
+mod report;
 
 use common::counted::writes;
 use common::{apply, install_engine_crd};
@@ -234,6 +239,7 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     apply_yaml(&hub, POLICY_YAML)
         .await
         .expect("the root Policy");
+    policyset::apply(&hub).await;
     natives(canary, "Audit").await;
     natives(enforcing, "Block").await;
     println!("delivered to both clusters after {:?}", started.elapsed());
@@ -281,6 +287,24 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     println!("KubeArmor's CRD deleted: NonCompliant on the hub after {lag:?}: {message}");
     assert!(message.contains("Pod shop/web"), "{message}");
     hub_alert_fires_for(&fleet, enforcing.name).await;
+    policyset::shows(&hub, "NonCompliant", HUB_LAG).await;
+    // The HTML report, one cluster NonCompliant and the other not, against `fleet status`.
+    let rows = report::shows_what_fleet_status_says(&fleet, HUB_LAG).await;
+    let compliance = |cluster: &str| -> Vec<(&str, &str)> {
+        (rows.iter().filter(|r| r["cluster"] == cluster))
+            .filter_map(|r| Some((r["name"].as_str()?, r["compliance"].as_str()?)))
+            .collect()
+    };
+    assert!(
+        compliance(canary.name)
+            .iter()
+            .all(|(_, c)| *c == "Compliant"),
+        "{rows:#?}"
+    );
+    assert!(
+        compliance(enforcing.name).contains(&(BINDING, "NonCompliant")),
+        "{rows:#?}"
+    );
 
     // Repaired: Compliant again (once the deleted CRD is gone: until then it is terminating,
     // and nothing of its kind can be created).
@@ -397,8 +421,9 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
         );
     }
 
-    // The roll-up, as `nimbus fleet status` reads it from the hub.
-    let rows = fleet_status(&fleet);
+    // The roll-up, as `nimbus fleet status` reads it from the hub, and the PolicySet's.
+    policyset::shows(&hub, "Compliant", HUB_LAG).await;
+    let rows = report::fleet_status(&fleet);
     let table: Vec<(String, String, String)> = rows
         .iter()
         .map(|r| {
@@ -496,21 +521,6 @@ async fn hub_alert_fires_for(fleet: &Fleet, cluster: &str) {
     let tested = common::run_tool("promtool", &["test", "rules", &path(&test)]);
     assert!(tested.contains("SUCCESS"), "{tested}");
     println!("hub alert judged by promtool on the propagator's metric: {series:?}");
-}
-
-/// `nimbus fleet status -o json` against the hub.
-fn fleet_status(fleet: &Fleet) -> Vec<Value> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
-        .args(["fleet", "status", "-o", "json"])
-        .env("KUBECONFIG", fleet.hub.kubeconfig_path())
-        .output()
-        .expect("running nimbus fleet status");
-    assert!(
-        out.status.success(),
-        "nimbus fleet status: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("nimbus fleet status -o json")
 }
 
 /// The workloads of `shop`: `web`, which the binding selects, and `db` behind a Service web

@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::browser::{self, attr, headless};
 use common::{CONVERGE, apply, bare_pod, binding, create_intent, tools_dir, unique};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -1374,57 +1375,6 @@ async fn a_bundle_covers_its_frameworks_controls_on_the_selected_workloads() {
     );
 }
 
-/// Chromium from the Debian package (`make test` installs it: hack/install-chromium.sh).
-fn chromium() -> std::path::PathBuf {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
-            .find(|candidate| candidate.is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "chromium is not installed: the report test renders the HTML report in headless \
-             Chromium; `make test` installs Debian's package (hack/install-chromium.sh, \
-             apt-get as root)"
-        )
-    })
-}
-
-/// Runs headless Chromium on `page` with `mode` (`--dump-dom`, `--screenshot=…`), logging
-/// every network request to `net_log`; returns its standard output.
-fn headless(page: &std::path::Path, mode: &str, net_log: &std::path::Path) -> String {
-    let profile = tempfile::tempdir().expect("profile dir");
-    let out = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--window-size=1100,1500",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(format!("--log-net-log={}", net_log.display()))
-        .arg(mode)
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("running chromium");
-    assert!(
-        out.status.success(),
-        "chromium {mode}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The value of attribute `name` in the start tag `tag`.
-fn attr<'t>(tag: &'t str, name: &str) -> Option<&'t str> {
-    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
-    Some(&tag[start..start + tag[start..].find('"')?])
-}
-
 /// `nimbus report` writes one self-contained HTML file from the live posture API; headless
 /// Chromium renders it (a screenshot), its DOM read back shows the posture API's numbers in the
 /// charts, and nothing was fetched from the network.
@@ -1569,31 +1519,9 @@ async fn the_html_report_shows_the_posture_apis_numbers_in_a_browser() {
         "{dom}"
     );
 
-    // Nothing was fetched for the page: no request whose network isolation key is the
-    // report's (file://) went to anything but the file itself. Chromium's own background
-    // requests (its updater, accounts) carry other keys and are not the page's doing.
+    // Nothing was fetched for the page but the file itself.
     for log in ["net-screenshot.json", "net-dom.json"] {
-        let text = std::fs::read_to_string(dir.path().join(log)).expect("net log");
-        let net: serde_json::Value = serde_json::from_str(&text).expect("net log JSON");
-        let mut fetched = BTreeSet::new();
-        for event in net["events"].as_array().expect("events") {
-            let params = &event["params"];
-            let (Some(url), Some(key)) = (
-                params["url"].as_str(),
-                params["network_isolation_key"].as_str(),
-            ) else {
-                continue;
-            };
-            if key.starts_with("file://") && !url.starts_with("file://") {
-                fetched.insert(url.to_owned());
-            }
-        }
-        assert!(fetched.is_empty(), "{log}: the report fetched {fetched:?}");
-        // The log is not empty of the page: the check above can see its requests.
-        assert!(
-            text.contains("report.html"),
-            "{log} logged nothing of the page"
-        );
+        browser::assert_fetched_nothing(&dir.path().join(log), "report.html");
     }
 }
 

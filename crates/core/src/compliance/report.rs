@@ -37,7 +37,9 @@ impl Input<'_> {
     }
 }
 
-fn esc(text: &str) -> String {
+/// `text` as HTML text or an attribute value (quoted with `"`): what the cluster says is data,
+/// never markup. The fleet report escapes with it too.
+pub(crate) fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -52,7 +54,8 @@ fn esc(text: &str) -> String {
     out
 }
 
-const CSS: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:70em}\
+/// The reports' look, shared with the fleet report (`crate::fleet::report`).
+pub(crate) const CSS: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:70em}\
 h1{margin-bottom:0}.meta{color:#666}section{margin:2em 0}\
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}\
 .score{font-size:1.6em;font-weight:bold}.proven{fill:#1a7f37}.unproven{fill:#9bd3a8}\

@@ -95,6 +95,19 @@ pub fn is_replicated(policy: &Value) -> bool {
 /// OCM keys a template's status by name alone: two templates of one Policy with the same name
 /// (of different kinds) share one history, so their rows show the same report.
 pub fn rollup(roots: &[Value], replicated: &[Value]) -> Vec<Row> {
+    rows_with_details(roots, replicated)
+        .into_iter()
+        .map(|(row, _)| row)
+        .collect()
+}
+
+/// The rows of [`rollup`], each with the `status.details[]` entry of its template in the
+/// cluster's replicated Policy, when there is one: what the report reads the history from, so
+/// that it and `fleet status` read the hub one way.
+pub(super) fn rows_with_details<'v>(
+    roots: &'v [Value],
+    replicated: &'v [Value],
+) -> Vec<(Row, Option<&'v Value>)> {
     let mut copies: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
     for copy in replicated {
         if let Some(root) = copy["metadata"]["labels"][ROOT_POLICY_LABEL].as_str() {
@@ -122,11 +135,13 @@ pub fn rollup(roots: &[Value], replicated: &[Value]) -> Vec<Row> {
             .unwrap_or_default();
         for (cluster, copy) in clusters(root, copies) {
             for (kind, template) in &templates {
-                let (compliance, message, since) = match copy {
-                    None => (Standing::Pending, NOT_REPLICATED.to_owned(), None),
-                    Some(copy) => reported(copy, template),
+                let detail = copy.and_then(|copy| detail(copy, template));
+                let (compliance, message, since) = match (copy, detail) {
+                    (None, _) => (Standing::Pending, NOT_REPLICATED.to_owned(), None),
+                    (Some(_), None) => (Standing::Pending, NOT_REPORTED.to_owned(), None),
+                    (Some(_), Some(detail)) => reported(detail),
                 };
-                rows.push(Row {
+                let row = Row {
                     policy_namespace: namespace.to_owned(),
                     policy: name.to_owned(),
                     cluster: cluster.clone(),
@@ -135,7 +150,8 @@ pub fn rollup(roots: &[Value], replicated: &[Value]) -> Vec<Row> {
                     compliance,
                     message,
                     since,
-                });
+                };
+                rows.push((row, detail));
             }
         }
     }
@@ -191,14 +207,15 @@ fn clusters<'v>(root: &Value, copies: &[&'v Value]) -> BTreeMap<String, Option<&
     clusters
 }
 
-/// What a replicated Policy's status says of the template named `template`: its compliance,
-/// the newest report's message and when it was made.
-fn reported(copy: &Value, template: &str) -> (Standing, String, Option<String>) {
+/// The `status.details[]` entry of the template named `template` in a replicated Policy.
+fn detail<'v>(copy: &'v Value, template: &str) -> Option<&'v Value> {
     let mut details = copy["status"]["details"].as_array().into_iter().flatten();
-    let detail = details.find(|d| d["templateMeta"]["name"] == template);
-    let Some(detail) = detail else {
-        return (Standing::Pending, NOT_REPORTED.to_owned(), None);
-    };
+    details.find(|d| d["templateMeta"]["name"] == template)
+}
+
+/// What a template's `status.details[]` entry says: its compliance, the newest report's
+/// message and when it was made.
+fn reported(detail: &Value) -> (Standing, String, Option<String>) {
     let newest = &detail["history"][0];
     let Some(message) = newest["message"].as_str() else {
         return (Standing::Pending, NOT_REPORTED.to_owned(), None);
@@ -230,7 +247,7 @@ fn standing(word: Option<&str>) -> Option<Standing> {
 /// (`parseComplianceFromMessage`): a `(combined from similar events):` prefix is dropped, the
 /// word is any case. A message that starts with no such word is kept whole, compliance
 /// `None`.
-fn split_compliance(message: &str) -> (Option<Standing>, &str) {
+pub(super) fn split_compliance(message: &str) -> (Option<Standing>, &str) {
     let message = message.trim();
     let message = message
         .strip_prefix("(combined from similar events):")

@@ -2,6 +2,7 @@
 //! own namespace(s) and with uniquely named cluster-scoped objects.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod browser;
 pub mod cases;
 pub mod counted;
 pub mod fleet;
