@@ -39,10 +39,13 @@ control-plane:
 
 # helm and kustomize for the packaging tests, netpol-decider for the efficacy tests, kubectl
 # for the posture API tests, health-judge for the GitOps health test, promtool for the alert
-# tests and knp-decider for the ClusterNetworkPolicy tests, from pinned Go modules, cached in
+# tests, knp-decider for the ClusterNetworkPolicy tests and karmada-judge (Karmada's resource
+# interpreter) for the GitOps health test's Karmada part, from pinned Go modules, cached in
 # ~/.cache/nimbus-rs/tools, each on its own (cold: ~5 min on 2 cores, ~4 more for health-judge,
-# ~5.5 more for promtool and ~1.75 more for knp-decider: 103 s wall, 133 s of CPU, for
-# `GOCACHE=$(mktemp -d) go build` in tools/knp-decider with its modules downloaded; warm:
+# ~5.5 more for promtool, ~1.75 more for knp-decider: 103 s wall, 133 s of CPU, for
+# `GOCACHE=$(mktemp -d) go build` in tools/knp-decider with its modules downloaded, and ~3
+# more for karmada-judge: 182 s wall, 173 s of CPU, the same way in tools/karmada-judge, on 2
+# cores shared with a cold `make test`, after 5 s of downloading its 311 MB of modules; warm:
 # instant).
 tools:
 	bash hack/build-tools.sh

@@ -6,8 +6,9 @@
 # Kubernetes version), health-judge (GitOps health tests; tools/health-judge, kstatus, Argo
 # CD's Lua convention in gopher-lua and Flux's CEL health evaluator), promtool (alert rule
 # tests; tools/promtool, Prometheus's module) and knp-decider (ClusterNetworkPolicy tests;
-# tools/knp-decider, kube-network-policies' policy engine). A warm cache makes this a no-op; a
-# cold build takes a few minutes on 2 cores.
+# tools/knp-decider, kube-network-policies' policy engine) and karmada-judge (Karmada interpreter
+# tests; tools/karmada-judge, Karmada's declarative resource interpreter). A warm cache makes this
+# a no-op; a cold build takes a few minutes on 2 cores.
 #
 # Each tool is cached on its own (tools/by-tool/<tool>/<key of its module and build recipe>),
 # so adding or bumping one tool rebuilds that tool only; the directory printed holds them all
@@ -19,7 +20,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="$root/tools"
 base="${NIMBUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimbus-rs}/tools"
-bins=(helm kustomize netpol-decider kubectl health-judge promtool knp-decider)
+bins=(helm kustomize netpol-decider kubectl health-judge promtool knp-decider karmada-judge)
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
 log() { echo "[build-tools] $*" >&2; }
@@ -91,6 +92,11 @@ build_promtool() {
 build_knp-decider() {
   log "building knp-decider (kube-network-policies $(version knp-decider sigs.k8s.io/kube-network-policies)," \
     "network-policy-api $(version knp-decider sigs.k8s.io/network-policy-api))"
+  go build -ldflags "-s -w" -o "$1" .
+}
+
+build_karmada-judge() {
+  log "building karmada-judge (karmada $(version karmada-judge github.com/karmada-io/karmada))"
   go build -ldflags "-s -w" -o "$1" .
 }
 

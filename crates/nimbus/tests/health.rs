@@ -5,12 +5,16 @@
 //! InProgress/Progressing while the operator works or waits, Failed/Degraded for each problem
 //! that only a change fixes. Its own test binary: it stops the operator to see a spec change
 //! not observed yet, on a control plane without engine CRDs (so KubeArmor's intents wait).
+//! Karmada's interpreter judges the same objects with the chart's customizations, and
+//! aggregates them as two member clusters' copies (health/karmada.rs).
 
 mod common;
+#[path = "health/karmada.rs"]
+mod karmada;
 
 use common::{CONVERGE, apply, health_judge, intent, unique};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use nimbus_api::{
     ClusterSecurityIntentBinding, NimbusPolicy, SecurityIntent, SecurityIntentBinding,
 };
@@ -70,19 +74,24 @@ struct Case {
 
 const GROUP: &str = "intent.security.nimbus.com";
 
-/// The live object of `case`, as the API serves it (`None` while it does not exist).
-async fn live(client: &kube::Client, case: &Case) -> Option<Value> {
+/// The API of a Nimbus kind, in `namespace` or cluster-wide.
+fn api(client: &kube::Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
     let resource = kube::discovery::ApiResource {
         group: GROUP.into(),
         version: "v1alpha1".into(),
         api_version: format!("{GROUP}/v1alpha1"),
-        kind: case.kind.into(),
-        plural: format!("{}s", case.kind.to_lowercase()).replace("policys", "policies"),
+        kind: kind.into(),
+        plural: format!("{}s", kind.to_lowercase()).replace("policys", "policies"),
     };
-    let api: Api<kube::api::DynamicObject> = match &case.namespace {
+    match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
-    };
+    }
+}
+
+/// The live object of `case`, as the API serves it (`None` while it does not exist).
+async fn live(client: &kube::Client, case: &Case) -> Option<Value> {
+    let api = api(client, case.kind, case.namespace.as_deref());
     let obj = api.get_opt(&case.name).await.ok()??;
     serde_json::to_value(obj).ok()
 }
@@ -98,8 +107,8 @@ async fn judged_as_expected(client: &kube::Client, cases: &[Case]) {
                 objects.push(live(client, case).await.unwrap_or(Value::Null));
             }
             let present: Vec<Value> = objects.iter().filter(|o| !o.is_null()).cloned().collect();
-            let judged: Vec<Judgement> = health_judge(&present);
-            let mut judged = judged.into_iter();
+            let judged_all: Vec<Judgement> = health_judge(&present);
+            let mut judged = judged_all.iter();
             let mut mismatches = Vec::new();
             for (case, obj) in cases.iter().zip(&objects) {
                 if obj.is_null() {
@@ -131,6 +140,7 @@ async fn judged_as_expected(client: &kube::Client, cases: &[Case]) {
                     ));
                 }
             }
+            mismatches.extend(karmada::health_mismatches(cases, &objects, &judged_all));
             if mismatches.is_empty() {
                 return;
             }
@@ -326,6 +336,26 @@ async fn gitops_tools_judge_every_kind_by_its_conditions() {
         case("sensitive", "NimbusPolicy", n, &sensitive_ns, FAILED, "SensitiveIntentNotAllowed"),
     ];
     judged_as_expected(&client, &cases).await;
+
+    // Karmada aggregating these objects as the copies of one template on two member clusters.
+    let object = async |kind: &str, namespace: Option<&str>, name: &str| -> Value {
+        let obj = api(&client, kind, namespace)
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+        serde_json::to_value(obj).expect("an object")
+    };
+    let sib = "SecurityIntentBinding";
+    let live = karmada::Live {
+        binding_ok: object(sib, n, "ok").await,
+        binding_waiting: object(sib, n, "waiting").await,
+        binding_stalled: object(sib, n, "unsupported").await,
+        cluster_ok: object("ClusterSecurityIntentBinding", None, &cluster_ok).await,
+        cluster_stalled: object("ClusterSecurityIntentBinding", None, &cluster_unsupported).await,
+        intent_ok: object("SecurityIntent", None, &dns).await,
+        intent_stalled: object("SecurityIntent", None, &unknown).await,
+    };
+    karmada::aggregations_are_honest(&client, &live).await;
 
     // A change the operator has not observed yet: stopped, it cannot.
     operator.stop().await;

@@ -351,7 +351,7 @@ pub fn workspace_root() -> std::path::PathBuf {
 }
 
 /// The test tools `hack/build-tools.sh` builds.
-const TOOLS: [&str; 7] = [
+const TOOLS: [&str; 8] = [
     "helm",
     "kustomize",
     "netpol-decider",
@@ -359,6 +359,7 @@ const TOOLS: [&str; 7] = [
     "health-judge",
     "promtool",
     "knp-decider",
+    "karmada-judge",
 ];
 
 /// The directory holding the test tools ([`TOOLS`]): `NIMBUS_TOOLS_DIR`, or what `hack/build-tools.sh`
@@ -458,6 +459,20 @@ pub fn health_judge<T: serde::de::DeserializeOwned>(objects: &[serde_json::Value
             flux.as_os_str(),
         ],
         &serde_json::Value::from(objects.to_vec()),
+    )
+}
+
+/// Runs tools/karmada-judge (Karmada's declarative resource interpreter) with the
+/// ResourceInterpreterCustomizations the chart ships (`files/karmada/interpreter.yaml`) on
+/// `request`: `{"objects": [...], "fleets": [{"template", "members": [{"cluster", "object"}]}]}`,
+/// answered with each script's compile check, each object's health and reflected status, and
+/// each fleet's status items and aggregated template.
+pub fn karmada_judge<T: serde::de::DeserializeOwned>(request: &serde_json::Value) -> T {
+    let customizations = workspace_root().join("charts/nimbus/files/karmada/interpreter.yaml");
+    judge_with(
+        "karmada-judge",
+        &["--customizations".as_ref(), customizations.as_os_str()],
+        request,
     )
 }
 
