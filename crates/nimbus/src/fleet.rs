@@ -55,8 +55,7 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
     let client = Client::try_default()
         .await
         .context("connecting to the hub (kubeconfig or in-cluster config)")?;
-    let (roots, replicated) = read_policies(client, args).await?;
-    let rows = rollup::rollup(&roots, &replicated);
+    let rows = rows(client, args.namespace.as_deref(), args.policy.as_deref()).await?;
     match args.output {
         Output::Table if rows.is_empty() => {
             eprintln!("no Nimbus template of an OCM Policy is placed on any cluster");
@@ -71,15 +70,28 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
     Ok(!(args.fail_on_noncompliant && noncompliant))
 }
 
-/// The root Policies `args` choose and the replicated Policies (every cluster namespace's, or
-/// only the chosen root's when `--namespace` and `--policy` name one), as JSON.
+/// The roll-up of the hub `client` talks to: every Nimbus template of the root Policies in
+/// `namespace` (every namespace when `None`) named `policy` (every name when `None`), per
+/// cluster they are placed on. What `nimbus fleet status` prints, and `nimbus dev --fleet`.
+pub(crate) async fn rows(
+    client: Client,
+    namespace: Option<&str>,
+    policy: Option<&str>,
+) -> anyhow::Result<Vec<Row>> {
+    let (roots, replicated) = read_policies(client, namespace, policy).await?;
+    Ok(rollup::rollup(&roots, &replicated))
+}
+
+/// The root Policies `namespace` and `policy` choose and the replicated Policies (every
+/// cluster namespace's, or only the chosen root's when both name one), as JSON.
 async fn read_policies(
     client: Client,
-    args: &StatusArgs,
+    namespace: Option<&str>,
+    policy: Option<&str>,
 ) -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
     let gvk = GroupVersionKind::gvk(POLICY_GROUP, POLICY_VERSION, POLICY_KIND);
     let resource = ApiResource::from_gvk(&gvk);
-    let roots_api: Api<DynamicObject> = match &args.namespace {
+    let roots_api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
     };
@@ -87,11 +99,9 @@ async fn read_policies(
     let roots = list(&roots_api, &not_replicated).await?;
     let roots: Vec<Value> = roots
         .into_iter()
-        .filter(|p| {
-            args.policy.is_none() || p["metadata"]["name"].as_str() == args.policy.as_deref()
-        })
+        .filter(|p| policy.is_none() || p["metadata"]["name"].as_str() == policy)
         .collect();
-    let replicated = match (&args.namespace, &args.policy) {
+    let replicated = match (namespace, policy) {
         (Some(ns), Some(name)) => format!("{ROOT_POLICY_LABEL}={ns}.{name}"),
         _ => ROOT_POLICY_LABEL.to_owned(),
     };
@@ -119,7 +129,7 @@ async fn list(api: &Api<DynamicObject>, params: &ListParams) -> anyhow::Result<V
 }
 
 /// The rows as a table, kubectl's way; `-` where nothing was reported.
-fn table(rows: &[Row]) -> String {
+pub(crate) fn table(rows: &[Row]) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
