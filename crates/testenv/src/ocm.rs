@@ -32,38 +32,18 @@
 
 mod hub;
 mod managed;
+mod plan;
 
 pub use managed::wait_admitted;
+pub use plan::ClusterPlan;
 
 use crate::{Child, ControlPlane, Error, Options, apply_yaml, binaries, free_port, wait_until};
 use kube::Client;
 use kube::api::DynamicObject;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The controllers start slowly on two busy cores.
 const CONTROLLERS_START: Duration = Duration::from_secs(120);
-
-/// A managed cluster to start.
-#[derive(Clone, Debug)]
-pub struct ClusterPlan {
-    /// The cluster's name: also its namespace, on the hub and on the cluster itself.
-    pub name: String,
-    /// The labels of its ManagedCluster on the hub: what Placements select and hub templates
-    /// read.
-    pub labels: BTreeMap<String, String>,
-}
-
-impl ClusterPlan {
-    pub fn new<'a>(name: &str, labels: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        Self {
-            name: name.to_owned(),
-            labels: (labels.into_iter())
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-        }
-    }
-}
 
 /// A running hub and its managed clusters. Dropped in field order: the managed clusters (each
 /// its operator and addon first), then the propagator before the hub.

@@ -1,7 +1,7 @@
 //! The hub: OCM's CRDs, the managed clusters as registration would leave them, the placement
 //! decisions no placement controller writes here, and the policy propagator.
 
-use super::ClusterPlan;
+use super::plan::ClusterPlan;
 use crate::{Child, ControlPlane, Error, apply_yaml, free_port};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
