@@ -107,12 +107,17 @@ fn nimbus_dev_fleet_runs_from_anywhere_and_ends_with_the_roll_up() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     println!("nimbus dev --fleet --once took {:?}", started.elapsed());
 
+    let alarming: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("panicked"))
+        .collect();
+
     // The roll-up: each template of the example Policy, Compliant on both clusters; the
     // canary audits the binding (shadow mode), the other enforces it.
     let rollup: Vec<Vec<&str>> = stdout
         .split("\n\n")
         .find(|t| t.starts_with("POLICY "))
-        .unwrap_or_else(|| panic!("no roll-up in:\n{stdout}\n{stderr}"))
+        .unwrap_or_else(|| panic!("no roll-up in:\n{stdout}\nwarnings: {alarming:#?}"))
         .lines()
         .skip(1)
         .map(|row| row.split_whitespace().collect())
@@ -135,11 +140,6 @@ fn nimbus_dev_fleet_runs_from_anywhere_and_ends_with_the_roll_up() {
         }
     }
     assert_eq!(rollup.len(), 6, "{stdout}");
-
-    let alarming: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("panicked"))
-        .collect();
     assert!(alarming.is_empty(), "{alarming:#?}");
     // The kubeconfigs it offers (the hub's, each managed cluster's) are removed when it stops.
     let left: Vec<_> = std::fs::read_dir(elsewhere.path())
