@@ -1,4 +1,6 @@
 # make dev   - local control plane + operator + examples, until Ctrl-C (the README's first command)
+# make dev-fleet - an Open Cluster Management hub and two managed control planes, OCM's
+#              controllers and the operator on each, examples/fleet/ and the roll-up, until Ctrl-C
 # make test  - the whole test suite: formatting, lints, unit, golden, property and integration
 #              tests on a real control plane (the README's second command; CI runs it)
 # make bench - the operator benchmark (make bench-posture: the posture API's); make crds -
@@ -16,10 +18,17 @@
 
 CARGO ?= cargo
 
-.PHONY: dev test control-plane tools kyverno ocm test-tools docs docs-reference crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle pss-oracle fuzz
+.PHONY: dev dev-fleet test control-plane tools kyverno ocm test-tools docs docs-reference crds upstream-kyverno upstream-compliance bench bench-posture chaos netpol-oracle pss-oracle fuzz
 
 dev: control-plane
 	$(CARGO) run -- dev
+
+# The fleet story of docs/src/fleet.md on loopback: a hub running OCM's policy propagator, two
+# managed clusters each with OCM's framework addon and the operator (cluster1 a canary in
+# shadow mode, cluster2 enforcing), examples/fleet/ on the hub; prints the roll-up of
+# `nimbus fleet status` once every cluster has reported, and a kubeconfig per cluster.
+dev-fleet: control-plane ocm
+	$(CARGO) run -- dev --fleet
 
 # `docs` builds the book; its links and anchors are checked by tests/docs_links.rs, and its
 # generated reference pages by tests/crds.rs, both in `cargo test`.

@@ -65,17 +65,35 @@ const STABLE: Duration = Duration::from_secs(2);
 pub struct DevArgs {
     /// Manifests to apply once the operator runs (a file or a directory of *.yaml) instead of
     /// the built-in examples.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "fleet")]
     examples: Option<PathBuf>,
-    /// Also copy the admin kubeconfig here, for `KUBECONFIG=<path> kubectl ...`.
+    /// Also copy the admin kubeconfig here, for `KUBECONFIG=<path> kubectl ...`; with
+    /// `--fleet`, the hub's, and each managed cluster's beside it as
+    /// `<name>-<cluster>.kubeconfig`.
     #[arg(long, default_value = "nimbus-dev.kubeconfig")]
-    kubeconfig: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
     /// Stop after printing what exists instead of running until Ctrl-C (for smoke tests).
     #[arg(long)]
-    once: bool,
+    pub(crate) once: bool,
+    /// Start an Open Cluster Management fleet instead: a hub running OCM's policy propagator
+    /// and CLUSTERS managed control planes (2 when no number is given), each with OCM's
+    /// framework addon and the operator, the first a canary in shadow mode; apply the fleet
+    /// examples (examples/fleet/) on the hub and print the compliance roll-up.
+    #[arg(
+        long,
+        value_name = "CLUSTERS",
+        num_args = 0..=1,
+        default_missing_value = "2",
+        value_parser = clap::value_parser!(u8).range(1..=MAX_FLEET_CLUSTERS),
+    )]
+    pub(crate) fleet: Option<u8>,
     #[command(flatten)]
-    engines: crate::engine_args::EngineArgs,
+    pub(crate) engines: crate::engine_args::EngineArgs,
 }
+
+/// Each managed cluster is another etcd, kube-apiserver, kube-controller-manager, framework
+/// addon and operator on this machine.
+const MAX_FLEET_CLUSTERS: i64 = 5;
 
 /// The admission policies the chart installs (Kubernetes 1.36 serves them all).
 async fn install_admission_policies(client: &kube::Client) -> anyhow::Result<()> {
@@ -117,6 +135,53 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     std::fs::copy(control_plane.kubeconfig_path(), &args.kubeconfig)
         .with_context(|| format!("writing {}", args.kubeconfig.display()))?;
 
+    let shutdown = crate::shutdown::shutdown_on_signal();
+    let operator = start_operator(&control_plane, &args.engines, shutdown.clone()).await?;
+    for (name, yaml) in examples(args.examples.as_deref())? {
+        apply_yaml(&client, &yaml)
+            .await
+            .with_context(|| format!("applying {name}"))?;
+        tracing::info!(file = %name, "applied");
+    }
+    settle(&client).await?;
+    print!("{}", summary(&client).await?);
+    println!(
+        "\nThe control plane is up. Try:\n  KUBECONFIG={0} kubectl get si,sib,csib,np,cwnp -A\n  \
+         KUBECONFIG={0} kubectl get workloadpostures,namespacepostures -A\n  \
+         curl http://127.0.0.1:{health}/readyz\n",
+        args.kubeconfig.display(),
+        health = operator.health_port,
+    );
+
+    if args.once {
+        shutdown.cancel();
+    } else {
+        println!("Press Ctrl-C to stop and clean up.");
+    }
+    operator.task.await.context("operator task")??;
+    drop(control_plane);
+    let _ = std::fs::remove_file(&args.kubeconfig);
+    Ok(())
+}
+
+/// The operator as `nimbus dev` runs it, in this process.
+pub(crate) struct DevOperator {
+    /// Ends when the shutdown token given to [`start_operator`] is cancelled.
+    pub task: tokio::task::JoinHandle<Result<(), nimbus_operator::Error>>,
+    /// Where its `/healthz` and `/readyz` answer, on loopback.
+    pub health_port: u16,
+}
+
+/// Installs on `control_plane` what the chart installs beside the operator (the Nimbus CRDs,
+/// the engines' CRDs, the k8tls environment, the admission policies), runs the operator with
+/// `engines` until `shutdown`, and registers its posture API (on a loopback port, aggregated
+/// into kube-apiserver).
+pub(crate) async fn start_operator(
+    control_plane: &ControlPlane,
+    engines: &crate::engine_args::EngineArgs,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<DevOperator> {
+    let client = control_plane.client()?;
     apply_yaml(&client, &nimbus_api::crds_yaml()?)
         .await
         .context("installing the Nimbus CRDs")?;
@@ -128,7 +193,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .context("installing the k8tls environment")?;
     install_admission_policies(&client).await?;
 
-    // The posture API on a loopback port, aggregated into kube-apiserver.
     let posture_api = LocalApiService {
         group: posture::GROUP,
         version: posture::VERSION,
@@ -144,10 +208,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         Ok(path)
     };
 
-    let shutdown = crate::shutdown::shutdown_on_signal();
-    let health = nimbus_testenv::free_port().context("a port for /healthz and /readyz")?;
+    let health_port = nimbus_testenv::free_port().context("a port for /healthz and /readyz")?;
     let mut config = nimbus_operator::Config {
-        health_addr: Some(([127, 0, 0, 1], health).into()),
+        health_addr: Some(([127, 0, 0, 1], health_port).into()),
         posture: Some(nimbus_operator::posture::Config {
             addr: ([127, 0, 0, 1], posture_api.port).into(),
             certificate: nimbus_operator::posture::ServingCertificate {
@@ -158,41 +221,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         }),
         ..Default::default()
     };
-    args.engines.apply(&mut config, None);
-    let operator = tokio::spawn(nimbus_operator::run(
-        client.clone(),
-        config,
-        shutdown.clone(),
-    ));
+    engines.apply(&mut config, None);
+    let task = tokio::spawn(nimbus_operator::run(client, config, shutdown));
     posture_api
-        .register(&control_plane, &certificate.ca_pem, SETTLE)
+        .register(control_plane, &certificate.ca_pem, SETTLE)
         .await
         .context("registering the posture API")?;
-
-    for (name, yaml) in examples(args.examples.as_deref())? {
-        apply_yaml(&client, &yaml)
-            .await
-            .with_context(|| format!("applying {name}"))?;
-        tracing::info!(file = %name, "applied");
-    }
-    settle(&client).await?;
-    print!("{}", summary(&client).await?);
-    println!(
-        "\nThe control plane is up. Try:\n  KUBECONFIG={0} kubectl get si,sib,csib,np,cwnp -A\n  \
-         KUBECONFIG={0} kubectl get workloadpostures,namespacepostures -A\n  \
-         curl http://127.0.0.1:{health}/readyz\n",
-        args.kubeconfig.display()
-    );
-
-    if args.once {
-        shutdown.cancel();
-    } else {
-        println!("Press Ctrl-C to stop and clean up.");
-    }
-    operator.await.context("operator task")??;
-    drop(control_plane);
-    let _ = std::fs::remove_file(&args.kubeconfig);
-    Ok(())
+    Ok(DevOperator { task, health_port })
 }
 
 /// The manifests to apply, as (name, YAML): the built-in examples or the files at `path`.

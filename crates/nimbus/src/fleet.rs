@@ -40,7 +40,7 @@ pub enum Output {
 }
 
 /// Which root Policies to read.
-#[derive(clap::Args)]
+#[derive(clap::Args, Default)]
 pub struct Selection {
     /// Only the Policies of this namespace on the hub; every namespace when absent.
     #[arg(long, short = 'n')]
@@ -98,8 +98,7 @@ async fn hub() -> anyhow::Result<Client> {
 }
 
 async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
-    let (roots, replicated) = read_policies(hub().await?, &args.selection).await?;
-    let rows = rollup::rollup(&roots, &replicated);
+    let rows = rows(hub().await?, &args.selection).await?;
     match args.output {
         Output::Table if rows.is_empty() => {
             eprintln!("no Nimbus template of an OCM Policy is placed on any cluster");
@@ -146,6 +145,14 @@ async fn managed_clusters(client: Client) -> anyhow::Result<Vec<String>> {
         .into_iter()
         .filter_map(|c| c.metadata.name)
         .collect())
+}
+
+/// The roll-up of the hub `client` talks to: every Nimbus template of the root Policies
+/// `selection` chooses, per cluster they are placed on. What `nimbus fleet status` prints, and
+/// `nimbus dev --fleet`.
+pub(crate) async fn rows(client: Client, selection: &Selection) -> anyhow::Result<Vec<Row>> {
+    let (roots, replicated) = read_policies(client, selection).await?;
+    Ok(rollup::rollup(&roots, &replicated))
 }
 
 /// The root Policies `args` choose and the replicated Policies (every cluster namespace's, or
@@ -196,7 +203,7 @@ async fn list(api: &Api<DynamicObject>, params: &ListParams) -> anyhow::Result<V
 }
 
 /// The rows as a table, kubectl's way; `-` where nothing was reported.
-fn table(rows: &[Row]) -> String {
+pub(crate) fn table(rows: &[Row]) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {

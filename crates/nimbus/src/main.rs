@@ -7,6 +7,8 @@
 
 #[cfg(feature = "dev")]
 mod dev;
+#[cfg(feature = "dev")]
+mod dev_fleet;
 mod docs_reference;
 mod engine_args;
 mod fleet;
@@ -419,7 +421,13 @@ fn run_cli() -> anyhow::Result<bool> {
             Ok(true)
         }),
         #[cfg(feature = "dev")]
-        Command::Dev(args) => block_on(None, async { dev::run(args).await.map(|()| true) }),
+        Command::Dev(args) => block_on(None, async {
+            match args.fleet {
+                Some(clusters) => dev_fleet::run(args, clusters).await,
+                None => dev::run(args).await,
+            }
+            .map(|()| true)
+        }),
     }
 }
 

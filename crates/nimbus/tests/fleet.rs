@@ -4,8 +4,8 @@
 //! in tools/ocm by hack/build-ocm.sh) run as processes: the policy propagator on a hub control
 //! plane, a policy framework addon per managed one, with our operator in-process on each,
 //! installed from the chart and calling with nothing but its ServiceAccount's token. No
-//! registration agent or placement controller: the test writes the ManagedClusters, their
-//! namespaces and the PlacementDecision itself.
+//! registration agent or placement controller: nimbus_testenv::ocm writes the ManagedClusters,
+//! their namespaces and the PlacementDecision itself (`nimbus dev --fleet` starts the same).
 //!
 //! The story, with the example manifests of examples/fleet/: the Policy carries two
 //! SecurityIntents and a ClusterSecurityIntentBinding whose mode is each cluster's rollout label
@@ -108,8 +108,8 @@ async fn hub_shows(
     since: Instant,
 ) -> (String, Duration) {
     let (replicated, roots) = (
-        fleet.hub_policies(cluster),
-        fleet.hub_policies(ROOT_NAMESPACE),
+        ocm::hub_policies(fleet, cluster),
+        ocm::hub_policies(fleet, ROOT_NAMESPACE),
     );
     let message = eventually(
         &format!("the hub to show {BINDING} {compliance} on {cluster}, saying {saying:?}"),
@@ -138,7 +138,7 @@ async fn hub_shows(
 /// actions of its KubeArmorPolicies, and its NetworkPolicy written or not (a NetworkPolicy
 /// has no audit form).
 async fn natives(cluster: &Managed, action: &str) {
-    let client = cluster.client();
+    let client = ocm::client(cluster);
     let binding = Api::<ClusterSecurityIntentBinding>::all(client.clone());
     let kubearmor: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), SHOP, &KUBEARMOR_POLICY.api_resource());
@@ -170,7 +170,8 @@ async fn natives(cluster: &Managed, action: &str) {
             );
             (labels.get(ROLLOUT_LABEL).map(String::as_str) == Some(mode)
                 && labels.get(PARENT_POLICY_LABEL).map(String::as_str) == Some(REPLICATED)
-                && labels.get(CLUSTER_NAMESPACE_LABEL).map(String::as_str) == Some(cluster.name)
+                && labels.get(CLUSTER_NAMESPACE_LABEL).map(String::as_str)
+                    == Some(cluster.name.as_str())
                 && actions.len() == count
                 && actions.iter().all(|a| a == action)
                 && (written > 0) == (action == "Block"))
@@ -183,7 +184,7 @@ async fn natives(cluster: &Managed, action: &str) {
 /// The resourceVersions of the binding and every native object of `cluster`'s `shop`: equal
 /// before and after a change elsewhere, nothing of them was deleted, re-created or rewritten.
 async fn versions(cluster: &Managed) -> BTreeMap<String, String> {
-    let client = cluster.client();
+    let client = ocm::client(cluster);
     let mut seen = BTreeMap::new();
     let binding = Api::<ClusterSecurityIntentBinding>::all(client.clone())
         .get(BINDING)
@@ -214,13 +215,13 @@ async fn versions(cluster: &Managed) -> BTreeMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_once() {
-    let fleet = Fleet::start().await;
+    let fleet = ocm::start().await;
     let hub = fleet.hub.client().expect("hub client");
     let [canary, enforcing] = &fleet.managed[..] else {
         panic!("two managed clusters");
     };
     for cluster in &fleet.managed {
-        workloads(&cluster.client()).await;
+        workloads(&ocm::client(cluster)).await;
     }
 
     // Delivered: the templates reach both clusters, labelled by the framework addon, the
@@ -246,7 +247,7 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
 
     // Both Compliant on the hub; the canary's message previews what enforcing would block.
     let (message, took) =
-        hub_shows(&fleet, canary.name, "Compliant", "(shadow mode)", started).await;
+        hub_shows(&fleet, &canary.name, "Compliant", "(shadow mode)", started).await;
     println!(
         "{}: Compliant on the hub after {took:?}: {message}",
         canary.name
@@ -259,7 +260,7 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
         assert!(message.contains(expected), "{expected:?} in {message}");
     }
     let protected = "every workload it selects is protected";
-    let (message, took) = hub_shows(&fleet, enforcing.name, "Compliant", protected, started).await;
+    let (message, took) = hub_shows(&fleet, &enforcing.name, "Compliant", protected, started).await;
     println!(
         "{}: Compliant on the hub after {took:?}: {message}",
         enforcing.name
@@ -267,18 +268,18 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     assert!(!message.contains("preview"), "{message}");
 
     // An engine missing on the enforcing cluster: NonCompliant there, saying why.
-    let crds: Api<CustomResourceDefinition> = Api::all(enforcing.client());
+    let crds: Api<CustomResourceDefinition> = Api::all(ocm::client(enforcing));
     let broken = Instant::now();
     crds.delete(&KUBEARMOR_CRD.name(), &DeleteParams::default())
         .await
         .expect("deleting KubeArmor's CRD");
     // Its API server restarts before the new verdict is reported (it settles for 2 s): the
     // operator reports the truth once the server is back.
-    (enforcing.cp.restart("kube-apiserver").await)
+    (enforcing.control_plane.restart("kube-apiserver").await)
         .expect("restarting the enforcing cluster's API server");
     let (message, lag) = hub_shows(
         &fleet,
-        enforcing.name,
+        &enforcing.name,
         "NonCompliant",
         "EngineNotInstalled",
         broken,
@@ -286,7 +287,7 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     .await;
     println!("KubeArmor's CRD deleted: NonCompliant on the hub after {lag:?}: {message}");
     assert!(message.contains("Pod shop/web"), "{message}");
-    hub_alert_fires_for(&fleet, enforcing.name).await;
+    hub_alert_fires_for(&fleet, &enforcing.name).await;
     policyset::shows(&hub, "NonCompliant", HUB_LAG).await;
     // The HTML report, one cluster NonCompliant and the other not, against `fleet status`.
     let rows = report::shows_what_fleet_status_says(&fleet, HUB_LAG).await;
@@ -296,13 +297,13 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
             .collect()
     };
     assert!(
-        compliance(canary.name)
+        compliance(&canary.name)
             .iter()
             .all(|(_, c)| *c == "Compliant"),
         "{rows:#?}"
     );
     assert!(
-        compliance(enforcing.name).contains(&(BINDING, "NonCompliant")),
+        compliance(&enforcing.name).contains(&(BINDING, "NonCompliant")),
         "{rows:#?}"
     );
 
@@ -310,11 +311,11 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     // and nothing of its kind can be created).
     common::gone(&crds, &KUBEARMOR_CRD.name()).await;
     let repaired = Instant::now();
-    install_engine_crd(&enforcing.client(), KUBEARMOR_CRD).await;
+    install_engine_crd(&ocm::client(enforcing), KUBEARMOR_CRD).await;
     // The hub's API server restarts on the way: the transition reaches it all the same, and
     // the histories below hold it once.
     (fleet.hub.restart("kube-apiserver").await).expect("restarting the hub's API server");
-    let (message, lag) = hub_shows(&fleet, enforcing.name, "Compliant", protected, repaired).await;
+    let (message, lag) = hub_shows(&fleet, &enforcing.name, "Compliant", protected, repaired).await;
     println!("KubeArmor's CRD back: Compliant on the hub after {lag:?}: {message}");
     natives(enforcing, "Block").await;
 
@@ -333,7 +334,7 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     );
     clusters
         .patch(
-            canary.name,
+            &canary.name,
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"labels": {ROLLOUT_LABEL: "enforce"}}})),
         )
@@ -344,7 +345,7 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
         "promoted: the canary enforces {:?} after its relabelling",
         promoted.elapsed()
     );
-    let (message, lag) = hub_shows(&fleet, canary.name, "Compliant", protected, promoted).await;
+    let (message, lag) = hub_shows(&fleet, &canary.name, "Compliant", protected, promoted).await;
     println!("promoted: Compliant on the hub after {lag:?}: {message}");
     assert!(!message.contains("audited"), "{message}");
     assert_eq!(
@@ -361,7 +362,7 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
         (canary, vec!["Compliant", "Compliant"]),
         (enforcing, vec!["Compliant", "NonCompliant", "Compliant"]),
     ] {
-        let replicated = fleet.hub_policies(cluster.name);
+        let replicated = ocm::hub_policies(&fleet, &cluster.name);
         eventually(
             &format!(
                 "the hub's histories of {} to hold the transitions",
@@ -386,7 +387,7 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
             },
         )
         .await;
-        let events: Api<Event> = Api::namespaced(cluster.client(), cluster.name);
+        let events: Api<Event> = Api::namespaced(ocm::client(cluster), &cluster.name);
         let reason = ListParams::default().fields(&format!("reason=policy: {BINDING}"));
         let expected = binding_states.len();
         eventually(
@@ -407,11 +408,11 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     // anything (no Event, no status) but its lease renewals.
     tokio::time::sleep(RESYNC).await;
     let before: Vec<_> = (fleet.managed.iter())
-        .map(|m| m.requests.snapshot())
+        .map(|m| m.operator.requests.snapshot())
         .collect();
     tokio::time::sleep(RESYNC * 2).await;
     for (cluster, before) in fleet.managed.iter().zip(before) {
-        let window = cluster.requests.snapshot().since(&before);
+        let window = cluster.operator.requests.snapshot().since(&before);
         let written = window.matching(|r| writes(&r.verb) && r.resource != "leases");
         assert!(
             written.is_empty(),

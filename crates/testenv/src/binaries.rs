@@ -1,4 +1,4 @@
-//! Finding (or building) the control-plane binaries.
+//! Finding (or building) the control-plane binaries, and Open Cluster Management's.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -12,9 +12,10 @@ const CONTROL_PLANE_DIR_ENV: &str = "NIMBUS_CONTROL_PLANE_DIR";
 const CORE: [&str; 3] = ["etcd", "kube-apiserver", "kube-controller-manager"];
 const FAKE_NODES: [&str; 2] = ["kube-scheduler", "kwok"];
 
-/// The build script's answer, remembered so it runs at most once per process: besides saving
-/// time, the script is not safe to run concurrently with itself.
-static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// The build scripts' answers, remembered so that each runs at most once per process: besides
+/// saving time, running a script again only repeats its cache lookup.
+static CONTROL_PLANE_BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+static OCM_BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// Returns the directory holding the binaries, building them first if needed.
 ///
@@ -22,13 +23,7 @@ static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
 pub(crate) fn locate(fake_nodes: bool) -> Result<PathBuf, Error> {
     let dir = match std::env::var_os(CONTROL_PLANE_DIR_ENV) {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
-            match &*built {
-                Some(dir) => dir.clone(),
-                None => built.insert(run_build_script()?).clone(),
-            }
-        }
+        None => built_once(&CONTROL_PLANE_BUILT, &CONTROL_PLANE_BUILD)?,
     };
     let mut wanted = CORE.to_vec();
     if fake_nodes {
@@ -48,10 +43,71 @@ pub(crate) fn locate(fake_nodes: bool) -> Result<PathBuf, Error> {
     }
 }
 
-/// The build script and the pinned modules it builds from, compiled in so that a binary built
-/// from this crate (`nimbus dev`) needs no source tree. The script keys its cache by this
-/// content, so a copy finds what `make control-plane` built from the repository, and vice versa.
-const BUILD_INPUTS: [(&str, &str); 7] = [
+/// The Open Cluster Management controllers [`crate::ocm`] runs.
+const OCM: [&str; 2] = [
+    "governance-policy-propagator",
+    "governance-policy-framework-addon",
+];
+
+/// Returns the directory holding OCM's policy propagator and framework addon, with their CRDs
+/// in `crds/`, building them first if needed (`hack/build-ocm.sh`, once per process).
+///
+/// Blocking: a cold build takes about 5 minutes of CPU, with the script's progress on stderr.
+pub(crate) fn locate_ocm() -> Result<PathBuf, Error> {
+    let dir = built_once(&OCM_BUILT, &OCM_BUILD)?;
+    let missing = OCM
+        .into_iter()
+        .filter(|name| !is_executable(&dir.join(name)))
+        .collect::<Vec<_>>();
+    if missing.is_empty() {
+        Ok(dir)
+    } else {
+        Err(Error::MissingOcm {
+            dir,
+            missing: missing.join(", "),
+        })
+    }
+}
+
+/// A build script and the pinned modules it builds from, compiled in so that a binary built
+/// from this crate (`nimbus dev`) needs no source tree. Each script keys its cache by this
+/// content, so a copy finds what `make` built from the repository, and vice versa.
+struct BuildScript {
+    /// The script first, then the files it reads, by their paths in the repository.
+    inputs: &'static [(&'static str, &'static str)],
+    /// What to tell the user when it fails: what it needs, or how to do without it.
+    hint: &'static str,
+}
+
+const CONTROL_PLANE_BUILD: BuildScript = BuildScript {
+    inputs: &CONTROL_PLANE_INPUTS,
+    hint: "Building the control plane needs Go >= 1.26 on PATH (https://go.dev/dl) and the Go \
+           module proxy; alternatively set NIMBUS_CONTROL_PLANE_DIR to a directory holding \
+           etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok",
+};
+
+const OCM_BUILD: BuildScript = BuildScript {
+    inputs: &OCM_INPUTS,
+    hint: "Building Open Cluster Management's controllers needs Go >= 1.25.7 on PATH \
+           (https://go.dev/dl) and the Go module proxy (`make ocm` runs the same script)",
+};
+
+const OCM_INPUTS: [(&str, &str); 3] = [
+    (
+        "hack/build-ocm.sh",
+        include_str!("../../../hack/build-ocm.sh"),
+    ),
+    (
+        "tools/ocm/go.mod",
+        include_str!("../../../tools/ocm/go.mod"),
+    ),
+    (
+        "tools/ocm/go.sum",
+        include_str!("../../../tools/ocm/go.sum"),
+    ),
+];
+
+const CONTROL_PLANE_INPUTS: [(&str, &str); 7] = [
     (
         "hack/build-control-plane.sh",
         include_str!("../../../hack/build-control-plane.sh"),
@@ -82,27 +138,39 @@ const BUILD_INPUTS: [(&str, &str); 7] = [
     ),
 ];
 
-fn run_build_script() -> Result<PathBuf, Error> {
+/// What `script` printed when it last ran in this process (`built`), or runs it now.
+fn built_once(built: &Mutex<Option<PathBuf>>, script: &BuildScript) -> Result<PathBuf, Error> {
+    let mut built = built.lock().unwrap_or_else(PoisonError::into_inner);
+    match &*built {
+        Some(dir) => Ok(dir.clone()),
+        None => Ok(built.insert(run_build_script(script)?).clone()),
+    }
+}
+
+/// Runs `script` from a copy of its inputs and returns the directory it prints last.
+fn run_build_script(script: &BuildScript) -> Result<PathBuf, Error> {
+    let (script_path, _) = script.inputs[0];
     let inputs = tempfile::Builder::new()
-        .prefix("nimbus-control-plane-build-")
+        .prefix("nimbus-build-")
         .tempdir()
         .map_err(|e| Error::io("creating", std::env::temp_dir(), e))?;
-    for (path, content) in BUILD_INPUTS {
+    for &(path, content) in script.inputs {
         let path = inputs.path().join(path);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
         }
         std::fs::write(&path, content).map_err(|e| Error::io("writing", &path, e))?;
     }
-    let script = inputs.path().join(BUILD_INPUTS[0].0);
+    let copy = inputs.path().join(script_path);
     let failed = |reason: String| Error::BuildScript {
-        script: PathBuf::from(BUILD_INPUTS[0].0),
+        script: PathBuf::from(script_path),
         reason,
+        hint: script.hint,
     };
-    tracing::info!(script = %script.display(), "locating control-plane binaries");
+    tracing::info!(script = %copy.display(), "locating binaries");
     // stderr stays attached so that a cold build shows its progress instead of appearing hung.
     let output = Command::new("bash")
-        .arg(&script)
+        .arg(&copy)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

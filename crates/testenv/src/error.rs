@@ -16,14 +16,20 @@ pub enum Error {
     )]
     MissingBinaries { dir: PathBuf, missing: String },
 
-    /// `hack/build-control-plane.sh` could not be run or did not produce a directory.
+    /// The output directory of `hack/build-ocm.sh` lacks a controller.
     #[error(
-        "{script}: {reason}. Building the control plane needs Go >= 1.26 on PATH \
-         (https://go.dev/dl) and the Go module proxy; alternatively set NIMBUS_CONTROL_PLANE_DIR \
-         to a directory holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler \
-         and kwok"
+        "Open Cluster Management's controllers missing in {dir}: {missing}; run hack/build-ocm.sh"
     )]
-    BuildScript { script: PathBuf, reason: String },
+    MissingOcm { dir: PathBuf, missing: String },
+
+    /// A build script (`hack/build-control-plane.sh`, `hack/build-ocm.sh`) could not be run or
+    /// did not produce a directory; `hint` says what it needs.
+    #[error("{script}: {reason}. {hint}")]
+    BuildScript {
+        script: PathBuf,
+        reason: String,
+        hint: &'static str,
+    },
 
     #[error(
         "fake node {name} not marked Ready by kwok within {waited:?} (kwok stalled or not \
@@ -97,6 +103,14 @@ pub enum Error {
 
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout { what: String, timeout: Duration },
+
+    /// A wait that ended with what it saw instead (see [`wait_until`](crate::wait_until)).
+    #[error("timed out after {timeout:?} waiting for {what}; last seen: {seen}")]
+    StillWaiting {
+        what: String,
+        timeout: Duration,
+        seen: String,
+    },
 }
 
 impl Error {

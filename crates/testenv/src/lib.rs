@@ -1,4 +1,5 @@
-//! A real, local Kubernetes control plane for integration tests, dev mode and benchmarks.
+//! A real, local Kubernetes control plane for integration tests, dev mode and benchmarks; and
+//! an Open Cluster Management fleet of them ([`ocm`]).
 //!
 //! [`ControlPlane::start`] runs etcd, kube-apiserver and kube-controller-manager (plus
 //! kube-scheduler and kwok with [`Options::fake_nodes`]) as child processes on loopback ports,
@@ -24,7 +25,8 @@
 //! `hack/build-control-plane.sh` is run (once per process) and prints the directory; it builds
 //! the pinned versions with Go (>= 1.26) into `~/.cache/nimbus-rs`, which takes 10-30 minutes
 //! the first time and well under a second afterwards. Missing binaries are an error, never a
-//! reason to skip a test.
+//! reason to skip a test. [`ocm`] finds Open Cluster Management's controllers the same way,
+//! through `hack/build-ocm.sh`.
 //!
 //! # Process lifetime
 //!
@@ -52,6 +54,7 @@ mod control_plane;
 mod error;
 mod manifests;
 mod net;
+pub mod ocm;
 mod poll;
 mod process;
 mod shared;
@@ -65,5 +68,5 @@ pub use control_plane::{ControlPlane, Options, create_fake_node};
 pub use error::Error;
 pub use manifests::{apply_yaml, wait_crds_established};
 pub use net::{free_port, http_get};
-pub use poll::eventually;
+pub use poll::{eventually, wait_until};
 pub use shared::{TEST_NAMESPACE_LABEL, TestNamespace, shared};

@@ -1,5 +1,6 @@
-//! Polling for tests: waiting until the cluster (or anything else) reaches a state.
+//! Polling: waiting until the cluster (or anything else) reaches a state.
 
+use crate::Error;
 use std::time::{Duration, Instant};
 
 /// Calls `probe` every 100 ms until it returns `Some`, and returns that value.
@@ -11,19 +12,38 @@ use std::time::{Duration, Instant};
 pub async fn eventually<T>(
     what: &str,
     timeout: Duration,
-    mut probe: impl AsyncFnMut(&mut String) -> Option<T>,
+    probe: impl AsyncFnMut(&mut String) -> Option<T>,
 ) -> T {
+    match wait_until(what, timeout, probe).await {
+        Ok(value) => value,
+        Err(timed_out) => panic!("{timed_out}"),
+    }
+}
+
+/// [`eventually`] for code that must not panic (`nimbus dev`): the timeout is an
+/// [`Error::Timeout`], or an [`Error::StillWaiting`] with what the probe last saw.
+pub async fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl AsyncFnMut(&mut String) -> Option<T>,
+) -> Result<T, Error> {
     let deadline = Instant::now() + timeout;
     let mut seen = String::new();
     loop {
         if let Some(value) = probe(&mut seen).await {
-            return value;
+            return Ok(value);
         }
         if Instant::now() >= deadline {
-            if seen.is_empty() {
-                panic!("timed out after {timeout:?} waiting for {what}");
-            }
-            panic!("timed out after {timeout:?} waiting for {what}; last seen: {seen}");
+            let what = what.to_owned();
+            return Err(if seen.is_empty() {
+                Error::Timeout { what, timeout }
+            } else {
+                Error::StillWaiting {
+                    what,
+                    timeout,
+                    seen,
+                }
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

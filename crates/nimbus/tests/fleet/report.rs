@@ -66,8 +66,7 @@ fn from_status(rows: &[Value]) -> Clusters {
 async fn from_hub(fleet: &Fleet) -> Option<Histories> {
     let mut all = Histories::new();
     for (cluster, _) in CLUSTERS {
-        let policy = fleet
-            .hub_policies(cluster)
+        let policy = crate::ocm::hub_policies(fleet, cluster)
             .get_opt(REPLICATED)
             .await
             .ok()??;
