@@ -156,15 +156,41 @@ pub fn event_reason(template: &Reference) -> String {
     }
 }
 
-/// The message of the latest compliance event the Policy's `status` holds for the template
-/// named `template`: what the hub was last told, whoever reported it.
-pub fn last_reported(status: &serde_json::Value, template: &str) -> Option<String> {
-    status["details"]
-        .as_array()?
-        .iter()
-        .find(|d| d["templateMeta"]["name"] == template)?["history"][0]["message"]
-        .as_str()
-        .map(|m| m.trim().to_owned())
+/// What the Policy's `status` says was reported of one template, whoever reported it (the
+/// framework addon reports its own errors about the template the same way): the newest message
+/// of its compliance history, and the names of the Events in that history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HubWord {
+    pub newest: Option<String>,
+    pub events: BTreeSet<String>,
+}
+
+impl HubWord {
+    /// Of the template named `template`, from the Policy's `status`.
+    pub fn of(status: &serde_json::Value, template: &str) -> Self {
+        let history = status["details"]
+            .as_array()
+            .and_then(|details| {
+                details
+                    .iter()
+                    .find(|d| d["templateMeta"]["name"] == template)
+            })
+            .and_then(|detail| detail["history"].as_array());
+        let Some(history) = history else {
+            return Self::default();
+        };
+        Self {
+            newest: history
+                .first()
+                .and_then(|entry| entry["message"].as_str())
+                .map(|m| m.trim().to_owned()),
+            events: history
+                .iter()
+                .filter_map(|entry| entry["eventName"].as_str())
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
 }
 
 /// An object's status as the verdict reads it.
@@ -268,34 +294,59 @@ pub enum Step {
     Nothing,
 }
 
-/// What the Policy was last told of one template, and a verdict waiting to be reported.
+/// How long an Event we reported may take to show in the Policy's history. Beyond it the
+/// history is believed again: the Event was lost, and the verdict is reported anew.
+pub const CONFIRM: Duration = Duration::from_secs(60);
+
+/// How often a verdict already reported is said again while the Policy's history says
+/// something else. The framework addon writes its own errors about a template into the same
+/// history (`template-error; ...`, e.g. while a restarted API server does not serve the kind
+/// yet) and, for kinds other than OCM's own, never asks for a fresh report once the error is
+/// gone; without a new report the hub would show the error for good. While the error lasts,
+/// this bounds the alternation.
+pub const REPEAT: Duration = Duration::from_secs(30);
+
+/// What was last reported of one template, and a verdict waiting to be reported.
 #[derive(Clone, Debug, Default)]
 pub struct Reporting {
-    reported: Option<String>,
+    /// The last Event reported: its message, its name, when.
+    emitted: Option<(String, String, Instant)>,
     candidate: Option<(String, Instant)>,
 }
 
 impl Reporting {
-    /// Starts from what the Policy's status says was last reported (see [`last_reported`]).
-    pub fn new(reported: Option<String>) -> Self {
-        Self {
-            reported,
-            candidate: None,
-        }
-    }
-
-    /// Given the message the template's verdict calls for now (`None`: not known yet), whether
-    /// to report it: once it differs from what was reported and has held for `settle`. One
-    /// Event per change of verdict, none while it holds.
-    pub fn step(&mut self, desired: Option<&str>, now: Instant, settle: Duration) -> Step {
+    /// Given what the Policy's history says (`hub`) and the message the template's verdict
+    /// calls for now (`desired`; `None`: not known yet), whether to report it: once it differs
+    /// from what the hub was last told and has held for `settle`, and again (every
+    /// [`REPEAT`]) while the history's newest word is someone else's. One Event per change of
+    /// verdict, none while the history agrees.
+    pub fn step(
+        &mut self,
+        hub: &HubWord,
+        desired: Option<&str>,
+        now: Instant,
+        settle: Duration,
+    ) -> Step {
         let Some(desired) = desired else {
             // A verdict must hold on its own: an unknown moment starts it over.
             self.candidate = None;
             return Step::Nothing;
         };
-        if self.reported.as_deref() == Some(desired) {
+        // Our last Event, until the history shows it (the status sync takes a moment).
+        let unconfirmed = self
+            .emitted
+            .as_ref()
+            .filter(|(_, event, at)| !hub.events.contains(event) && now < *at + CONFIRM);
+        let told = match unconfirmed {
+            Some((message, _, _)) => Some(message.as_str()),
+            None => hub.newest.as_deref(),
+        };
+        if told == Some(desired) {
             self.candidate = None;
-            return Step::Nothing;
+            return match unconfirmed {
+                Some((_, _, at)) => Step::At(*at + CONFIRM),
+                None => Step::Nothing,
+            };
         }
         let since = match &self.candidate {
             Some((message, since)) if message == desired => *since,
@@ -304,7 +355,13 @@ impl Reporting {
                 now
             }
         };
-        let due = since + settle;
+        let mut due = since + settle;
+        if let Some((message, _, at)) = &self.emitted
+            && message == desired
+        {
+            // Said already, and overwritten by someone else since.
+            due = due.max(*at + REPEAT);
+        }
         if now >= due {
             Step::Report(desired.to_owned())
         } else {
@@ -312,9 +369,9 @@ impl Reporting {
         }
     }
 
-    /// `message` was reported.
-    pub fn reported(&mut self, message: String) {
-        self.reported = Some(message);
+    /// `message` was reported at `now`, as the Event named `event`.
+    pub fn reported(&mut self, message: String, event: String, now: Instant) {
+        self.emitted = Some((message, event, now));
         self.candidate = None;
     }
 }

@@ -158,3 +158,36 @@ async fn run_operator(
         .await
         .unwrap_or_else(|e| panic!("the chart's admission to know the Nimbus kinds: {e}"));
 }
+
+/// Writes on `cluster` what OCM's framework addon writes when it cannot sync the template
+/// named `template` (v0.19.0's `emitTemplateError`): a compliance Event on the replicated
+/// Policy saying `NonCompliant; template-error; ...`, which its status sync puts into the
+/// template's history, there and on the hub. Returns its message, which names the moment.
+pub async fn addon_cannot_sync(cluster: &Managed, template: &str) -> String {
+    let policies: Api<DynamicObject> =
+        Api::namespaced_with(client(cluster), &cluster.name, &policy_resource());
+    let policy = (policies.get(REPLICATED).await).expect("the replicated Policy");
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let message = format!(
+        "NonCompliant; template-error; Failed to update policy template {template} at {now}: \
+         Resource kind intent.security.nimbus.com/v1alpha1, Kind=SecurityIntent not found"
+    );
+    let event = serde_json::json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": format!("{REPLICATED}.{:x}", now.as_nanosecond())},
+        "involvedObject": {
+            "apiVersion": format!("{POLICY_GROUP}/{POLICY_VERSION}"), "kind": POLICY_KIND,
+            "name": REPLICATED, "namespace": &cluster.name, "uid": policy.metadata.uid,
+        },
+        "reason": format!("policy: {template}"),
+        "message": &message,
+        "type": "Warning",
+        "source": {"component": "policy-template-sync"},
+        "firstTimestamp": now.to_string(), "lastTimestamp": now.to_string(), "count": 1,
+    });
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(client(cluster), &cluster.name);
+    let event = serde_json::from_value(event).expect("an Event");
+    (events.create(&Default::default(), &event).await).expect("the addon's error Event");
+    message
+}

@@ -2,23 +2,32 @@
 //! delivered, as Events on the replicated Policy that delivered each (see
 //! [`nimbus_core::fleet`]). The verdicts are computed with the posture, which knows what every
 //! selected workload has in force; the leader reports a verdict once it has held for
-//! [`fleet::SETTLE`], and nothing while it holds: what was reported last is remembered, and on
-//! first sight (a start, a new leader) read back from the Policy's status.
+//! [`fleet::SETTLE`], and nothing while the Policy's status agrees: the delivering Policies are
+//! watched, so what the hub was last told (by us, or by the framework addon's errors about a
+//! template) is known without a request.
 
+use super::signal;
+use crate::cache::Cache;
 use crate::context::Context;
 use crate::error::Error;
+use futures::StreamExt;
+use futures::stream::{BoxStream, SelectAll};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use nimbus_api::BindingPreview;
 use nimbus_api::posture::{Reference, WorkloadPosture};
-use nimbus_core::fleet::{self, Compliance, Delivery, Observed, Reporting, Step, Verdict};
+use nimbus_core::fleet::{self, Compliance, Delivery, HubWord, Observed, Reporting, Step, Verdict};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::WatchStream;
 
 /// The wait before retrying a failed read of a Policy or write of an Event.
 const RETRY: Duration = Duration::from_secs(5);
@@ -153,22 +162,16 @@ fn observed<'a>(
     }
 }
 
-/// What the leader knows of one template's Policy.
-struct Known {
-    /// The Policy's UID; `None` when it was not found (nothing is reported on it).
-    policy_uid: Option<String>,
-    reporting: Reporting,
-}
-
 /// While leading, reports each computation's verdicts (`delivered` of what `computed` yields,
-/// the latest one when several arrived meanwhile), and looks again when a new verdict has held
-/// long enough or a failed request is due again.
+/// the latest one when several arrived meanwhile), and looks again when a delivering Policy's
+/// status changes, a new verdict has held long enough or a failed request is due again.
 pub async fn report<W>(
     ctx: &Context,
     mut computed: watch::Receiver<Option<Arc<W>>>,
     delivered: impl Fn(&W) -> &[Delivered],
 ) {
-    let mut known: BTreeMap<Key, Known> = BTreeMap::new();
+    let mut reporting: BTreeMap<Key, Reporting> = BTreeMap::new();
+    let mut policies = Policies::new(ctx);
     let mut wake: Option<Instant> = None;
     loop {
         let due = async {
@@ -179,6 +182,7 @@ pub async fn report<W>(
         };
         tokio::select! {
             changed = computed.changed() => if changed.is_err() { return },
+            Some(()) = policies.changes.next() => {}
             () = due => {}
         }
         wake = None;
@@ -186,11 +190,11 @@ pub async fn report<W>(
             continue;
         };
         if !*ctx.leading.borrow() {
-            // A new leader reads back what was reported, whoever reported it.
-            known.clear();
+            // A new leader starts from what the Policies' statuses say, whoever reported it.
+            reporting.clear();
             continue;
         }
-        wake = report_once(ctx, delivered(&writes), &mut known).await;
+        wake = report_once(ctx, delivered(&writes), &mut policies, &mut reporting).await;
     }
 }
 
@@ -198,40 +202,29 @@ pub async fn report<W>(
 async fn report_once(
     ctx: &Context,
     delivered: &[Delivered],
-    known: &mut BTreeMap<Key, Known>,
+    policies: &mut Policies,
+    reporting: &mut BTreeMap<Key, Reporting>,
 ) -> Option<Instant> {
     let keys: BTreeSet<Key> = delivered.iter().map(Delivered::key).collect();
-    known.retain(|key, _| keys.contains(key));
+    reporting.retain(|key, _| keys.contains(key));
     let mut wake: Option<Instant> = None;
     let mut at = |t: Instant| wake = Some(wake.map_or(t, |w| w.min(t)));
     for d in delivered {
-        let desired = d.verdict.as_ref().map(Verdict::event_message);
-        let key = d.key();
-        if !known.contains_key(&key) {
-            if desired.is_none() {
-                continue;
-            }
-            match read_policy(ctx, d).await {
-                Ok(read) => known.insert(key.clone(), read),
-                Err(error) => {
-                    tracing::warn!(template = ?d.template, policy = ?d.delivery, %error, "reading the delivering Policy");
-                    at(Instant::now() + RETRY);
-                    continue;
-                }
-            };
-        }
-        let Some(Known {
-            policy_uid: Some(policy_uid),
-            reporting,
-        }) = known.get_mut(&key)
-        else {
+        // Not listed yet (its listing looks again), or no such Policy: nothing to report on.
+        let Some(Some(policy)) = policies.get(&d.delivery) else {
             continue;
         };
-        match reporting.step(desired.as_deref(), Instant::now(), fleet::SETTLE) {
+        let Some(policy_uid) = policy.uid() else {
+            continue;
+        };
+        let hub = HubWord::of(&policy.data["status"], &d.template.name);
+        let desired = d.verdict.as_ref().map(Verdict::event_message);
+        let reporting = reporting.entry(d.key()).or_default();
+        match reporting.step(&hub, desired.as_deref(), Instant::now(), fleet::SETTLE) {
             Step::Report(message) => {
                 let compliance = d.verdict.as_ref().map(|v| v.compliance);
-                match emit(ctx, d, policy_uid, compliance, &message).await {
-                    Ok(()) => reporting.reported(message),
+                match emit(ctx, d, &policy_uid, compliance, &message).await {
+                    Ok(event) => reporting.reported(message, event, Instant::now()),
                     Err(error) => {
                         tracing::warn!(template = ?d.template, policy = ?d.delivery, %error, "reporting compliance");
                         at(Instant::now() + RETRY);
@@ -245,37 +238,66 @@ async fn report_once(
     wake
 }
 
-/// The delivering Policy's UID and what its status says was last reported of the template.
-async fn read_policy(ctx: &Context, d: &Delivered) -> Result<Known, Error> {
-    let gvk = GroupVersionKind::gvk(
-        fleet::POLICY_GROUP,
-        fleet::POLICY_VERSION,
-        fleet::POLICY_KIND,
-    );
-    let resource = ApiResource::from_gvk(&gvk);
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &d.delivery.namespace, &resource);
-    let policy = api
-        .get_opt(&d.delivery.name)
-        .await
-        .map_err(|source| Error::Kube {
-            action: "getting",
-            object: format!("Policy {}/{}", d.delivery.namespace, d.delivery.name),
-            source,
-        })?;
-    Ok(match policy {
-        Some(policy) => Known {
-            policy_uid: policy.uid(),
-            reporting: Reporting::new(fleet::last_reported(
-                &policy.data["status"],
-                &d.template.name,
-            )),
-        },
-        None => Known {
-            policy_uid: None,
-            reporting: Reporting::default(),
-        },
-    })
+/// The delivering Policies, watched in each cluster namespace from the first template
+/// delivered there (so OCM serves the kind): their statuses say what was reported. The
+/// watches end with the reporting.
+struct Policies {
+    client: kube::Client,
+    resource: ApiResource,
+    watched: BTreeMap<String, (Store<DynamicObject>, watch::Receiver<bool>)>,
+    /// One item per change of a watched Policy, and per listing.
+    changes: SelectAll<BoxStream<'static, ()>>,
+    drivers: Vec<JoinHandle<()>>,
+}
+
+impl Policies {
+    fn new(ctx: &Context) -> Self {
+        let gvk = GroupVersionKind::gvk(
+            fleet::POLICY_GROUP,
+            fleet::POLICY_VERSION,
+            fleet::POLICY_KIND,
+        );
+        Self {
+            client: ctx.client.clone(),
+            resource: ApiResource::from_gvk(&gvk),
+            watched: BTreeMap::new(),
+            changes: SelectAll::new(),
+            drivers: Vec::new(),
+        }
+    }
+
+    /// The Policy that made `delivery`: `None` while its namespace's Policies are not listed
+    /// yet (watched from now on), `Some(None)` when there is no such Policy.
+    fn get(&mut self, delivery: &Delivery) -> Option<Option<Arc<DynamicObject>>> {
+        let namespace = &delivery.namespace;
+        if !self.watched.contains_key(namespace) {
+            let api = Api::namespaced_with(self.client.clone(), namespace, &self.resource);
+            let mut cache: Cache<DynamicObject> =
+                Cache::with(api, self.resource.clone(), watcher::Config::default())
+                    .strip(|policy| policy.metadata.managed_fields = None);
+            let listed = cache.synced_flag();
+            self.changes.push(signal(cache.subscribe()));
+            (self.changes).push(signal(WatchStream::from_changes(listed.clone())));
+            self.drivers.push(tokio::spawn(cache.driver()));
+            self.watched
+                .insert(namespace.clone(), (cache.store, listed));
+        }
+        let (store, listed) = &self.watched[namespace];
+        if !*listed.borrow() {
+            return None;
+        }
+        let reference =
+            ObjectRef::new_with(&delivery.name, self.resource.clone()).within(namespace);
+        Some(store.get(&reference))
+    }
+}
+
+impl Drop for Policies {
+    fn drop(&mut self) {
+        for driver in &self.drivers {
+            driver.abort();
+        }
+    }
 }
 
 /// Creates the compliance Event on the Policy, as OCM's controllers write theirs: named
@@ -287,14 +309,15 @@ async fn emit(
     policy_uid: &str,
     compliance: Option<Compliance>,
     message: &str,
-) -> Result<(), Error> {
+) -> Result<String, Error> {
     let now = Timestamp::now();
+    let name = format!("{}.{:x}", d.delivery.name, now.as_nanosecond());
     let namespace = &d.delivery.namespace;
     let controller = ctx.reporter.controller.clone();
     let instance = ctx.reporter.instance.clone();
     let event = Event {
         metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", d.delivery.name, now.as_nanosecond())),
+            name: Some(name.clone()),
             namespace: Some(namespace.clone()),
             ..Default::default()
         },
@@ -344,5 +367,5 @@ async fn emit(
             source,
         })?;
     tracing::info!(template = ?d.template, policy = ?d.delivery, message, "compliance reported");
-    Ok(())
+    Ok(name)
 }
