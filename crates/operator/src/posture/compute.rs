@@ -1,5 +1,5 @@
 //! Computes every posture object from the caches: the operator's own (policies, bindings,
-//! native objects, engine availability), watches of pods (stripped to what the posture reads),
+//! native objects, engine availability), watches of pods (only what the posture reads of them),
 //! metadata-only watches of ReplicaSets and Jobs, the Services and NetworkPolicies the preview
 //! evaluates, and Kyverno's PolicyReports, which it reads. Debounced: a burst of changes costs
 //! one computation.
@@ -14,7 +14,7 @@ use crate::metrics::ComputeLabels;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -43,10 +43,12 @@ mod caches;
 mod coverage;
 mod driver;
 mod gauges;
-use caches::{metadata_cache, strip_network_policy, strip_pod, strip_report, strip_service};
+mod pods;
+use caches::{metadata_cache, strip_network_policy, strip_report, strip_service};
 use coverage::{controlling_binding, policy_coverage};
 pub use driver::run;
 use gauges::export_counts;
+use pods::PodFacts;
 
 /// Changes arriving within this window are computed together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -54,7 +56,7 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// Pods (metadata, IP and container ports), ReplicaSets and Jobs (metadata only), Services,
 /// NetworkPolicies and Kyverno's PolicyReports.
 pub struct Workloads {
-    pods: Store<Pod>,
+    pods: Store<PodFacts>,
     /// Where the pods of each namespace are: a namespace's pods are found without a scan.
     pods_by_namespace: Index,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
@@ -101,7 +103,7 @@ impl Workloads {
     /// The watches, Kyverno's reports among them when `kyverno` (the engine is enabled), and
     /// ours of the kinds `reports` may write.
     pub fn watch(client: &Client, kyverno: bool, reports: ReportFormat) -> (Self, Watches) {
-        let mut pods = Cache::new(Api::<Pod>::all(client.clone())).strip(strip_pod);
+        let mut pods = Cache::new(Api::<PodFacts>::all(client.clone()));
         let pods_by_namespace = pods.index_by(|pod| pod.metadata.namespace.clone());
         let mut replica_sets = metadata_cache::<ReplicaSet>(client);
         let mut jobs = metadata_cache::<Job>(client);
@@ -195,38 +197,7 @@ impl Workloads {
                 })
                 .collect(),
         };
-        pods.iter()
-            .map(|p| core::Pod {
-                namespace: p.namespace().unwrap_or_default(),
-                name: p.name_any(),
-                uid: p.uid().unwrap_or_default(),
-                labels: p.labels().clone(),
-                created: p.metadata.creation_timestamp.clone(),
-                controller: p
-                    .owner_references()
-                    .iter()
-                    .find(|o| o.controller == Some(true))
-                    .cloned(),
-                ip: p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.pod_ip.as_deref())
-                    .and_then(|ip| ip.parse().ok()),
-                ports: p
-                    .spec
-                    .iter()
-                    .flat_map(|spec| &spec.containers)
-                    .flat_map(|c| c.ports.iter().flatten())
-                    .filter_map(|port| {
-                        Some(core::ContainerPort {
-                            name: port.name.clone(),
-                            port: u16::try_from(port.container_port).ok()?,
-                            protocol: port.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
-                        })
-                    })
-                    .collect(),
-            })
-            .collect()
+        pods.iter().map(|pod| pod.to_core()).collect()
     }
 
     fn services(&self) -> Vec<preview::Service> {

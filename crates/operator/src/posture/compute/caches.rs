@@ -1,7 +1,7 @@
 //! What the posture's caches keep of each object, and its metadata-only caches.
 
 use crate::cache::Cache;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, PartialObjectMeta};
@@ -22,29 +22,6 @@ pub(super) fn strip_service(svc: &mut Service) {
 pub(super) fn strip_network_policy(np: &mut NetworkPolicy) {
     np.metadata.managed_fields = None;
     np.metadata.annotations = None;
-}
-
-/// Keeps of a pod what the posture reads: its metadata (labels, owners), its containers'
-/// ports and its IP.
-pub(super) fn strip_pod(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    pod.metadata.annotations = None;
-    pod.spec = pod.spec.take().map(|spec| PodSpec {
-        containers: spec
-            .containers
-            .into_iter()
-            .map(|c| Container {
-                name: c.name,
-                ports: c.ports,
-                ..Container::default()
-            })
-            .collect(),
-        ..PodSpec::default()
-    });
-    pod.status = pod.status.take().map(|status| PodStatus {
-        pod_ip: status.pod_ip,
-        ..PodStatus::default()
-    });
 }
 
 /// Keeps of a PolicyReport the resource it is about and, of each result, what the preview
