@@ -177,11 +177,12 @@ fn expected_cluster_role() -> BTreeSet<Grant> {
         ),
         ("", &["events"], EMIT, &[]),
         ("events.k8s.io", &["events"], EMIT, &[]),
-        // Open Cluster Management's Policy that delivered an intent or a binding (tests/fleet.rs).
+        // Open Cluster Management's Policies that delivered intents or bindings, watched
+        // (tests/fleet.rs).
         (
             "policy.open-cluster-management.io",
             &["policies"],
-            &["get"],
+            &["list", "watch"],
             &[],
         ),
         ("networking.k8s.io", &["networkpolicies"], OWN, &[]),
