@@ -29,18 +29,7 @@ pub(crate) fn locate(fake_nodes: bool) -> Result<PathBuf, Error> {
     if fake_nodes {
         wanted.extend(FAKE_NODES);
     }
-    let missing = wanted
-        .into_iter()
-        .filter(|name| !is_executable(&dir.join(name)))
-        .collect::<Vec<_>>();
-    if missing.is_empty() {
-        Ok(dir)
-    } else {
-        Err(Error::MissingBinaries {
-            dir,
-            missing: missing.join(", "),
-        })
-    }
+    holding(dir, wanted).map_err(|(dir, missing)| Error::MissingBinaries { dir, missing })
 }
 
 /// The Open Cluster Management controllers [`crate::ocm`] runs.
@@ -55,17 +44,21 @@ const OCM: [&str; 2] = [
 /// Blocking: a cold build takes about 5 minutes of CPU, with the script's progress on stderr.
 pub(crate) fn locate_ocm() -> Result<PathBuf, Error> {
     let dir = built_once(&OCM_BUILT, &OCM_BUILD)?;
-    let missing = OCM
-        .into_iter()
+    holding(dir, OCM).map_err(|(dir, missing)| Error::MissingOcm { dir, missing })
+}
+
+/// `dir`, when it holds each of `names` as an executable; else `dir` and the missing ones.
+fn holding(
+    dir: PathBuf,
+    names: impl IntoIterator<Item = &'static str>,
+) -> Result<PathBuf, (PathBuf, String)> {
+    let missing: Vec<&str> = (names.into_iter())
         .filter(|name| !is_executable(&dir.join(name)))
-        .collect::<Vec<_>>();
+        .collect();
     if missing.is_empty() {
         Ok(dir)
     } else {
-        Err(Error::MissingOcm {
-            dir,
-            missing: missing.join(", "),
-        })
+        Err((dir, missing.join(", ")))
     }
 }
 
