@@ -26,11 +26,16 @@ const POLICY_EXAMPLE: (&str, &str) = (
     "examples/fleet/policy.yaml",
     include_str!("../../../examples/fleet/policy.yaml"),
 );
+/// The example PolicySet grouping the Policy, with its own PlacementBinding, as (name, YAML).
+const POLICY_SET_EXAMPLE: (&str, &str) = (
+    "examples/fleet/policyset.yaml",
+    include_str!("../../../examples/fleet/policyset.yaml"),
+);
 /// The fleet examples the hub gets, in this order: the Placement first, decided as it is
-/// applied, then the Policy it places. `examples/fleet/hub-alerts.yaml` is left out: it is a
-/// PrometheusRule for the hub's Prometheus, and neither Prometheus nor its Operator's CRD runs
-/// here.
-const HUB_EXAMPLES: [(&str, &str); 2] = [PLACEMENT_EXAMPLE, POLICY_EXAMPLE];
+/// applied, then the Policy it places, then the PolicySet grouping it.
+/// `examples/fleet/hub-alerts.yaml` is left out: it is a PrometheusRule for the hub's
+/// Prometheus, and neither Prometheus nor its Operator's CRD runs here.
+const HUB_EXAMPLES: [(&str, &str); 3] = [PLACEMENT_EXAMPLE, POLICY_EXAMPLE, POLICY_SET_EXAMPLE];
 
 /// The namespace the fleet examples put the Policy and its Placement in.
 const POLICY_NAMESPACE: &str = "policies";
