@@ -53,9 +53,6 @@ pub struct Delivery {
     /// The cluster namespace the Policy is in.
     pub namespace: String,
     pub name: String,
-    /// The Policy's UID, when the object names it (namespaced templates have the Policy as
-    /// their controller); the compliance Event must carry it.
-    pub uid: Option<String>,
 }
 
 /// The Policy that delivered the object `meta` describes, if OCM's framework addon created it:
@@ -68,14 +65,12 @@ pub fn delivery(meta: &ObjectMeta) -> Option<Delivery> {
         return Some(Delivery {
             namespace: meta.namespace.clone()?,
             name: owner.name.clone(),
-            uid: Some(owner.uid.clone()),
         });
     }
     let labels = meta.labels.as_ref()?;
     Some(Delivery {
         namespace: labels.get(CLUSTER_NAMESPACE_LABEL)?.clone(),
         name: labels.get(PARENT_POLICY_LABEL)?.clone(),
-        uid: None,
     })
 }
 

@@ -48,19 +48,12 @@ fn the_delivering_policy_is_the_controller_or_the_labels() {
         labels: labels(&[(PARENT_POLICY_LABEL, "policies.web")]),
         ..Default::default()
     };
-    let delivery_to = |ns: &str, uid: Option<&str>| Delivery {
+    let delivery_to = |ns: &str| Delivery {
         namespace: ns.to_owned(),
         name: "policies.web".to_owned(),
-        uid: uid.map(str::to_owned),
     };
-    assert_eq!(
-        delivery(&namespaced),
-        Some(delivery_to("cluster1", Some("u-1")))
-    );
-    assert_eq!(
-        delivery(&cluster_scoped),
-        Some(delivery_to("cluster1", None))
-    );
+    assert_eq!(delivery(&namespaced), Some(delivery_to("cluster1")));
+    assert_eq!(delivery(&cluster_scoped), Some(delivery_to("cluster1")));
     assert_eq!(delivery(&other_owner), None);
     assert_eq!(delivery(&half_labelled), None);
     assert_eq!(delivery(&ObjectMeta::default()), None);
