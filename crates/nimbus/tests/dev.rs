@@ -5,17 +5,7 @@ use std::process::Command;
 
 #[test]
 fn nimbus_dev_runs_from_anywhere_and_ends_with_a_readable_summary() {
-    let elsewhere = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(env!("CARGO_BIN_EXE_nimbus"))
-        .args(["dev", "--once"])
-        .current_dir(elsewhere.path())
-        .env("NIMBUS_LOG", "info")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("running nimbus dev");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (elsewhere, stdout, stderr) = dev_once(&[]);
 
     // Every example binding and its policies, in force.
     let table = |header: &str| -> Vec<&str> {
@@ -93,18 +83,8 @@ fn nimbus_dev_runs_from_anywhere_and_ends_with_a_readable_summary() {
 /// hub by OCM's controllers).
 #[test]
 fn nimbus_dev_fleet_runs_from_anywhere_and_ends_with_the_roll_up() {
-    let elsewhere = tempfile::tempdir().expect("tempdir");
     let started = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_nimbus"))
-        .args(["dev", "--fleet", "--once"])
-        .current_dir(elsewhere.path())
-        .env("NIMBUS_LOG", "info")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("running nimbus dev --fleet");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (elsewhere, stdout, stderr) = dev_once(&["--fleet"]);
     println!("nimbus dev --fleet --once took {:?}", started.elapsed());
 
     let alarming: Vec<&str> = stderr
@@ -148,4 +128,27 @@ fn nimbus_dev_fleet_runs_from_anywhere_and_ends_with_the_roll_up() {
         .map(|e| e.file_name())
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Runs `nimbus dev <args> --once` from a directory outside the repository, with info logs;
+/// that directory (to look at what it left) and its standard output and error, once it has
+/// ended successfully.
+fn dev_once(args: &[&str]) -> (tempfile::TempDir, String, String) {
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .arg("dev")
+        .args(args)
+        .arg("--once")
+        .current_dir(elsewhere.path())
+        .env("NIMBUS_LOG", "info")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running nimbus dev");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "nimbus dev {args:?}:\n{stdout}\n{stderr}"
+    );
+    (elsewhere, stdout, stderr)
 }
