@@ -17,11 +17,13 @@ use std::time::{Duration, Instant};
 mod messages;
 pub mod report;
 pub mod rollup;
+mod tally;
 #[cfg(test)]
 mod tests;
 
 pub use messages::{binding_verdict, intent_verdict};
 pub use rollup::{Row, Standing, rollup};
+pub use tally::{Tally, Workloads};
 
 /// The CRD label OCM's framework addon requires of a kind before it syncs templates of it.
 pub const POLICY_TYPE_LABEL: &str = "policy.open-cluster-management.io/policy-type";
@@ -301,6 +303,12 @@ pub const CONFIRM: Duration = Duration::from_secs(60);
 /// this bounds the alternation.
 pub const REPEAT: Duration = Duration::from_secs(30);
 
+/// How often a change of a binding's counts alone (its [`Tally`]: workloads added, removed,
+/// engines coming and going with the verdict unchanged) is reported at most. OCM keeps ten
+/// entries of a template's history: at this pace, churn alone takes 50 minutes to push a
+/// change of verdict out of it, while the counts on the hub are never older than this.
+pub const RECOUNT: Duration = Duration::from_secs(5 * 60);
+
 /// What was last reported of one template, and a verdict waiting to be reported.
 #[derive(Clone, Debug, Default)]
 pub struct Reporting {
@@ -313,8 +321,9 @@ impl Reporting {
     /// Given what the Policy's history says (`hub`) and the message the template's verdict
     /// calls for now (`desired`; `None`: not known yet), whether to report it: once it differs
     /// from what the hub was last told and has held for `settle`, and again (every
-    /// [`REPEAT`]) while the history's newest word is someone else's. One Event per change of
-    /// verdict, none while the history agrees.
+    /// [`REPEAT`]) while the history's newest word is someone else's; a change of counts alone
+    /// no sooner than [`RECOUNT`] after our last report. One Event per change of verdict, none
+    /// while the history agrees.
     pub fn step(
         &mut self,
         hub: &HubWord,
@@ -351,11 +360,14 @@ impl Reporting {
             }
         };
         let mut due = since + settle;
-        if let Some((message, _, at)) = &self.emitted
-            && message == desired
-        {
-            // Said already, and overwritten by someone else since.
-            due = due.max(*at + REPEAT);
+        let recount = told.is_some_and(|told| Tally::split(told).0 == Tally::split(desired).0);
+        if let Some((message, _, at)) = &self.emitted {
+            if message == desired {
+                // Said already, and overwritten by someone else since.
+                due = due.max(*at + REPEAT);
+            } else if recount {
+                due = due.max(*at + RECOUNT);
+            }
         }
         if now >= due {
             Step::Report(desired.to_owned())

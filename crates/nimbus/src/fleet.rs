@@ -7,7 +7,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 use nimbus_core::fleet::report::{self, Input};
 use nimbus_core::fleet::rollup::{self, ROOT_POLICY_LABEL, Row, Standing};
-use nimbus_core::fleet::{POLICY_GROUP, POLICY_KIND, POLICY_VERSION};
+use nimbus_core::fleet::{POLICY_GROUP, POLICY_KIND, POLICY_VERSION, Workloads};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -18,8 +18,10 @@ pub enum FleetCommand {
     /// One row per root Policy on the hub of the current kubeconfig, per cluster it is placed
     /// on, per SecurityIntent, SecurityIntentBinding and ClusterSecurityIntentBinding among its
     /// policy-templates (other templates are left out): the compliance the cluster last
-    /// reported (Compliant, NonCompliant, or Pending while nothing is reported), when, and its
-    /// message. The exit status is 0 whatever the compliance, unless --fail-on-noncompliant.
+    /// reported (Compliant, NonCompliant, or Pending while nothing is reported), of a binding
+    /// its workloads protected, audited, excepted and not protected and the engines in force,
+    /// when, and its message. The exit status is 0 whatever the compliance, unless
+    /// --fail-on-noncompliant.
     Status(StatusArgs),
     /// The same for people: one self-contained HTML file covering every cluster.
     ///
@@ -33,7 +35,8 @@ pub enum FleetCommand {
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Output {
-    /// Columns POLICY, CLUSTER, TEMPLATE, COMPLIANCE, SINCE, MESSAGE.
+    /// Columns POLICY, CLUSTER, TEMPLATE, COMPLIANCE, PROTECTED, AUDITED, EXCEPTED,
+    /// UNPROTECTED, ENGINES, SINCE, MESSAGE.
     Table,
     /// A JSON array of rows.
     Json,
@@ -202,17 +205,32 @@ async fn list(api: &Api<DynamicObject>, params: &ListParams) -> anyhow::Result<V
         .collect()
 }
 
-/// The rows as a table, kubectl's way; `-` where nothing was reported.
+/// The rows as a table, kubectl's way; `-` where nothing was reported or counted.
 pub(crate) fn table(rows: &[Row]) -> String {
+    let dash = || "-".to_owned();
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
+            let count = |n: fn(&Workloads) -> u32| {
+                r.workloads.as_ref().map_or_else(dash, |w| n(w).to_string())
+            };
             vec![
                 format!("{}/{}", r.policy_namespace, r.policy),
                 r.cluster.clone(),
                 format!("{}/{}", r.kind, r.name),
                 r.compliance.as_str().to_owned(),
-                r.since.clone().unwrap_or_else(|| "-".to_owned()),
+                count(|w| w.protected),
+                count(|w| w.audited),
+                count(|w| w.excepted),
+                count(|w| w.unprotected),
+                r.engines
+                    .as_ref()
+                    .map_or_else(dash, |e| match e.as_slice() {
+                        [] => "none".to_owned(),
+                        // One word per cell: `kubearmor(auditing),netpol`.
+                        engines => engines.join(",").replace(" (", "("),
+                    }),
+                r.since.clone().unwrap_or_else(dash),
                 r.message.clone(),
             ]
         })
@@ -222,6 +240,11 @@ pub(crate) fn table(rows: &[Row]) -> String {
         "CLUSTER",
         "TEMPLATE",
         "COMPLIANCE",
+        "PROTECTED",
+        "AUDITED",
+        "EXCEPTED",
+        "UNPROTECTED",
+        "ENGINES",
         "SINCE",
         "MESSAGE",
     ];
@@ -242,6 +265,12 @@ mod tests {
             name: "shop-hardening".into(),
             compliance,
             message: message.into(),
+            workloads: since.map(|_| Workloads {
+                protected: 3,
+                audited: 1,
+                ..Workloads::default()
+            }),
+            engines: since.map(|_| vec!["kubearmor (auditing)".into(), "netpol".into()]),
             since: since.map(Into::into),
         };
         let rows = [
@@ -263,9 +292,9 @@ mod tests {
         assert_eq!(
             table(&rows),
             "\
-POLICY                 CLUSTER   TEMPLATE                                      COMPLIANCE   SINCE                  MESSAGE
-policies/nimbus-shop   east      ClusterSecurityIntentBinding/shop-hardening   Compliant    2026-11-29T10:00:03Z   ClusterSecurityIntentBinding shop-hardening is Ready
-policies/nimbus-shop   north-1   SecurityIntentBinding/shop-hardening          Pending      -                      no replicated Policy for the cluster yet
+POLICY                 CLUSTER   TEMPLATE                                      COMPLIANCE   PROTECTED   AUDITED   EXCEPTED   UNPROTECTED   ENGINES                      SINCE                  MESSAGE
+policies/nimbus-shop   east      ClusterSecurityIntentBinding/shop-hardening   Compliant    3           1         0          0             kubearmor(auditing),netpol   2026-11-29T10:00:03Z   ClusterSecurityIntentBinding shop-hardening is Ready
+policies/nimbus-shop   north-1   SecurityIntentBinding/shop-hardening          Pending      -           -         -          -             -                            -                      no replicated Policy for the cluster yet
 "
         );
     }

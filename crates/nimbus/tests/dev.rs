@@ -102,7 +102,13 @@ fn nimbus_dev_fleet_runs_from_anywhere_and_ends_with_the_roll_up() {
         .skip(1)
         .map(|row| row.split_whitespace().collect())
         .collect();
-    for (cluster, binding_says) in [("cluster1", "audited"), ("cluster2", "protected")] {
+    // Columns: POLICY CLUSTER TEMPLATE COMPLIANCE PROTECTED AUDITED EXCEPTED UNPROTECTED
+    // ENGINES SINCE MESSAGE, one word each but the message.
+    let counted = [
+        ("cluster1", "audited", ["0", "1"]),
+        ("cluster2", "protected", ["1", "0"]),
+    ];
+    for (cluster, binding_says, protected_audited) in counted {
         for template in [
             "SecurityIntent/fleet-dns",
             "SecurityIntent/fleet-tmp-exec",
@@ -114,8 +120,9 @@ fn nimbus_dev_fleet_runs_from_anywhere_and_ends_with_the_roll_up() {
                 .unwrap_or_else(|| panic!("no row of {template} on {cluster} in:\n{stdout}"));
             assert_eq!(row.get(3), Some(&"Compliant"), "{row:?}");
             if template.starts_with("ClusterSecurityIntentBinding/") {
-                let message = row[5..].join(" ");
+                let message = row[10..].join(" ");
                 assert!(message.contains(binding_says), "{cluster}: {message}");
+                assert_eq!(row[4..6], protected_audited, "{cluster}: {row:?}");
             }
         }
     }

@@ -311,6 +311,26 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
         compliance(&enforcing.name).contains(&(BINDING, "NonCompliant")),
         "{rows:#?}"
     );
+    // Each cluster's workloads and engines in force, as its operator counted them: the
+    // canary audits web, the enforcing cluster cannot protect it without KubeArmor.
+    let (audited, unprotected) = (
+        json!({"protected": 0, "audited": 1, "excepted": 0, "unprotected": 0}),
+        json!({"protected": 0, "audited": 0, "excepted": 0, "unprotected": 1}),
+    );
+    let canary_row = binding_row(&rows, &canary.name);
+    assert_eq!(canary_row["workloads"], audited, "{canary_row:#}");
+    assert!(
+        engines(canary_row).contains(&"kubearmor (auditing)"),
+        "{canary_row:#}"
+    );
+    let enforcing_row = binding_row(&rows, &enforcing.name);
+    assert_eq!(enforcing_row["workloads"], unprotected, "{enforcing_row:#}");
+    assert!(
+        engines(enforcing_row)
+            .iter()
+            .all(|e| !e.starts_with("kubearmor")),
+        "{enforcing_row:#}"
+    );
 
     // Repaired: Compliant again (once the deleted CRD is gone: until then it is terminating,
     // and nothing of its kind can be created).
@@ -352,7 +372,8 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
     );
     let (message, lag) = hub_shows(&fleet, &canary.name, "Compliant", protected, promoted).await;
     println!("promoted: Compliant on the hub after {lag:?}: {message}");
-    assert!(!message.contains("audited"), "{message}");
+    assert!(!message.contains("not enforced"), "{message}");
+    assert!(message.contains("1 protected, 0 audited"), "{message}");
     assert_eq!(
         versions(enforcing).await,
         before,
@@ -472,6 +493,25 @@ async fn a_canary_rollout_shows_on_the_hub_and_each_clusters_compliance_changes_
             || r["message"].as_str().is_some_and(|m| m.contains(protected))),
         "{rows:#?}"
     );
+    let protected = json!({"protected": 1, "audited": 0, "excepted": 0, "unprotected": 0});
+    for (cluster, _) in CLUSTERS {
+        let row = binding_row(&rows, cluster);
+        assert_eq!(row["workloads"], protected, "{row:#}");
+        assert!(engines(row).contains(&"kubearmor"), "{row:#}");
+    }
+}
+
+/// The binding's row of `cluster` in `nimbus fleet status -o json`.
+fn binding_row<'r>(rows: &'r [Value], cluster: &str) -> &'r Value {
+    (rows.iter())
+        .find(|r| r["cluster"] == cluster && r["name"] == BINDING)
+        .unwrap_or_else(|| panic!("{BINDING} on {cluster} in {rows:#?}"))
+}
+
+/// The engines in force a row lists.
+fn engines(row: &Value) -> Vec<&str> {
+    let engines = row["engines"].as_array().into_iter().flatten();
+    engines.filter_map(Value::as_str).collect()
 }
 
 /// The hub alert of examples/fleet/hub-alerts.yaml, judged by promtool on OCM's own metric as

@@ -1,8 +1,8 @@
-//! The verdicts of the templates OCM delivers, and their messages. A message changes only when
-//! the verdict does: it names causes (reason codes, workloads not protected, intents audited),
-//! never counts of healthy workloads, so that scaling or adding a protected workload reports
-//! nothing new.
+//! The verdicts of the templates OCM delivers, and their messages: the causes (reason codes,
+//! workloads not protected, intents audited), then, of a binding, the [`Tally`] of its workloads
+//! and engines, which the roll-up reads back.
 
+use super::tally::Tally;
 use super::{Compliance, Observed, Selected, Verdict};
 use crate::posture::reason::NATIVE_POLICY_MISSING;
 use nimbus_api::posture::{Reference, Verdict as Posture};
@@ -58,14 +58,17 @@ pub fn binding_verdict(
             message.push_str("; not protected: ");
             message.push_str(&named(&not_protected));
         }
+        message.push_str(&found.tally.suffix());
         return Some(Verdict {
             compliance: Compliance::NonCompliant,
             message,
         });
     }
+    let mut message = compliant(&subject, &found, &observed);
+    message.push_str(&found.tally.suffix());
     Some(Verdict {
         compliance: Compliance::Compliant,
-        message: compliant(&subject, &found, &observed),
+        message,
     })
 }
 
@@ -88,6 +91,7 @@ struct Found<'p> {
     /// The IDs of the intents audited, and excepted, somewhere.
     audited: BTreeSet<&'p str>,
     excepted: BTreeSet<&'p str>,
+    tally: Tally,
 }
 
 impl<'p> Found<'p> {
@@ -95,6 +99,7 @@ impl<'p> Found<'p> {
         let mut found = Found::default();
         for s in selected {
             let verdict = s.verdict();
+            found.tally.workloads.count(verdict);
             if matches!(
                 verdict,
                 Posture::Protected | Posture::Audited | Posture::Excepted
@@ -107,6 +112,9 @@ impl<'p> Found<'p> {
                 (found.not_protected).push(format!("{kind} {ns}/{name} ({})", verdict.as_str()));
             }
             for intent in &s.intents {
+                for engine in &intent.engines {
+                    found.tally.engine(&engine.engine, engine.state);
+                }
                 match intent.verdict {
                     Posture::Audited => {
                         found.audited.insert(intent.id.as_str());

@@ -11,6 +11,7 @@
 //! Pure: the hub's Policies (JSON) in, entries and HTML out.
 
 use super::rollup::{self, Row, Standing};
+use super::tally::Workloads;
 use crate::compliance::report::{CSS, esc};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -255,7 +256,8 @@ fn cluster_section(out: &mut String, cluster: &str, entries: &[&Entry]) {
         out,
         "<section class=\"cluster\" data-cluster=\"{c}\"><h2>Cluster {c}</h2>\n\
          <p class=\"counts\" {attrs}>{text}</p>\n<table><tr><th>Policy</th><th>Template</th>\
-         <th>Compliance</th><th>Since</th><th>Message</th></tr>\n",
+         <th>Compliance</th><th>Workloads</th><th>Engines in force</th><th>Since</th>\
+         <th>Message</th></tr>\n",
         c = esc(cluster),
         attrs = counts.attributes(),
         text = counts.text(),
@@ -268,8 +270,13 @@ fn cluster_section(out: &mut String, cluster: &str, entries: &[&Entry]) {
             out,
             "<tr class=\"template\" data-policy=\"{policy}\" data-template=\"{template}\" \
              data-compliance=\"{compliance}\"><td>{policy}</td><td>{template}</td>\
-             <td class=\"standing-{compliance}\">{compliance}</td><td class=\"since\">{}</td>\
-             <td class=\"message\">{}</td></tr>",
+             <td class=\"standing-{compliance}\">{compliance}</td>{}<td class=\"engines\">{}</td>\
+             <td class=\"since\">{}</td><td class=\"message\">{}</td></tr>",
+            workloads_cell(row.workloads),
+            esc(&row
+                .engines
+                .as_ref()
+                .map_or("-".to_owned(), |e| e.join(", "))),
             esc(row.since.as_deref().unwrap_or("-")),
             esc(&row.message),
         );
@@ -279,7 +286,7 @@ fn cluster_section(out: &mut String, cluster: &str, entries: &[&Entry]) {
         let _ = write!(
             out,
             "<tr class=\"history\" data-policy=\"{policy}\" data-template=\"{template}\"><td>\
-             </td><td colspan=\"4\">History, newest first:<ol class=\"history\">"
+             </td><td colspan=\"6\">History, newest first:<ol class=\"history\">"
         );
         for transition in history {
             let compliance = transition.compliance.map_or("-", Standing::as_str);
@@ -295,6 +302,19 @@ fn cluster_section(out: &mut String, cluster: &str, entries: &[&Entry]) {
         out.push_str("</ol></td></tr>\n");
     }
     out.push_str("</table></section>\n");
+}
+
+/// A binding's workloads by verdict, in words and as `data-` attributes; `-` when the report
+/// has no count.
+fn workloads_cell(workloads: Option<Workloads>) -> String {
+    match workloads {
+        None => "<td class=\"workloads\">-</td>".to_owned(),
+        Some(w) => format!(
+            "<td class=\"workloads\" data-protected=\"{}\" data-audited=\"{}\" \
+             data-excepted=\"{}\" data-unprotected=\"{}\">{w}</td>",
+            w.protected, w.audited, w.excepted, w.unprotected
+        ),
+    }
 }
 
 #[cfg(test)]

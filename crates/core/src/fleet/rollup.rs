@@ -14,6 +14,7 @@
 //!
 //! Pure: Policies (as the API server serves them, JSON) in, rows out.
 
+use super::tally::{Tally, Workloads};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -67,9 +68,15 @@ pub struct Row {
     /// The template's name (`templateMeta.name` in the status).
     pub name: String,
     pub compliance: Standing,
-    /// The newest report's message without its compliance (`Compliant; ` and the like); when
-    /// nothing was reported, why.
+    /// The newest report's message without its compliance (`Compliant; ` and the like) and
+    /// its tally; when nothing was reported, why.
     pub message: String,
+    /// Of a binding, its workloads by verdict as the newest report counted them; `None` when
+    /// the report has no count (an intent, OCM's own errors, nothing reported).
+    pub workloads: Option<Workloads>,
+    /// Of a binding, the engines in force on its workloads, as the newest report listed them
+    /// (`netpol`, `kubearmor (auditing)`...); `None` with `workloads`.
+    pub engines: Option<Vec<String>>,
     /// When the newest report was made (its `lastTimestamp`, RFC 3339 as OCM wrote it); `None`
     /// when nothing was reported.
     pub since: Option<String>,
@@ -136,9 +143,9 @@ pub(super) fn rows_with_details<'v>(
         for (cluster, copy) in clusters(root, copies) {
             for (kind, template) in &templates {
                 let detail = copy.and_then(|copy| detail(copy, template));
-                let (compliance, message, since) = match (copy, detail) {
-                    (None, _) => (Standing::Pending, NOT_REPLICATED.to_owned(), None),
-                    (Some(_), None) => (Standing::Pending, NOT_REPORTED.to_owned(), None),
+                let (compliance, message, since, tally) = match (copy, detail) {
+                    (None, _) => (Standing::Pending, NOT_REPLICATED.to_owned(), None, None),
+                    (Some(_), None) => (Standing::Pending, NOT_REPORTED.to_owned(), None, None),
                     (Some(_), Some(detail)) => reported(detail),
                 };
                 let row = Row {
@@ -149,6 +156,8 @@ pub(super) fn rows_with_details<'v>(
                     name: (*template).to_owned(),
                     compliance,
                     message,
+                    workloads: tally.as_ref().map(|t| t.workloads),
+                    engines: tally.map(|t| t.engines.into_iter().collect()),
                     since,
                 };
                 rows.push((row, detail));
@@ -214,18 +223,19 @@ fn detail<'v>(copy: &'v Value, template: &str) -> Option<&'v Value> {
 }
 
 /// What a template's `status.details[]` entry says: its compliance, the newest report's
-/// message and when it was made.
-fn reported(detail: &Value) -> (Standing, String, Option<String>) {
+/// message (its causes) and when it was made, and its tally if it has one.
+fn reported(detail: &Value) -> (Standing, String, Option<String>, Option<Tally>) {
     let newest = &detail["history"][0];
     let Some(message) = newest["message"].as_str() else {
-        return (Standing::Pending, NOT_REPORTED.to_owned(), None);
+        return (Standing::Pending, NOT_REPORTED.to_owned(), None, None);
     };
     let (stated, rest) = split_compliance(message);
     let compliance = standing(detail["compliant"].as_str())
         .or(stated)
         .unwrap_or(Standing::NonCompliant);
     let since = newest["lastTimestamp"].as_str().map(str::to_owned);
-    (compliance, rest.to_owned(), since)
+    let (causes, tally) = Tally::split(rest);
+    (compliance, causes.to_owned(), since, tally)
 }
 
 /// `group` of `group/version`; the core group (`v1`) has none.

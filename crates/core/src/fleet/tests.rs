@@ -1,7 +1,7 @@
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use nimbus_api::posture::{Reason, WorkloadRef};
+use nimbus_api::posture::{EngineCoverage, EngineState, Reason, WorkloadRef};
 use serde_json::json;
 
 mod reporting;
@@ -101,7 +101,18 @@ fn verdict_of(
     let grouped = by_binding(workloads, &bindings);
     let selected = grouped.get(&binding).map(Vec::as_slice).unwrap_or_default();
     binding_verdict(&binding, observed(conditions, mode), selected)
-        .map_or_else(|| "none".to_owned(), |v| v.event_message())
+        .map_or_else(|| "none".to_owned(), |v| causes(&v))
+}
+
+/// A verdict's Event message without its tally (tested apart).
+fn causes(verdict: &Verdict) -> String {
+    let message = verdict.event_message();
+    let (causes, tally) = Tally::split(&message);
+    assert!(
+        tally.is_some(),
+        "a binding's message ends with its tally: {message}"
+    );
+    causes.to_owned()
 }
 
 /// (what, the binding's conditions, its mode, the workloads' postures, the event message or
@@ -339,7 +350,7 @@ fn a_binding_is_compliant_when_ready_and_every_workload_it_selects_is_protected(
 }
 
 #[test]
-fn a_message_names_at_most_five_workloads_and_no_healthy_counts() {
+fn a_message_names_at_most_five_workloads_and_counts_them_all() {
     let b = web();
     let gap = |name: &str| {
         workload(
@@ -359,22 +370,57 @@ fn a_message_names_at_most_five_workloads_and_no_healthy_counts() {
          Deployment shop/a (Unprotected), Deployment shop/b (Unprotected), Deployment shop/c \
          (Unprotected), Deployment shop/d (Unprotected), Deployment shop/e (Unprotected) and 2 more"
     );
-    // Another protected workload changes nothing: the verdict is the same.
-    let protected = workload(
-        "h",
-        vec![intent("dnsManipulation", &b, Posture::Protected, &[])],
+    // Another protected workload changes the counts, not the causes.
+    let mut protected = intent("dnsManipulation", &b, Posture::Protected, &[]);
+    protected.engines = vec![EngineCoverage {
+        engine: "netpol".to_owned(),
+        state: EngineState::Enforcing,
+        objects: Vec::new(),
+    }];
+    let mut auditing = intent("escapeToHost", &b, Posture::Audited, &[]);
+    auditing.engines = vec![EngineCoverage {
+        engine: "kubearmor".to_owned(),
+        state: EngineState::Auditing,
+        objects: Vec::new(),
+    }];
+    let protected = workload("h", vec![protected, auditing]);
+    let mut both = workloads.clone();
+    both.push(protected.clone());
+    let tallied = |workloads: &[WorkloadPosture]| {
+        let binding = web();
+        let grouped = by_binding(workloads, &BTreeSet::from([&binding]));
+        let verdict = binding_verdict(
+            &binding,
+            observed(&ready("True", "Ready"), None),
+            &grouped[&binding],
+        );
+        let message = verdict.expect("known").event_message();
+        let (causes, tally) = Tally::split(&message);
+        (causes.to_owned(), tally.expect("a tally"))
+    };
+    let (broken, tally) = tallied(&both);
+    assert!(broken.ends_with("and 2 more"), "{broken}");
+    assert_eq!(
+        (
+            tally.workloads,
+            tally.engines.into_iter().collect::<Vec<_>>()
+        ),
+        (
+            Workloads {
+                protected: 1,
+                unprotected: 7,
+                ..Workloads::default()
+            },
+            vec!["kubearmor (auditing)".to_owned(), "netpol".to_owned()]
+        )
     );
-    let one = verdict_of(
-        &ready("True", "Ready"),
-        None,
-        std::slice::from_ref(&protected),
-    );
-    let two = verdict_of(
-        &ready("True", "Ready"),
-        None,
-        &[protected.clone(), protected],
-    );
+    let (one, tally) = tallied(std::slice::from_ref(&protected));
+    let (two, twice) = tallied(&[protected.clone(), protected]);
     assert_eq!(one, two);
+    assert_eq!(
+        (tally.workloads.protected, twice.workloads.protected),
+        (1, 2)
+    );
 }
 
 #[test]
@@ -431,7 +477,7 @@ fn an_audited_binding_says_what_enforcing_would_block() {
             preview: Some(preview),
             ..observed(&ok, mode)
         };
-        binding_verdict(&b, observed, &grouped[&b]).map(|v| v.event_message())
+        binding_verdict(&b, observed, &grouped[&b]).map(|v| causes(&v))
     };
     let blocking = BindingPreview {
         workloads: 1,

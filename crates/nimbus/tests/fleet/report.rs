@@ -31,8 +31,11 @@ fn nimbus(fleet: &Fleet, args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
-/// A template's row: `(policy, template, compliance, since, message)`.
-type Row = (String, String, String, String, String);
+/// A template's row: `(policy, template, compliance, workloads, engines, since, message)`,
+/// the workloads as `protected/audited/excepted/unprotected`.
+type Row = (String, String, String, String, String, String, String);
+/// The counts of a row's workloads, in [`Row`]'s order.
+const COUNTED: [&str; 4] = ["protected", "audited", "excepted", "unprotected"];
 /// Per cluster: its counts (`data-compliant`, `data-noncompliant`, `data-pending`) and rows.
 type Clusters = BTreeMap<String, ([usize; 3], Vec<Row>)>;
 /// Per cluster, per template name: its history, newest first, as OCM words it
@@ -51,10 +54,22 @@ fn from_status(rows: &[Value]) -> Clusters {
             .position(|s| *s == compliance)
             .expect("a known compliance");
         counts[at] += 1;
+        let workloads = match &r["workloads"] {
+            Value::Null => "-".to_owned(),
+            w => COUNTED.map(|c| w[c].to_string()).join("/"),
+        };
+        let engines = match r["engines"].as_array() {
+            None => "-".to_owned(),
+            Some(engines) => (engines.iter().filter_map(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
         rows.push((
             format!("{}/{}", text("policyNamespace"), text("policy")),
             format!("{}/{}", text("kind"), text("name")),
             compliance,
+            workloads,
+            engines,
             text("since"),
             text("message"),
         ));
@@ -83,6 +98,19 @@ fn text_after(html: &str, marker: &str) -> String {
     unescape(&html[start..end])
 }
 
+/// A row's workloads cell, as `protected/audited/excepted/unprotected` from its `data-`
+/// attributes, `-` when it has none.
+fn workloads(tr: &str) -> String {
+    let cell = &tr[tr.find("class=\"workloads\"").expect("workloads")..];
+    let cell = &cell[..cell.find('>').expect("tag end")];
+    match attr(cell, "data-protected") {
+        None => "-".to_owned(),
+        Some(_) => COUNTED
+            .map(|c| attr(cell, &format!("data-{c}")).expect(c).to_owned())
+            .join("/"),
+    }
+}
+
 /// What the browser shows, per cluster: counts, rows and histories (the template's name being
 /// what follows the kind in `data-template`).
 fn from_dom(dom: &str) -> (Clusters, Histories) {
@@ -105,6 +133,8 @@ fn from_dom(dom: &str) -> (Clusters, Histories) {
                     attr(tr, "data-compliance")
                         .expect("data-compliance")
                         .to_owned(),
+                    workloads(tr),
+                    text_after(tr, "class=\"engines\""),
                     text_after(tr, "class=\"since\""),
                     text_after(tr, "class=\"message\""),
                 ));

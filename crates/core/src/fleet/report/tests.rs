@@ -10,6 +10,12 @@ fn row(cluster: &str, policy: &str, kind: &str, name: &str, compliance: Standing
         name: name.into(),
         compliance,
         message: format!("{kind} {name} on {cluster}"),
+        workloads: kind.ends_with("Binding").then(|| Workloads {
+            protected: 2,
+            unprotected: u32::from(compliance == Standing::NonCompliant),
+            ..Workloads::default()
+        }),
+        engines: kind.ends_with("Binding").then(|| vec!["netpol".into()]),
         since: (compliance != Standing::Pending).then(|| "2026-11-29T10:00:00Z".into()),
     }
 }
@@ -151,6 +157,19 @@ fn each_cluster_shows_its_own_rows_and_counts() {
     assert!(html.contains(r#"<g class="cluster-bar" data-cluster="west">"#));
     assert!(html.contains(r#"<rect class="noncompliant" x="310.0" y="25" width="210.0""#));
     assert!(!html.contains("id=\"not-placed\""), "{html}");
+    // A binding's workloads and engines, as its newest report counted them; `-` for intents.
+    assert!(
+        html.contains(
+            "<td class=\"workloads\" data-protected=\"2\" data-audited=\"0\" \
+             data-excepted=\"0\" data-unprotected=\"1\">2 protected, 0 audited, 0 excepted, \
+             1 not protected</td><td class=\"engines\">netpol</td>"
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td class=\"workloads\">-</td><td class=\"engines\">-</td>"),
+        "{html}"
+    );
 }
 
 #[test]
@@ -163,6 +182,7 @@ fn what_the_cluster_says_is_escaped_and_nothing_is_fetched() {
         Standing::NonCompliant,
     );
     hostile.message = "UnsupportedIntent: <img src=\"http://198.51.100.1/x\"> & more".into();
+    hostile.engines = Some(vec!["<i>netpol</i>".into()]);
     let entries = [Entry {
         history: vec![Transition {
             compliance: Some(Standing::NonCompliant),
@@ -189,6 +209,7 @@ fn what_the_cluster_says_is_escaped_and_nothing_is_fetched() {
         "UnsupportedIntent: &lt;img src=&quot;http://198.51.100.1/x&quot;&gt; &amp; more",
         "Policy &lt;b&gt;policies/nimbus-shop&lt;/b&gt;",
         "&lt;i&gt;north&lt;/i&gt;",
+        "<td class=\"engines\">&lt;i&gt;netpol&lt;/i&gt;</td>",
     ] {
         assert!(html.contains(escaped), "{escaped} not in {html}");
     }

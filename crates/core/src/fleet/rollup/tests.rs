@@ -427,6 +427,12 @@ fn a_row_serializes_with_camel_case_fields() {
         name: "fleet-dns".into(),
         compliance: Standing::NonCompliant,
         message: "m".into(),
+        workloads: Some(Workloads {
+            protected: 1,
+            unprotected: 2,
+            ..Workloads::default()
+        }),
+        engines: Some(vec!["netpol".into()]),
         since: None,
     };
     assert_eq!(
@@ -434,7 +440,58 @@ fn a_row_serializes_with_camel_case_fields() {
         json!({
             "policyNamespace": "policies", "policy": "nimbus-shop", "cluster": "east",
             "kind": "SecurityIntent", "name": "fleet-dns", "compliance": "NonCompliant",
-            "message": "m", "since": null
+            "message": "m", "since": null,
+            "workloads": {"protected": 1, "audited": 0, "excepted": 0, "unprotected": 2},
+            "engines": ["netpol"]
         })
+    );
+}
+
+#[test]
+fn a_bindings_counts_and_engines_are_read_from_its_newest_report() {
+    let mut tally = Tally::default();
+    tally.workloads.protected = 3;
+    tally.workloads.audited = 1;
+    tally.engine("netpol", nimbus_api::posture::EngineState::Enforcing);
+    tally.engine("kubearmor", nimbus_api::posture::EngineState::Auditing);
+    let newest = format!("{BINDING_OK}{}", tally.suffix());
+    let history = [
+        ("2026-11-29T10:05:00Z", newest.as_str()),
+        ("2026-11-29T10:00:00Z", BINDING_BROKEN),
+    ];
+    let roots = [root("policies", "nimbus-shop", &[("east", "")])];
+    let details = vec![
+        detail("shop-hardening", &history),
+        detail("fleet-dns", &[("2026-11-29T10:00:02Z", INTENT_OK)]),
+    ];
+    let copies = [replicated("policies.nimbus-shop", "east", details)];
+    let rows = rollup(&roots, &copies);
+    let shown: Vec<_> = (rows.iter())
+        .map(|r| {
+            (
+                r.name.as_str(),
+                r.message.as_str(),
+                r.workloads,
+                r.engines.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                "fleet-dns",
+                "SecurityIntent fleet-dns (dnsManipulation) is Ready",
+                None,
+                None
+            ),
+            (
+                "shop-hardening",
+                "ClusterSecurityIntentBinding shop-hardening is Ready; every workload it \
+                 selects is protected",
+                Some(tally.workloads),
+                Some(vec!["kubearmor (auditing)".to_owned(), "netpol".to_owned()])
+            ),
+        ]
     );
 }

@@ -221,3 +221,54 @@ fn a_verdict_the_hub_lost_is_reported_again_at_most_every_repeat() {
         Step::At(at(confirm + 2000))
     );
 }
+
+#[test]
+fn a_change_of_counts_alone_is_reported_at_most_every_recount() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let settle = Duration::from_millis(2000);
+    let recount = u64::try_from(RECOUNT.as_millis()).expect("minutes");
+    let message = |protected: u32, unprotected: u32| {
+        let mut tally = Tally::default();
+        tally.workloads.protected = protected;
+        tally.workloads.unprotected = unprotected;
+        let compliance = if unprotected == 0 {
+            "Compliant; web is Ready"
+        } else {
+            "NonCompliant; web: not protected: Pod shop/api"
+        };
+        format!("{compliance}{}", tally.suffix())
+    };
+    let mut reporting = Reporting::default();
+    let one = message(1, 0);
+    reporting.reported(one.clone(), "p.1".to_owned(), at(0));
+    let shown = hub(&[("p.1", &one)]);
+    // A second protected workload: the verdict holds, the count waits for RECOUNT.
+    let two = message(2, 0);
+    assert_eq!(
+        reporting.step(&shown, Some(&two), at(10_000), settle),
+        Step::At(at(recount))
+    );
+    assert_eq!(
+        reporting.step(&shown, Some(&two), at(recount), settle),
+        Step::Report(two.clone())
+    );
+    reporting.reported(two.clone(), "p.2".to_owned(), at(recount));
+    let shown = hub(&[("p.2", &two), ("p.1", &one)]);
+    // A change of verdict does not wait: it is reported once it has settled.
+    let broken = message(1, 1);
+    assert_eq!(
+        reporting.step(&shown, Some(&broken), at(recount + 1000), settle),
+        Step::At(at(recount + 3000))
+    );
+    assert_eq!(
+        reporting.step(&shown, Some(&broken), at(recount + 3000), settle),
+        Step::Report(broken)
+    );
+    // Nothing reported by this leader yet: the counts the history holds are corrected once
+    // they have settled.
+    assert_eq!(
+        Reporting::default().step(&shown, Some(&message(3, 0)), at(0), Duration::ZERO),
+        Step::Report(message(3, 0))
+    );
+}
