@@ -67,7 +67,7 @@ impl ReportFormat {
 
 /// One result, as written (`timestamp` apart: it says when the result was first found, so it
 /// is carried over while the result stays the same).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ReportResult {
     pub source: String,
     /// The SecurityIntent (its ID when it no longer exists).
@@ -263,16 +263,28 @@ fn properties(intent: &IntentCoverage) -> BTreeMap<String, String> {
     properties
 }
 
-/// What a stored report holds, as far as [`up_to_date`] compares.
-#[derive(Deserialize, Debug, Default, PartialEq)]
-struct Stored {
+/// What the writer keeps of one of its stored reports, from [`condense`].
+#[derive(Serialize, Deserialize, Debug, Default, PartialEq)]
+struct Condensed {
+    /// The UIDs of its owners.
+    #[serde(default)]
+    owners: Vec<String>,
     #[serde(default)]
     scope: Value,
     #[serde(default)]
-    results: Vec<StoredResult>,
+    results: Vec<CondensedResult>,
 }
 
-#[derive(Deserialize, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct CondensedResult {
+    /// Of what [`up_to_date`] compares ([`digest`]).
+    digest: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timestamp: Option<Value>,
+}
+
+/// A stored result as the API server serves it.
+#[derive(Deserialize)]
 struct StoredResult {
     #[serde(flatten)]
     result: ReportResult,
@@ -280,38 +292,71 @@ struct StoredResult {
     timestamp: Option<Value>,
 }
 
-fn stored(existing: &Value) -> Stored {
+/// A result's digest: equal digests, equal results (the writer compares results by it).
+fn digest(result: &ReportResult) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(result)
+}
+
+/// What the writer keeps of a stored report (`report`, the whole object as JSON): its owners'
+/// UIDs, its scope, and of each result its digest and timestamp. Reports are one per workload an
+/// intent selects, and a result's properties name objects and reasons: kept whole, they cost
+/// several kilobytes each; this, some hundred bytes. [`up_to_date`] and [`report_object`] read
+/// it.
+pub fn condense(report: &Value) -> Value {
+    #[derive(Deserialize, Default)]
+    struct Whole {
+        #[serde(default)]
+        scope: Value,
+        #[serde(default)]
+        results: Vec<StoredResult>,
+    }
+    let whole: Whole = serde_json::from_value(report.clone()).unwrap_or_default();
+    let owners = report["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten();
+    let condensed = Condensed {
+        owners: owners
+            .filter_map(|o| o["uid"].as_str().map(str::to_owned))
+            .collect(),
+        scope: whole.scope,
+        results: (whole.results.into_iter())
+            .map(|r| CondensedResult {
+                digest: digest(&r.result),
+                timestamp: r.timestamp,
+            })
+            .collect(),
+    };
+    serde_json::to_value(condensed).unwrap_or_default()
+}
+
+fn condensed(existing: &Value) -> Condensed {
     serde_json::from_value(existing.clone()).unwrap_or_default()
 }
 
-/// Whether the stored report already says what `desired` says (timestamps apart), so that
-/// nothing is written at steady state.
+/// Whether the stored report (`existing`, as [`condense`] keeps it) already says what `desired`
+/// says (timestamps apart), so that nothing is written at steady state.
 pub fn up_to_date(desired: &DesiredReport, existing: &Value) -> bool {
-    let stored = stored(existing);
-    let owners_match = desired.owner.as_ref().is_none_or(|owner| {
-        existing["metadata"]["ownerReferences"]
-            .as_array()
-            .is_some_and(|o| o.iter().any(|r| r["uid"] == owner.uid.as_str()))
-    });
+    let stored = condensed(existing);
+    let owners_match =
+        (desired.owner.as_ref()).is_none_or(|owner| stored.owners.contains(&owner.uid));
     owners_match
         && stored.scope == desired.scope
         && stored.results.len() == desired.results.len()
-        && stored
-            .results
-            .iter()
-            .zip(&desired.results)
-            .all(|(s, d)| s.result == *d)
+        && (stored.results.iter().zip(&desired.results)).all(|(s, d)| s.digest == digest(d))
 }
 
 /// The whole report object to apply as `kind`: each result keeps the timestamp of the same
-/// result in `existing`, and a new or changed one is stamped `now` (Unix seconds).
+/// result in `existing` (as [`condense`] keeps it), and a new or changed one is stamped `now`
+/// (Unix seconds).
 pub fn report_object(
     desired: &DesiredReport,
     kind: &NativeKind,
     existing: Option<&Value>,
     now: i64,
 ) -> Value {
-    let before = existing.map(stored).unwrap_or_default();
+    let before = existing.map(condensed).unwrap_or_default();
     let mut summary: BTreeMap<&str, u32> = ["pass", "fail", "warn", "error", "skip"]
         .into_iter()
         .map(|r| (r, 0))
@@ -323,10 +368,9 @@ pub fn report_object(
             if let Some(count) = summary.get_mut(r.result.as_str()) {
                 *count += 1;
             }
-            let timestamp = before
-                .results
-                .iter()
-                .find(|s| s.result == *r)
+            let digest = digest(r);
+            let timestamp = (before.results.iter())
+                .find(|s| s.digest == digest)
                 .and_then(|s| s.timestamp.clone())
                 .unwrap_or_else(|| json!({"seconds": now, "nanos": 0}));
             let mut value = json!(r);
@@ -519,10 +563,17 @@ mod tests {
             &[("netpol", EngineState::Pending)],
         );
         let before = workload_report(&web(), &posture(vec![pass.clone(), fail])).expect("a report");
-        let stored = report_object(&before, &OPEN_REPORT, None, 100);
+        let written = report_object(&before, &OPEN_REPORT, None, 100);
+        assert_eq!(written["summary"]["pass"], 1);
+        assert_eq!(written["summary"]["fail"], 1);
+        // What the writer keeps of it once stored.
+        let stored = condense(&written);
         assert!(up_to_date(&before, &stored));
-        assert_eq!(stored["summary"]["pass"], 1);
-        assert_eq!(stored["summary"]["fail"], 1);
+        assert!(
+            serde_json::to_string(&stored).expect("JSON").len()
+                < serde_json::to_string(&written).expect("JSON").len() / 3,
+            "{stored}"
+        );
 
         let fixed = intent(
             "dnsManipulation",
@@ -551,6 +602,36 @@ mod tests {
             ]
         );
         assert_eq!(rewritten["summary"]["pass"], 2);
+    }
+
+    /// A stored report is up to date only with the same owner, scope and results.
+    #[test]
+    fn a_condensed_report_differs_by_owner_scope_and_results() {
+        let pass = intent(
+            "escapeToHost",
+            Verdict::Protected,
+            &[("kyverno", EngineState::Enforcing)],
+        );
+        let desired = workload_report(&web(), &posture(vec![pass])).expect("a report");
+        let written = report_object(&desired, &OPEN_REPORT, None, 100);
+        assert!(up_to_date(&desired, &condense(&written)));
+        let mut other_owner = written.clone();
+        other_owner["metadata"]["ownerReferences"][0]["uid"] = json!("d-2");
+        let mut other_scope = written.clone();
+        other_scope["scope"]["name"] = json!("api");
+        let mut other_result = written.clone();
+        other_result["results"][0]["properties"]["objects"] = json!("NetworkPolicy shop/x");
+        let mut no_results = written.clone();
+        no_results["results"] = json!([]);
+        for (what, stored) in [
+            ("another owner", other_owner),
+            ("another scope", other_scope),
+            ("another result", other_result),
+            ("no result", no_results),
+            ("not a report", json!({"spec": {}})),
+        ] {
+            assert!(!up_to_date(&desired, &condense(&stored)), "{what}");
+        }
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Writes the posture as policy reports ([`nimbus_core::reports`]): the leader, after each
 //! computation, applies only the reports whose results changed, and deletes ours that no
 //! workload calls for any more (or that are of a kind no longer written). Every replica watches
-//! our own reports, so the leader compares with what is stored without reading it, and
-//! compares again only the namespaces whose desired or stored reports changed.
+//! our own reports, keeping of each only digests of its results, so the leader compares with
+//! what is stored without reading it, and compares again only the namespaces whose desired or
+//! stored reports changed.
 
 use super::watches::{Watches, namespaces_of};
 use super::writes::{all_succeed, lock};
@@ -10,6 +11,7 @@ use crate::availability::{Served, when_served};
 use crate::cache::Cache;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -139,7 +141,7 @@ impl OwnReports {
                     .labels(&format!("{MANAGED_BY}={}", reports::MANAGER));
                 let mut cache: Cache<DynamicObject> =
                     Cache::with(Api::all_with(client.clone(), &resource), resource, config)
-                        .strip(|r| r.metadata.managed_fields = None);
+                        .strip(condense);
                 // Once listed, the kind's reports can be written.
                 let listed = cache.synced_flag();
                 watches.on_list(&listed);
@@ -213,6 +215,18 @@ impl OwnReports {
         }
         written
     }
+}
+
+/// Keeps of one of our reports what the writer compares (`reports::condense`): its name and
+/// namespace, owners, scope and each result's digest and timestamp.
+fn condense(report: &mut DynamicObject) {
+    let whole = serde_json::to_value(&*report).unwrap_or_default();
+    report.data = reports::condense(&whole);
+    report.metadata = ObjectMeta {
+        name: report.metadata.name.take(),
+        namespace: report.metadata.namespace.take(),
+        ..ObjectMeta::default()
+    };
 }
 
 fn now() -> i64 {
