@@ -416,9 +416,11 @@ pub struct FrameworkCoverage {
 #[serde(rename_all = "camelCase")]
 pub struct ControlCoverage {
     /// The control's ID in its framework, e.g. `T1611`, `5.2.2`, `C-0057`, `FGT1611`.
-    pub id: String,
+    /// Borrowed from the catalog when computed (every namespace's posture lists every control
+    /// of every framework: owned copies would cost kilobytes per namespace).
+    pub id: Cow<'static, str>,
     /// Its name in the framework.
-    pub name: String,
+    pub name: Cow<'static, str>,
     /// Workloads where an intent addressing it is enforced by an engine whose enforcement of
     /// that intent the efficacy tests prove.
     pub proven: u32,
@@ -431,7 +433,7 @@ pub struct ControlCoverage {
     pub not_covered: u32,
     /// The efficacy matrices behind `proven` (the book's "What enforcement is proven", docs/src/proofs.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub proofs: Vec<String>,
+    pub proofs: Vec<Cow<'static, str>>,
 }
 
 /// The kinds of the posture API, described once for discovery, OpenAPI and clients.

@@ -1354,7 +1354,9 @@ async fn a_bundle_covers_its_frameworks_controls_on_the_selected_workloads() {
         .expect("5.2.2")
         .proofs;
     assert!(
-        proofs.contains(&"kyverno-escapeToHost-restricted".to_owned()),
+        proofs
+            .iter()
+            .any(|p| p == "kyverno-escapeToHost-restricted"),
         "{proofs:?}"
     );
     // 10 controls on 2 workloads: 9 covered on web (8 proven), none on other.
@@ -1501,7 +1503,7 @@ async fn the_html_report_shows_the_posture_apis_numbers_in_a_browser() {
             .iter()
             .map(|c| {
                 (
-                    c.id.clone(),
+                    c.id.to_string(),
                     [c.proven, c.unproven, c.audited, c.not_covered],
                     format!(
                         "{} proven, {} unproven, {} audited, {} not covered",

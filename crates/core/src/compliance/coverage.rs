@@ -261,8 +261,8 @@ pub fn coverage(workloads: &[&WorkloadPosture]) -> Vec<FrameworkCoverage> {
                 .into_iter()
                 .map(|c| {
                     let mut out = ControlCoverage {
-                        id: c.id.to_owned(),
-                        name: c.name.to_owned(),
+                        id: c.id.into(),
+                        name: c.name.into(),
                         proven: 0,
                         unproven: 0,
                         audited: 0,
@@ -277,7 +277,7 @@ pub fn coverage(workloads: &[&WorkloadPosture]) -> Vec<FrameworkCoverage> {
                             Status::Audited => out.audited += 1,
                             Status::NotCovered => out.not_covered += 1,
                         }
-                        out.proofs.extend(proofs.into_iter().map(str::to_owned));
+                        out.proofs.extend(proofs.into_iter().map(Into::into));
                     }
                     out.proofs.sort_unstable();
                     out.proofs.dedup();

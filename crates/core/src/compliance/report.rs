@@ -207,7 +207,7 @@ fn proofs_section(out: &mut String, coverage: &[FrameworkCoverage]) {
     let used: BTreeSet<&str> = coverage
         .iter()
         .flat_map(|f| &f.controls)
-        .flat_map(|c| c.proofs.iter().map(String::as_str))
+        .flat_map(|c| c.proofs.iter().map(|p| &**p))
         .collect();
     out.push_str(
         "<section id=\"proofs\"><h2>The proof behind \"proven\"</h2>\n<p>Each is an efficacy \
@@ -276,7 +276,7 @@ pub fn oscal(input: &Input) -> Value {
                 .parse::<Framework>()
                 .ok()
                 .and_then(|fw| control(fw, &c.id))
-                .map_or(c.name.as_str(), |c| c.name);
+                .map_or(&*c.name, |c| c.name);
             selected.push(json!({"control-id": token}));
             let mut props = vec![
                 json!({"name": "framework", "ns": "https://nimbus.security/ns/oscal", "value": f.framework}),
