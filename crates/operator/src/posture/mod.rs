@@ -59,6 +59,10 @@ pub async fn start(
     let postures = Arc::new(Postures::new());
     let computing = compute::run(ctx, workloads, watches, postures.clone());
     tokio::spawn(until(shutdown.clone(), computing));
+    let expiring = postures.clone();
+    tokio::spawn(until(shutdown.clone(), async move {
+        expiring.expire_history().await
+    }));
     let front_proxy = front_proxy(client.clone(), shutdown.clone());
     let tls = tls::follow(config.certificate.clone(), front_proxy);
     let server = Arc::new(server::Server {

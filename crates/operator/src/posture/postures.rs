@@ -1,6 +1,6 @@
 //! The computed posture objects, which the server reads and the computation writes.
 
-use super::store::{Clock, Store};
+use super::store::{Clock, FRESH, Store};
 use nimbus_api::posture::{NamespacePosture, WorkloadPosture};
 use tokio::sync::watch;
 
@@ -27,5 +27,17 @@ impl Postures {
 
     pub(super) fn is_ready(&self) -> bool {
         *self.ready.borrow()
+    }
+
+    /// Lets go of the changes no longer fresh, every [`FRESH`] / 3: at rest, the stores hold
+    /// their objects alone.
+    pub(super) async fn expire_history(&self) {
+        let mut every = tokio::time::interval(FRESH / 3);
+        loop {
+            every.tick().await;
+            let now = std::time::Instant::now();
+            self.workloads.expire(now);
+            self.namespaces.expire(now);
+        }
     }
 }

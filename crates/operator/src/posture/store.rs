@@ -12,12 +12,17 @@ use serde_json::value::RawValue;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Instant;
 use tokio::sync::broadcast;
 
 /// How many changes a watch can resume across. A live watch needs none (it streams); only a
 /// list-then-watch gap or a reconnect does, and beyond this the client relists (410), as with
 /// kube-apiserver's watch cache. Each kept change holds its object's old and new versions.
 const HISTORY: usize = 1_000;
+/// How long a change is kept for a watch to resume across, at most: kube-apiserver's watch
+/// cache sizes its history to about this (`eventFreshDuration`). Beyond it the versions a
+/// change holds are let go ([`Store::expire`]), so that a store at rest holds its objects alone.
+pub const FRESH: std::time::Duration = std::time::Duration::from_secs(75);
 
 /// Versions shared by every kind's store (one version order per replica).
 #[derive(Clone)]
@@ -156,11 +161,23 @@ pub struct Store<T> {
 
 struct Inner<T> {
     objects: BTreeMap<Key, Stored<T>>,
-    /// The changes after version `replayable_from`, oldest first.
-    history: VecDeque<Event<T>>,
+    /// The changes after version `replayable_from`, oldest first, with when they were made.
+    history: VecDeque<(Instant, Event<T>)>,
     replayable_from: u64,
     /// The version of the current contents.
     version: u64,
+}
+
+impl<T> Inner<T> {
+    /// Drops the oldest changes while `stale(how many are kept, when the oldest was made)`.
+    fn forget(&mut self, stale: impl Fn(usize, Instant) -> bool) {
+        while let Some((at, _)) = self.history.front()
+            && stale(self.history.len(), *at)
+            && let Some((_, dropped)) = self.history.pop_front()
+        {
+            self.replayable_from = dropped.version;
+        }
+    }
 }
 
 /// The changes a watch replays, and the channel of the later ones.
@@ -254,16 +271,20 @@ impl<T: Printed + Clone + PartialEq + Send + Sync + 'static> Store<T> {
         if let Some(last) = events.last() {
             inner.version = last.version;
         }
+        let now = Instant::now();
         for event in events {
             // Sent under the lock: a watch that subscribes under it sees each change once.
             let _ = self.changes.send(event.clone());
-            inner.history.push_back(event);
-            if inner.history.len() > HISTORY
-                && let Some(dropped) = inner.history.pop_front()
-            {
-                inner.replayable_from = dropped.version;
-            }
+            inner.history.push_back((now, event));
         }
+        inner.forget(|kept, at| kept > HISTORY || at + FRESH <= now);
+    }
+
+    /// Lets go of the changes made [`FRESH`] or longer before `now`: a watch from before them
+    /// is answered 410 (Gone), and its client relists.
+    pub fn expire(&self, now: Instant) {
+        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        inner.forget(|_, at| at + FRESH <= now);
     }
 
     /// The current objects (in key order) and their version.
@@ -295,9 +316,8 @@ impl<T: Printed + Clone + PartialEq + Send + Sync + 'static> Store<T> {
             Some(v) if v < inner.replayable_from || v > self.clock.now() => {
                 return Err(Gone { version: v });
             }
-            Some(v) => inner
-                .history
-                .iter()
+            Some(v) => (inner.history.iter())
+                .map(|(_, e)| e)
                 .filter(|e| e.version > v)
                 .cloned()
                 .collect(),
@@ -475,6 +495,35 @@ mod tests {
                 "a's row: {assembled}"
             );
         }
+    }
+
+    #[test]
+    fn changes_are_kept_until_they_are_no_longer_fresh() {
+        let store = Store::<NamespacePosture>::new(Clock::starting_now());
+        let before = store.version();
+        store.replace([posture("a", Verdict::Protected)]);
+        let first = Arc::downgrade(&store.list().1[0].object);
+        store.replace([posture("a", Verdict::Unprotected)]);
+        let now = store.version();
+        let replayed = |from| store.watch(Some(from)).map(|(backlog, _)| backlog.len());
+        assert_eq!(replayed(before).ok(), Some(2));
+        store.expire(Instant::now() + FRESH / 2);
+        assert_eq!(replayed(before).ok(), Some(2), "fresh");
+        store.expire(Instant::now() + FRESH);
+        // The old versions are let go: a watch from before them relists; one from the current
+        // version (a list's) resumes.
+        assert!(replayed(before).is_err(), "expired");
+        assert_eq!(replayed(now).ok(), Some(0));
+        assert_eq!(store.list().1.len(), 1);
+        assert!(first.upgrade().is_none(), "the first version is still held");
+        // And no more than HISTORY of them, fresh or not.
+        let from = store.version();
+        for i in 0..=HISTORY {
+            let verdict = [Verdict::Protected, Verdict::Unprotected][i % 2];
+            store.replace([posture("a", verdict)]);
+        }
+        assert!(replayed(from).is_err(), "more than HISTORY changes kept");
+        assert_eq!(replayed(from + 1).ok(), Some(HISTORY));
     }
 
     #[test]
