@@ -107,20 +107,16 @@ impl Tally {
     fn parse(text: &str) -> Option<Tally> {
         let (counts, engines) = text.split_once(ENGINES)?;
         let parts: Vec<&str> = counts.split(", ").collect();
-        if parts.len() != COUNTED.len() {
-            return None;
-        }
-        let numbers = (parts.iter().zip(COUNTED))
-            .map(|(part, label)| part.strip_suffix(label)?.trim_end().parse().ok())
-            .collect::<Option<Vec<u32>>>()?;
-        let [protected, audited, excepted, unprotected] = numbers[..] else {
+        let [protected, audited, excepted, unprotected] = parts[..] else {
             return None;
         };
+        let count = |part: &str, label: &str| part.strip_suffix(label)?.trim_end().parse().ok();
+        let [p, a, e, u] = COUNTED;
         let workloads = Workloads {
-            protected,
-            audited,
-            excepted,
-            unprotected,
+            protected: count(protected, p)?,
+            audited: count(audited, a)?,
+            excepted: count(excepted, e)?,
+            unprotected: count(unprotected, u)?,
         };
         let engines = match engines.trim() {
             NO_ENGINE => BTreeSet::new(),
