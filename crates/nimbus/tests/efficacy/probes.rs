@@ -381,12 +381,10 @@ async fn a_deleted_admission_policy_binding_is_repaired_before_a_probe_can_judge
         deleted_at.elapsed()
     );
     let not_live_seen = not_live_seen.into_inner().expect("lock");
+    // The proof is that no probe judged the deletion, not how fast this loop saw the repair:
+    // on a loaded machine its own requests take seconds (a clean `make test` once saw 5.4 s).
     assert!(
         not_live_seen.is_empty(),
         "a probe judged the binding's deletion before the repair: {not_live_seen:?}"
-    );
-    assert!(
-        repaired < PERIOD,
-        "the repair took longer than a probe period: {repaired:?}"
     );
 }
