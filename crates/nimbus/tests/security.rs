@@ -985,10 +985,18 @@ async fn the_virtual_patch_database_is_the_only_config_map_the_operator_reads() 
     let operator = impersonating(user, &["system:serviceaccounts"]);
     let config_maps: Api<ConfigMap> = Api::namespaced(operator.clone(), "kube-public");
     let by_name = ListParams::default().fields("metadata.name=nimbus-virtual-patches");
-    config_maps
-        .list(&by_name)
-        .await
-        .expect("listing the database by name");
+    // kube-apiserver's RBAC authorizer learns of the new Role from its own watch: allowed once
+    // it has (a clean `make test` on a loaded machine once listed before it had).
+    eventually(
+        "the operator to list the database by name",
+        CONVERGE,
+        async |seen| {
+            let listed = config_maps.list(&by_name).await;
+            *seen = format!("{listed:?}");
+            listed.ok().map(|_| ())
+        },
+    )
+    .await;
     let _events = config_maps
         .watch(
             &kube::api::WatchParams::default().fields("metadata.name=nimbus-virtual-patches"),
