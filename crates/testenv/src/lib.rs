@@ -63,7 +63,7 @@ mod workdir;
 
 pub use aggregation::LocalApiService;
 pub use certs::{Ca, ServingCert, certificate_der, serving_cert};
-pub use child::Child;
+pub use child::{Child, Supervised};
 pub use control_plane::{ControlPlane, Options, create_fake_node};
 pub use error::Error;
 pub use manifests::{apply_yaml, wait_crds_established};

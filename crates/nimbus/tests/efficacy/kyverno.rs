@@ -21,7 +21,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use nimbus_api::{ClusterSecurityIntentBinding, SecurityIntentBinding};
 use nimbus_core::engines::{self, KyvernoApi, KyvernoKinds};
 use nimbus_testenv::{
-    Child, ControlPlane, Options, TestNamespace, apply_yaml, eventually, free_port,
+    Child, ControlPlane, Options, Supervised, TestNamespace, apply_yaml, eventually, free_port,
 };
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap};
@@ -73,20 +73,40 @@ pub(crate) struct Kyverno {
         Vec<(&'static str, &'static str)>,
         PathBuf,
     ),
-    _background: Child,
-    _reports: Child,
+    background: Child,
+    reports: Child,
+}
+
+/// A [`Kyverno`] that every test of the process shares: its controllers are started again when
+/// they exit, as their Deployments' pods would be (Kyverno exits on purpose, e.g. when it
+/// regains a lease lost under load and its informers do not sync in time).
+struct Shared {
+    control_plane: ControlPlane,
+    controllers: [Supervised; 3],
+}
+
+fn shared(api: KyvernoApi) -> &'static OnceLock<Shared> {
+    static LEGACY: OnceLock<Shared> = OnceLock::new();
+    static CEL: OnceLock<Shared> = OnceLock::new();
+    match api {
+        KyvernoApi::Legacy => &LEGACY,
+        KyvernoApi::Cel => &CEL,
+    }
+}
+
+/// How many times the shared Kyverno of `api` was started again. Kyverno's webhooks answer
+/// before its policies are loaded again (its readiness checks only its certificates), so what it
+/// answered around a restart is no verdict.
+pub(crate) fn restarts(api: KyvernoApi) -> u64 {
+    shared(api).get().map_or(0, |shared| {
+        shared.controllers.iter().map(Supervised::restarts).sum()
+    })
 }
 
 /// The control plane with Kyverno and the operator running on it, writing Kyverno policies in
 /// `api` (each started once per process).
 pub(crate) fn cluster(api: KyvernoApi) -> &'static ControlPlane {
-    static LEGACY: OnceLock<Kyverno> = OnceLock::new();
-    static CEL: OnceLock<Kyverno> = OnceLock::new();
-    let once = match api {
-        KyvernoApi::Legacy => &LEGACY,
-        KyvernoApi::Cel => &CEL,
-    };
-    let kyverno = once.get_or_init(|| {
+    let kyverno = shared(api).get_or_init(|| {
         std::thread::spawn(move || {
             let kyverno = tokio::runtime::Runtime::new()
                 .expect("runtime")
@@ -101,7 +121,14 @@ pub(crate) fn cluster(api: KyvernoApi) -> &'static ControlPlane {
                 kinds,
                 CancellationToken::new(),
             ));
-            kyverno
+            Shared {
+                control_plane: kyverno.control_plane,
+                controllers: [
+                    kyverno.admission.supervise(),
+                    kyverno.background.supervise(),
+                    kyverno.reports.supervise(),
+                ],
+            }
         })
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -139,7 +166,10 @@ pub(crate) async fn stack() -> Kyverno {
             format!("--kubeconfig={}", kubeconfig.display()),
             "--disableMetrics=true".into(),
             "--otelConfig=grpc".into(),
-            "--leaderElectionRetryPeriod=1s".into(),
+            // Renewing a lease may take 5 retry periods: on two loaded cores 5 s (1 s periods)
+            // was once too short, and Kyverno exits when it leads again and its informers do not
+            // sync in time (cmd/kyverno/main.go). Kubernetes' own components allow 10 s.
+            "--leaderElectionRetryPeriod=3s".into(),
             "--loggingFormat=text".into(),
             "--autoMemLimitEnabled=false".into(),
             // What SecurityIntentExceptions become (tests/efficacy/exceptions.rs), in the
@@ -253,8 +283,8 @@ pub(crate) async fn stack() -> Kyverno {
         control_plane,
         admission,
         admission_command,
-        _background: background,
-        _reports: reports,
+        background,
+        reports,
     }
 }
 
@@ -276,6 +306,32 @@ fn spawn_admission(
 ) -> Child {
     let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, OsStr::new(*v))).collect();
     Child::spawn("kyverno", binary, args, &env, dir).expect("starting Kyverno")
+}
+
+/// Whether an API server's refusal says Kyverno's webhook did not answer (`Some` of the message),
+/// rather than what Kyverno decided: a shared Kyverno being started again by its supervisor.
+pub(crate) fn unreachable(message: &str) -> Option<String> {
+    message
+        .contains("failed calling webhook")
+        .then(|| message.to_owned())
+}
+
+/// `request`'s answer once a webhook answered it: sent again, for as long as Kyverno may take
+/// to start, while it returns `Err` (the webhook unreachable).
+pub(crate) async fn answered<T, F>(mut request: impl FnMut() -> F) -> T
+where
+    F: Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + KYVERNO_START;
+    loop {
+        match request().await {
+            Ok(answer) => return answer,
+            Err(unreachable) if tokio::time::Instant::now() >= deadline => {
+                panic!("Kyverno's webhooks did not answer in {KYVERNO_START:?}: {unreachable}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
 }
 
 /// Runs the operator on `control_plane`, writing Kyverno policies in `kinds`, in a thread of its
@@ -559,10 +615,18 @@ async fn try_create_pod(
         dry_run,
         ..Default::default()
     };
-    match Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&params, &pod)
-        .await
-    {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let created = answered(|| async {
+        match pods.create(&params, &pod).await {
+            Err(kube::Error::Api(e)) => match unreachable(&e.message) {
+                Some(unreachable) => Err(unreachable),
+                None => Ok(Err(kube::Error::Api(e))),
+            },
+            other => Ok(other),
+        }
+    })
+    .await;
+    match created {
         Ok(pod) => Ok(pod),
         Err(kube::Error::Api(e)) if e.message.contains("blocked due to the following policies") => {
             let reason = e
