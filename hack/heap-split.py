@@ -17,6 +17,7 @@ import sys
 CATEGORIES = [
     ("DynamicObjects' fields, cached (our policy reports among them)", lambda s: "clone@dynamic.rs" in s and "apply_watcher_event" in s),
     ("NimbusPolicies' fields, cached", lambda s: "clone@policy.rs" in s and "apply_watcher_event" in s),
+    ("pods, in the posture's own store", lambda s: "pod_store.rs" in s),
     ("pods' fields, cached (PodFacts)", lambda s: "pods.rs" in s and ("apply_watcher_event" in s or "deserialize" in s)),
     ("ReplicaSets' and Jobs' metadata, cached", lambda s: "metadata.rs" in s and "apply_watcher_event" in s),
     ("cache indexes (pods by namespace, natives by owner)", lambda s: "set@cache.rs" in s or ("touched" in s and "cache.rs" in s and "notes.rs" not in s)),

@@ -8,7 +8,7 @@ use super::reports::OwnReports;
 use super::watches::{Watches, namespaces_of, signal};
 use super::{Postures, fleet, lock, previews};
 use crate::availability::{self, Served};
-use crate::cache::{Cache, Index};
+use crate::cache::Cache;
 use crate::context::Context;
 use crate::metrics::ComputeLabels;
 use futures::{FutureExt, StreamExt};
@@ -43,11 +43,13 @@ mod caches;
 mod coverage;
 mod driver;
 mod gauges;
+mod pod_store;
 mod pods;
 use caches::{metadata_cache, strip_network_policy, strip_report, strip_service};
 use coverage::{controlling_binding, policy_coverage};
 pub use driver::run;
 use gauges::export_counts;
+use pod_store::PodStore;
 use pods::PodFacts;
 
 /// Changes arriving within this window are computed together.
@@ -56,9 +58,7 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// Pods (metadata, IP and container ports), ReplicaSets and Jobs (metadata only), Services,
 /// NetworkPolicies and Kyverno's PolicyReports.
 pub struct Workloads {
-    pods: Store<PodFacts>,
-    /// Where the pods of each namespace are: a namespace's pods are found without a scan.
-    pods_by_namespace: Index,
+    pods: PodStore,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
     jobs: Store<PartialObjectMeta<Job>>,
     services: Store<Service>,
@@ -103,8 +103,7 @@ impl Workloads {
     /// The watches, Kyverno's reports among them when `kyverno` (the engine is enabled), and
     /// ours of the kinds `reports` may write.
     pub fn watch(client: &Client, kyverno: bool, reports: ReportFormat) -> (Self, Watches) {
-        let mut pods = Cache::new(Api::<PodFacts>::all(client.clone()));
-        let pods_by_namespace = pods.index_by(|pod| pod.metadata.namespace.clone());
+        let (pods, pod_watch) = PodStore::watch(Api::<PodFacts>::all(client.clone()));
         let mut replica_sets = metadata_cache::<ReplicaSet>(client);
         let mut jobs = metadata_cache::<Job>(client);
         let mut services = Cache::new(Api::<Service>::all(client.clone())).strip(strip_service);
@@ -116,12 +115,15 @@ impl Workloads {
                 signal(network_policies.subscribe()),
             ],
             namespaced: vec![
-                namespaces_of(pods.subscribe()),
+                pod_watch.changed.boxed(),
                 namespaces_of(replica_sets.subscribe()),
                 namespaces_of(jobs.subscribe()),
             ],
             synced: futures::future::join5(
-                pods.synced(),
+                async move {
+                    let mut synced = pod_watch.synced;
+                    let _ = synced.wait_for(|synced| *synced).await;
+                },
                 replica_sets.synced(),
                 jobs.synced(),
                 services.synced(),
@@ -130,7 +132,7 @@ impl Workloads {
             .map(drop)
             .boxed(),
             drivers: vec![
-                pods.driver(),
+                pod_watch.driver,
                 replica_sets.driver(),
                 jobs.driver(),
                 services.driver(),
@@ -152,8 +154,7 @@ impl Workloads {
         let kyverno_reports = kyverno.then(|| KyvernoReports::watch(client, &served, &mut watches));
         let own_reports = OwnReports::watch(client, reports, &served, &mut watches);
         let workloads = Self {
-            pods: pods.store,
-            pods_by_namespace,
+            pods,
             replica_sets: replica_sets.store,
             jobs: jobs.store,
             services: services.store,
@@ -186,18 +187,7 @@ impl Workloads {
 
     /// The pods of `namespaces`, or every pod.
     fn pods(&self, namespaces: Option<&BTreeSet<String>>) -> Vec<core::Pod> {
-        let pods = match namespaces {
-            None => self.pods.state(),
-            Some(namespaces) => namespaces
-                .iter()
-                .flat_map(|ns| self.pods_by_namespace.get(ns))
-                .filter_map(|(ns, name)| {
-                    self.pods
-                        .get(&ObjectRef::new(&name).within(ns.as_deref().unwrap_or_default()))
-                })
-                .collect(),
-        };
-        pods.iter().map(|pod| pod.to_core()).collect()
+        self.pods.pods(namespaces)
     }
 
     fn services(&self) -> Vec<preview::Service> {

@@ -1,7 +1,7 @@
-//! What the posture keeps of a pod. The watch deserializes the API server's JSON straight into
-//! the few fields a decision reads, so neither a list nor the cache ever holds a whole `Pod`:
-//! its spec and status alone are structs of dozens of fields, each container's too, and the
-//! pods are the largest cache at scale (a 50,000-pod cluster holds 50,000 of them).
+//! What the posture reads of a pod. The watch deserializes the API server's JSON straight into
+//! the few fields a decision reads, so no list or watch event ever holds a whole `Pod`: its spec
+//! and status alone are structs of dozens of fields, each container's too. The store keeps them
+//! more compactly still (`pod_store.rs`).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use nimbus_core::posture as core;
@@ -42,23 +42,6 @@ impl k8s_openapi::Metadata for PodFacts {
 
     fn metadata_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
-    }
-}
-
-impl PodFacts {
-    /// The pod in the core's terms.
-    pub fn to_core(&self) -> core::Pod {
-        let meta = &self.metadata;
-        core::Pod {
-            namespace: meta.namespace.clone().unwrap_or_default(),
-            name: meta.name.clone().unwrap_or_default(),
-            uid: meta.uid.clone().unwrap_or_default(),
-            labels: self.labels.iter().cloned().collect(),
-            created: meta.creation_timestamp.clone(),
-            controller: meta.owner_references.iter().flatten().next().cloned(),
-            ip: self.ip,
-            ports: self.ports.clone(),
-        }
     }
 }
 
@@ -187,23 +170,25 @@ mod tests {
         assert_eq!(meta.resource_version.as_deref(), Some("42"));
         assert_eq!(meta.annotations, None);
         assert_eq!(meta.managed_fields, None);
-        let core = pod.to_core();
         assert_eq!(
             (
-                core.namespace.as_str(),
-                core.name.as_str(),
-                core.uid.as_str()
+                meta.namespace.as_deref(),
+                meta.name.as_deref(),
+                meta.uid.as_deref()
             ),
-            ("shop", "web-1", "u-1")
+            (Some("shop"), Some("web-1"), Some("u-1"))
         );
-        assert_eq!(core.labels, BTreeMap::from([("app".into(), "web".into())]));
+        assert_eq!(*pod.labels, [("app".to_owned(), "web".to_owned())]);
+        let owners: Vec<&str> = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|owner| owner.name.as_str())
+            .collect();
+        assert_eq!(owners, ["web-abc"], "the controller alone");
+        assert_eq!(pod.ip, Some("10.0.0.7".parse().expect("an IP")));
         assert_eq!(
-            core.controller.map(|owner| owner.name),
-            Some("web-abc".to_owned())
-        );
-        assert_eq!(core.ip, Some("10.0.0.7".parse().expect("an IP")));
-        assert_eq!(
-            core.ports,
+            pod.ports,
             [
                 core::ContainerPort {
                     name: Some("http".into()),
@@ -217,7 +202,7 @@ mod tests {
                 },
             ]
         );
-        assert!(core.created.is_some());
+        assert!(meta.creation_timestamp.is_some());
     }
 
     #[test]
@@ -228,9 +213,8 @@ mod tests {
             "status": {"phase": "Pending"}
         }))
         .expect("a pod's JSON");
-        let core = pod.to_core();
         assert_eq!(
-            (core.ip, core.ports.len(), core.controller),
+            (pod.ip, pod.ports.len(), pod.metadata.owner_references),
             (None, 0, None)
         );
     }
