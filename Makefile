@@ -146,7 +146,8 @@ bench: control-plane
 	$(CARGO) run --release -p nimbus-bench -- $(BENCH_ARGS)
 
 # The posture API with 5,000 pods on kwok nodes: catch-up time, list latency through
-# kube-apiserver, operator memory. Resize with e.g. BENCH_ARGS="--pods 1000".
+# kube-apiserver, operator memory, and a restart at rest (time to count every pod again, peak
+# memory). Resize with e.g. BENCH_ARGS="--pods 1000".
 bench-posture: control-plane
 	$(CARGO) run --release -p nimbus-bench -- posture $(BENCH_ARGS)
 

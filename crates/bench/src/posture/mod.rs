@@ -2,7 +2,9 @@
 //! long until every pod's workload has its posture, how long a list through kube-apiserver's
 //! aggregation layer takes once the posture has settled (JSON, and the Table `kubectl get`
 //! asks for; and from the operator directly, to tell what the aggregation layer adds), how
-//! long the operator's computations take, and its memory before and after the pods.
+//! long the operator's computations take, its memory before and after the pods, and, the
+//! operator restarted at rest, how long until its postures count every pod again and its peak
+//! memory meanwhile.
 
 mod computations;
 mod lists;
@@ -22,7 +24,7 @@ use nimbus_testenv::{
     free_port,
 };
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use workload::{QUIET, SETTLE_LIMIT, Workload, all_running, create_workload, settle};
 
@@ -78,6 +80,7 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
     let timings = time_reads(&cluster, &args).await?;
     let after_lists = procfs::Sample::read(pid)?;
     let computations = Computations::scrape(cluster.metrics).await?;
+    let restart = restart(&mut cluster, pods, args.timeout).await?;
 
     let per_thousand = (mib(after.rss_kib) - mib(before.rss_kib)) / (pods as f64 / 1000.0);
     println!(
@@ -110,6 +113,7 @@ pub async fn run(args: PostureArgs, nimbus: &Path) -> anyhow::Result<()> {
         mib(after_lists.rss_kib),
         mib(after_lists.peak_rss_kib),
     );
+    restart.print(after.rss_kib);
     Ok(())
 }
 
@@ -123,6 +127,10 @@ struct Cluster {
     certificate: ServingCert,
     /// The operator's metrics port.
     metrics: u16,
+    /// How the operator was started, to start it again.
+    nimbus: PathBuf,
+    operator_args: Vec<String>,
+    health: u16,
 }
 
 /// Starts the control plane, its fake nodes and the operator with the posture API registered.
@@ -192,6 +200,9 @@ async fn start(args: &PostureArgs, nodes: usize, nimbus: &Path) -> anyhow::Resul
         service,
         certificate,
         metrics,
+        nimbus: nimbus.to_owned(),
+        operator_args,
+        health,
     })
 }
 
@@ -346,4 +357,80 @@ async fn time_reads(
         ));
     }
     Ok(timings)
+}
+
+/// The operator started again at rest, as after an upgrade or an eviction.
+struct Restart {
+    /// Until its `/readyz` answered 200.
+    ready: Duration,
+    /// Until a list of its postures counted every pod.
+    caught_up: Duration,
+    rss_kib: u64,
+    peak_rss_kib: u64,
+}
+
+impl Restart {
+    fn print(&self, at_rest_kib: u64) {
+        println!(
+            "  restart:     ready {:.1} s after the start, every pod in a posture again {:.1} s \
+             after it; RSS {:.1} MiB once at rest, peak {:.1} MiB ({:.2}x the first process's \
+             {:.1} MiB at rest)",
+            self.ready.as_secs_f64(),
+            self.caught_up.as_secs_f64(),
+            mib(self.rss_kib),
+            mib(self.peak_rss_kib),
+            self.peak_rss_kib as f64 / at_rest_kib as f64,
+            mib(at_rest_kib),
+        );
+    }
+}
+
+/// Stops the operator (SIGTERM) and starts it again: the new process lists every pod at once.
+async fn restart(cluster: &mut Cluster, pods: usize, timeout: Duration) -> anyhow::Result<Restart> {
+    step("restarting the operator");
+    cluster.operator.terminate();
+    let stopping = Instant::now();
+    while !cluster.operator.has_exited() {
+        if stopping.elapsed() > Duration::from_secs(30) {
+            cluster.operator.kill();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let began = Instant::now();
+    cluster.operator = spawn_operator(
+        &cluster.cp,
+        &cluster.nimbus,
+        &cluster.operator_args,
+        cluster.health,
+    )
+    .await?;
+    let ready = began.elapsed();
+    // The posture API answers 503 until its first computation: then it counts every pod.
+    let postures = kube::Api::<posture::WorkloadPosture>::all(cluster.client.clone());
+    loop {
+        let counted: usize = match postures.list(&Default::default()).await {
+            Ok(list) => list.items.iter().map(|w| w.workload.pods as usize).sum(),
+            Err(_) => 0,
+        };
+        if counted >= pods {
+            break;
+        }
+        if began.elapsed() > timeout {
+            bail!("after {timeout:?} the restarted operator counts {counted} of {pods} pods");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let caught_up = began.elapsed();
+    step(format!(
+        "every pod is in a posture again {:.1} s after the restart",
+        caught_up.as_secs_f64()
+    ));
+    settle(cluster.metrics).await?;
+    let sample = procfs::Sample::read(cluster.operator.pid())?;
+    Ok(Restart {
+        ready,
+        caught_up,
+        rss_kib: sample.rss_kib,
+        peak_rss_kib: sample.peak_rss_kib,
+    })
 }
