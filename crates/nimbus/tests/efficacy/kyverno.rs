@@ -317,7 +317,8 @@ pub(crate) fn unreachable(message: &str) -> Option<String> {
 }
 
 /// `request`'s answer once a webhook answered it: sent again, for as long as Kyverno may take
-/// to start, while it returns `Err` (the webhook unreachable).
+/// to start, while it returns `Err` (the webhook unreachable). A loop, not `eventually`: its
+/// async closure would make the futures of callers running in spawned tasks not `Send`.
 pub(crate) async fn answered<T, F>(mut request: impl FnMut() -> F) -> T
 where
     F: Future<Output = Result<T, String>>,

@@ -120,10 +120,7 @@ impl Workloads {
                 namespaces_of(jobs.subscribe()),
             ],
             synced: futures::future::join5(
-                async move {
-                    let mut synced = pod_watch.synced;
-                    let _ = synced.wait_for(|synced| *synced).await;
-                },
+                pod_watch.synced,
                 replica_sets.synced(),
                 jobs.synced(),
                 services.synced(),

@@ -28,8 +28,8 @@ pub struct PodStore(Arc<RwLock<ByNamespace>>);
 pub struct PodWatch {
     /// The namespaces whose pods changed, once the store shows the change.
     pub changed: UnboundedReceiverStream<String>,
-    /// Whether the first list is stored.
-    pub synced: watch::Receiver<bool>,
+    /// Resolves once the first list is stored.
+    pub synced: futures::future::BoxFuture<'static, ()>,
     /// Runs the watch.
     pub driver: futures::future::BoxFuture<'static, ()>,
 }
@@ -39,12 +39,14 @@ impl PodStore {
     pub fn watch(api: Api<PodFacts>) -> (Self, PodWatch) {
         let store = Self::default();
         let (changes, changed) = mpsc::unbounded_channel();
-        let (synced, synced_flag) = watch::channel(false);
+        let (synced, mut synced_flag) = watch::channel(false);
         let events = watcher(api, watcher::Config::default()).default_backoff();
         let driver = store.clone().follow(events, changes, synced);
         let watch = PodWatch {
             changed: UnboundedReceiverStream::new(changed),
-            synced: synced_flag,
+            synced: Box::pin(async move {
+                let _ = synced_flag.wait_for(|synced| *synced).await;
+            }),
             driver: Box::pin(driver),
         };
         (store, watch)
@@ -112,11 +114,11 @@ impl PodStore {
             .0
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let in_namespace = |(namespace, pods): (&Arc<str>, &HashSet<Filed>)| {
-            pods.iter()
-                .map(|pod| pod.0.to_core(namespace))
-                .collect::<Vec<_>>()
-        };
+        fn in_namespace<'a>(
+            (namespace, pods): (&'a Arc<str>, &'a HashSet<Filed>),
+        ) -> impl Iterator<Item = core::Pod> + 'a {
+            pods.iter().map(move |pod| pod.0.to_core(namespace))
+        }
         match namespaces {
             None => store.namespaces.iter().flat_map(in_namespace).collect(),
             Some(namespaces) => namespaces
@@ -162,6 +164,7 @@ impl ByNamespace {
             ports: pod.ports.iter().cloned().collect(),
             ip: pod.ip,
         };
+        // Looked up before `entry`, which would allocate the key for every pod.
         let pods = match self.namespaces.get_mut(namespace.as_str()) {
             Some(pods) => pods,
             None => self
@@ -338,6 +341,12 @@ mod tests {
         .expect("a pod's JSON")
     }
 
+    fn insert(store: &PodStore, pods: &[PodFacts]) {
+        for pod in pods {
+            store.write().insert(pod);
+        }
+    }
+
     fn names(store: &PodStore, namespaces: Option<&[&str]>) -> Vec<String> {
         let namespaces: Option<BTreeSet<String>> =
             namespaces.map(|ns| ns.iter().map(|n| n.to_string()).collect());
@@ -353,21 +362,18 @@ mod tests {
     #[test]
     fn pods_are_found_by_namespace_replaced_by_name_and_removed() {
         let store = PodStore::default();
-        store
-            .write()
-            .insert(&pod("a", "web-1", json!({"app": "web"}), "web"));
-        store
-            .write()
-            .insert(&pod("a", "web-2", json!({"app": "web"}), "web"));
-        store
-            .write()
-            .insert(&pod("b", "db-1", json!({"app": "db"}), "db"));
+        insert(
+            &store,
+            &[
+                pod("a", "web-1", json!({"app": "web"}), "web"),
+                pod("a", "web-2", json!({"app": "web"}), "web"),
+                pod("b", "db-1", json!({"app": "db"}), "db"),
+            ],
+        );
         assert_eq!(names(&store, None), ["a/web-1", "a/web-2", "b/db-1"]);
         assert_eq!(names(&store, Some(&["b", "c"])), ["b/db-1"]);
 
-        store
-            .write()
-            .insert(&pod("a", "web-1", json!({"app": "api"}), "web"));
+        insert(&store, &[pod("a", "web-1", json!({"app": "api"}), "web")]);
         let pods = store.pods(Some(&BTreeSet::from(["a".to_owned()])));
         let web_1 = pods.iter().find(|p| p.name == "web-1").expect("web-1");
         assert_eq!(web_1.labels.get("app").map(String::as_str), Some("api"));
@@ -389,12 +395,13 @@ mod tests {
     #[test]
     fn what_pods_share_is_held_once_and_let_go_with_the_last_of_them() {
         let store = PodStore::default();
-        store
-            .write()
-            .insert(&pod("a", "web-1", json!({"app": "web"}), "web"));
-        store
-            .write()
-            .insert(&pod("a", "web-2", json!({"app": "web"}), "web"));
+        insert(
+            &store,
+            &[
+                pod("a", "web-1", json!({"app": "web"}), "web"),
+                pod("a", "web-2", json!({"app": "web"}), "web"),
+            ],
+        );
         {
             let held = store.0.read().unwrap();
             let pods: Vec<&StoredPod> = held.namespaces["a"].iter().map(|f| &*f.0).collect();
@@ -405,9 +412,7 @@ mod tests {
             assert_eq!((held.owners.0.len(), held.labels.0.len()), (1, 1));
         }
         // Relabelled: its new labels are held beside the old ones, which web-2 still holds.
-        store
-            .write()
-            .insert(&pod("a", "web-1", json!({"app": "api"}), "web"));
+        insert(&store, &[pod("a", "web-1", json!({"app": "api"}), "web")]);
         assert_eq!(store.0.read().unwrap().labels.0.len(), 2);
         store.write().remove(&pod("a", "web-2", json!({}), "web"));
         assert_eq!(store.0.read().unwrap().labels.0.len(), 1);
